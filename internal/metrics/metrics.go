@@ -1,0 +1,87 @@
+// Package metrics owns codellm's Prometheus metrics: their names, labels and help texts live here and
+// nowhere else, so that the documented list (docs/operator.md) and the exposition cannot drift apart.
+// Every metric is prefixed codellm_. Each server builds its own registry (no global state), which keeps
+// tests independent and lets one process serve several listeners.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Service holds the metrics of the execution service (chat endpoint, runner API, debugger).
+type Service struct {
+	Registry *prometheus.Registry
+
+	HTTPRequests     *prometheus.CounterVec   // route, status, code
+	RunDuration      *prometheus.HistogramVec // outcome
+	SandboxSetup     prometheus.Histogram
+	RunBlocks        prometheus.Histogram
+	Kills            *prometheus.CounterVec // reason
+	QueueWait        prometheus.Histogram
+	RunsInFlight     prometheus.GaugeFunc
+	ReexecutionGuard prometheus.Counter
+}
+
+// KillReasons are the values of codellm_kills_total{reason}.
+var KillReasons = []string{"timeout", "cancelled", "output_limit", "memory", "pids", "cpu"}
+
+// NewService registers the service metrics on a fresh registry. inFlight reports the runs holding a slot.
+func NewService(inFlight func() float64) *Service {
+	r := prometheus.NewRegistry()
+	m := &Service{
+		Registry: r,
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codellm_http_requests_total",
+			Help: "HTTP requests by route, status and error code (code is empty on success).",
+		}, []string{"route", "status", "code"}),
+		RunDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "codellm_run_duration_seconds",
+			Help:    "Wall time of runs from slot acquisition to the last process reaped, by outcome.",
+			Buckets: []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"outcome"}),
+		SandboxSetup: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "codellm_sandbox_setup_seconds",
+			Help:    "Time from starting a block's sandbox until its program was exec'd.",
+			Buckets: []float64{.0005, .001, .002, .003, .005, .01, .025, .05, .1, .5},
+		}),
+		RunBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "codellm_run_blocks",
+			Help:    "Number of blocks per run.",
+			Buckets: []float64{1, 2, 3, 4, 6, 8, 16, 32, 64},
+		}),
+		Kills: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codellm_kills_total",
+			Help: "Blocks killed by codellm, by reason (timeout, cancelled, output_limit, memory, pids, cpu).",
+		}, []string{"reason"}),
+		QueueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "codellm_queue_wait_seconds",
+			Help:    "Time a run waited for an execution slot.",
+			Buckets: []float64{0, .001, .01, .1, .5, 1, 5, 10, 30},
+		}),
+		RunsInFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "codellm_runs_in_flight",
+			Help: "Runs holding an execution slot now.",
+		}, inFlight),
+		ReexecutionGuard: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "codellm_reexecution_guard_total",
+			Help: "Chat requests answered by the re-execution guard without running anything.",
+		}),
+	}
+	r.MustRegister(m.HTTPRequests, m.RunDuration, m.SandboxSetup, m.RunBlocks, m.Kills, m.QueueWait,
+		m.RunsInFlight, m.ReexecutionGuard,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Pre-create the kill reasons so that a scrape shows every documented series from the start.
+	for _, reason := range KillReasons {
+		m.Kills.WithLabelValues(reason)
+	}
+	return m
+}
+
+// Handler serves the Prometheus text exposition of the registry.
+func (m *Service) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}
