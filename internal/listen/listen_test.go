@@ -47,4 +47,3 @@ func TestCheckPublic(t *testing.T) {
 		t.Fatalf("loopback: %v", err)
 	}
 }
-
