@@ -1,0 +1,235 @@
+package openai
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/codellm/codellm/internal/contract"
+)
+
+// ToolCall is one assistant tool call (§10.1).
+type ToolCall = contract.ToolCall
+
+// DefaultModel is echoed when the request's model is empty (§10.1) and listed by /v1/models.
+const DefaultModel = "codellm"
+
+// NewID returns a response id: "codellm-" + 24 lower-case hex digits from crypto/rand (§10.1).
+func NewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails; on an OS failure it crashes the program
+	return "codellm-" + hex.EncodeToString(b[:])
+}
+
+// GuardCalls is the re-execution guard's reply (§2.5): one finish with contract.GuardAnswer.
+func GuardCalls() []ToolCall { return []ToolCall{contract.FinishCall(contract.GuardAnswer)} }
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type function struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type toolCall struct {
+	ID       string   `json:"id"`
+	Type     string   `json:"type"`
+	Function function `json:"function"`
+}
+
+type message struct {
+	Role      string     `json:"role"`
+	Content   string     `json:"content"`
+	ToolCalls []toolCall `json:"tool_calls"`
+}
+
+type choice struct {
+	Index        int     `json:"index"`
+	Message      message `json:"message"`
+	FinishReason string  `json:"finish_reason"`
+}
+
+type completion struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   usage    `json:"usage"`
+}
+
+func echoModel(model string) string {
+	if model == "" {
+		return DefaultModel
+	}
+	return model
+}
+
+// Completion renders the 200 chat.completion body of §10.1: one choice whose message carries calls,
+// content "", finish_reason "tool_calls" and zero usage. extra (the x_codellm_debug object, §13) is
+// merged as top-level fields after the standard ones, in key order; keys that would shadow a standard
+// field are dropped.
+func Completion(id string, created int64, model string, calls []ToolCall, extra map[string]any) []byte {
+	tcs := make([]toolCall, len(calls))
+	for i, c := range calls {
+		tcs[i] = toolCall{ID: c.ID, Type: "function", Function: function{Name: c.Name, Arguments: c.Arguments}}
+	}
+	body := marshal(completion{
+		ID: id, Object: "chat.completion", Created: created, Model: echoModel(model),
+		Choices: []choice{{Message: message{Role: "assistant", ToolCalls: tcs}, FinishReason: "tool_calls"}},
+	})
+	return mergeExtra(body, extra, completionKeys)
+}
+
+var (
+	completionKeys = []string{"id", "object", "created", "model", "choices", "usage"}
+	chunkKeys      = []string{"id", "object", "created", "model", "choices", "usage"}
+)
+
+// mergeExtra appends extra's fields to the JSON object obj. A value that cannot be encoded (a codellm
+// bug) is replaced by a string saying so rather than losing the whole reply.
+func mergeExtra(obj []byte, extra map[string]any, reserved []string) []byte {
+	if len(extra) == 0 {
+		return obj
+	}
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		if !slices.Contains(reserved, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	out := bytes.TrimSuffix(obj, []byte("}"))
+	for _, k := range keys {
+		v, err := marshalErr(extra[k])
+		if err != nil {
+			v = marshal("codellm: cannot encode " + k + ": " + err.Error())
+		}
+		out = append(out, ',')
+		out = append(out, marshal(k)...)
+		out = append(out, ':')
+		out = append(out, v...)
+	}
+	return append(out, '}')
+}
+
+type streamToolCall struct {
+	Index    int      `json:"index"`
+	ID       string   `json:"id"`
+	Type     string   `json:"type"`
+	Function function `json:"function"`
+}
+
+type delta struct {
+	Role      string           `json:"role,omitempty"`
+	Content   *string          `json:"content,omitempty"`
+	ToolCalls []streamToolCall `json:"tool_calls,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int     `json:"index"`
+	Delta        delta   `json:"delta"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+type chunk struct {
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []chunkChoice `json:"choices"`
+	Usage   *usage        `json:"usage,omitempty"`
+}
+
+// Stream renders the SSE body of §10.3: the role chunk, one chunk per call carrying its complete
+// arguments, the finish_reason chunk (carrying extra, §13), a usage chunk with empty choices when
+// includeUsage, and "data: [DONE]". The run has completed before any byte is sent, so the whole body is
+// built at once.
+func Stream(id string, created int64, model string, calls []ToolCall, includeUsage bool, extra map[string]any) []byte {
+	model = echoModel(model)
+	var buf bytes.Buffer
+	event := func(data []byte) {
+		buf.WriteString("data: ")
+		buf.Write(data)
+		buf.WriteString("\n\n")
+	}
+	mk := func(choices []chunkChoice) chunk {
+		return chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, Choices: choices}
+	}
+	empty := ""
+	event(marshal(mk([]chunkChoice{{Delta: delta{Role: "assistant", Content: &empty}}})))
+	for k, c := range calls {
+		event(marshal(mk([]chunkChoice{{Delta: delta{ToolCalls: []streamToolCall{{
+			Index: k, ID: c.ID, Type: "function", Function: function{Name: c.Name, Arguments: c.Arguments},
+		}}}}})))
+	}
+	reason := "tool_calls"
+	event(mergeExtra(marshal(mk([]chunkChoice{{Delta: delta{}, FinishReason: &reason}})), extra, chunkKeys))
+	if includeUsage {
+		u := mk([]chunkChoice{})
+		u.Usage = &usage{}
+		event(marshal(u))
+	}
+	event([]byte("[DONE]"))
+	return buf.Bytes()
+}
+
+// WriteStream writes the SSE reply of §10.3 with Content-Type text/event-stream and flushes it.
+func WriteStream(w http.ResponseWriter, id string, created int64, model string, calls []ToolCall, includeUsage bool, extra map[string]any) error {
+	body := Stream(id, created, model, calls, includeUsage, extra)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // keep reverse proxies from holding the events back
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(body); err != nil {
+		return err
+	}
+	if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// WriteCompletion writes a 200 chat.completion reply (§10.1).
+func WriteCompletion(w http.ResponseWriter, id string, created int64, model string, calls []ToolCall, extra map[string]any) {
+	writeBody(w, http.StatusOK, Completion(id, created, model, calls, extra))
+}
+
+var modelsBody = []byte(`{"object":"list","data":[{"id":"codellm","object":"model","created":0,"owned_by":"codellm"}]}`)
+
+// Models returns the /v1/models body (§1.1).
+func Models() []byte { return slices.Clone(modelsBody) }
+
+// PutBytes stores a byte field for §13: m[field] is b as a JSON string with each invalid UTF-8 byte
+// replaced by U+FFFD, and, only when b was not valid UTF-8, m[field+"_base64"] holds the exact bytes.
+func PutBytes(m map[string]any, field string, b []byte) {
+	if utf8.Valid(b) {
+		m[field] = string(b)
+		delete(m, field+"_base64")
+		return
+	}
+	var s strings.Builder
+	s.Grow(len(b) + 8)
+	for rest := b; len(rest) > 0; {
+		r, size := utf8.DecodeRune(rest)
+		if r == utf8.RuneError && size == 1 {
+			s.WriteRune(utf8.RuneError)
+		} else {
+			s.Write(rest[:size])
+		}
+		rest = rest[size:]
+	}
+	m[field] = s.String()
+	m[field+"_base64"] = base64.StdEncoding.EncodeToString(b)
+}
