@@ -1,0 +1,371 @@
+// Package interp maps code block labels to interpreters: it loads the interpreter registry
+// (interpreters.json, openai-contract.md §4.1), applies the --allowed-programs allow-list (§4.2), resolves
+// every block of a request before anything runs (§4.3) and builds each block's environment (§7).
+//
+// Everything here is decided at startup or before a run starts, so every problem is reported as a precise
+// error and nothing is guessed: a registry or flag that is not exactly right stops the server, and a block
+// that cannot be resolved stops the request before any block has run.
+package interp
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// EnvVar is one variable an interpreter entry adds to the child environment.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Interpreter is one registry entry.
+type Interpreter struct {
+	Name   string   `json:"name"`
+	Cmd    []string `json:"cmd"`
+	Labels []string `json:"code_block_labels"`
+	Ext    string   `json:"ext"`
+	Env    []EnvVar `json:"env,omitempty"`
+}
+
+func (in Interpreter) clone() Interpreter {
+	in.Cmd = slices.Clone(in.Cmd)
+	in.Labels = slices.Clone(in.Labels)
+	in.Env = slices.Clone(in.Env)
+	return in
+}
+
+// Registry is a validated set of interpreters. It is immutable after loading: accessors return copies, so
+// one registry can be shared by every request.
+type Registry struct {
+	list    []Interpreter
+	byName  map[string]int
+	byLabel map[string]int
+	labels  []string // sorted
+}
+
+// ErrInvalidRegistry is matched (errors.Is) by every *LoadError.
+var ErrInvalidRegistry = errors.New("invalid interpreter registry")
+
+// LoadError reports why a registry was rejected, naming the offending entry.
+type LoadError struct {
+	Path   string // file name for LoadFile, "" otherwise
+	Entry  int    // 0-based index in "interpreters", -1 when the problem is not one entry's
+	Name   string // the entry's name when known
+	Reason string
+	Err    error // underlying cause (e.g. the open error), if any
+}
+
+func (e *LoadError) Error() string {
+	var b strings.Builder
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	if e.Entry >= 0 {
+		b.WriteString(entryRef(e.Entry, e.Name))
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrInvalidRegistry) hold.
+func (e *LoadError) Is(target error) bool { return target == ErrInvalidRegistry }
+
+// Unwrap exposes the underlying cause, such as fs.ErrNotExist for a missing file.
+func (e *LoadError) Unwrap() error { return e.Err }
+
+func entryRef(i int, name string) string {
+	s := "interpreters[" + strconv.Itoa(i) + "]"
+	if name != "" {
+		s += " (" + strconv.Quote(name) + ")"
+	}
+	return s
+}
+
+//go:embed interpreters.json
+var builtinJSON []byte
+
+var builtin = sync.OnceValue(func() *Registry {
+	r, err := Load(bytes.NewReader(builtinJSON))
+	if err != nil {
+		// The embedded file is part of the source tree and covered by tests; failing here is a build
+		// defect, not a runtime condition.
+		panic("interp: embedded interpreters.json: " + err.Error())
+	}
+	return r
+})
+
+// Builtin returns the registry embedded in the binary: fleet's six interpreters, without env.
+func Builtin() *Registry { return builtin() }
+
+// maxRegistryBytes bounds what Load reads; a real registry is a few kilobytes, so anything larger is a
+// wrong file rather than a registry.
+const maxRegistryBytes = 1 << 20
+
+var (
+	nameRE    = regexp.MustCompile(`^[a-z0-9_-]+$`)
+	extRE     = regexp.MustCompile(`^\.[A-Za-z0-9]+$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// LoadFile loads a registry from a file (--interpreters), replacing the built-in one entirely.
+func LoadFile(path string) (*Registry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &LoadError{Path: path, Entry: -1, Reason: err.Error(), Err: err}
+	}
+	defer f.Close()
+	r, err := Load(f)
+	if le, ok := err.(*LoadError); ok {
+		le.Path = path
+	}
+	return r, err
+}
+
+// Load reads and validates a registry strictly (§4.1): unknown or repeated fields, an empty list,
+// duplicate names or labels, malformed names, labels, extensions, commands or env entries, and reserved
+// env names are all errors naming the entry. A later entry never silently overrides an earlier one.
+func Load(rd io.Reader) (*Registry, error) {
+	data, err := io.ReadAll(io.LimitReader(rd, maxRegistryBytes+1))
+	if err != nil {
+		return nil, &LoadError{Entry: -1, Reason: "read: " + err.Error(), Err: err}
+	}
+	if len(data) > maxRegistryBytes {
+		return nil, &LoadError{Entry: -1, Reason: fmt.Sprintf("larger than %d bytes", maxRegistryBytes)}
+	}
+	if err := checkDuplicateKeys(data); err != nil {
+		return nil, err
+	}
+	var top struct {
+		Interpreters *[]json.RawMessage `json:"interpreters"`
+	}
+	if err := decodeStrict(data, &top); err != nil {
+		return nil, &LoadError{Entry: -1, Reason: err.Error()}
+	}
+	if top.Interpreters == nil {
+		return nil, &LoadError{Entry: -1, Reason: `missing "interpreters" list`}
+	}
+	if len(*top.Interpreters) == 0 {
+		return nil, &LoadError{Entry: -1, Reason: `"interpreters" is empty`}
+	}
+	reg := &Registry{byName: map[string]int{}, byLabel: map[string]int{}}
+	for i, raw := range *top.Interpreters {
+		in, err := decodeEntry(i, raw)
+		if err != nil {
+			return nil, err
+		}
+		if err := reg.add(i, in); err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(reg.labels)
+	return reg, nil
+}
+
+// decodeStrict decodes exactly one JSON value, rejecting unknown fields and trailing data.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+func decodeEntry(i int, raw json.RawMessage) (Interpreter, error) {
+	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
+		return Interpreter{}, &LoadError{Entry: i, Reason: "entry is not an object"}
+	}
+	var in Interpreter
+	if err := decodeStrict(raw, &in); err != nil {
+		// Name the entry even when its other fields are broken.
+		var named struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(raw, &named)
+		return Interpreter{}, &LoadError{Entry: i, Name: named.Name, Reason: err.Error()}
+	}
+	return in, nil
+}
+
+func (r *Registry) add(i int, in Interpreter) error {
+	fail := func(format string, args ...any) error {
+		return &LoadError{Entry: i, Name: in.Name, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case in.Name == "":
+		return fail(`missing "name"`)
+	case !nameRE.MatchString(in.Name):
+		return fail("name %q must match [a-z0-9_-]+", in.Name)
+	}
+	if j, dup := r.byName[in.Name]; dup {
+		return fail("name %q is already used by %s", in.Name, entryRef(j, in.Name))
+	}
+	if len(in.Cmd) == 0 {
+		return fail(`"cmd" is empty`)
+	}
+	for k, arg := range in.Cmd {
+		if strings.IndexByte(arg, 0) >= 0 {
+			return fail("cmd[%d] contains a NUL byte", k)
+		}
+	}
+	switch c0 := in.Cmd[0]; {
+	case c0 == "":
+		return fail("cmd[0] is empty")
+	case !strings.HasPrefix(c0, "/") && strings.ContainsRune(c0, '/'):
+		// A relative path would depend on the working directory, which is the block's throwaway workdir.
+		return fail("cmd[0] %q must be an absolute path or a program name looked up in PATH", c0)
+	}
+	if len(in.Labels) == 0 {
+		return fail(`"code_block_labels" is empty`)
+	}
+	for _, l := range in.Labels {
+		switch {
+		case l == "":
+			return fail("empty label")
+		case l != strings.ToLower(l):
+			return fail("label %q is not lower-case", l)
+		case strings.ContainsFunc(l, func(c rune) bool { return c <= ' ' || c == 0x7f }):
+			// The label of a block is the first word of its info string, so such a label never matches.
+			return fail("label %q contains whitespace or a control character", l)
+		}
+		if j, dup := r.byLabel[l]; dup {
+			if j == i {
+				return fail("label %q is listed twice", l)
+			}
+			return fail("label %q is already used by %s", l, entryRef(j, r.list[j].Name))
+		}
+		r.byLabel[l] = i
+		r.labels = append(r.labels, l)
+	}
+	if !extRE.MatchString(in.Ext) {
+		return fail(`ext %q must be "." followed by [A-Za-z0-9]+`, in.Ext)
+	}
+	seen := map[string]bool{}
+	for _, e := range in.Env {
+		switch {
+		case !envNameRE.MatchString(e.Name):
+			return fail("env name %q must match [A-Za-z_][A-Za-z0-9_]*", e.Name)
+		case slices.Contains(Reserved, e.Name):
+			return fail("env name %s is reserved (set by codellm for every block)", e.Name)
+		case seen[e.Name]:
+			return fail("env name %s is listed twice", e.Name)
+		case strings.IndexByte(e.Value, 0) >= 0:
+			return fail("env %s value contains a NUL byte", e.Name)
+		}
+		seen[e.Name] = true
+	}
+	r.byName[in.Name] = i
+	r.list = append(r.list, in.clone())
+	return nil
+}
+
+// Interpreters returns a copy of the entries in file order.
+func (r *Registry) Interpreters() []Interpreter {
+	out := make([]Interpreter, len(r.list))
+	for i, in := range r.list {
+		out[i] = in.clone()
+	}
+	return out
+}
+
+// Lookup finds the interpreter for a code block label; the label is lower-cased first.
+func (r *Registry) Lookup(label string) (*Interpreter, bool) {
+	i, ok := r.byLabel[strings.ToLower(label)]
+	if !ok {
+		return nil, false
+	}
+	in := r.list[i].clone()
+	return &in, true
+}
+
+// ByName finds an interpreter by canonical name.
+func (r *Registry) ByName(name string) (*Interpreter, bool) {
+	i, ok := r.byName[name]
+	if !ok {
+		return nil, false
+	}
+	in := r.list[i].clone()
+	return &in, true
+}
+
+// Labels returns every registered label, sorted.
+func (r *Registry) Labels() []string { return slices.Clone(r.labels) }
+
+// Names returns every canonical name, sorted.
+func (r *Registry) Names() []string {
+	out := make([]string, 0, len(r.list))
+	for _, in := range r.list {
+		out = append(out, in.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkDuplicateKeys rejects an object that repeats a key anywhere in the document: encoding/json would
+// silently keep the last value, which hides exactly the kind of operator mistake strict loading is for.
+func checkDuplicateKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var walk func(path string, entry int) error
+	walk = func(path string, entry int) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // syntax errors are reported by the real decode, with its position
+		}
+		delim, ok := tok.(json.Delim)
+		if !ok {
+			return nil
+		}
+		switch delim {
+		case '{':
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil
+				}
+				key, _ := kt.(string)
+				if seen[key] {
+					reason := fmt.Sprintf("duplicate key %q", key)
+					if entry < 0 || path != "$.interpreters["+strconv.Itoa(entry)+"]" {
+						reason += " in " + path
+					}
+					return &LoadError{Entry: entry, Reason: reason}
+				}
+				seen[key] = true
+				if err := walk(path+"."+key, entry); err != nil {
+					return err
+				}
+			}
+		case '[':
+			for i := 0; dec.More(); i++ {
+				childEntry := entry
+				if path == "$.interpreters" {
+					childEntry = i
+				}
+				if err := walk(path+"["+strconv.Itoa(i)+"]", childEntry); err != nil {
+					return err
+				}
+			}
+		}
+		_, _ = dec.Token() // closing delimiter
+		return nil
+	}
+	return walk("$", -1)
+}
