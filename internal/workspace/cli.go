@@ -1,0 +1,91 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// maxCLIRequest bounds the request read from stdin: 1 MiB of content can take 6 MiB once JSON-escaped.
+const maxCLIRequest = 16 << 20
+
+// RunCLI implements `codellm workspace --root DIR [--allow-writes] [--allow-commands] [--sandbox MODE] OPERATION`,
+// a local front end for people and tests. args are the arguments after "workspace". It reads the §9.2 request
+// (without protocolVersion and workspaceId) from stdin and prints the result JSON on stdout. On failure it
+// prints {"error": "…", "errorCode": "…"} on stdout and exits 1; usage errors exit 2 with a message on stderr.
+//
+// cmd/codellm wires it as: case "workspace": os.Exit(workspace.RunCLI(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)).
+func RunCLI(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("codellm workspace", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := fs.String("root", "", "workspace root directory (required)")
+	writes := fs.Bool("allow-writes", false, "enable write_file, edit_file and preview_edit")
+	commands := fs.Bool("allow-commands", false, "enable execute_command (runs only inside codellm's sandbox)")
+	sbMode := fs.String("sandbox", "native", "command sandbox mode: native, besteffort, or off (unconfined; explicit opt-in)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: codellm workspace --root DIR [--allow-writes] [--allow-commands] [--sandbox MODE] OPERATION")
+		fmt.Fprintln(stderr, "operations: read_file search_text list_files write_file edit_file preview_edit execute_command")
+		fmt.Fprintln(stderr, "The request JSON is read from stdin; the result JSON is printed on stdout.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *root == "" || fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	op := fs.Arg(0)
+
+	opts := Options{AllowWrites: *writes, AllowCommands: *commands}
+	if *commands {
+		closeSB, err := configureSandbox(&opts, *sbMode)
+		if err != nil {
+			return printErr(stdout, err)
+		}
+		defer closeSB()
+	}
+	ws, err := Open(*root, opts)
+	if err != nil {
+		return printErr(stdout, err)
+	}
+	defer ws.Close()
+
+	req, err := io.ReadAll(io.LimitReader(stdin, maxCLIRequest+1))
+	if err != nil {
+		return printErr(stdout, newErr(CodeInvalidRequest, "cannot read the request from stdin"))
+	}
+	if len(req) > maxCLIRequest {
+		return printErr(stdout, newErr(CodeInvalidRequest, "request is larger than 16 MiB"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := ws.Do(ctx, op, req)
+	if err != nil {
+		return printErr(stdout, err)
+	}
+	stdout.Write(append(res, '\n'))
+	return 0
+}
+
+// CLIError is the failure object RunCLI prints.
+type CLIError struct {
+	Error     string `json:"error"`
+	ErrorCode Code   `json:"errorCode"`
+}
+
+func printErr(stdout io.Writer, err error) int {
+	e := asError(err, CodeInvalidRequest, "failed")
+	b, _ := json.Marshal(CLIError{Error: e.Message, ErrorCode: e.Code})
+	stdout.Write(append(b, '\n'))
+	return 1
+}

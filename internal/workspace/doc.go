@@ -1,0 +1,13 @@
+// Package workspace runs the bridge protocol's workspace tools (bridge-protocol.md §9) against one registered
+// local directory: read_file, search_text, list_files, write_file, edit_file, preview_edit and execute_command.
+//
+// Its one job is confinement: no request, however crafted, may read or write outside the registered root.
+// Every path is validated as a portable path, then resolved beneath a descriptor of the root that was opened
+// once at registration (openat2 with RESOLVE_BENEATH on Linux, os.Root elsewhere), with the final component
+// opened O_NOFOLLOW and the descriptor fstat'ed before use. Writes refuse symlinks in every component, stage the
+// bytes in an owner-only temporary file beside the target and install them with rename or link, then re-open
+// and verify what was installed. execute_command runs only inside codellm's own sandbox (internal/sandbox) with
+// the root as the only writable mount; there is no host-shell fallback.
+//
+// Results and errors never contain host paths: callers see paths only in the caller's own relative spelling.
+package workspace

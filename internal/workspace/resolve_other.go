@@ -1,0 +1,12 @@
+//go:build !linux
+
+package workspace
+
+// newResolver uses os.Root: openat2 is Linux-only.
+func newResolver(real string) (resolver, error) {
+	r, err := newRootResolver(real)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
