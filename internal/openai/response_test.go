@@ -1,0 +1,380 @@
+package openai
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/codellm/codellm/internal/contract"
+)
+
+const (
+	specID      = "codellm-5b0e9d2c41f7a3e86c1d0b94" // the §15.3 reply's id
+	specCreated = 1752480000
+)
+
+// fleetCalls runs the output contract on the worked example's block-2 stdout (§15.3).
+func fleetCalls(t testing.TB) []ToolCall {
+	t.Helper()
+	stdout, err := os.ReadFile("testdata/responses/fleet_15_3.stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := contract.Parse(stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.ToolCalls()
+}
+
+func parseJSON(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("invalid JSON %s: %v", b, err)
+	}
+	return v
+}
+
+// argsOf parses every call's arguments, because §10.1 says clients must not rely on key order.
+func argsOf(t *testing.T, v any) {
+	t.Helper()
+	calls := v.(map[string]any)["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["tool_calls"].([]any)
+	for _, c := range calls {
+		fn := c.(map[string]any)["function"].(map[string]any)
+		fn["arguments"] = parseJSON(t, []byte(fn["arguments"].(string)))
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestCompletionMatchesSpec compares the replies of §15.3 and §10.1 with the spec's text, parsed and
+// with parsed arguments, and pins the exact bytes in a golden file.
+func TestCompletionMatchesSpec(t *testing.T) {
+	got := Completion(specID, specCreated, "codellm", fleetCalls(t), nil)
+	compareGolden(t, "testdata/responses/fleet_15_3.completion.json", append(got, '\n'))
+	g, w := parseJSON(t, got), parseJSON(t, readFile(t, "testdata/responses/fleet_15_3.spec_reply.json"))
+	argsOf(t, g)
+	argsOf(t, w)
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("§15.3 reply differs:\n got %v\nwant %v", g, w)
+	}
+
+	out, err := contract.Parse([]byte(`{"changes":[{"path":"notes/a.md","content":"hello\n"},{"path":"boards/s.md","find":"@todo","replace":"@done"}],"answer":"done"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = Completion("codellm-9f2c4e1a7b3d5c6e8f0a1b2c", specCreated, "", out.ToolCalls(), nil)
+	g, w = parseJSON(t, got), parseJSON(t, readFile(t, "testdata/responses/completion_10_1.spec_reply.json"))
+	argsOf(t, g)
+	argsOf(t, w)
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("§10.1 reply differs:\n got %v\nwant %v", g, w)
+	}
+}
+
+func TestCompletionModelEcho(t *testing.T) {
+	calls := fleetCalls(t)
+	for model, want := range map[string]string{"gpt-x": "gpt-x", "": "codellm", "codellm": "codellm"} {
+		var v struct{ Model string }
+		if err := json.Unmarshal(Completion(specID, 1, model, calls, nil), &v); err != nil || v.Model != want {
+			t.Errorf("model %q echoed as %q (%v), want %q", model, v.Model, err, want)
+		}
+	}
+}
+
+func TestGuardCompletion(t *testing.T) {
+	got := Completion(specID, specCreated, "codellm", GuardCalls(), nil)
+	compareGolden(t, "testdata/responses/guard.completion.json", append(got, '\n'))
+	want := `{"id":"call_0","type":"function","function":{"name":"finish","arguments":"{\"answer\":\"codellm: run already completed; nothing was executed again\"}"}}`
+	if !bytes.Contains(got, []byte(`"tool_calls":[`+want+`]`)) {
+		t.Errorf("guard reply %s lacks the §2.5 call %s", got, want)
+	}
+}
+
+func TestNoHTMLEscaping(t *testing.T) {
+	out, err := contract.Parse([]byte(`{"changes":[{"path":"a.md","content":"<b>&amp;</b>"}],"answer":"<&>"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range [][]byte{
+		Completion(specID, 1, "m<&>", out.ToolCalls(), nil),
+		Stream(specID, 1, "m<&>", out.ToolCalls(), true, map[string]any{"x_codellm_debug": map[string]any{"stdout": "<&>"}}),
+	} {
+		if bytes.Contains(body, []byte(`\u003c`)) || bytes.Contains(body, []byte(`\u0026`)) ||
+			!bytes.Contains(body, []byte(`<b>&amp;</b>`)) || !bytes.Contains(body, []byte(`"m<&>"`)) {
+			t.Errorf("HTML-escaped or mangled: %s", body)
+		}
+	}
+	rec := httptest.NewRecorder()
+	WriteJSON(rec, http.StatusCreated, map[string]string{"a": "<&>"})
+	if rec.Code != 201 || rec.Body.String() != "{\"a\":\"<&>\"}\n" || rec.Header().Get("Content-Type") != "application/json" {
+		t.Errorf("WriteJSON: %d %q %v", rec.Code, rec.Body, rec.Header())
+	}
+	rec = httptest.NewRecorder()
+	WriteJSON(rec, http.StatusOK, map[string]any{"f": func() {}})
+	if rec.Code != 500 || !strings.Contains(rec.Body.String(), `"code":"internal_error"`) {
+		t.Errorf("unencodable value: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// debugExtra is a §13 object with one non-UTF-8 byte field, as the server would build it.
+func debugExtra() map[string]any {
+	b0 := map[string]any{"index": 0, "lang": "bash", "program": "bash", "outcome": "ok", "exit_code": 0, "signal": nil,
+		"duration_ms": 8, "max_rss_bytes": 3407872}
+	PutBytes(b0, "stdout", []byte("a\xffb\n"))
+	PutBytes(b0, "stderr", nil)
+	PutBytes(b0, "pipe_buffer", []byte("a\xffb\n"))
+	b1 := map[string]any{"index": 1, "lang": "python", "program": "python", "outcome": "ok", "exit_code": 0, "signal": nil,
+		"duration_ms": 41, "max_rss_bytes": 9412608}
+	PutBytes(b1, "stdout", []byte("{\"answer\":\"2\"}\n"))
+	PutBytes(b1, "stderr", nil)
+	PutBytes(b1, "pipe_buffer", nil)
+	return map[string]any{"x_codellm_debug": map[string]any{"blocks": []any{b0, b1}}}
+}
+
+func TestCompletionDebugExtra(t *testing.T) {
+	got := Completion(specID, specCreated, "codellm", fleetCalls(t), debugExtra())
+	compareGolden(t, "testdata/responses/debug.completion.json", append(got, '\n'))
+	var v struct {
+		Choices []any `json:"choices"`
+		Debug   struct {
+			Blocks []map[string]any `json:"blocks"`
+		} `json:"x_codellm_debug"`
+	}
+	if err := json.Unmarshal(got, &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Choices) != 1 || len(v.Debug.Blocks) != 2 || v.Debug.Blocks[0]["stdout"] != "a\uFFFDb\n" ||
+		v.Debug.Blocks[0]["stdout_base64"] != "Yf9iCg==" || v.Debug.Blocks[1]["stdout_base64"] != nil {
+		t.Errorf("debug object wrong: %s", got)
+	}
+	// Reserved keys never shadow the standard fields.
+	got = Completion(specID, specCreated, "codellm", fleetCalls(t), map[string]any{"id": "evil", "choices": nil})
+	if !bytes.Equal(got, Completion(specID, specCreated, "codellm", fleetCalls(t), nil)) {
+		t.Errorf("reserved extra keys were merged: %s", got)
+	}
+}
+
+// sseEvents splits an SSE body into its data payloads, failing on anything that is not a
+// "data: …\n\n" event.
+func sseEvents(t *testing.T, body []byte) []string {
+	t.Helper()
+	if !bytes.HasSuffix(body, []byte("\n\n")) {
+		t.Fatalf("stream does not end with a blank line: %q", body)
+	}
+	var events []string
+	for ev := range strings.SplitSeq(strings.TrimSuffix(string(body), "\n\n"), "\n\n") {
+		data, ok := strings.CutPrefix(ev, "data: ")
+		if !ok || strings.Contains(data, "\n") {
+			t.Fatalf("malformed event %q", ev)
+		}
+		events = append(events, data)
+	}
+	return events
+}
+
+type wireChunk struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Role      *string `json:"role"`
+			Content   *string `json:"content"`
+			ToolCalls []struct {
+				Index    int    `json:"index"`
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     *int `json:"prompt_tokens"`
+		CompletionTokens *int `json:"completion_tokens"`
+		TotalTokens      *int `json:"total_tokens"`
+	} `json:"usage"`
+	Debug json.RawMessage `json:"x_codellm_debug"`
+}
+
+// TestStreamParsedBack parses streams chunk by chunk and checks the §10.3 sequence.
+func TestStreamParsedBack(t *testing.T) {
+	calls := fleetCalls(t)
+	for _, tc := range []struct {
+		name         string
+		includeUsage bool
+		extra        map[string]any
+		golden       string
+	}{
+		{"plain", false, nil, "fleet_15_3.stream.txt"},
+		{"include_usage", true, nil, "fleet_15_3.stream_usage.txt"},
+		{"debug", true, debugExtra(), "debug.stream.txt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := Stream(specID, specCreated, "gpt-x", calls, tc.includeUsage, tc.extra)
+			compareGolden(t, "testdata/responses/"+tc.golden, body)
+			events := sseEvents(t, body)
+			want := 1 + len(calls) + 1 + 1
+			if tc.includeUsage {
+				want++
+			}
+			if len(events) != want || events[len(events)-1] != "[DONE]" {
+				t.Fatalf("%d events (want %d), last %q", len(events), want, events[len(events)-1])
+			}
+			var chunks []wireChunk
+			for i, ev := range events[:len(events)-1] {
+				var c wireChunk
+				dec := json.NewDecoder(strings.NewReader(ev))
+				if err := dec.Decode(&c); err != nil {
+					t.Fatalf("event %d: %v", i, err)
+				}
+				if c.ID != specID || c.Object != "chat.completion.chunk" || c.Created != specCreated || c.Model != "gpt-x" {
+					t.Errorf("event %d header: %+v", i, c)
+				}
+				chunks = append(chunks, c)
+			}
+			// 1. role chunk
+			first := chunks[0]
+			if len(first.Choices) != 1 || first.Choices[0].Delta.Role == nil || *first.Choices[0].Delta.Role != "assistant" ||
+				first.Choices[0].Delta.Content == nil || *first.Choices[0].Delta.Content != "" || first.Choices[0].FinishReason != nil {
+				t.Errorf("role chunk: %s", events[0])
+			}
+			// 2. one chunk per call, complete arguments
+			for k, c := range calls {
+				ch := chunks[1+k]
+				if len(ch.Choices) != 1 || len(ch.Choices[0].Delta.ToolCalls) != 1 || ch.Choices[0].FinishReason != nil {
+					t.Fatalf("call chunk %d: %s", k, events[1+k])
+				}
+				tc := ch.Choices[0].Delta.ToolCalls[0]
+				if tc.Index != k || tc.ID != c.ID || tc.Type != "function" || tc.Function.Name != c.Name || tc.Function.Arguments != c.Arguments {
+					t.Errorf("call chunk %d = %+v, want %+v", k, tc, c)
+				}
+			}
+			// 3. finish chunk, carrying the debug object when present
+			fin := chunks[1+len(calls)]
+			if len(fin.Choices) != 1 || fin.Choices[0].FinishReason == nil || *fin.Choices[0].FinishReason != "tool_calls" ||
+				!strings.Contains(events[1+len(calls)], `"delta":{}`) {
+				t.Errorf("finish chunk: %s", events[1+len(calls)])
+			}
+			if (tc.extra != nil) != (fin.Debug != nil) {
+				t.Errorf("x_codellm_debug on the finish chunk: %s", fin.Debug)
+			}
+			for i, c := range chunks {
+				if i != 1+len(calls) && c.Debug != nil {
+					t.Errorf("x_codellm_debug on chunk %d", i)
+				}
+				if i < len(chunks)-1 || !tc.includeUsage {
+					if c.Usage != nil {
+						t.Errorf("usage on chunk %d", i)
+					}
+				}
+			}
+			// 4. usage chunk: empty choices, zero usage
+			if tc.includeUsage {
+				u := chunks[len(chunks)-1]
+				if !strings.Contains(events[len(events)-2], `"choices":[]`) || u.Usage == nil || u.Usage.PromptTokens == nil ||
+					*u.Usage.PromptTokens != 0 || *u.Usage.CompletionTokens != 0 || *u.Usage.TotalTokens != 0 {
+					t.Errorf("usage chunk: %s", events[len(events)-2])
+				}
+			}
+		})
+	}
+}
+
+func TestWriteStream(t *testing.T) {
+	rec := httptest.NewRecorder()
+	calls := fleetCalls(t)
+	if err := WriteStream(rec, specID, specCreated, "codellm", calls, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != 200 || rec.Header().Get("Content-Type") != "text/event-stream" || !rec.Flushed {
+		t.Errorf("status %d, headers %v, flushed %v", rec.Code, rec.Header(), rec.Flushed)
+	}
+	if !bytes.Equal(rec.Body.Bytes(), Stream(specID, specCreated, "codellm", calls, false, nil)) {
+		t.Errorf("WriteStream body differs from Stream")
+	}
+	// A line-oriented SSE reader sees the same events.
+	sc := bufio.NewScanner(bytes.NewReader(rec.Body.Bytes()))
+	n := 0
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			n++
+		} else if sc.Text() != "" {
+			t.Errorf("unexpected line %q", sc.Text())
+		}
+	}
+	if n != len(calls)+3 {
+		t.Errorf("%d data lines, want %d", n, len(calls)+3)
+	}
+}
+
+func TestNewID(t *testing.T) {
+	re := regexp.MustCompile(`^codellm-[0-9a-f]{24}$`)
+	seen := map[string]bool{}
+	for range 1000 {
+		id := NewID()
+		if !re.MatchString(id) || seen[id] {
+			t.Fatalf("bad or repeated id %q", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestModels(t *testing.T) {
+	want := `{"object":"list","data":[{"id":"codellm","object":"model","created":0,"owned_by":"codellm"}]}`
+	if got := Models(); string(got) != want {
+		t.Errorf("Models() = %s", got)
+	}
+	Models()[0] = 'x' // callers cannot corrupt the shared body
+	if string(Models()) != want {
+		t.Error("Models body was mutated through a returned slice")
+	}
+}
+
+func TestPutBytes(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		text    string
+		base64  string
+		present bool
+	}{
+		{"", "", "", false},
+		{"héllo\n", "héllo\n", "", false},
+		{"a\xffb", "a\uFFFDb", "Yf9i", true},
+		{"\xe2\x82", "\uFFFD\uFFFD", "4oI=", true}, // truncated 3-byte sequence: one U+FFFD per invalid byte
+		{"x\x00y", "x\x00y", "", false},
+	} {
+		m := map[string]any{"stdout_base64": "stale"}
+		PutBytes(m, "stdout", []byte(tc.in))
+		b64, ok := m["stdout_base64"]
+		if m["stdout"] != tc.text || ok != tc.present || (ok && b64 != tc.base64) {
+			t.Errorf("PutBytes(%q) = %q, %q (%v)", tc.in, m["stdout"], b64, ok)
+		}
+		// The JSON string round-trips to the replaced text.
+		var back map[string]string
+		if err := json.Unmarshal(marshal(m), &back); err != nil || back["stdout"] != tc.text {
+			t.Errorf("PutBytes(%q) JSON round trip: %v %q", tc.in, err, back["stdout"])
+		}
+	}
+}
