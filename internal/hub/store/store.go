@@ -1,0 +1,206 @@
+// Package store defines the hub's state interface: every bridge and pairing
+// operation of spec §7 as one atomic step, so the embedded bbolt backend and
+// a later Redis backend are interchangeable behind the hub. Errors are the
+// bridge sentinels (bridge.ErrWorkerFenced, …), which already carry their
+// HTTP status (§3.10).
+package store
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+)
+
+// Default lifetimes of §7.1. Backends take them as options so tests can use
+// short real TTLs.
+const (
+	DefaultLeaseTTL = 60 * time.Second
+	DefaultNonceTTL = 120 * time.Second
+	// DefaultGrace is how long assignment records, locks and settlements
+	// outlive the assignment deadline.
+	DefaultGrace = 30 * time.Second
+	// DefaultFenceRetention is how long a retired incarnation's fence mark
+	// is kept before it may be collected.
+	DefaultFenceRetention = 24 * time.Hour
+)
+
+// ReadyTTL is the lifetime of a readiness mark: min(ttl, ceil(ttl/2)+5s).
+func ReadyTTL(leaseTTL time.Duration) time.Duration {
+	secs := math.Ceil(leaseTTL.Seconds() / 2)
+	return min(leaseTTL, time.Duration(secs)*time.Second+5*time.Second)
+}
+
+// Credential is what authenticating a worker yields.
+type Credential struct {
+	WorkerID   string
+	IdentityID string
+	PublicKey  string // SPKI PEM
+	ExpiresAt  time.Time
+	Binding    *bridge.Binding
+	// PairingGeneration at the time of authentication; Register uses it to
+	// detect a revoke racing the request.
+	PairingGeneration int64
+}
+
+// Auth is the authenticated identity passed to worker operations. In static
+// mode it is the zero value (no identity checks apply).
+type Auth struct {
+	CredentialHash    string
+	IdentityID        string
+	PairingGeneration int64
+	Binding           *bridge.Binding
+}
+
+// RedeemParams is one pairing redemption.
+type RedeemParams struct {
+	WorkerID       string
+	CodeHash       string
+	PublicKey      string
+	PublicKeyValid bool // checked by the caller; an invalid key burns the code
+	CredentialHash string
+	ExpiresAt      time.Time
+}
+
+// RegisterParams is one registration (or heartbeat).
+type RegisterParams struct {
+	WorkerID      string
+	IncarnationID string
+	Capabilities  bridge.Capabilities
+	// CapabilitiesJSON is the canonical form of the capabilities as received,
+	// returned verbatim by Status.
+	CapabilitiesJSON []byte
+	Auth             Auth
+}
+
+// Registration is the result of Register and part of WorkerState.
+type Registration struct {
+	WorkerID         string
+	IncarnationID    string
+	Generation       int64
+	RegisteredAt     time.Time
+	ExpiresAt        time.Time
+	LeaseTTL         time.Duration
+	Capabilities     bridge.Capabilities
+	CapabilitiesJSON []byte
+	IdentityID       string
+	Binding          *bridge.Binding
+}
+
+// WorkerState is a snapshot used by status and worker selection.
+type WorkerState struct {
+	WorkerID     string
+	Online       bool
+	Ready        bool
+	Busy         bool // the worker lock is held
+	Registration *Registration
+	// Binding of the paired identity (nil when unbound or static).
+	Binding *bridge.Binding
+}
+
+// EnqueueParams is one dispatch (§7.3 steps 1–3).
+type EnqueueParams struct {
+	WorkerID         string
+	AssignmentID     string
+	LeaseTokenHash   string
+	ExpiresAt        time.Time
+	RuntimeSessionID string
+	ExecutionKind    string
+	Request          []byte // canonical JSON of the assignment request
+}
+
+// Assignment is a stored assignment as the lease returns it (the token itself
+// is never stored; the hub keeps it for the one delivery).
+type Assignment struct {
+	ID               string
+	WorkerID         string
+	IncarnationID    string
+	Generation       int64
+	LeaseTokenHash   string
+	IdentityID       string
+	ExpiresAt        time.Time
+	RuntimeSessionID string
+	ExecutionKind    string
+	Request          []byte
+}
+
+// AckParams is one acknowledgement.
+type AckParams struct {
+	WorkerID       string
+	AssignmentID   string
+	IncarnationID  string
+	Generation     int64
+	LeaseTokenHash string
+}
+
+// SettleParams is one settlement; Canonical is its canonical JSON, the bytes
+// compared for idempotency.
+type SettleParams struct {
+	WorkerID       string
+	AssignmentID   string
+	IncarnationID  string
+	Generation     int64
+	LeaseTokenHash string
+	IdentityID     string
+	Status         string
+	Canonical      []byte
+}
+
+// Settlement is a stored settlement.
+type Settlement struct {
+	Status    string
+	Canonical []byte
+}
+
+// Store is the hub's state. Every method is one atomic step of §7.
+type Store interface {
+	// CreatePairing records a new code for workerID, replacing any previous
+	// one, for the pairing generation current at this moment.
+	CreatePairing(ctx context.Context, workerID, codeHash string, binding *bridge.Binding, expiresAt time.Time) error
+	// RedeemPairing consumes a code and installs a new identity with its
+	// first credential. It returns the new identity ID.
+	RedeemPairing(ctx context.Context, p RedeemParams) (string, error)
+	// Revoke advances the pairing generation and deletes the pending code,
+	// the identity and its credential.
+	Revoke(ctx context.Context, workerID string) error
+	// Credential returns the worker's active, unexpired credential with this
+	// digest, or ErrCredentialInvalid.
+	Credential(ctx context.Context, workerID, credentialHash string) (*Credential, error)
+	// RefreshCredential atomically replaces the active credential oldHash.
+	RefreshCredential(ctx context.Context, workerID, oldHash, newHash string, expiresAt time.Time) error
+	// UseNonce records (credentialHash, nonceHash) or fails with
+	// ErrProofReplayed; proofs dated before the store was opened are also
+	// replays when nonces do not survive a restart.
+	UseNonce(ctx context.Context, credentialHash, nonceHash string, timestamp time.Time) error
+
+	Register(ctx context.Context, p RegisterParams) (*Registration, error)
+	Ready(ctx context.Context, workerID, incarnationID string, registrationGeneration int64) error
+	Worker(ctx context.Context, workerID string) (*WorkerState, error)
+	Workers(ctx context.Context) ([]WorkerState, error)
+
+	Enqueue(ctx context.Context, p EnqueueParams) (*Assignment, error)
+	// Lease returns the incarnation's claimed or next queued assignment, or
+	// nil when there is none. It never blocks.
+	Lease(ctx context.Context, workerID, incarnationID, identityID string) (*Assignment, error)
+	Ack(ctx context.Context, p AckParams) error
+	// Cancelled answers the worker's cancellation poll (§3.6).
+	Cancelled(ctx context.Context, workerID, incarnationID, assignmentID string) (bool, error)
+	// Cancel sets the cancellation mark (client went away).
+	Cancel(ctx context.Context, workerID, assignmentID string) error
+	Settle(ctx context.Context, p SettleParams) error
+	// Settlement returns the stored settlement or nil.
+	Settlement(ctx context.Context, workerID, assignmentID string) (*Settlement, error)
+	// Complete finalises a dispatch (§7.3 steps 4, 6, 7): it returns the
+	// settlement if one arrived, committing a stateful session, or
+	// ErrAssignmentExpired after cleaning up an unsettled assignment.
+	Complete(ctx context.Context, workerID, assignmentID string) (*Settlement, error)
+	// Withdraw takes back an assignment that was never acknowledged (its
+	// worker vanished), clearing its fence and lock so it can be dispatched
+	// elsewhere. It fails with ErrAssignmentFenced once the worker acked it.
+	Withdraw(ctx context.Context, workerID, assignmentID string) error
+	// ResetWorkspace clears a runtime session's workspace fence (§3.7).
+	ResetWorkspace(ctx context.Context, workerID, incarnationID, runtimeSessionID string) error
+
+	Close() error
+}

@@ -1,0 +1,528 @@
+// Package storetest is the conformance suite every hub store backend must
+// pass (spec §7.4): the embedded bbolt store runs it now, and a Redis store
+// will run the same Run with its own factory.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/store"
+)
+
+// Config is what the suite asks of a fresh store. TTLs are short and real.
+type Config struct {
+	LeaseTTL time.Duration
+	Grace    time.Duration
+}
+
+// Factory opens a fresh, empty store; the suite closes it.
+type Factory func(t *testing.T, cfg Config) store.Store
+
+// Run runs the whole suite against stores made by newStore.
+func Run(t *testing.T, newStore Factory) {
+	t.Run("Pairing", func(t *testing.T) { testPairing(t, newStore) })
+	t.Run("CredentialRefresh", func(t *testing.T) { testRefresh(t, newStore) })
+	t.Run("Nonce", func(t *testing.T) { testNonce(t, newStore) })
+	t.Run("RegistrationFencing", func(t *testing.T) { testFencing(t, newStore) })
+	t.Run("ReadyConfirmation", func(t *testing.T) { testReady(t, newStore) })
+	t.Run("AssignmentLifecycle", func(t *testing.T) { testLifecycle(t, newStore) })
+	t.Run("SettlementChecks", func(t *testing.T) { testSettleChecks(t, newStore) })
+	t.Run("Expiry", func(t *testing.T) { testExpiry(t, newStore) })
+	t.Run("StatefulFence", func(t *testing.T) { testStatefulFence(t, newStore) })
+	t.Run("WithdrawAndRegistrationExpiry", func(t *testing.T) { testWithdraw(t, newStore) })
+}
+
+var ctx = context.Background()
+
+const (
+	worker = "my:vm"
+	incA   = "AAECAwQFBgcICQoLDA0ODxAR"
+	incB   = "BBECAwQFBgcICQoLDA0ODxAR"
+	token  = "QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl8"
+)
+
+func open(t *testing.T, f Factory, lease, grace time.Duration) store.Store {
+	t.Helper()
+	s := f(t, Config{LeaseTTL: lease, Grace: grace})
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func want(t *testing.T, err, target error) {
+	t.Helper()
+	if target == nil {
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return
+	}
+	if !errors.Is(err, target) {
+		t.Fatalf("got %v, want %v", err, target)
+	}
+}
+
+// pair creates and redeems a code, returning the auth of the new identity.
+func pair(t *testing.T, s store.Store, w string) store.Auth {
+	t.Helper()
+	code := bridge.HashSecret(bridge.NewPairingCode())
+	want(t, s.CreatePairing(ctx, w, code, nil, time.Now().Add(time.Minute)), nil)
+	cred := bridge.HashSecret(bridge.NewSecret())
+	id, err := s.RedeemPairing(ctx, store.RedeemParams{WorkerID: w, CodeHash: code, PublicKey: "pk", PublicKeyValid: true,
+		CredentialHash: cred, ExpiresAt: time.Now().Add(time.Minute)})
+	want(t, err, nil)
+	c, err := s.Credential(ctx, w, cred)
+	want(t, err, nil)
+	if c.IdentityID != id || c.PublicKey != "pk" {
+		t.Fatalf("credential %+v", c)
+	}
+	return store.Auth{CredentialHash: cred, IdentityID: id, PairingGeneration: c.PairingGeneration}
+}
+
+func caps(stateful, ready bool) bridge.Capabilities {
+	return bridge.Capabilities{StatefulWorkspace: stateful, SandboxProfile: "codellm-embedded", Runtimes: []string{"python"},
+		RequiresReadyConfirmation: ready}
+}
+
+func register(t *testing.T, s store.Store, inc string, auth store.Auth, c bridge.Capabilities) (*store.Registration, error) {
+	t.Helper()
+	b, _ := bridge.Marshal(c)
+	return s.Register(ctx, store.RegisterParams{WorkerID: worker, IncarnationID: inc, Capabilities: c, CapabilitiesJSON: b, Auth: auth})
+}
+
+func enqueue(t *testing.T, s store.Store, id, sid string, d time.Duration) (*store.Assignment, error) {
+	t.Helper()
+	return s.Enqueue(ctx, store.EnqueueParams{WorkerID: worker, AssignmentID: id, LeaseTokenHash: bridge.HashSecret(token),
+		ExpiresAt: time.Now().Add(d), RuntimeSessionID: sid, ExecutionKind: bridge.KindSandbox, Request: []byte(`{"body":{}}`)})
+}
+
+func settle(s store.Store, a *store.Assignment, auth store.Auth, status, body string) error {
+	return s.Settle(ctx, store.SettleParams{WorkerID: a.WorkerID, AssignmentID: a.ID, IncarnationID: a.IncarnationID,
+		Generation: a.Generation, LeaseTokenHash: bridge.HashSecret(token), IdentityID: auth.IdentityID, Status: status, Canonical: []byte(body)})
+}
+
+func ack(s store.Store, a *store.Assignment) error {
+	return s.Ack(ctx, store.AckParams{WorkerID: a.WorkerID, AssignmentID: a.ID, IncarnationID: a.IncarnationID,
+		Generation: a.Generation, LeaseTokenHash: bridge.HashSecret(token)})
+}
+
+func testPairing(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+
+	// A consumed code is gone.
+	code := bridge.HashSecret("consumed-code-000000")
+	want(t, s.CreatePairing(ctx, worker, code, nil, time.Now().Add(time.Minute)), nil)
+	rp := store.RedeemParams{WorkerID: worker, CodeHash: code, PublicKey: "pk2", PublicKeyValid: true,
+		CredentialHash: bridge.HashSecret("c2"), ExpiresAt: time.Now().Add(time.Minute)}
+	_, err := s.RedeemPairing(ctx, rp)
+	want(t, err, nil)
+	_, err = s.RedeemPairing(ctx, rp)
+	want(t, err, bridge.ErrPairingInvalid)
+	// Pairing again replaced the identity: the first credential died.
+	_, err = s.Credential(ctx, worker, auth.CredentialHash)
+	want(t, err, bridge.ErrCredentialInvalid)
+
+	// A code redeemed for another worker ID is burned.
+	code = bridge.HashSecret("burn-me-00000000000")
+	want(t, s.CreatePairing(ctx, worker, code, nil, time.Now().Add(time.Minute)), nil)
+	rp.CodeHash, rp.WorkerID = code, "other"
+	_, err = s.RedeemPairing(ctx, rp)
+	want(t, err, bridge.ErrPairingInvalid)
+	rp.WorkerID = worker
+	_, err = s.RedeemPairing(ctx, rp)
+	want(t, err, bridge.ErrPairingInvalid)
+
+	// An invalid key burns the code.
+	code = bridge.HashSecret("bad-key-00000000000")
+	want(t, s.CreatePairing(ctx, worker, code, nil, time.Now().Add(time.Minute)), nil)
+	rp.CodeHash, rp.PublicKeyValid = code, false
+	_, err = s.RedeemPairing(ctx, rp)
+	want(t, err, bridge.ErrPublicKeyInvalid)
+	rp.PublicKeyValid = true
+	_, err = s.RedeemPairing(ctx, rp)
+	want(t, err, bridge.ErrPairingInvalid)
+
+	// A new code supersedes the old one; an expired code is dead.
+	old, fresh := bridge.HashSecret("old-code-0000000000"), bridge.HashSecret("new-code-0000000000")
+	want(t, s.CreatePairing(ctx, worker, old, nil, time.Now().Add(time.Minute)), nil)
+	want(t, s.CreatePairing(ctx, worker, fresh, nil, time.Now().Add(50*time.Millisecond)), nil)
+	rp.CodeHash = old
+	_, err = s.RedeemPairing(ctx, rp)
+	want(t, err, bridge.ErrPairingInvalid)
+	time.Sleep(80 * time.Millisecond)
+	rp.CodeHash = fresh
+	_, err = s.RedeemPairing(ctx, rp)
+	want(t, err, bridge.ErrPairingInvalid)
+
+	// Revoke kills the credential and an unredeemed code.
+	auth = pair(t, s, worker)
+	code = bridge.HashSecret("pending-at-revoke00")
+	want(t, s.CreatePairing(ctx, worker, code, nil, time.Now().Add(time.Minute)), nil)
+	want(t, s.Revoke(ctx, worker), nil)
+	_, err = s.Credential(ctx, worker, auth.CredentialHash)
+	want(t, err, bridge.ErrCredentialInvalid)
+	rp.CodeHash = code
+	_, err = s.RedeemPairing(ctx, rp)
+	want(t, err, bridge.ErrPairingInvalid)
+	// A registration authenticated before the revoke is fenced.
+	_, err = register(t, s, incA, auth, caps(false, false))
+	want(t, err, bridge.ErrWorkerFenced)
+
+	// Bindings travel from the code to the credential.
+	b := &bridge.Binding{TenantID: "acme", Principal: bridge.Principal{Type: "user", ID: "u-42"}}
+	code = bridge.HashSecret("bound-code-00000000")
+	want(t, s.CreatePairing(ctx, "bound", code, b, time.Now().Add(time.Minute)), nil)
+	_, err = s.RedeemPairing(ctx, store.RedeemParams{WorkerID: "bound", CodeHash: code, PublicKey: "pk", PublicKeyValid: true,
+		CredentialHash: bridge.HashSecret("bc"), ExpiresAt: time.Now().Add(time.Minute)})
+	want(t, err, nil)
+	c, err := s.Credential(ctx, "bound", bridge.HashSecret("bc"))
+	want(t, err, nil)
+	if c.Binding == nil || *c.Binding != *b {
+		t.Fatalf("binding %+v", c.Binding)
+	}
+}
+
+func testRefresh(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	n := bridge.HashSecret("next")
+	want(t, s.RefreshCredential(ctx, worker, auth.CredentialHash, n, time.Now().Add(time.Minute)), nil)
+	_, err := s.Credential(ctx, worker, auth.CredentialHash)
+	want(t, err, bridge.ErrCredentialInvalid)
+	c, err := s.Credential(ctx, worker, n)
+	want(t, err, nil)
+	if c.IdentityID != auth.IdentityID {
+		t.Fatal("refresh changed the identity")
+	}
+	want(t, s.RefreshCredential(ctx, worker, auth.CredentialHash, bridge.HashSecret("x"), time.Now().Add(time.Minute)), bridge.ErrCredentialInvalid)
+	// An expired credential can neither authenticate nor refresh.
+	short := bridge.HashSecret("short")
+	want(t, s.RefreshCredential(ctx, worker, n, short, time.Now().Add(30*time.Millisecond)), nil)
+	time.Sleep(50 * time.Millisecond)
+	_, err = s.Credential(ctx, worker, short)
+	want(t, err, bridge.ErrCredentialInvalid)
+	want(t, s.RefreshCredential(ctx, worker, short, bridge.HashSecret("y"), time.Now().Add(time.Minute)), bridge.ErrCredentialInvalid)
+}
+
+func testNonce(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	now := time.Now().Add(time.Second)
+	want(t, s.UseNonce(ctx, "c", "n1", now), nil)
+	want(t, s.UseNonce(ctx, "c", "n1", now), bridge.ErrProofReplayed)
+	want(t, s.UseNonce(ctx, "c2", "n1", now), nil) // scoped by credential
+	want(t, s.UseNonce(ctx, "c", "n2", now), nil)
+}
+
+func testFencing(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	ra, err := register(t, s, incA, auth, caps(false, false))
+	want(t, err, nil)
+	ra2, err := register(t, s, incA, auth, caps(false, false))
+	want(t, err, nil)
+	if ra2.Generation != ra.Generation || ra.Generation < 1 {
+		t.Fatalf("heartbeat changed generation %d → %d", ra.Generation, ra2.Generation)
+	}
+	// B takes over while A is idle: A is fenced for good.
+	rb, err := register(t, s, incB, auth, caps(false, false))
+	want(t, err, nil)
+	if rb.Generation != ra.Generation+1 {
+		t.Fatalf("generation %d after %d", rb.Generation, ra.Generation)
+	}
+	_, err = register(t, s, incA, auth, caps(false, false))
+	want(t, err, bridge.ErrWorkerFenced)
+	_, err = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, err, bridge.ErrWorkerFenced)
+	want(t, s.ResetWorkspace(ctx, worker, incA, "sess"), bridge.ErrWorkerFenced)
+
+	// While B holds an assignment, a third incarnation is refused as busy.
+	a, err := enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, nil)
+	const incC = "CCECAwQFBgcICQoLDA0ODxAR"
+	_, err = register(t, s, incC, auth, caps(false, false))
+	want(t, err, bridge.ErrWorkerBusy)
+	got, err := s.Lease(ctx, worker, incB, auth.IdentityID)
+	want(t, err, nil)
+	want(t, ack(s, got), nil)
+	want(t, settle(s, a, auth, bridge.StatusRejected, `{"r":1}`), nil)
+	_, err = s.Complete(ctx, worker, a.ID)
+	want(t, err, nil)
+	_, err = register(t, s, incC, auth, caps(false, false))
+	want(t, err, nil)
+
+	// Another identity of the same worker ID cannot register on a stale auth.
+	stale := auth
+	stale.IdentityID = "someone-else"
+	_, err = register(t, s, incC, stale, caps(false, false))
+	want(t, err, bridge.ErrWorkerUnauthorized)
+}
+
+func testReady(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	r, err := register(t, s, incA, auth, caps(false, true))
+	want(t, err, nil)
+	st, _ := s.Worker(ctx, worker)
+	if !st.Online || st.Ready {
+		t.Fatalf("before ready: %+v", st)
+	}
+	_, err = enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, bridge.ErrWorkerOffline)
+	want(t, s.Ready(ctx, worker, incA, r.Generation+1), bridge.ErrWorkerFenced)
+	want(t, s.Ready(ctx, worker, incB, r.Generation), bridge.ErrWorkerFenced)
+	want(t, s.Ready(ctx, worker, incA, r.Generation), nil)
+	st, _ = s.Worker(ctx, worker)
+	if !st.Ready {
+		t.Fatalf("after ready: %+v", st)
+	}
+	// A new incarnation clears readiness.
+	_, err = register(t, s, incB, auth, caps(false, true))
+	want(t, err, nil)
+	st, _ = s.Worker(ctx, worker)
+	if st.Ready {
+		t.Fatal("readiness survived a generation change")
+	}
+	want(t, s.Ready(ctx, "nobody", incA, 1), bridge.ErrWorkerOffline)
+}
+
+func testLifecycle(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(false, false))
+	want(t, err, nil)
+	none, err := s.Lease(ctx, worker, incA, auth.IdentityID)
+	if err != nil || none != nil {
+		t.Fatalf("empty lease: %v %v", none, err)
+	}
+	a, err := enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, nil)
+	if a.IncarnationID != incA || a.Generation < 1 {
+		t.Fatalf("assignment %+v", a)
+	}
+	_, err = enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, bridge.ErrWorkerBusy)
+	st, _ := s.Worker(ctx, worker)
+	if !st.Busy {
+		t.Fatal("lock not visible")
+	}
+	l1, err := s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, err, nil)
+	// A lost reply: the next lease redelivers the same claim.
+	l2, err := s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, err, nil)
+	if l1 == nil || l2 == nil || l1.ID != a.ID || l2.ID != a.ID || string(l1.Request) != `{"body":{}}` {
+		t.Fatalf("lease %+v %+v", l1, l2)
+	}
+	bad := *a
+	bad.Generation++
+	want(t, ack(s, &bad), bridge.ErrAssignmentFenced)
+	want(t, ack(s, a), nil)
+	if c, _ := s.Cancelled(ctx, worker, incA, a.ID); c {
+		t.Fatal("cancelled before Cancel")
+	}
+	if c, _ := s.Cancelled(ctx, worker, incB, a.ID); !c {
+		t.Fatal("another incarnation must read cancelled")
+	}
+	if c, _ := s.Cancelled(ctx, worker, incA, "unknown-assignment-id0"); !c {
+		t.Fatal("unknown assignment must read cancelled")
+	}
+	if got, _ := s.Settlement(ctx, worker, a.ID); got != nil {
+		t.Fatal("settlement before settle")
+	}
+	body := `{"protocolVersion":1,"status":"fulfilled","result":{"x":1}}`
+	want(t, settle(s, a, auth, bridge.StatusFulfilled, body), nil)
+	want(t, settle(s, a, auth, bridge.StatusFulfilled, body), nil) // idempotent
+	want(t, settle(s, a, auth, bridge.StatusFulfilled, body+" "), bridge.ErrAssignmentFenced)
+	got, err := s.Settlement(ctx, worker, a.ID)
+	if err != nil || got == nil || string(got.Canonical) != body {
+		t.Fatalf("settlement %v %v", got, err)
+	}
+	fin, err := s.Complete(ctx, worker, a.ID)
+	if err != nil || string(fin.Canonical) != body {
+		t.Fatalf("complete %v %v", fin, err)
+	}
+	// After completion the duplicate is still idempotent; the lock is free.
+	want(t, settle(s, a, auth, bridge.StatusFulfilled, body), nil)
+	st, _ = s.Worker(ctx, worker)
+	if st.Busy {
+		t.Fatal("lock held after completion")
+	}
+	// Cancel marks an assignment for the worker's poll.
+	b, err := enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, nil)
+	want(t, s.Cancel(ctx, worker, b.ID), nil)
+	if c, _ := s.Cancelled(ctx, worker, incA, b.ID); !c {
+		t.Fatal("cancel mark not visible")
+	}
+	if b.Generation != a.Generation+1 {
+		t.Fatalf("generation %d after %d", b.Generation, a.Generation)
+	}
+}
+
+func testSettleChecks(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(false, false))
+	want(t, err, nil)
+	a, err := enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, nil)
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, a), nil)
+	p := store.SettleParams{WorkerID: worker, AssignmentID: a.ID, IncarnationID: incA, Generation: a.Generation,
+		LeaseTokenHash: bridge.HashSecret(token), IdentityID: auth.IdentityID, Status: bridge.StatusRejected, Canonical: []byte(`{}`)}
+	q := p
+	q.LeaseTokenHash = bridge.HashSecret("wrong")
+	want(t, s.Settle(ctx, q), bridge.ErrAssignmentFenced)
+	q = p
+	q.Generation--
+	want(t, s.Settle(ctx, q), bridge.ErrAssignmentFenced)
+	q = p
+	q.IncarnationID = incB
+	want(t, s.Settle(ctx, q), bridge.ErrAssignmentFenced)
+	q = p
+	q.IdentityID = "other-identity"
+	want(t, s.Settle(ctx, q), bridge.ErrAssignmentFenced)
+	q = p
+	q.WorkerID = "other"
+	want(t, s.Settle(ctx, q), bridge.ErrWorkerMismatch)
+	q = p
+	q.AssignmentID = "ZZZZZZZZZZZZZZZZZZZZZZZZ"
+	want(t, s.Settle(ctx, q), bridge.ErrAssignmentNotFound)
+	want(t, s.Settle(ctx, p), nil)
+}
+
+func testExpiry(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, 300*time.Millisecond)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(false, false))
+	want(t, err, nil)
+
+	// Fulfilled after the deadline: expired; rejected is still accepted.
+	a, err := enqueue(t, s, bridge.NewID(), "", 60*time.Millisecond)
+	want(t, err, nil)
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, a), nil)
+	time.Sleep(80 * time.Millisecond)
+	want(t, settle(s, a, auth, bridge.StatusFulfilled, `{"f":1}`), bridge.ErrAssignmentExpired)
+	want(t, settle(s, a, auth, bridge.StatusRejected, `{"r":1}`), nil)
+	fin, err := s.Complete(ctx, worker, a.ID)
+	if err != nil || string(fin.Canonical) != `{"r":1}` {
+		t.Fatalf("complete %v %v", fin, err)
+	}
+
+	// Never delivered: completion at the deadline frees the worker at once.
+	b, err := enqueue(t, s, bridge.NewID(), "", 40*time.Millisecond)
+	want(t, err, nil)
+	time.Sleep(60 * time.Millisecond)
+	if l, err := s.Lease(ctx, worker, incA, auth.IdentityID); err != nil || l != nil {
+		t.Fatalf("expired assignment leased: %v %v", l, err)
+	}
+	_, err = s.Complete(ctx, worker, b.ID)
+	want(t, err, bridge.ErrAssignmentExpired)
+	st, _ := s.Worker(ctx, worker)
+	if st.Busy {
+		t.Fatal("lock kept for a never-delivered assignment")
+	}
+
+	// Acked but never settled: the lock stays until deadline + grace.
+	c, err := enqueue(t, s, bridge.NewID(), "", 40*time.Millisecond)
+	want(t, err, nil)
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, c), nil)
+	time.Sleep(60 * time.Millisecond)
+	_, err = s.Complete(ctx, worker, c.ID)
+	want(t, err, bridge.ErrAssignmentExpired)
+	if c, _ := s.Cancelled(ctx, worker, incA, c.ID); !c {
+		t.Fatal("expired assignment not cancelled")
+	}
+	_, err = enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, bridge.ErrWorkerBusy)
+	time.Sleep(350 * time.Millisecond)
+	_, err = enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, nil)
+	// Records are gone after the grace period.
+	want(t, settle(s, c, auth, bridge.StatusRejected, `{}`), bridge.ErrAssignmentNotFound)
+}
+
+func testStatefulFence(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, 200*time.Millisecond)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(false, false))
+	want(t, err, nil)
+	_, err = enqueue(t, s, bridge.NewID(), "sess-1", time.Minute)
+	want(t, err, bridge.ErrWorkerMismatch)
+	_, err = register(t, s, incA, auth, caps(true, false))
+	want(t, err, nil)
+
+	// A fulfilled stateful assignment commits: the fence is cleared.
+	a, err := enqueue(t, s, bridge.NewID(), "sess-1", time.Minute)
+	want(t, err, nil)
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, a), nil)
+	want(t, settle(s, a, auth, bridge.StatusFulfilled, `{"ok":1}`), nil)
+	_, err = s.Complete(ctx, worker, a.ID)
+	want(t, err, nil)
+
+	// Expired after ack: fence kept, session quarantined, reset busy while locked.
+	b, err := enqueue(t, s, bridge.NewID(), "sess-1", 40*time.Millisecond)
+	want(t, err, nil)
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, b), nil)
+	time.Sleep(60 * time.Millisecond)
+	_, err = s.Complete(ctx, worker, b.ID)
+	want(t, err, bridge.ErrAssignmentExpired)
+	want(t, s.ResetWorkspace(ctx, worker, incA, "sess-1"), bridge.ErrWorkerBusy)
+	time.Sleep(250 * time.Millisecond) // lock expires
+	_, err = enqueue(t, s, bridge.NewID(), "sess-1", time.Minute)
+	want(t, err, bridge.ErrWorkspaceQuarantined)
+	_, err = enqueue(t, s, bridge.NewID(), "sess-2", 50*time.Millisecond) // other sessions are fine
+	want(t, err, nil)
+	time.Sleep(60 * time.Millisecond)
+	want(t, s.ResetWorkspace(ctx, worker, incA, "sess-1"), bridge.ErrWorkerBusy)
+	time.Sleep(250 * time.Millisecond)
+	want(t, s.ResetWorkspace(ctx, worker, incA, "sess-1"), nil)
+	c, err := enqueue(t, s, bridge.NewID(), "sess-1", time.Minute)
+	want(t, err, nil)
+
+	// A rejected settlement clears the fence.
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, c), nil)
+	want(t, settle(s, c, auth, bridge.StatusRejected, `{"r":1}`), nil)
+	_, err = s.Complete(ctx, worker, c.ID)
+	want(t, err, nil)
+	_, err = enqueue(t, s, bridge.NewID(), "sess-1", time.Minute)
+	want(t, err, nil)
+}
+
+func testWithdraw(t *testing.T, f Factory) {
+	s := open(t, f, 150*time.Millisecond, time.Second)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(true, false))
+	want(t, err, nil)
+	a, err := enqueue(t, s, bridge.NewID(), "sess-w", time.Minute)
+	want(t, err, nil)
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID) // claimed, never acked
+	// The worker crashes: its registration expires.
+	time.Sleep(200 * time.Millisecond)
+	st, _ := s.Worker(ctx, worker)
+	if st.Online || st.Ready {
+		t.Fatalf("crashed worker still online: %+v", st)
+	}
+	if ws, _ := s.Workers(ctx); len(ws) != 0 {
+		t.Fatalf("workers %+v", ws)
+	}
+	want(t, s.Withdraw(ctx, worker, a.ID), nil)
+	// The withdrawn assignment's fence and lock are gone.
+	_, err = register(t, s, incA, auth, caps(true, false))
+	want(t, err, nil)
+	b, err := enqueue(t, s, bridge.NewID(), "sess-w", time.Minute)
+	want(t, err, nil)
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, b), nil)
+	want(t, s.Withdraw(ctx, worker, b.ID), bridge.ErrAssignmentFenced)
+	want(t, s.Withdraw(ctx, worker, a.ID), bridge.ErrAssignmentNotFound)
+}
