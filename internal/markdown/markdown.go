@@ -5,6 +5,10 @@
 // fences count only at the start of a line (after at most three spaces), prose backticks never open a
 // block, and a fence that is never closed fails the whole extraction instead of yielding a truncated
 // program.
+//
+// Lines end at "\n"; carriage returns directly before a "\n" are dropped. A lone "\r" elsewhere is an
+// ordinary character (CommonMark would end the line there): the contract normalises only "\r\n", and
+// fleet's scanner keeps such bytes verbatim, so ordinary bodies extract identically in both.
 package markdown
 
 import (
