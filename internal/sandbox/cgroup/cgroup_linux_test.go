@@ -505,3 +505,16 @@ func TestV2LimitsFailClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestKillWithoutFreezer exercises the last-resort kill loop (v1 host without
+// a freezer hierarchy): pids are killed one by one and WaitEmpty re-kills
+// until nothing is left.
+func TestKillWithoutFreezer(t *testing.T) {
+	h := requireHost(t)
+	nf := *h
+	nf.freezer = -1
+	if nf.version == 2 {
+		t.Skip("v2 uses cgroup.kill")
+	}
+	testKillTree(t, &nf, false)
+}
