@@ -33,7 +33,7 @@ func (w *Workspace) rgPath() (string, error) {
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", err
+		return "", errors.New(rgInstallHint)
 	}
 	return p, nil
 }
@@ -81,7 +81,7 @@ func (w *Workspace) startEnum(ctx context.Context, rel string, search bool) (*en
 	}
 	if err := cmd.Start(); err != nil {
 		cancel()
-		return nil, err
+		return nil, errors.New("cannot start ripgrep: " + errnoText(err))
 	}
 	e.out, e.br = out, bufio.NewReaderSize(out, 64<<10)
 	return e, nil

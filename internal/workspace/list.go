@@ -61,7 +61,10 @@ func (w *Workspace) ListFiles(ctx context.Context, r *ListFilesRequest) (*ListFi
 	defer cancel()
 	e, err := w.startEnum(dctx, scope, false)
 	if err != nil {
-		return nil, newErr(CodeListUnavailable, rgInstallHint)
+		if dctx.Err() != nil {
+			return nil, listTimeout(ctx)
+		}
+		return nil, newErr(CodeListUnavailable, err.Error())
 	}
 	res := &ListFilesResult{Paths: []string{}}
 	prev := ""
@@ -105,10 +108,7 @@ func (w *Workspace) ListFiles(ctx context.Context, r *ListFilesRequest) (*ListFi
 	}
 	stopErr := e.stop(early)
 	if dctx.Err() != nil {
-		if ctx.Err() != nil {
-			return nil, ctxErr(ctx)
-		}
-		return nil, newErr(CodeListTimeout, "listing took longer than 10 s")
+		return nil, listTimeout(ctx)
 	}
 	if readFailed {
 		return nil, newErr(CodeListUnavailable, "cannot read ripgrep's output")
@@ -128,4 +128,11 @@ func (w *Workspace) ListFiles(ctx context.Context, r *ListFilesRequest) (*ListFi
 func (w *Workspace) listable(rel string) bool {
 	si, err := w.res.stat(rel)
 	return err == nil && si.mode.IsRegular()
+}
+
+func listTimeout(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return ctxErr(ctx)
+	}
+	return newErr(CodeListTimeout, "listing took longer than 10 s")
 }

@@ -12,7 +12,7 @@ import (
 const (
 	maxContentBytes = 1 << 20 // read_file content, and the per-file size for search and edits
 	readChunk       = 64 << 10
-	toolDeadline    = 10 * time.Second
+
 	defaultMaxLines = 200
 	maxMaxLines     = 500
 )
@@ -215,3 +215,6 @@ func (l *lineWindow) finish() {
 		l.endLine()
 	}
 }
+
+// toolDeadline is the §9 deadline of read_file, search_text and list_files (a variable so tests can expire it).
+var toolDeadline = 10 * time.Second

@@ -134,7 +134,7 @@ func (w *Workspace) SearchText(ctx context.Context, r *SearchTextRequest) (*Sear
 func (w *Workspace) searchCandidates(ctx context.Context, scope string) ([]string, bool, error) {
 	e, err := w.startEnum(ctx, scope, true)
 	if err != nil {
-		return nil, false, newErr(CodeSearchUnavailable, rgInstallHint)
+		return nil, false, newErr(CodeSearchUnavailable, err.Error())
 	}
 	var cands []string
 	total := 0
