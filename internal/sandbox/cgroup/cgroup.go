@@ -13,6 +13,23 @@
 // an operator fixes it: the sandbox must fail closed rather than run code
 // without limits.
 //
+// Putting processes in: on v2 start them directly inside a group with
+// Group.FD (clone3 CLONE_INTO_CGROUP), which cannot race; on v1 call
+// Group.Add before the process runs untrusted code, or let a privileged
+// helper join itself through Group.ProcsFiles. On v2 a group that has
+// children must not hold processes itself, so create the block children
+// first and put processes only into them.
+//
+// Where the time goes (BenchmarkNewGroup, this 2-vCPU Firecracker VM with
+// cgroup v1, where every cgroupfs syscall costs 20–100 µs): NewGroup with
+// memory+pids+CPU limits is ~0.4 ms: five mkdirs (memory ~110 µs for the
+// kernel's per-memcg allocation, cpu and cpuacct ~45 µs, pids and freezer
+// ~20 µs) plus one write per limit (~40–60 µs each; unset limits cost
+// nothing). On v2 it is one mkdir (~45 µs) plus the writes. Stats is ~0.4 ms
+// on v1 (six small reads), Remove of an empty group ~1 ms (emptiness
+// checks and rmdirs in every hierarchy); neither is needed before the
+// response is sent except Kill and WaitEmpty.
+//
 // The package depends on nothing else in codellm.
 package cgroup
 

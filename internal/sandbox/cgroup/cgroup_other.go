@@ -10,6 +10,9 @@ type Host struct{ err error }
 // Group is a control group; it cannot exist on this platform.
 type Group struct{}
 
+// DefaultWait is a sensible bound for WaitEmpty after Kill.
+const DefaultWait = 2 * time.Second
+
 var errNotLinux = &UnavailableError{V2: "control groups exist only on Linux", V1: "control groups exist only on Linux"}
 
 // Detect always fails off Linux: there are no control groups to bound a run.
@@ -26,6 +29,9 @@ func (g *Group) NewChild(name string) (*Group, error) { return nil, ErrUnavailab
 
 // Path is empty off Linux.
 func (g *Group) Path() string { return "" }
+
+// ProcsFiles is empty off Linux.
+func (g *Group) ProcsFiles() []string { return nil }
 
 // Add always fails off Linux.
 func (g *Group) Add(pid int) error { return ErrUnavailable }

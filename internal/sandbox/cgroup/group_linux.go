@@ -29,8 +29,13 @@ type Group struct {
 	children  []*Group
 }
 
+// DefaultWait is a sensible bound for WaitEmpty after Kill: SIGKILLed
+// processes normally vanish within milliseconds; a longer stay means a task
+// stuck in uninterruptible sleep.
+const DefaultWait = 2 * time.Second
+
 // removeTimeout bounds how long Remove waits for killed processes to leave.
-const removeTimeout = 2 * time.Second
+const removeTimeout = DefaultWait
 
 // NewGroup creates the run group name below Info().Path with the given
 // limits. Names must pass ValidateName; an existing group of that name is
@@ -244,6 +249,18 @@ func (g *Group) Add(pid int) error {
 		}
 	}
 	return nil
+}
+
+// ProcsFiles lists the cgroup.procs file of the group in every hierarchy.
+// A helper process that runs between fork and the user's code (a re-exec'd
+// init, still privileged) can join the group itself by writing "0" to each,
+// which on v1 avoids the fork race described at Add.
+func (g *Group) ProcsFiles() []string {
+	out := make([]string, len(g.dirs))
+	for i, d := range g.dirs {
+		out[i] = d + "/cgroup.procs"
+	}
+	return out
 }
 
 // FD returns a directory fd of the group for clone3(CLONE_INTO_CGROUP)
