@@ -630,7 +630,7 @@ func (s *Store) Enqueue(ctx context.Context, p store.EnqueueParams) (*store.Assi
 	inc := l.reg.IncarnationID
 	a := store.Assignment{
 		ID: p.AssignmentID, WorkerID: p.WorkerID, IncarnationID: inc, Generation: rec.AssignGeneration,
-		LeaseTokenHash: p.LeaseTokenHash, IdentityID: l.reg.IdentityID, ExpiresAt: p.ExpiresAt,
+		LeaseToken: p.LeaseToken, LeaseTokenHash: p.LeaseTokenHash, IdentityID: l.reg.IdentityID, ExpiresAt: p.ExpiresAt,
 		RuntimeSessionID: p.RuntimeSessionID, ExecutionKind: p.ExecutionKind, Request: slices.Clone(p.Request),
 	}
 	l.lock = &lockRec{assignmentID: a.ID, incarnationID: inc, until: p.ExpiresAt.Add(s.grace)}

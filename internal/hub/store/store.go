@@ -101,8 +101,11 @@ type WorkerState struct {
 
 // EnqueueParams is one dispatch (§7.3 steps 1–3).
 type EnqueueParams struct {
-	WorkerID         string
-	AssignmentID     string
+	WorkerID     string
+	AssignmentID string
+	// LeaseToken travels with the queued item so the lease can deliver it;
+	// only LeaseTokenHash may be persisted.
+	LeaseToken       string
 	LeaseTokenHash   string
 	ExpiresAt        time.Time
 	RuntimeSessionID string
@@ -117,6 +120,7 @@ type Assignment struct {
 	WorkerID         string
 	IncarnationID    string
 	Generation       int64
+	LeaseToken       string `json:"-"`
 	LeaseTokenHash   string
 	IdentityID       string
 	ExpiresAt        time.Time

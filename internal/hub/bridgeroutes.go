@@ -1,0 +1,464 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/store"
+)
+
+var (
+	errNotConfigured = bridge.Errorf(http.StatusForbidden, "Bridge worker is not configured")
+	errAuthRequired  = bridge.Errorf(http.StatusUnauthorized, "Bridge worker authentication required")
+	errAdminAuth     = bridge.Errorf(http.StatusUnauthorized, "Invalid bridge admin token")
+	errNoAdmin       = bridge.Errorf(http.StatusServiceUnavailable, "Code bridge is not configured")
+	errPairingStatic = bridge.Errorf(http.StatusConflict, "Paired worker authentication is disabled")
+	errNotFound      = bridge.Errorf(http.StatusNotFound, "Not found")
+	errMethod        = bridge.Errorf(http.StatusMethodNotAllowed, "Method not allowed")
+)
+
+// route is a parsed bridge path.
+type route struct {
+	name         string // redeem, register, pairings, ready, lease, refresh, reset, revoke, status, ack, cancellation, settle
+	workerID     string
+	assignmentID string
+}
+
+// parseRoute splits the raw path below /v1/bridge/. The worker ID segment is
+// percent-decoded, so raw ':', "%3A" and "%3a" are all accepted.
+func parseRoute(rest string) (route, bool) {
+	switch rest {
+	case "pairings/redeem":
+		return route{name: "redeem"}, true
+	case "workers/register":
+		return route{name: "register"}, true
+	case "pairings":
+		return route{name: "pairings"}, true
+	}
+	seg := strings.Split(rest, "/")
+	if len(seg) < 3 || seg[0] != "workers" {
+		return route{}, false
+	}
+	id, err := url.PathUnescape(seg[1])
+	if err != nil {
+		return route{}, false
+	}
+	tail := strings.Join(seg[2:], "/")
+	switch tail {
+	case "ready", "lease", "revoke", "status":
+		return route{name: tail, workerID: id}, true
+	case "credentials/refresh":
+		return route{name: "refresh", workerID: id}, true
+	case "workspaces/reset":
+		return route{name: "reset", workerID: id}, true
+	}
+	if len(seg) == 5 && seg[2] == "assignments" {
+		switch seg[4] {
+		case "ack", "cancellation", "settle":
+			return route{name: seg[4], workerID: id, assignmentID: seg[3]}, true
+		}
+	}
+	return route{}, false
+}
+
+// readBody reads at most limit bytes; more is BODY_TOO_LARGE (checked
+// before parsing, §15).
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, bridge.Errorf(http.StatusBadRequest, "Unreadable request body")
+	}
+	if int64(len(b)) > limit {
+		return nil, bridge.ErrBodyTooLarge
+	}
+	return b, nil
+}
+
+func (h *Hub) serveBridge(w http.ResponseWriter, r *http.Request, rest string) {
+	rt, ok := parseRoute(rest)
+	if !ok {
+		bridge.WriteError(w, errNotFound)
+		return
+	}
+	wantMethod := http.MethodPost
+	if rt.name == "status" {
+		wantMethod = http.MethodGet
+	}
+	if r.Method != wantMethod {
+		w.Header().Set("Allow", wantMethod)
+		bridge.WriteError(w, errMethod)
+		return
+	}
+	limit := h.cfg.MaxBody
+	if rt.name == "settle" {
+		limit = h.cfg.MaxSettleBody
+	}
+	raw, err := readBody(r, limit)
+	if err != nil {
+		bridge.WriteError(w, err)
+		return
+	}
+	switch rt.name {
+	case "pairings", "revoke", "status":
+		err = h.serveAdmin(w, r, rt, raw)
+	case "redeem":
+		err = h.handleRedeem(w, r, raw)
+	default:
+		err = h.serveWorker(w, r, rt, raw)
+	}
+	if err != nil {
+		bridge.WriteError(w, err)
+	}
+}
+
+// authAdmin applies §3.9.
+func (h *Hub) authAdmin(r *http.Request) error {
+	if h.cfg.AdminToken == "" {
+		return errNoAdmin
+	}
+	tok, ok := bearer(r)
+	if !ok || !constantEq(tok, h.cfg.AdminToken) {
+		return errAdminAuth
+	}
+	return nil
+}
+
+func (h *Hub) serveAdmin(w http.ResponseWriter, r *http.Request, rt route, raw []byte) error {
+	if err := h.authAdmin(r); err != nil {
+		return err
+	}
+	ctx := r.Context()
+	switch rt.name {
+	case "pairings":
+		if h.cfg.AuthMode == AuthStatic {
+			return errPairingStatic
+		}
+		o, _, err := bridge.ParseBody(raw)
+		if err != nil {
+			return err
+		}
+		req, err := bridge.ValidateCreatePairing(o)
+		if err != nil {
+			return err
+		}
+		if !h.configured(req.WorkerID) || (h.cfg.DynamicWorkers && req.Binding == nil) {
+			return bridge.Errorf(http.StatusBadRequest, bridge.MsgInvalidPairing)
+		}
+		code := bridge.NewPairingCode()
+		exp := time.Now().Add(h.cfg.PairingTTL)
+		if err := h.store.CreatePairing(ctx, req.WorkerID, bridge.HashSecret(code), req.Binding, exp); err != nil {
+			return err
+		}
+		writeValue(w, http.StatusOK, bridge.CreatePairingResponse{ProtocolVersion: 1, WorkerID: req.WorkerID, Code: code, ExpiresAt: bridge.FormatTime(exp)})
+	case "revoke":
+		if !bridge.ValidWorkerID(rt.workerID) || !h.configured(rt.workerID) {
+			return bridge.Errorf(http.StatusBadRequest, "Invalid bridge worker")
+		}
+		if err := h.store.Revoke(ctx, rt.workerID); err != nil {
+			return err
+		}
+		h.notify()
+		writeValue(w, http.StatusOK, bridge.RevokeResponse{ProtocolVersion: 1, Revoked: true})
+	case "status":
+		if !bridge.ValidWorkerID(rt.workerID) || !h.configured(rt.workerID) {
+			return bridge.Errorf(http.StatusBadRequest, "Invalid bridge worker")
+		}
+		st, err := h.store.Worker(ctx, rt.workerID)
+		if err != nil {
+			return err
+		}
+		resp := bridge.StatusResponse{ProtocolVersion: 1, WorkerID: rt.workerID, Online: st.Online, Ready: st.Ready}
+		if st.Registration != nil {
+			ms := max(0, time.Until(st.Registration.ExpiresAt).Milliseconds())
+			resp.LeaseExpiresInMs = &ms
+			if len(st.Registration.CapabilitiesJSON) > 0 {
+				if c, err := bridge.RawFromJSON(st.Registration.CapabilitiesJSON); err == nil {
+					resp.Capabilities = c
+				}
+			}
+		}
+		writeValue(w, http.StatusOK, resp)
+	}
+	return nil
+}
+
+// handleRedeem is route 1 (unsigned).
+func (h *Hub) handleRedeem(w http.ResponseWriter, r *http.Request, raw []byte) error {
+	if h.cfg.AuthMode == AuthStatic {
+		return errPairingStatic
+	}
+	o, _, err := bridge.ParseBody(raw)
+	if err != nil {
+		return bridge.Errorf(http.StatusBadRequest, bridge.MsgInvalidRedeem)
+	}
+	req, err := bridge.ValidateRedeem(o)
+	if err != nil {
+		return err
+	}
+	if !h.configured(req.WorkerID) {
+		return bridge.Errorf(http.StatusBadRequest, bridge.MsgInvalidRedeem)
+	}
+	_, keyErr := bridge.ParsePublicKeyPEM(req.PublicKey)
+	cred := bridge.NewSecret()
+	exp := time.Now().Add(h.cfg.CredentialTTL)
+	if _, err := h.store.RedeemPairing(r.Context(), store.RedeemParams{
+		WorkerID: req.WorkerID, CodeHash: bridge.HashSecret(req.Code), PublicKey: req.PublicKey,
+		PublicKeyValid: keyErr == nil, CredentialHash: bridge.HashSecret(cred), ExpiresAt: exp,
+	}); err != nil {
+		return err
+	}
+	writeValue(w, http.StatusOK, bridge.CredentialResponse{ProtocolVersion: 1, WorkerID: req.WorkerID, Credential: cred, ExpiresAt: bridge.FormatTime(exp)})
+	return nil
+}
+
+// authenticated is the outcome of worker authentication.
+type authenticated struct {
+	auth       store.Auth
+	credential string // the presented credential (paired mode)
+}
+
+// authWorker applies §4.2's verification steps (or the static bearer).
+func (h *Hub) authWorker(ctx context.Context, r *http.Request, workerID string, canonical []byte) (*authenticated, error) {
+	if h.cfg.AuthMode == AuthStatic {
+		tok, ok := bearer(r)
+		if !ok || !constantEq(tok, h.cfg.WorkerToken) || !bridge.ValidWorkerID(workerID) {
+			return nil, errAuthRequired
+		}
+		return &authenticated{}, nil
+	}
+	proof, ok := bridge.ProofFromHeaders(r.Header)
+	if !ok || !bridge.ValidWorkerID(workerID) {
+		return nil, errAuthRequired
+	}
+	ts, err := bridge.ParseTime(proof.Timestamp)
+	if err != nil {
+		return nil, bridge.ErrProofInvalid
+	}
+	if skew := time.Since(ts); skew > h.cfg.ClockSkew || skew < -h.cfg.ClockSkew {
+		return nil, bridge.ErrProofInvalid
+	}
+	credHash := bridge.HashSecret(proof.Credential)
+	cred, err := h.store.Credential(ctx, workerID, credHash)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := bridge.ParsePublicKeyPEM(cred.PublicKey)
+	if err != nil {
+		return nil, bridge.ErrProofInvalid
+	}
+	path := h.cfg.SignedPathPrefix + bridge.RequestPath(r)
+	s := bridge.SigningString(r.Method, path, proof.Timestamp, proof.Nonce, canonical, proof.Credential)
+	if !bridge.Verify(pub, s, proof.Signature) {
+		return nil, bridge.ErrProofInvalid
+	}
+	if err := h.store.UseNonce(ctx, credHash, bridge.HashSecret(proof.Nonce), ts); err != nil {
+		return nil, err
+	}
+	return &authenticated{
+		auth:       store.Auth{CredentialHash: credHash, IdentityID: cred.IdentityID, PairingGeneration: cred.PairingGeneration, Binding: cred.Binding},
+		credential: proof.Credential,
+	}, nil
+}
+
+func (h *Hub) serveWorker(w http.ResponseWriter, r *http.Request, rt route, raw []byte) error {
+	ctx := r.Context()
+	// Without any proof headers there is nothing to verify: 401 before
+	// looking at the body.
+	if h.cfg.AuthMode == AuthPaired {
+		if _, ok := bridge.ProofFromHeaders(r.Header); !ok {
+			return errAuthRequired
+		}
+	} else if _, ok := bearer(r); !ok {
+		return errAuthRequired
+	}
+	o, canonical, err := bridge.ParseBody(raw)
+	if err != nil {
+		return err
+	}
+	workerID := rt.workerID
+	if rt.name == "register" {
+		workerID, _ = func() (string, bool) {
+			v, ok := o.Get("workerId")
+			s, isStr := v.(string)
+			return s, ok && isStr
+		}()
+	}
+	if rt.name == "refresh" && h.cfg.AuthMode == AuthStatic {
+		return bridge.ErrCredentialInvalid
+	}
+	au, err := h.authWorker(ctx, r, workerID, canonical)
+	if err != nil {
+		return err
+	}
+	switch rt.name {
+	case "register":
+		return h.handleRegister(w, r, o, canonical, au)
+	case "ready":
+		req, err := bridge.ValidateReady(o)
+		if err != nil {
+			return err
+		}
+		if !h.configured(workerID) {
+			return errNotConfigured
+		}
+		if err := h.store.Ready(ctx, workerID, req.IncarnationID, req.RegistrationGeneration); err != nil {
+			return err
+		}
+		h.notify()
+		writeValue(w, http.StatusOK, bridge.ReadyResponse{ProtocolVersion: 1, Ready: true})
+	case "lease":
+		return h.handleLease(w, r, workerID, o, au)
+	case "ack":
+		req, err := bridge.ValidateAck(o)
+		if err != nil {
+			return err
+		}
+		if !h.configured(workerID) {
+			return errNotConfigured
+		}
+		if err := h.store.Ack(ctx, store.AckParams{WorkerID: workerID, AssignmentID: rt.assignmentID, IncarnationID: req.IncarnationID,
+			Generation: req.Generation, LeaseTokenHash: bridge.HashSecret(req.LeaseToken)}); err != nil {
+			return err
+		}
+		writeValue(w, http.StatusOK, bridge.AcceptedResponse{ProtocolVersion: 1, Accepted: true})
+	case "cancellation":
+		req, err := bridge.ValidateCancellation(o)
+		if err != nil {
+			return err
+		}
+		if !h.configured(workerID) {
+			return errNotConfigured
+		}
+		c, err := h.store.Cancelled(ctx, workerID, req.IncarnationID, rt.assignmentID)
+		if err != nil {
+			return err
+		}
+		writeValue(w, http.StatusOK, bridge.CancellationResponse{ProtocolVersion: 1, Cancelled: c})
+	case "settle":
+		req, err := bridge.ValidateSettlement(o)
+		if err != nil {
+			return err
+		}
+		if !h.configured(workerID) {
+			return errNotConfigured
+		}
+		if err := h.store.Settle(ctx, store.SettleParams{WorkerID: workerID, AssignmentID: rt.assignmentID, IncarnationID: req.IncarnationID,
+			Generation: req.Generation, LeaseTokenHash: bridge.HashSecret(req.LeaseToken), IdentityID: au.auth.IdentityID,
+			Status: req.Status, Canonical: canonical}); err != nil {
+			return err
+		}
+		h.notify()
+		writeValue(w, http.StatusOK, bridge.AcceptedResponse{ProtocolVersion: 1, Accepted: true})
+	case "refresh":
+		if err := bridge.ValidateRefresh(o); err != nil {
+			return err
+		}
+		if !h.configured(workerID) {
+			return errNotConfigured
+		}
+		cred := bridge.NewSecret()
+		exp := time.Now().Add(h.cfg.CredentialTTL)
+		if err := h.store.RefreshCredential(ctx, workerID, au.auth.CredentialHash, bridge.HashSecret(cred), exp); err != nil {
+			return err
+		}
+		writeValue(w, http.StatusOK, bridge.CredentialResponse{ProtocolVersion: 1, WorkerID: workerID, Credential: cred, ExpiresAt: bridge.FormatTime(exp)})
+	case "reset":
+		req, err := bridge.ValidateReset(o)
+		if err != nil {
+			return err
+		}
+		if !h.configured(workerID) {
+			return errNotConfigured
+		}
+		if err := h.store.ResetWorkspace(ctx, workerID, req.IncarnationID, req.RuntimeSessionID); err != nil {
+			return err
+		}
+		writeValue(w, http.StatusOK, bridge.ResetResponse{ProtocolVersion: 1, Reset: true})
+	default:
+		return errNotFound
+	}
+	return nil
+}
+
+func (h *Hub) handleRegister(w http.ResponseWriter, r *http.Request, o *bridge.Object, canonical []byte, au *authenticated) error {
+	req, capsObj, err := bridge.ValidateRegister(o)
+	if err != nil {
+		return err
+	}
+	if !h.configured(req.WorkerID) {
+		return errNotConfigured
+	}
+	capsJSON, err := bridge.Canonical(capsObj)
+	if err != nil {
+		return bridge.Errorf(http.StatusBadRequest, bridge.MsgInvalidRegistration)
+	}
+	reg, err := h.store.Register(r.Context(), store.RegisterParams{
+		WorkerID: req.WorkerID, IncarnationID: req.IncarnationID, Capabilities: req.Capabilities,
+		CapabilitiesJSON: capsJSON, Auth: au.auth,
+	})
+	if err != nil {
+		return err
+	}
+	h.notify()
+	resp := bridge.RegisterResponse{
+		ProtocolVersion: 1, WorkerID: req.WorkerID, IncarnationID: req.IncarnationID,
+		RegistrationGeneration: reg.Generation, RegisteredAt: bridge.FormatTime(reg.RegisteredAt),
+		LeaseTTLMs: reg.LeaseTTL.Milliseconds(),
+	}
+	resp.FillSupported()
+	writeValue(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleLease is route 4: a long poll for the incarnation's next assignment.
+func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID string, o *bridge.Object, au *authenticated) error {
+	start := time.Now()
+	req, waitMs, err := bridge.ValidateLease(o)
+	if err != nil {
+		return err
+	}
+	if !h.configured(workerID) {
+		return errNotConfigured
+	}
+	until := start.Add(time.Duration(waitMs) * time.Millisecond)
+	ctx := r.Context()
+	for {
+		ch := h.changes()
+		a, err := h.store.Lease(ctx, workerID, req.IncarnationID, au.auth.IdentityID)
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil // the worker went away; its claim is redelivered
+			}
+			return err
+		}
+		if a != nil {
+			body, err := bridge.RawFromJSON(a.Request)
+			if err != nil {
+				return err
+			}
+			resp := bridge.LeaseResponse{ProtocolVersion: 1, Assignment: &bridge.Assignment{
+				ProtocolVersion: 1, AssignmentID: a.ID, WorkerID: a.WorkerID, IncarnationID: a.IncarnationID,
+				Generation: a.Generation, LeaseToken: a.LeaseToken, ExpiresAt: bridge.FormatTime(a.ExpiresAt),
+				RemainingMs: max(0, time.Until(a.ExpiresAt).Milliseconds()), RuntimeSessionID: a.RuntimeSessionID,
+				Request: body,
+			}}
+			if a.ExecutionKind != "" && a.ExecutionKind != bridge.KindSandbox {
+				resp.Assignment.ExecutionKind = a.ExecutionKind
+			}
+			resp.ServerElapsedMs = time.Since(start).Milliseconds()
+			writeValue(w, http.StatusOK, resp)
+			return nil
+		}
+		if !time.Now().Before(until) || !h.wait(ctx, ch, until) {
+			break
+		}
+	}
+	writeValue(w, http.StatusOK, bridge.LeaseResponse{ProtocolVersion: 1, ServerElapsedMs: time.Since(start).Milliseconds()})
+	return nil
+}

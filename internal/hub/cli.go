@@ -1,0 +1,327 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/boltstore"
+)
+
+// Env looks up a hub setting by its suffix ("HUB_LISTEN"): CODELLM_<s>
+// first, then LIBRECHAT_CODE_<s>, then the reference's CODEAPI_BRIDGE_*
+// aliases (§12).
+func Env(lookup func(string) (string, bool), suffix string) (string, bool) {
+	if v, ok := lookup("CODELLM_" + suffix); ok && v != "" {
+		return v, true
+	}
+	if v, ok := lookup("LIBRECHAT_CODE_" + suffix); ok && v != "" {
+		return v, true
+	}
+	alias := map[string]string{
+		"HUB_AUTH_MODE": "CODEAPI_BRIDGE_AUTH_MODE", "HUB_WORKER_TOKEN": "CODEAPI_BRIDGE_TOKEN",
+		"HUB_DYNAMIC_WORKERS": "CODEAPI_BRIDGE_DYNAMIC_WORKERS",
+	}[suffix]
+	if alias != "" {
+		if v, ok := lookup(alias); ok && v != "" {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// parseSize accepts plain bytes or a KiB/MiB/GiB suffix.
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	for suf, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if strings.HasSuffix(s, suf) {
+			s, mult = strings.TrimSuffix(s, suf), m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("invalid size %q", s)
+	}
+	return n * mult, nil
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// RunCLI implements `codellm hub [serve|pair|revoke|status] …` and returns
+// the exit code: 0 success, 1 error, 2 usage.
+func RunCLI(args []string, stdout, stderr io.Writer) int {
+	return runCLI(context.Background(), args, stdout, stderr, os.LookupEnv)
+}
+
+func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serveCLI(ctx, args, stderr, lookup)
+	case "pair", "revoke", "status":
+		return adminCLI(ctx, cmd, args, stdout, stderr, lookup)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, "usage: codellm hub [serve] --listen ADDR --admin-token T --api-key K [--store PATH]\n       codellm hub pair <workerId> [--tenant T --principal type:id] | revoke <workerId> | status <workerId>")
+		return 0
+	}
+	fmt.Fprintf(stderr, "codellm hub: unknown command %q\n", cmd)
+	return 2
+}
+
+func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(string) (string, bool)) int {
+	envOr := func(suffix, def string) string {
+		if v, ok := Env(lookup, suffix); ok {
+			return v
+		}
+		return def
+	}
+	fs := flag.NewFlagSet("codellm hub", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", envOr("HUB_LISTEN", "127.0.0.1:8090"), "listen address")
+	adminToken := fs.String("admin-token", envOr("HUB_ADMIN_TOKEN", ""), "admin bearer token")
+	apiKey := fs.String("api-key", envOr("HUB_API_KEY", ""), "client API key (tenant \"default\")")
+	storePath := fs.String("store", "", "embedded store file (default $CODELLM_HUB_DATA_DIR/bridge.db)")
+	workerToken := fs.String("worker-token", envOr("HUB_WORKER_TOKEN", ""), "static-mode worker token (default: the admin token)")
+	authMode := fs.String("auth-mode", envOr("HUB_AUTH_MODE", AuthPaired), "paired or static")
+	keysFile := fs.String("client-keys-file", envOr("HUB_CLIENT_KEYS_FILE", ""), "JSON file of client keys")
+	workerIDs := fs.String("worker-ids", envOr("HUB_WORKER_IDS", ""), "comma-separated worker ID allow-list")
+	dynamic := fs.Bool("dynamic-workers", envOr("HUB_DYNAMIC_WORKERS", "false") == "true", "accept any worker ID (a binding is then required)")
+	tlsCert := fs.String("tls-cert", envOr("HUB_TLS_CERT", ""), "TLS certificate file")
+	tlsKey := fs.String("tls-key", envOr("HUB_TLS_KEY", ""), "TLS key file")
+	behindProxy := fs.Bool("behind-proxy", false, "allow a non-loopback plain-HTTP listener behind a TLS proxy")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "codellm hub: "+format+"\n", a...)
+		return 1
+	}
+	cfg := Config{
+		AdminToken: *adminToken, WorkerToken: *workerToken, AuthMode: *authMode, DynamicWorkers: *dynamic,
+		SignedPathPrefix: envOr("HUB_SIGNED_PATH_PREFIX", ""),
+		Logger:           log.New(stderr, "codellm hub: ", log.LstdFlags),
+	}
+	if *apiKey != "" {
+		cfg.ClientKeys = append(cfg.ClientKeys, ClientKey{Key: *apiKey, TenantID: "default"})
+	}
+	if *keysFile != "" {
+		b, err := os.ReadFile(*keysFile)
+		if err != nil {
+			return fail("client keys: %v", err)
+		}
+		var keys []ClientKey
+		if err := json.Unmarshal(b, &keys); err != nil {
+			return fail("client keys %s: %v", *keysFile, err)
+		}
+		cfg.ClientKeys = append(cfg.ClientKeys, keys...)
+	}
+	if *workerIDs != "" {
+		for _, id := range strings.Split(*workerIDs, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				cfg.WorkerIDs = append(cfg.WorkerIDs, id)
+			}
+		}
+	}
+	for suffix, dst := range map[string]*time.Duration{
+		"HUB_CREDENTIAL_TTL": &cfg.CredentialTTL, "HUB_PAIRING_TTL": &cfg.PairingTTL, "HUB_EXEC_TIMEOUT": &cfg.ExecTimeout,
+		"HUB_CHAT_TIMEOUT": &cfg.ChatTimeout, "HUB_MAX_TIMEOUT": &cfg.MaxTimeout, "HUB_QUEUE_TIMEOUT": &cfg.QueueTimeout,
+	} {
+		if v, ok := Env(lookup, suffix); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fail("CODELLM_%s: invalid duration %q", suffix, v)
+			}
+			*dst = d
+		}
+	}
+	if v, ok := Env(lookup, "HUB_QUEUE_MAX"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fail("CODELLM_HUB_QUEUE_MAX: invalid %q", v)
+		}
+		cfg.QueueMax = n
+	}
+	for suffix, dst := range map[string]*int64{"HUB_MAX_BODY": &cfg.MaxBody, "HUB_MAX_SETTLE_BODY": &cfg.MaxSettleBody} {
+		if v, ok := Env(lookup, suffix); ok {
+			n, err := parseSize(v)
+			if err != nil {
+				return fail("CODELLM_%s: %v", suffix, err)
+			}
+			*dst = n
+		}
+	}
+	if kind := envOr("HUB_STORE", "embedded"); kind != "embedded" {
+		return fail("store %q is not available in this build (only embedded)", kind)
+	}
+	if *storePath == "" {
+		dir := envOr("HUB_DATA_DIR", "")
+		if dir == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return fail("no --store and no home directory: %v", err)
+			}
+			dir = filepath.Join(home, ".local", "state", "codellm", "hub")
+		}
+		*storePath = filepath.Join(dir, "bridge.db")
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return fail("--tls-cert and --tls-key go together")
+	}
+	if !isLoopback(*listen) && *tlsCert == "" && !*behindProxy {
+		return fail("listening on non-loopback %s needs --tls-cert/--tls-key or --behind-proxy", *listen)
+	}
+	st, err := boltstore.Open(*storePath)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer st.Close()
+	h, err := New(cfg, st)
+	if err != nil {
+		return fail("%v", err)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fail("listen: %v", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	scheme := "http"
+	if *tlsCert != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(stderr, "codellm hub: listening on %s://%s\n", scheme, ln.Addr())
+	errc := make(chan error, 1)
+	go func() {
+		if *tlsCert != "" {
+			errc <- srv.ServeTLS(ln, *tlsCert, *tlsKey)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	select {
+	case err := <-errc:
+		h.Close()
+		return fail("serve: %v", err)
+	case <-sigCtx.Done():
+	}
+	// Wake long polls and waiting clients first, so Shutdown does not sit
+	// out a 30 s lease wait.
+	h.Close()
+	shCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shCtx); err != nil {
+		_ = srv.Close()
+	}
+	<-errc
+	return 0
+}
+
+func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {
+	envOr := func(suffix, def string) string {
+		if v, ok := Env(lookup, suffix); ok {
+			return v
+		}
+		return def
+	}
+	fs := flag.NewFlagSet("codellm hub "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("url", envOr("HUB_URL", "http://127.0.0.1:8090/v1"), "hub base URL")
+	token := fs.String("admin-token", envOr("HUB_ADMIN_TOKEN", ""), "admin bearer token")
+	tenant := fs.String("tenant", "", "binding tenant (pair)")
+	principal := fs.String("principal", "", "binding principal type:id (pair)")
+	// Accept the worker ID before or after the flags.
+	var workerID string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		workerID, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if workerID == "" && fs.NArg() == 1 {
+		workerID = fs.Arg(0)
+	}
+	if workerID == "" || !bridge.ValidWorkerID(workerID) {
+		fmt.Fprintf(stderr, "codellm hub %s: a valid <workerId> is required\n", cmd)
+		return 2
+	}
+	url := strings.TrimRight(*base, "/")
+	var req *http.Request
+	var err error
+	switch cmd {
+	case "pair":
+		body := bridge.CreatePairingRequest{WorkerID: workerID}
+		if *tenant != "" || *principal != "" {
+			pt, pid, ok := strings.Cut(*principal, ":")
+			if *tenant == "" || !ok {
+				fmt.Fprintln(stderr, "codellm hub pair: --tenant T and --principal type:id go together")
+				return 2
+			}
+			body.Binding = &bridge.Binding{TenantID: *tenant, Principal: bridge.Principal{Type: pt, ID: pid}}
+		}
+		b, _ := bridge.Marshal(body)
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, url+bridge.PathPairings(), bytes.NewReader(b))
+	case "revoke":
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, url+bridge.PathRevoke(workerID), nil)
+	default:
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, url+bridge.PathStatus(workerID), nil)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm hub %s: %v\n", cmd, err)
+		return 1
+	}
+	req.Header.Set("Authorization", "Bearer "+*token)
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm hub %s: %v\n", cmd, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		e := bridge.DecodeError(resp.StatusCode, out)
+		fmt.Fprintf(stderr, "codellm hub %s: HTTP %d: %s\n", cmd, resp.StatusCode, e.Message)
+		return 1
+	}
+	if cmd == "pair" {
+		var pr bridge.CreatePairingResponse
+		if err := json.Unmarshal(out, &pr); err != nil || pr.Code == "" {
+			fmt.Fprintf(stderr, "codellm hub pair: malformed reply\n")
+			return 1
+		}
+		fmt.Fprintln(stdout, pr.Code)
+		return 0
+	}
+	fmt.Fprintln(stdout, string(out))
+	return 0
+}

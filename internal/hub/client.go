@@ -1,0 +1,327 @@
+package hub
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/openai"
+)
+
+// ChatRuntimeLabel is the capability label of workers that serve chat (§13.2).
+const ChatRuntimeLabel = "codellm.openai.chat.v1"
+
+// clientKey authenticates a client request: X-API-Key or Bearer (§13).
+func (h *Hub) clientKey(r *http.Request) *ClientKey {
+	tok := r.Header.Get("X-API-Key")
+	if tok == "" {
+		tok, _ = bearer(r)
+	}
+	if tok == "" {
+		return nil
+	}
+	for i := range h.cfg.ClientKeys {
+		if constantEq(tok, h.cfg.ClientKeys[i].Key) {
+			k := h.cfg.ClientKeys[i]
+			return &k
+		}
+	}
+	return nil
+}
+
+func writeExecError(w http.ResponseWriter, e *clientError) {
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
+	o := &bridge.Object{}
+	o.Set("error", e.code)
+	if e.code == "rate_limited" {
+		o.Set("retry_after_seconds", float64(e.retryAfter))
+	}
+	if e.message != "" {
+		o.Set("message", e.message)
+	}
+	b, _ := bridge.Canonical(o)
+	writeJSON(w, e.status, b)
+}
+
+// execLanguages maps LibreChat's lang codes to runner languages and an entry
+// file name (§13.1).
+var execLanguages = map[string][2]string{
+	"py": {"python", "main.py"}, "js": {"javascript", "main.js"}, "ts": {"typescript", "main.ts"},
+	"c": {"c", "main.c"}, "cpp": {"c++", "main.cpp"}, "java": {"java", "Main.java"}, "php": {"php", "main.php"},
+	"rs": {"rust", "main.rs"}, "go": {"go", "main.go"}, "d": {"d", "main.d"}, "f90": {"fortran", "main.f90"},
+	"r": {"r", "main.r"}, "bash": {"bash", "main.sh"},
+}
+
+type execRequest struct {
+	Lang      string            `json:"lang"`
+	Code      *string           `json:"code"`
+	Args      []string          `json:"args"`
+	SessionID string            `json:"session_id"`
+	Files     []json.RawMessage `json:"files"`
+	UserID    string            `json:"user_id"`
+}
+
+// newSessionID mints 21 chars of [A-Za-z0-9_-].
+func newSessionID() string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+	b := make([]byte, 21)
+	if _, err := rand.Read(b); err != nil {
+		panic("hub: crypto/rand failed: " + err.Error())
+	}
+	for i := range b {
+		b[i] = alphabet[b[i]&63]
+	}
+	return string(b)
+}
+
+// handleExec is POST /v1/exec (§13.1).
+func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeExecError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed"})
+		return
+	}
+	key := h.clientKey(r)
+	if key == nil {
+		writeExecError(w, &clientError{status: http.StatusUnauthorized, code: "unauthorized", message: "Missing or invalid API key"})
+		return
+	}
+	raw, err := readBody(r, h.cfg.MaxBody)
+	if err != nil {
+		writeExecError(w, &clientError{status: http.StatusRequestEntityTooLarge, code: "body_too_large", message: "Request body is too large"})
+		return
+	}
+	var req execRequest
+	if err := json.Unmarshal(raw, &req); err != nil {
+		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "Body must be a JSON object {lang, code, args?, session_id?, files?}"})
+		return
+	}
+	lang, ok := execLanguages[req.Lang]
+	if !ok || req.Code == nil {
+		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "lang must be one of py js ts c cpp java php rs go d f90 r bash, and code a string"})
+		return
+	}
+	if len(req.Files) > 0 {
+		// Input files need the hub's file store, which is not part of
+		// this hub yet; refusing is better than running without them.
+		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "file references are not supported by this hub"})
+		return
+	}
+	deadline, err := h.deadline(r, h.cfg.ExecTimeout)
+	if err != nil {
+		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: err.Error()})
+		return
+	}
+	d := &dispatchReq{caller: key, kind: bridge.KindSandbox, deadline: deadline, pinned: r.Header.Get("X-Codellm-Worker-Id")}
+	sid := req.SessionID
+	if sid != "" {
+		h.mu.Lock()
+		s, ok := h.sessions[sid]
+		if ok && s.tenant == key.TenantID {
+			d.affinity, d.stateful = s.workerID, s.stateful
+		}
+		h.mu.Unlock()
+		if !ok || s.tenant != key.TenantID {
+			writeExecError(w, &clientError{status: http.StatusNotFound, code: "session_not_found"})
+			return
+		}
+	} else {
+		sid = newSessionID()
+	}
+	d.sessionID = sid
+
+	body := &bridge.Object{}
+	body.Set("language", lang[0])
+	body.Set("version", "*")
+	file := &bridge.Object{}
+	file.Set("name", lang[1])
+	file.Set("content", *req.Code)
+	body.Set("files", []any{file})
+	args := []any{}
+	for _, a := range req.Args {
+		args = append(args, a)
+	}
+	body.Set("args", args)
+	body.Set("session_id", sid)
+	d.request = assignmentRequest(body, &bridge.Object{})
+
+	out, err := h.dispatch(r.Context(), d)
+	if err != nil {
+		writeExecError(w, mapDispatchError(err))
+		return
+	}
+	h.rememberSession(sid, key.TenantID, out)
+	if out.status != bridge.StatusFulfilled {
+		writeExecError(w, &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg})
+		return
+	}
+	stdout, stderr := "", ""
+	for _, part := range []string{"compile", "run"} {
+		v, _ := out.result.Get(part)
+		if o, ok := v.(*bridge.Object); ok {
+			so, _ := o.Get("stdout")
+			se, _ := o.Get("stderr")
+			s1, _ := so.(string)
+			s2, _ := se.(string)
+			stdout += s1
+			stderr += s2
+		}
+	}
+	resp := &bridge.Object{}
+	resp.Set("session_id", sid)
+	resp.Set("stdout", stdout)
+	resp.Set("stderr", stderr)
+	b, _ := bridge.Canonical(resp)
+	writeJSON(w, http.StatusOK, b)
+}
+
+func (h *Hub) rememberSession(sid, tenant string, out *outcome) {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, s := range h.sessions {
+		if now.Sub(s.lastUsed) > sessionIdle {
+			delete(h.sessions, k)
+		}
+	}
+	h.sessions[sid] = &session{tenant: tenant, workerID: out.workerID, stateful: out.stateful, lastUsed: now}
+}
+
+// assignmentRequest builds a sandbox assignment's {body, headers}.
+func assignmentRequest(body, headers *bridge.Object) []byte {
+	o := &bridge.Object{}
+	o.Set("body", body)
+	o.Set("headers", headers)
+	b, _ := bridge.Canonical(o)
+	return b
+}
+
+func writeChatError(w http.ResponseWriter, e *clientError) {
+	oe := openai.NewError(e.status, e.code, "%s", e.message)
+	if e.retryAfter > 0 {
+		oe = oe.WithHeader("Retry-After", strconv.Itoa(e.retryAfter))
+	}
+	openai.WriteError(w, oe)
+}
+
+// handleChat is POST /v1/chat/completions, executed on a worker (§13.2).
+func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		writeChatError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", message: "Use POST"})
+		return
+	}
+	key := h.clientKey(r)
+	if key == nil {
+		writeChatError(w, &clientError{status: http.StatusUnauthorized, code: "invalid_api_key", message: "Missing or invalid API key"})
+		return
+	}
+	raw, err := readBody(r, h.cfg.MaxBody)
+	if err != nil {
+		writeChatError(w, &clientError{status: http.StatusRequestEntityTooLarge, code: "request_too_large", message: "Request body is too large"})
+		return
+	}
+	if _, oerr := openai.DecodeChatRequest(raw); oerr != nil {
+		openai.WriteError(w, oerr)
+		return
+	}
+	body, err := bridge.ParseObject(raw)
+	if err != nil {
+		writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_json", message: "Body must be a JSON object"})
+		return
+	}
+	stream := false
+	if v, _ := body.Get("stream"); v == true {
+		stream = true
+	}
+	body.Set("stream", false)
+	model, _ := func() (string, bool) { v, _ := body.Get("model"); s, ok := v.(string); return s, ok }()
+	deadline, err := h.deadline(r, h.cfg.ChatTimeout)
+	if err != nil {
+		writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: err.Error()})
+		return
+	}
+	headers := &bridge.Object{}
+	headers.Set("X-Codellm-Operation", "openai.chat.completions")
+	d := &dispatchReq{
+		caller: key, kind: bridge.KindSandbox, request: assignmentRequest(body, headers), runtimeLabel: ChatRuntimeLabel,
+		model: model, deadline: deadline, pinned: r.Header.Get("X-Codellm-Worker-Id"),
+	}
+	out, err := h.dispatch(r.Context(), d)
+	if err != nil {
+		writeChatError(w, mapDispatchError(err))
+		return
+	}
+	if out.status != bridge.StatusFulfilled {
+		writeChatError(w, &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg})
+		return
+	}
+	if !stream {
+		b, _ := bridge.Canonical(out.result)
+		writeJSON(w, http.StatusOK, b)
+		return
+	}
+	writeSSE(w, out.result)
+}
+
+// writeSSE replays a settled chat.completion as a stream (§13.2): one chunk
+// with the whole message, one with the finish reason, then [DONE].
+func writeSSE(w http.ResponseWriter, c *bridge.Object) {
+	get := func(o *bridge.Object, k string) any { v, _ := o.Get(k); return v }
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	var choice, msg *bridge.Object
+	if arr, ok := get(c, "choices").([]any); ok && len(arr) > 0 {
+		choice, _ = arr[0].(*bridge.Object)
+	}
+	if choice != nil {
+		msg, _ = get(choice, "message").(*bridge.Object)
+	}
+	chunk := func(delta *bridge.Object, finish any) []byte {
+		o := &bridge.Object{}
+		o.Set("id", get(c, "id"))
+		o.Set("object", "chat.completion.chunk")
+		o.Set("created", get(c, "created"))
+		o.Set("model", get(c, "model"))
+		ch := &bridge.Object{}
+		ch.Set("index", 0.0)
+		ch.Set("delta", delta)
+		ch.Set("finish_reason", finish)
+		o.Set("choices", []any{ch})
+		b, _ := bridge.Canonical(o)
+		return append(append([]byte("data: "), b...), '\n', '\n')
+	}
+	delta := &bridge.Object{}
+	delta.Set("role", "assistant")
+	if msg != nil {
+		if v, ok := msg.Get("content"); ok {
+			delta.Set("content", v)
+		}
+		if tc, ok := get(msg, "tool_calls").([]any); ok {
+			calls := make([]any, 0, len(tc))
+			for i, t := range tc {
+				if to, ok := t.(*bridge.Object); ok {
+					n := &bridge.Object{}
+					n.Set("index", float64(i))
+					n.Members = append(n.Members, to.Members...)
+					calls = append(calls, n)
+				}
+			}
+			delta.Set("tool_calls", calls)
+		}
+	}
+	var finish any = "stop"
+	if choice != nil {
+		if f, ok := choice.Get("finish_reason"); ok {
+			finish = f
+		}
+	}
+	_, _ = w.Write(chunk(delta, nil))
+	_, _ = w.Write(chunk(&bridge.Object{}, finish))
+	_, _ = w.Write([]byte("data: [DONE]\n\n"))
+}

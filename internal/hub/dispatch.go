@@ -1,0 +1,363 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/store"
+)
+
+// session remembers which worker ran a /v1/exec session (affinity, §13.1).
+type session struct {
+	tenant   string
+	workerID string
+	stateful bool
+	lastUsed time.Time
+}
+
+// sessionIdle is how long an unused exec session is remembered.
+const sessionIdle = 24 * time.Hour
+
+// waiter is one client request queued because every eligible worker was busy.
+type waiter struct{ tenant string }
+
+// clientError is a client-facing failure, rendered by the exec or chat
+// handler in its own envelope.
+type clientError struct {
+	status     int
+	code       string // exec: error field; chat: error.code
+	message    string
+	retryAfter int // seconds; 0 = no header
+}
+
+func (e *clientError) Error() string { return e.code + ": " + e.message }
+
+func errUnavailable(msg string) *clientError {
+	return &clientError{status: http.StatusServiceUnavailable, code: "worker_unavailable", message: msg, retryAfter: 5}
+}
+
+// dispatchReq is one client request to run on some worker.
+type dispatchReq struct {
+	caller       *ClientKey
+	kind         string
+	request      []byte // canonical {body, headers}
+	sessionID    string // exec session: becomes runtimeSessionId on a stateful worker
+	affinity     string // worker that ran the session before
+	stateful     bool   // the session's state lives on affinity
+	pinned       string // X-Codellm-Worker-Id
+	runtimeLabel string // required capability label ("" = any)
+	model        string // chat: prefer workers advertising model:<name>
+	deadline     time.Time
+}
+
+// outcome is a settled assignment.
+type outcome struct {
+	workerID string
+	stateful bool
+	status   string
+	result   *bridge.Object
+	errMsg   string
+}
+
+// admits applies §13.3's binding rule.
+func (h *Hub) admits(b *bridge.Binding, k *ClientKey) bool {
+	if b == nil {
+		return !h.cfg.DynamicWorkers
+	}
+	if b.TenantID != k.TenantID {
+		return false
+	}
+	switch b.Principal.Type {
+	case "deployment", "tenant":
+		return true
+	case "user":
+		return k.UserID != "" && k.UserID == b.Principal.ID
+	case "role":
+		return slices.Contains(k.Roles, b.Principal.ID)
+	case "group":
+		return slices.Contains(k.Groups, b.Principal.ID)
+	}
+	return false
+}
+
+// eligible lists the workers that may take d, idle ones first, least
+// recently used first.
+func (h *Hub) eligible(ctx context.Context, d *dispatchReq) ([]store.WorkerState, error) {
+	all, err := h.store.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.WorkerState
+	for _, st := range all {
+		if !st.Ready || st.Registration == nil || !h.admits(st.Binding, d.caller) {
+			continue
+		}
+		caps := &st.Registration.Capabilities
+		if d.runtimeLabel != "" && !caps.HasRuntime(d.runtimeLabel) {
+			continue
+		}
+		if d.pinned != "" && st.WorkerID != d.pinned {
+			continue
+		}
+		if d.stateful && (st.WorkerID != d.affinity || !caps.StatefulWorkspace) {
+			continue
+		}
+		out = append(out, st)
+	}
+	if d.model != "" {
+		label := "model:" + d.model
+		if slices.ContainsFunc(out, func(s store.WorkerState) bool { return s.Registration.Capabilities.HasRuntime(label) }) {
+			out = slices.DeleteFunc(out, func(s store.WorkerState) bool { return !s.Registration.Capabilities.HasRuntime(label) })
+		}
+	}
+	h.mu.Lock()
+	used := func(id string) time.Time { return h.lastUsed[id] }
+	slices.SortStableFunc(out, func(a, b store.WorkerState) int {
+		if a.Busy != b.Busy {
+			if a.Busy {
+				return 1
+			}
+			return -1
+		}
+		if a.WorkerID == d.affinity && b.WorkerID != d.affinity {
+			return -1
+		}
+		if b.WorkerID == d.affinity && a.WorkerID != d.affinity {
+			return 1
+		}
+		return used(a.WorkerID).Compare(used(b.WorkerID))
+	})
+	h.mu.Unlock()
+	return out, nil
+}
+
+func (h *Hub) joinQueue(tenant string) (*waiter, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.queues[tenant]) >= h.cfg.QueueMax {
+		return nil, false
+	}
+	w := &waiter{tenant: tenant}
+	h.queues[tenant] = append(h.queues[tenant], w)
+	return w, true
+}
+
+func (h *Hub) leaveQueue(w *waiter) {
+	if w == nil {
+		return
+	}
+	h.mu.Lock()
+	q := slices.DeleteFunc(h.queues[w.tenant], func(x *waiter) bool { return x == w })
+	if len(q) == 0 {
+		delete(h.queues, w.tenant)
+	} else {
+		h.queues[w.tenant] = q
+	}
+	h.mu.Unlock()
+	h.notify() // the next waiter may now be at the head
+}
+
+// atHead reports whether w may try to dispatch (FIFO per tenant).
+func (h *Hub) atHead(w *waiter) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.queues[w.tenant]
+	return len(q) > 0 && q[0] == w
+}
+
+func rateLimited(wait time.Duration) *clientError {
+	secs := max(1, int(wait.Seconds()+0.999))
+	return &clientError{status: http.StatusTooManyRequests, code: "rate_limited", message: "All eligible workers are busy", retryAfter: secs}
+}
+
+// dispatch runs d on one worker and returns its settlement (§7.3, §13.3–§13.5).
+func (h *Hub) dispatch(ctx context.Context, d *dispatchReq) (*outcome, error) {
+	var w *waiter
+	defer func() { h.leaveQueue(w) }()
+	queueUntil := time.Now().Add(h.cfg.QueueTimeout)
+	if d.deadline.Before(queueUntil) {
+		queueUntil = d.deadline
+	}
+	for {
+		ch := h.changes()
+		cands, err := h.eligible(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		if len(cands) == 0 {
+			if d.stateful {
+				return nil, errUnavailable("The session's worker is not available")
+			}
+			return nil, errUnavailable("No eligible worker is online")
+		}
+		if w == nil || h.atHead(w) {
+			for _, c := range cands {
+				out, err := h.tryWorker(ctx, d, c)
+				if errors.Is(err, bridge.ErrWorkerBusy) || errors.Is(err, bridge.ErrWorkerOffline) {
+					continue
+				}
+				if errors.Is(err, errReassign) {
+					break // re-read the worker list from the top
+				}
+				return out, err
+			}
+		}
+		if w == nil {
+			var ok bool
+			if w, ok = h.joinQueue(d.caller.TenantID); !ok {
+				return nil, rateLimited(h.cfg.QueueTimeout)
+			}
+		}
+		if !time.Now().Before(queueUntil) {
+			return nil, rateLimited(h.cfg.QueueTimeout)
+		}
+		if !h.wait(ctx, ch, queueUntil) {
+			return nil, errUnavailable("Request abandoned")
+		}
+	}
+}
+
+// errReassign means the chosen worker vanished before acknowledging the
+// assignment, which was withdrawn and may go elsewhere.
+var errReassign = errors.New("hub: assignment withdrawn for reassignment")
+
+func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState) (*outcome, error) {
+	stateful := c.Registration.Capabilities.StatefulWorkspace && d.sessionID != ""
+	p := store.EnqueueParams{
+		WorkerID: c.WorkerID, AssignmentID: bridge.NewID(), ExpiresAt: d.deadline,
+		ExecutionKind: d.kind, Request: d.request,
+	}
+	p.LeaseToken = bridge.NewSecret()
+	p.LeaseTokenHash = bridge.HashSecret(p.LeaseToken)
+	if stateful {
+		p.RuntimeSessionID = d.sessionID
+	}
+	a, err := h.store.Enqueue(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.lastUsed[c.WorkerID] = time.Now()
+	h.mu.Unlock()
+	h.notify() // wake the worker's lease poll
+	st, err := h.await(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	o, perr := bridge.ParseObject(st.Canonical)
+	if perr != nil {
+		return nil, bridge.ErrResultInvalid
+	}
+	out := &outcome{workerID: c.WorkerID, stateful: stateful, status: st.Status}
+	if st.Status == bridge.StatusFulfilled {
+		v, _ := o.Get("result")
+		res, ok := v.(*bridge.Object)
+		if !ok {
+			return nil, bridge.ErrResultInvalid
+		}
+		out.result = res
+	} else {
+		v, _ := o.Get("error")
+		out.errMsg, _ = v.(string)
+	}
+	return out, nil
+}
+
+// await waits for the settlement of a until its deadline (§7.3 step 4). A
+// client that goes away sets the cancellation mark; the wait then continues
+// so the worker's rejection is collected and the lock released.
+func (h *Hub) await(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
+	bg := context.WithoutCancel(ctx)
+	wctx := ctx
+	for {
+		ch := h.changes()
+		st, err := h.store.Settlement(bg, a.WorkerID, a.ID)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil || !time.Now().Before(a.ExpiresAt) {
+			return h.complete(bg, a)
+		}
+		ws, err := h.store.Worker(bg, a.WorkerID)
+		if err != nil {
+			return nil, err
+		}
+		if !ws.Online || (ws.Registration != nil && ws.Registration.IncarnationID != a.IncarnationID) {
+			// The worker crashed or was replaced: take back work it never
+			// acknowledged; otherwise fail now rather than at the deadline.
+			if err := h.store.Withdraw(bg, a.WorkerID, a.ID); err == nil {
+				h.notify()
+				return nil, errReassign
+			}
+			if st, _ := h.store.Settlement(bg, a.WorkerID, a.ID); st != nil {
+				return h.complete(bg, a)
+			}
+			_, _ = h.store.Complete(bg, a.WorkerID, a.ID)
+			h.notify()
+			return nil, bridge.ErrWorkerOffline
+		}
+		if !h.wait(wctx, ch, a.ExpiresAt) {
+			select {
+			case <-h.closing:
+				_ = h.store.Cancel(bg, a.WorkerID, a.ID)
+				_, _ = h.store.Complete(bg, a.WorkerID, a.ID)
+				h.notify()
+				return nil, errUnavailable("Hub is shutting down")
+			default:
+			}
+			// Client disconnected (§13.4): cancel, keep collecting.
+			_ = h.store.Cancel(bg, a.WorkerID, a.ID)
+			wctx = bg
+		}
+	}
+}
+
+func (h *Hub) complete(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
+	st, err := h.store.Complete(ctx, a.WorkerID, a.ID)
+	h.notify() // the lock may be free now
+	return st, err
+}
+
+// deadline computes the request deadline from the default and the
+// X-Codellm-Timeout-Ms header (§13.4).
+func (h *Hub) deadline(r *http.Request, def time.Duration) (time.Time, error) {
+	d := def
+	if v := r.Header.Get("X-Codellm-Timeout-Ms"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 {
+			return time.Time{}, errors.New("X-Codellm-Timeout-Ms must be a positive integer")
+		}
+		d = min(time.Duration(ms)*time.Millisecond, h.cfg.MaxTimeout)
+	}
+	return time.Now().Add(d), nil
+}
+
+// mapDispatchError turns store and dispatch errors into client errors (§13.5).
+func mapDispatchError(err error) *clientError {
+	var ce *clientError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	switch {
+	case errors.Is(err, bridge.ErrAssignmentExpired):
+		return &clientError{status: http.StatusGatewayTimeout, code: "execution_timeout", message: "Execution did not finish before the deadline"}
+	case errors.Is(err, bridge.ErrWorkerOffline), errors.Is(err, bridge.ErrWorkerMismatch):
+		return errUnavailable("The selected worker is no longer available")
+	case errors.Is(err, bridge.ErrWorkerUnauthorized):
+		return &clientError{status: http.StatusForbidden, code: "forbidden", message: "No worker may serve this caller"}
+	case errors.Is(err, bridge.ErrWorkspaceQuarantined):
+		return &clientError{status: http.StatusConflict, code: "session_quarantined", message: "The session's workspace is quarantined"}
+	case errors.Is(err, bridge.ErrResultInvalid):
+		return &clientError{status: http.StatusBadGateway, code: "execution_failed", message: "The worker returned an invalid result"}
+	case errors.Is(err, bridge.ErrAssignmentInvalid):
+		return &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "Invalid assignment"}
+	case errors.Is(err, context.Canceled):
+		return &clientError{status: 499, code: "cancelled", message: "Client closed the request"}
+	}
+	return &clientError{status: http.StatusInternalServerError, code: "internal_error", message: "Internal hub error"}
+}

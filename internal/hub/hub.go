@@ -1,0 +1,235 @@
+// Package hub is `codellm hub`: the coordinator that pairs and authenticates
+// workers on the bridge routes (/v1/bridge/…), fences stale incarnations,
+// turns client requests (/v1/exec, /v1/chat/completions) into assignments
+// for one worker each, and returns the settled results (spec
+// bridge-protocol.md §3, §4, §6, §7, §13). All state lives behind
+// store.Store so the embedded bbolt store and a Redis store are
+// interchangeable.
+package hub
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/store"
+)
+
+// Store is the hub's state interface (see package store).
+type Store = store.Store
+
+// ClientKey is one client API key with the identity it grants (§13.3).
+type ClientKey struct {
+	Key      string   `json:"key"`
+	TenantID string   `json:"tenantId"`
+	UserID   string   `json:"userId,omitempty"`
+	Roles    []string `json:"roles,omitempty"`
+	Groups   []string `json:"groups,omitempty"`
+}
+
+// Auth modes of the worker routes (§4.1).
+const (
+	AuthPaired = "paired"
+	AuthStatic = "static"
+)
+
+// Config is the hub's configuration. Zero durations take the spec defaults.
+type Config struct {
+	AdminToken       string
+	WorkerToken      string // static mode; defaults to AdminToken
+	AuthMode         string // AuthPaired (default) or AuthStatic
+	ClientKeys       []ClientKey
+	DynamicWorkers   bool
+	WorkerIDs        []string // optional allow-list; empty admits any valid ID
+	CredentialTTL    time.Duration
+	PairingTTL       time.Duration
+	SignedPathPrefix string
+	ClockSkew        time.Duration
+	ExecTimeout      time.Duration
+	ChatTimeout      time.Duration
+	MaxTimeout       time.Duration
+	QueueMax         int
+	QueueTimeout     time.Duration
+	MaxBody          int64
+	MaxSettleBody    int64
+	// PollInterval is how often waiting requests re-read the store when no
+	// in-process notification wakes them (≤ 100 ms per §3.5).
+	PollInterval time.Duration
+	Logger       *log.Logger
+}
+
+func (c *Config) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.AuthMode == "" {
+		c.AuthMode = AuthPaired
+	}
+	if c.WorkerToken == "" {
+		c.WorkerToken = c.AdminToken
+	}
+	def(&c.CredentialTTL, 300*time.Second)
+	def(&c.PairingTTL, 10*time.Minute)
+	def(&c.ClockSkew, 60*time.Second)
+	def(&c.ExecTimeout, 60*time.Second)
+	def(&c.ChatTimeout, 120*time.Second)
+	def(&c.MaxTimeout, 600*time.Second)
+	def(&c.QueueTimeout, 30*time.Second)
+	def(&c.PollInterval, 50*time.Millisecond)
+	if c.QueueMax <= 0 {
+		c.QueueMax = 100
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = 1 << 20
+	}
+	if c.MaxSettleBody <= 0 {
+		c.MaxSettleBody = 32 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = log.New(io.Discard, "", 0)
+	}
+}
+
+// ErrConfig is wrapped by configuration errors.
+var ErrConfig = errors.New("hub: invalid configuration")
+
+// Hub serves the bridge, admin and client routes.
+type Hub struct {
+	cfg   Config
+	store Store
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every state change
+	lastUsed map[string]time.Time
+	sessions map[string]*session
+	queues   map[string][]*waiter // tenant → FIFO of waiting client requests
+
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// New builds a hub over st. The hub does not own st; the caller closes it
+// after Close.
+func New(cfg Config, st Store) (*Hub, error) {
+	cfg.defaults()
+	if cfg.AuthMode != AuthPaired && cfg.AuthMode != AuthStatic {
+		return nil, errors.Join(ErrConfig, errors.New("auth mode must be paired or static"))
+	}
+	for _, id := range cfg.WorkerIDs {
+		if !bridge.ValidWorkerID(id) {
+			return nil, errors.Join(ErrConfig, errors.New("invalid worker ID in allow-list: "+id))
+		}
+	}
+	for _, k := range cfg.ClientKeys {
+		if k.Key == "" || !bridge.ValidWorkerID(k.TenantID) {
+			return nil, errors.Join(ErrConfig, errors.New("client keys need a key and a valid tenantId"))
+		}
+	}
+	return &Hub{
+		cfg: cfg, store: st, changed: make(chan struct{}), lastUsed: map[string]time.Time{},
+		sessions: map[string]*session{}, queues: map[string][]*waiter{}, closing: make(chan struct{}),
+	}, nil
+}
+
+// Close wakes every waiting request (they answer as if their wait ended) and
+// waits for background work. Call it after http.Server.Shutdown.
+func (h *Hub) Close() {
+	h.closeOnce.Do(func() { close(h.closing) })
+	h.wg.Wait()
+}
+
+// notify wakes everyone waiting for a state change.
+func (h *Hub) notify() {
+	h.mu.Lock()
+	close(h.changed)
+	h.changed = make(chan struct{})
+	h.mu.Unlock()
+}
+
+func (h *Hub) changes() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.changed
+}
+
+// wait blocks until a state change, the poll interval, ctx or the deadline.
+// It reports false when the caller should stop (ctx done or hub closing).
+func (h *Hub) wait(ctx context.Context, ch <-chan struct{}, until time.Time) bool {
+	d := min(h.cfg.PollInterval, time.Until(until))
+	if d < 0 {
+		d = 0
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	case <-h.closing:
+		return false
+	}
+	return true
+}
+
+// ServeHTTP routes every request.
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := bridge.RequestPath(r)
+	switch {
+	case path == "/healthz":
+		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+	case path == "/v1/exec":
+		h.handleExec(w, r)
+	case path == "/v1/chat/completions":
+		h.handleChat(w, r)
+	case strings.HasPrefix(path, "/v1/bridge/"):
+		h.serveBridge(w, r, strings.TrimPrefix(path, "/v1/bridge/"))
+	default:
+		writeJSON(w, http.StatusNotFound, []byte(`{"error":"Not found"}`))
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func writeValue(w http.ResponseWriter, status int, v any) {
+	b, err := bridge.Marshal(v)
+	if err != nil {
+		bridge.WriteError(w, err)
+		return
+	}
+	writeJSON(w, status, b)
+}
+
+func constantEq(a, b string) bool {
+	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+// bearer extracts a Bearer token (scheme case-insensitive, value trimmed).
+func bearer(r *http.Request) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
+}
+
+// configured reports whether workerID is admitted by the allow-list. With no
+// list the admin token is the authority and every valid ID is configured.
+func (h *Hub) configured(workerID string) bool {
+	return len(h.cfg.WorkerIDs) == 0 || slices.Contains(h.cfg.WorkerIDs, workerID)
+}
