@@ -76,8 +76,8 @@ func TestDecode(t *testing.T) {
 		{"\xED\xA0\x80", "\uFFFD\uFFFD\uFFFD"}, // encoded surrogate
 		{"\xC0\xAF", "\uFFFD\uFFFD"},           // overlong
 		{"\xF4\x90\x80\x80", "\uFFFD\uFFFD\uFFFD\uFFFD"},
-		{"x\xE2\x82", "x\uFFFD"}, // truncated at end of input
-		{"\xFF\xFEa", "\uFFFD"},  // UTF-16 with a dangling odd byte
+		{"x\xE2\x82", "x\uFFFD"},                                        // truncated at end of input
+		{"\xFF\xFEa", "\uFFFD"},                                         // UTF-16 with a dangling odd byte
 		{string([]byte{0xFF, 0xFE, 0x00, 0xD8, 0x41, 0x00}), "\uFFFDA"}, // unpaired high surrogate
 		{"", ""}, {"\xEF\xBB", "\uFFFD"},
 	}
@@ -279,4 +279,3 @@ func TestConfinementReads(t *testing.T) {
 		}
 	})
 }
-

@@ -1,0 +1,24 @@
+package workspace
+
+import (
+	"os"
+	"syscall"
+	"testing"
+)
+
+// TestMain lets tests re-execute the test binary as the `codellm workspace` CLI (real processes, real exit
+// codes), optionally crashing itself with SIGKILL at a chosen step of a write.
+func TestMain(m *testing.M) {
+	if os.Getenv("CODELLM_WS_TEST_CLI") == "1" {
+		if step := os.Getenv("CODELLM_WS_CRASH_AT"); step != "" {
+			writeHook = func(s string) {
+				if s == step {
+					syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					select {}
+				}
+			}
+		}
+		os.Exit(RunCLI(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
