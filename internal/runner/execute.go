@@ -1,0 +1,299 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/codellm/codellm/internal/interp"
+	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/slots"
+)
+
+// Piston's run status codes: null when the program exited 0 on its own.
+const (
+	StatusRuntimeError = "RE" // exited non-zero
+	StatusSignal       = "SG" // died of a signal codellm did not send (a sandbox limit is named in message)
+	StatusTimeout      = "TO" // killed at run_timeout
+	StatusStdoutLimit  = "OL" // stdout passed MaxOutputBytes: killed, stdout truncated
+	StatusStderrLimit  = "EL" // stderr passed MaxOutputBytes: killed, stderr truncated
+	StatusInternal     = "XX" // canceled by the caller or by a session reset
+)
+
+// StageResult is Piston's "run" (and "compile") object. Times are milliseconds, memory is bytes. Code is
+// null when a signal ended the program; Signal is then its name ("SIGKILL") and null otherwise. Output is
+// stdout and stderr in the order codellm read them (see capture). Invalid UTF-8 in the program's output
+// becomes U+FFFD in JSON, as with Piston.
+type StageResult struct {
+	Stdout   string  `json:"stdout"`
+	Stderr   string  `json:"stderr"`
+	Output   string  `json:"output"`
+	Code     *int    `json:"code"`
+	Signal   *string `json:"signal"`
+	Message  *string `json:"message"`
+	Status   *string `json:"status"`
+	WallTime int64   `json:"wall_time"`
+	CPUTime  int64   `json:"cpu_time"`
+	Memory   int64   `json:"memory"`
+}
+
+// ExecuteResponse is the 200 body of POST /api/v2/execute. Compile is always absent: every registered
+// interpreter runs source directly. Files lists what the run created or changed in its workspace;
+// FilesTruncated says some changed files were left out (more than FilesOutMaxCount, or a workspace with
+// more entries than the runner scans).
+type ExecuteResponse struct {
+	Language       string       `json:"language"`
+	Version        string       `json:"version"`
+	Run            StageResult  `json:"run"`
+	Compile        *StageResult `json:"compile,omitempty"`
+	Files          []OutFile    `json:"files,omitempty"`
+	FilesTruncated bool         `json:"files_truncated,omitempty"`
+}
+
+// Execute runs one request, in the session workspace sessionID ("" = a fresh directory removed
+// afterwards). It validates everything before taking the session or a slot. Errors are *Error.
+func (r *Runner) Execute(ctx context.Context, sessionID string, req ExecuteRequest) (*ExecuteResponse, error) {
+	resp, e := r.execute(ctx, sessionID, &req)
+	if e != nil {
+		return nil, e
+	}
+	return resp, nil
+}
+
+func (r *Runner) execute(ctx context.Context, sessionID string, req *ExecuteRequest) (*ExecuteResponse, *Error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, closedErr()
+	}
+	r.inflight.Add(1)
+	r.mu.Unlock()
+	defer r.inflight.Done()
+
+	if sessionID != "" {
+		if e := checkSessionID(sessionID); e != nil {
+			return nil, e
+		}
+	}
+	p, e := r.prepare(req)
+	if e != nil {
+		return nil, e
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopAfter := context.AfterFunc(r.base, func() { cancel(errors.New("the runner is shutting down")) })
+	defer stopAfter()
+
+	var s *session
+	var dir string
+	if sessionID != "" {
+		if s, e = r.acquireSession(ctx, sessionID); e != nil {
+			return nil, e
+		}
+		r.mu.Lock()
+		s.cancel = func() { cancel(errors.New("the session was deleted")) }
+		r.mu.Unlock()
+		defer r.releaseSession(s)
+		dir = s.dir
+	} else {
+		d, err := os.MkdirTemp(r.runsDir, "run-")
+		if err != nil {
+			return nil, sandboxFailed("cannot create a workspace: "+err.Error(), err)
+		}
+		defer r.removeDir(d)
+		dir = d
+	}
+
+	release, _, err := r.cfg.Slots.Acquire(ctx)
+	if err != nil {
+		if errors.Is(err, slots.ErrBusy) {
+			return nil, &Error{Status: http.StatusTooManyRequests, Message: "all execution slots are busy; retry later", Kind: ErrBusy, Err: err}
+		}
+		return nil, canceled(ctx)
+	}
+	defer release()
+	return r.run(ctx, s, dir, p)
+}
+
+// run executes a prepared request in dir. The session (nil for one-off runs) is marked dirty whenever the
+// workspace may have been left half-written: see the package documentation.
+func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (*ExecuteResponse, *Error) {
+	fail := func(what string, err error) *Error {
+		if s != nil {
+			r.markDirty(s, what+" ("+err.Error()+")")
+		}
+		return sandboxFailed(what+": "+err.Error(), err)
+	}
+	if e, err := writeFiles(dir, p.files); e != nil {
+		return nil, e
+	} else if err != nil {
+		return nil, fail("writing the request's files failed", err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fail("opening the workspace failed", err)
+	}
+	defer root.Close()
+	before, err := scan(root)
+	scanned := err == nil
+	if err != nil && !errors.Is(err, errTooManyEntries) {
+		return nil, fail("scanning the workspace failed", err)
+	}
+
+	stdin, err := r.stdinFile(p.stdin)
+	if err != nil {
+		return nil, sandboxFailed("cannot prepare stdin: "+err.Error(), err)
+	}
+	if stdin != nil {
+		defer stdin.Close()
+	}
+	run, err := r.cfg.Sandbox.NewRun(&sandbox.Limits{Memory: p.memory, CPUTime: p.cpu})
+	if err != nil {
+		return nil, sandboxFailed("sandbox: "+err.Error(), err)
+	}
+	defer run.Close()
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, sandboxFailed("cannot create pipes: "+err.Error(), err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, sandboxFailed("cannot create pipes: "+err.Error(), err)
+	}
+	entry := filepath.Join(dir, filepath.FromSlash(p.files[0].name))
+	argv := append(append(slices.Clone(p.rt.interp.Cmd), entry), p.args...)
+	env := append(interp.Env(dir, p.rt.interp, r.cfg.Exposed), p.env...)
+	proc, err := run.Start(sandbox.Spec{
+		Path: p.rt.path, Args: argv, Env: env, Dir: dir, Persist: true,
+		Stdin: stdin, Stdout: outW, Stderr: errW,
+	})
+	// Our copies of the write ends must go, or the readers never see EOF.
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		// Start failed before the program was exec'd: nothing ran, the workspace is as we left it.
+		return nil, sandboxFailed("sandbox: "+err.Error(), err)
+	}
+	capt := newCapture(r.cfg.MaxOutputBytes)
+	capt.start(outR, errR)
+
+	waitc := make(chan sandbox.Result, 1)
+	go func() { waitc <- proc.Wait() }()
+	timer := time.NewTimer(p.timeout)
+	defer timer.Stop()
+	var killed string // why codellm killed the run: "timeout", "output", "canceled"
+	var res sandbox.Result
+	select {
+	case res = <-waitc:
+	case <-timer.C:
+		killed = "timeout"
+	case <-capt.overflow:
+		killed = "output"
+	case <-ctx.Done():
+		killed = "canceled"
+	}
+	if killed != "" {
+		run.Kill()
+		res = <-waitc
+		if res.Signal == 0 {
+			killed = "" // it exited on its own just before the kill: report what it did
+		}
+	}
+	capt.finish(killGrace)
+
+	stdout, stderr, output, overOut, overErr := capt.result()
+	st := StageResult{Stdout: stdout, Stderr: stderr, Output: output,
+		WallTime: res.Wall.Milliseconds(), CPUTime: res.CPU.Milliseconds(), Memory: res.MaxRSS}
+	if res.Signal != 0 {
+		name := signalName(res.Signal)
+		st.Signal = &name
+	} else {
+		code := res.ExitCode
+		st.Code = &code
+	}
+	status, msg := "", ""
+	switch {
+	case killed == "timeout":
+		status, msg = StatusTimeout, fmt.Sprintf("run timed out after %d ms", p.timeout.Milliseconds())
+	case overOut:
+		status, msg = StatusStdoutLimit, fmt.Sprintf("stdout length exceeded (limit %d bytes)", r.cfg.MaxOutputBytes)
+	case overErr:
+		status, msg = StatusStderrLimit, fmt.Sprintf("stderr length exceeded (limit %d bytes)", r.cfg.MaxOutputBytes)
+	case killed == "canceled":
+		status, msg = StatusInternal, "execution canceled: "+context.Cause(ctx).Error()
+	case res.Signal != 0:
+		status, msg = StatusSignal, "killed by signal "+signalName(res.Signal)
+		if res.LimitDesc != "" {
+			msg += " (" + res.LimitDesc + ")"
+		}
+	case res.ExitCode != 0:
+		status, msg = StatusRuntimeError, fmt.Sprintf("non-zero exit code %d", res.ExitCode)
+	}
+	if status != "" {
+		st.Status, st.Message = &status, &msg
+	}
+
+	if res.Err != nil {
+		return nil, fail("the sandbox failed during the run", res.Err)
+	}
+	if s != nil {
+		switch {
+		case killed != "":
+			r.markDirty(s, "the previous execute was killed mid-run ("+msg+")")
+		case res.Limit != "":
+			r.markDirty(s, "the previous execute was killed by the sandbox ("+res.LimitDesc+")")
+		}
+	}
+	if killed == "canceled" {
+		return nil, canceled(ctx)
+	}
+
+	resp := &ExecuteResponse{Language: p.rt.Language, Version: p.rt.Version, Run: st}
+	after, err := scan(root)
+	if err != nil && !errors.Is(err, errTooManyEntries) {
+		return nil, fail("scanning the workspace after the run failed", err)
+	}
+	if err != nil || !scanned {
+		resp.FilesTruncated = true
+		return resp, nil
+	}
+	files, omitted, err := filesOut(root, before, after, r.cfg.FilesOutMaxCount, r.cfg.FilesOutMaxBytes)
+	if err != nil {
+		return nil, fail("reading the run's files failed", err)
+	}
+	resp.Files, resp.FilesTruncated = files, omitted > 0
+	return resp, nil
+}
+
+// stdinFile stages stdin in an unlinked, read-only file (nil for empty stdin, which becomes /dev/null).
+// A file rather than a pipe: no writer goroutine, and a program that never reads cannot block anything.
+func (r *Runner) stdinFile(data []byte) (*os.File, error) {
+	if len(data) == 0 {
+		return nil, nil
+	}
+	w, err := os.CreateTemp(r.runsDir, "stdin-")
+	if err != nil {
+		return nil, err
+	}
+	name := w.Name()
+	defer os.Remove(name)
+	_, err = w.Write(data)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return os.Open(name)
+}

@@ -1,0 +1,222 @@
+package runner
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Routes of the runner API. SessionsPrefix takes the URL-escaped session ID after it.
+const (
+	PathExecute    = "/api/v2/execute"
+	PathRuntimes   = "/api/v2/runtimes"
+	PathHealth     = "/api/v2/health"
+	SessionsPrefix = "/api/v2/sessions/"
+)
+
+// Register mounts the runner API. route is the server's authenticated router (srv.Route); patterns are
+// exact paths except SessionsPrefix, which ends in "/" and matches everything below it.
+func (r *Runner) Register(route func(method, pattern, name string, h http.HandlerFunc)) {
+	route(http.MethodPost, PathExecute, "runner.execute", r.handleExecute)
+	route(http.MethodGet, PathRuntimes, "runner.runtimes", r.handleRuntimes)
+	route(http.MethodGet, PathHealth, "runner.health", r.handleHealth)
+	route(http.MethodDelete, SessionsPrefix, "runner.session.delete", r.handleDeleteSession)
+}
+
+// Handler returns the runner API on its own mux (tests, or a dedicated listener). It performs no
+// authentication.
+func (r *Runner) Handler() http.Handler {
+	mux := http.NewServeMux()
+	r.Register(func(method, pattern, _ string, h http.HandlerFunc) {
+		mux.HandleFunc(method+" "+pattern, h)
+	})
+	return mux
+}
+
+func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
+	mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		writeError(w, &Error{Status: http.StatusUnsupportedMediaType, Kind: ErrUnsupportedMedia,
+			Message: "Content-Type must be application/json"})
+		return
+	}
+	if req.ContentLength > r.cfg.MaxBodyBytes {
+		writeError(w, tooLarge(r.cfg.MaxBodyBytes))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, tooLarge(r.cfg.MaxBodyBytes))
+			return
+		}
+		writeError(w, badRequest("cannot read the request body: "+err.Error()))
+		return
+	}
+	var er ExecuteRequest
+	if e := decodeRequest(body, &er); e != nil {
+		writeError(w, e)
+		return
+	}
+	sid := ""
+	if vals, ok := req.Header[http.CanonicalHeaderKey(SessionHeader)]; ok {
+		if len(vals) != 1 {
+			writeError(w, badRequest(SessionHeader+" must be sent once"))
+			return
+		}
+		sid = vals[0]
+		if e := checkSessionID(sid); e != nil {
+			writeError(w, e)
+			return
+		}
+	}
+	resp, e := r.execute(req.Context(), sid, &er)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// decodeRequest parses one JSON object. Unknown members are ignored (Piston clients send extras); a
+// member of the wrong type, trailing data or a non-object is a 400 naming the problem.
+func decodeRequest(body []byte, er *ExecuteRequest) *Error {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return badRequest("the request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(er); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return badRequest(fmt.Sprintf("%s must be %s, got JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value))
+		}
+		return badRequest("invalid JSON: " + strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("invalid JSON: trailing data after the request object")
+	}
+	return nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int64", "int":
+		return "an integer"
+	case "string", "ptr":
+		return "a string"
+	case "slice":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	}
+	return goKind
+}
+
+func tooLarge(limit int64) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Kind: ErrTooLarge,
+		Message: fmt.Sprintf("request body is larger than %d bytes", limit)}
+}
+
+func (r *Runner) handleRuntimes(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, r.Runtimes())
+}
+
+// HealthStatus is the body of GET /api/v2/health.
+type HealthStatus struct {
+	Status   string `json:"status"` // "ok" | "unhealthy"
+	Error    string `json:"error,omitempty"`
+	Message  string `json:"message,omitempty"`
+	Sandbox  string `json:"sandbox,omitempty"`
+	Runtimes int    `json:"runtimes"`
+	Sessions int    `json:"sessions"`
+}
+
+// Health checks what an execute needs: the runner is open, its work directory accepts a file, and the
+// sandbox can run in its mode.
+func (r *Runner) Health() HealthStatus {
+	h := HealthStatus{Status: "ok", Sandbox: string(r.cfg.Sandbox.Mode()), Runtimes: len(r.runtimes), Sessions: r.Sessions()}
+	bad := func(code, msg string) HealthStatus {
+		h.Status, h.Error, h.Message = "unhealthy", code, msg
+		return h
+	}
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return bad("workspace_unavailable", "the runner is shutting down")
+	}
+	f, err := os.CreateTemp(r.runsDir, "health-")
+	if err != nil {
+		return bad("workspace_unavailable", "cannot write to the work directory: "+err.Error())
+	}
+	f.Close()
+	os.Remove(f.Name())
+	if _, err := os.Stat(filepath.Join(r.sessDir)); err != nil {
+		return bad("workspace_unavailable", "session directory: "+err.Error())
+	}
+	if rep := r.cfg.Sandbox.Report(); !rep.Ready {
+		return bad("sandbox_unavailable", "the sandbox cannot run in mode "+string(rep.Mode)+"; missing: "+strings.Join(rep.Missing, ", "))
+	}
+	return h
+}
+
+func (r *Runner) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	h := r.Health()
+	code := http.StatusOK
+	if h.Status != "ok" {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+// handleDeleteSession is DELETE /api/v2/sessions/{id}: 204 whether or not the session existed.
+func (r *Runner) handleDeleteSession(w http.ResponseWriter, req *http.Request) {
+	raw := strings.TrimPrefix(req.URL.EscapedPath(), SessionsPrefix)
+	id, err := url.PathUnescape(raw)
+	if err != nil || raw == "" || strings.Contains(raw, "/") {
+		writeError(w, badRequest("the path must be "+SessionsPrefix+"{session id}, with the ID URL-escaped"))
+		return
+	}
+	if err := r.ResetSession(id); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			writeError(w, e)
+			return
+		}
+		writeError(w, sandboxFailed(err.Error(), err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	body := map[string]string{"message": e.Message}
+	if e.Code != "" {
+		body["error"] = e.Code
+	}
+	if e.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.Status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"message":"cannot encode the response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,293 @@
+package runner
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// File is one entry of ExecuteRequest.Files. Exactly one of Content or ID (+ StorageSessionID) is set;
+// file references to a storage service are not supported by this runner and are rejected with 400.
+type File struct {
+	Name             string  `json:"name,omitempty"`
+	Content          *string `json:"content,omitempty"`
+	Encoding         string  `json:"encoding,omitempty"` // utf8 (default) | base64 | hex
+	ID               string  `json:"id,omitempty"`
+	StorageSessionID string  `json:"storage_session_id,omitempty"`
+	EntityID         string  `json:"entity_id,omitempty"`
+	InputCacheKey    string  `json:"input_cache_key,omitempty"`
+}
+
+// ExecuteRequest is the body of POST /api/v2/execute (runner API §11.5). Times are milliseconds, memory
+// is bytes (−1 = the server's maximum). Unknown members are ignored, as Piston does.
+type ExecuteRequest struct {
+	Language           string            `json:"language"`
+	Version            string            `json:"version"`
+	Files              []File            `json:"files"`
+	Stdin              *string           `json:"stdin,omitempty"`
+	Args               []string          `json:"args,omitempty"`
+	RunTimeout         *int64            `json:"run_timeout,omitempty"`
+	CompileTimeout     *int64            `json:"compile_timeout,omitempty"`
+	RunCPUTime         *int64            `json:"run_cpu_time,omitempty"`
+	CompileCPUTime     *int64            `json:"compile_cpu_time,omitempty"`
+	RunMemoryLimit     *int64            `json:"run_memory_limit,omitempty"`
+	CompileMemoryLimit *int64            `json:"compile_memory_limit,omitempty"`
+	EnvVars            map[string]string `json:"env_vars,omitempty"`
+	SessionID          string            `json:"session_id,omitempty"`        // storage session; accepted, unused
+	OutputSessionID    string            `json:"output_session_id,omitempty"` // storage session; accepted, unused
+}
+
+// prepared is a validated request: everything an execute needs, decided before any slot or session is
+// taken, so that invalid requests never queue and never touch a workspace.
+type prepared struct {
+	rt      Runtime
+	files   []decodedFile // files[0] is the entry point
+	stdin   []byte
+	args    []string
+	env     []string // request env_vars as NAME=value, sorted
+	timeout time.Duration
+	memory  int64
+	cpu     time.Duration // 0 = none
+}
+
+type decodedFile struct {
+	name string // clean, slash-separated, relative
+	data []byte
+}
+
+var (
+	envKeyRE   = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+	cacheKeyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// minMemory is the sandbox's lower bound for a memory limit; asking for less is a client error, not a
+// sandbox failure.
+const minMemory = 4 << 20
+
+func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
+	if req.Language == "" {
+		return nil, badRequest("language is required")
+	}
+	if req.Version == "" {
+		return nil, badRequest("version is required (use \"*\" for the installed one)")
+	}
+	rt, ok := r.findRuntime(req.Language, req.Version)
+	if !ok {
+		return nil, unknownRuntime(fmt.Sprintf("%s-%s runtime is unknown", req.Language, req.Version))
+	}
+	p := &prepared{rt: rt}
+
+	if len(req.Files) == 0 {
+		return nil, badRequest("files is required and must contain at least one file")
+	}
+	if len(req.Files) > maxFiles {
+		return nil, badRequest(fmt.Sprintf("too many files: %d (at most %d)", len(req.Files), maxFiles))
+	}
+	seen := map[string]int{}
+	for i, f := range req.Files {
+		df, err := decodeFile(i, f, rt.interp.Ext)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := seen[df.name]; dup {
+			return nil, badRequest(fmt.Sprintf("files[%d]: name %q is already used by files[%d]", i, df.name, j))
+		}
+		seen[df.name] = i
+		p.files = append(p.files, df)
+	}
+	// A file may not be both a file and the parent directory of another one.
+	for name, i := range seen {
+		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+			if j, clash := seen[dir]; clash {
+				return nil, badRequest(fmt.Sprintf("files[%d]: %q is a file but files[%d] uses it as a directory", j, dir, i))
+			}
+		}
+	}
+
+	if req.Stdin != nil {
+		p.stdin = []byte(*req.Stdin)
+	}
+	if len(req.Args) > maxArgs {
+		return nil, badRequest(fmt.Sprintf("too many args: %d (at most %d)", len(req.Args), maxArgs))
+	}
+	for i, a := range req.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, badRequest(fmt.Sprintf("args[%d] contains a NUL byte", i))
+		}
+	}
+	p.args = req.Args
+
+	total := 0
+	for k, v := range req.EnvVars {
+		total += len(k) + len(v) + 2
+		switch {
+		case !envKeyRE.MatchString(k):
+			return nil, badRequest(fmt.Sprintf("env_vars: name %q must match ^[A-Z_][A-Z0-9_]*$", k))
+		case r.reserved[k] != "":
+			return nil, badRequest(fmt.Sprintf("env_vars: %s is reserved (%s)", k, r.reserved[k]))
+		case strings.IndexByte(v, 0) >= 0:
+			return nil, badRequest(fmt.Sprintf("env_vars: value of %s contains a NUL byte", k))
+		}
+		p.env = append(p.env, k+"="+v)
+	}
+	if total > maxEnvBytes {
+		return nil, badRequest(fmt.Sprintf("env_vars: %d bytes in total (at most %d)", total, maxEnvBytes))
+	}
+	slices.Sort(p.env)
+
+	maxMS := r.cfg.MaxRunTimeout.Milliseconds()
+	timeout, err := checkMillis("run_timeout", req.RunTimeout, maxMS)
+	if err != nil {
+		return nil, err
+	}
+	p.timeout = time.Duration(timeout) * time.Millisecond
+	if _, err := checkMillis("compile_timeout", req.CompileTimeout, maxMS); err != nil {
+		return nil, err
+	}
+	cpu, err := checkMillis("run_cpu_time", req.RunCPUTime, maxMS)
+	if err != nil {
+		return nil, err
+	}
+	if req.RunCPUTime != nil {
+		// RLIMIT_CPU counts whole seconds: round up, so a limit never ends a run earlier than asked.
+		p.cpu = (time.Duration(cpu)*time.Millisecond + time.Second - 1).Truncate(time.Second)
+	}
+	if _, err := checkMillis("compile_cpu_time", req.CompileCPUTime, maxMS); err != nil {
+		return nil, err
+	}
+	if p.memory, err = r.checkMemory("run_memory_limit", req.RunMemoryLimit); err != nil {
+		return nil, err
+	}
+	if _, err := r.checkMemory("compile_memory_limit", req.CompileMemoryLimit); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkMillis validates an optional duration in ms; absent means the maximum.
+func checkMillis(field string, v *int64, maxMS int64) (int64, *Error) {
+	if v == nil {
+		return maxMS, nil
+	}
+	switch {
+	case *v <= 0:
+		return 0, badRequest(fmt.Sprintf("%s must be a positive number of milliseconds, got %d", field, *v))
+	case *v > maxMS:
+		return 0, badRequest(fmt.Sprintf("%s cannot exceed the configured limit of %d ms", field, maxMS))
+	}
+	return *v, nil
+}
+
+// checkMemory validates an optional memory limit in bytes; absent or −1 means the maximum.
+func (r *Runner) checkMemory(field string, v *int64) (int64, *Error) {
+	if v == nil || *v == -1 {
+		return r.cfg.MaxMemory, nil
+	}
+	switch {
+	case *v < minMemory:
+		return 0, badRequest(fmt.Sprintf("%s must be -1 or at least %d bytes, got %d", field, minMemory, *v))
+	case *v > r.cfg.MaxMemory:
+		return 0, badRequest(fmt.Sprintf("%s cannot exceed the configured limit of %d bytes", field, r.cfg.MaxMemory))
+	}
+	return *v, nil
+}
+
+func decodeFile(i int, f File, ext string) (decodedFile, *Error) {
+	at := "files[" + strconv.Itoa(i) + "]"
+	if f.ID != "" || f.StorageSessionID != "" {
+		return decodedFile{}, badRequest(at + ": file references (id, storage_session_id) are not supported by this runner; send content")
+	}
+	if f.Content == nil {
+		return decodedFile{}, badRequest(at + ": content is required")
+	}
+	if f.InputCacheKey != "" && !cacheKeyRE.MatchString(f.InputCacheKey) {
+		return decodedFile{}, badRequest(at + ": input_cache_key must be 64 lowercase hex digits")
+	}
+	var data []byte
+	switch f.Encoding {
+	case "", "utf8", "utf-8":
+		data = []byte(*f.Content)
+	case "base64":
+		b, err := base64.StdEncoding.DecodeString(*f.Content)
+		if err != nil {
+			return decodedFile{}, badRequest(at + ": content is not valid base64: " + err.Error())
+		}
+		data = b
+	case "hex":
+		b, err := hex.DecodeString(*f.Content)
+		if err != nil {
+			return decodedFile{}, badRequest(at + ": content is not valid hex: " + err.Error())
+		}
+		data = b
+	default:
+		return decodedFile{}, badRequest(fmt.Sprintf("%s: encoding %q is not one of utf8, base64, hex", at, f.Encoding))
+	}
+	name := f.Name
+	if name == "" {
+		// Piston names anonymous files file<i>.code; keeping the interpreter's extension instead makes the
+		// entry point look like what it is to interpreters that care (php, node's module type).
+		name = "file" + strconv.Itoa(i) + ext
+	}
+	if msg := checkName(name); msg != "" {
+		return decodedFile{}, badRequest(fmt.Sprintf("%s: name %q %s", at, name, msg))
+	}
+	return decodedFile{name: name, data: data}, nil
+}
+
+// checkName accepts relative, clean, slash-separated paths that stay inside the workspace. The
+// reserved scratch directory tmp/ is refused so a request cannot plant files where TMPDIR points.
+func checkName(name string) string {
+	switch {
+	case len(name) > 1024:
+		return "is longer than 1024 bytes"
+	case !utf8.ValidString(name):
+		return "is not valid UTF-8"
+	case strings.ContainsFunc(name, func(c rune) bool { return c < ' ' || c == 0x7f || c == '\\' }):
+		return "contains a control character or a backslash"
+	case strings.HasPrefix(name, "/"):
+		return "must be relative"
+	case path.Clean(name) != name:
+		return "must be a clean path (no empty, \".\" or \"..\" components)"
+	case name == ".." || strings.HasPrefix(name, "../"):
+		return "escapes the workspace"
+	case name == scratchDir || strings.HasPrefix(name, scratchDir+"/"):
+		return "is inside the reserved scratch directory " + scratchDir + "/"
+	}
+	for _, c := range strings.Split(name, "/") {
+		if len(c) > 255 {
+			return "has a component longer than 255 bytes"
+		}
+	}
+	return ""
+}
+
+// findRuntime resolves a language (canonical name or alias, case-insensitive) and a version selector
+// among the enabled runtimes.
+func (r *Runner) findRuntime(lang, version string) (Runtime, bool) {
+	lang = strings.ToLower(strings.TrimSpace(lang))
+	for _, rt := range r.runtimes {
+		if rt.Language != lang && !contains(rt.Aliases, lang) {
+			continue
+		}
+		if versionMatches(rt.Version, version) {
+			return rt, true
+		}
+	}
+	return Runtime{}, false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,331 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/codellm/codellm/internal/interp"
+	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/slots"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxRunTimeout    = 300 * time.Second
+	DefaultMaxOutputBytes   = 1 << 20
+	DefaultMaxBodyBytes     = 10 << 20
+	DefaultSessionTTL       = 30 * time.Minute
+	DefaultMaxSessions      = 64
+	DefaultFilesOutMaxBytes = 1 << 20
+	DefaultFilesOutMaxCount = 32
+)
+
+// Fixed bounds that are not worth a flag.
+const (
+	maxFiles         = 256     // files per request
+	maxArgs          = 4096    // args per request
+	maxEnvBytes      = 1 << 20 // env_vars in total (runner API §11.5)
+	maxSessionIDLen  = 256     // X-Runtime-Session-Id
+	maxScanEntries   = 20000   // directory entries examined for files out
+	killGrace        = 5 * time.Second
+	versionProbeTime = 10 * time.Second
+)
+
+// Config configures a Runner. Programs, Sandbox and Slots are required.
+type Config struct {
+	Programs *interp.Programs // enabled interpreters (its Registry supplies languages and aliases)
+	Sandbox  *sandbox.Sandbox // every execute runs in it
+	Slots    *slots.Pool      // the server's one concurrency bound; one slot per execute
+	Exposed  []string         // operator-exposed "NAME=value" entries (interp.Exposed)
+
+	// WorkRoot is where the runner makes its own private directory (sessions and one-off runs). It and its
+	// parents must be searchable by the sandbox's unprivileged uid. Default: os.TempDir().
+	WorkRoot string
+
+	MaxRunTimeout  time.Duration // cap (and default) of run_timeout; default 300 s
+	MaxMemory      int64         // cap (and default) of run_memory_limit; default the sandbox's memory limit
+	MaxOutputBytes int64         // per stream (stdout, stderr); default 1 MiB
+	MaxBodyBytes   int64         // request body; default 10 MiB
+
+	SessionTTL  time.Duration // idle time after which a session is deleted; default 30 min
+	MaxSessions int           // live sessions at once; default 64
+
+	FilesOutMaxBytes int64 // content is returned for changed files up to this size; default 1 MiB
+	FilesOutMaxCount int   // at most this many changed files are listed; default 32
+
+	// Versions overrides the probed version of a program (canonical name → version). Programs not listed
+	// are probed once with `cmd --version`.
+	Versions map[string]string
+
+	Logger *slog.Logger
+}
+
+// Runtime is one installed language as GET /api/v2/runtimes lists it.
+type Runtime struct {
+	Language string   `json:"language"`
+	Version  string   `json:"version"`
+	Aliases  []string `json:"aliases"`
+
+	interp interp.Interpreter
+	path   string // absolute cmd[0]
+}
+
+// Runner executes Piston-style requests in the sandbox and keeps stateful session workspaces.
+type Runner struct {
+	cfg      Config
+	log      *slog.Logger
+	dir      string // private root: <WorkRoot>/codellm-runner-*
+	sessDir  string // <dir>/sessions
+	runsDir  string // <dir>/runs
+	runtimes []Runtime
+
+	reserved map[string]string // env name → why a request may not set it
+
+	base     context.Context // canceled by Close: every in-flight execute derives from it
+	stop     context.CancelFunc
+	inflight sync.WaitGroup
+	janitor  sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	seq      uint64
+	sessions map[string]*session
+}
+
+// New validates cfg, creates the runner's private directory, probes the installed versions and starts the
+// session janitor. Close releases all of it.
+func New(cfg Config) (*Runner, error) {
+	switch {
+	case cfg.Programs == nil:
+		return nil, errors.New("runner: Config.Programs is required")
+	case cfg.Sandbox == nil:
+		return nil, errors.New("runner: Config.Sandbox is required")
+	case cfg.Slots == nil:
+		return nil, errors.New("runner: Config.Slots is required")
+	case cfg.MaxRunTimeout < 0, cfg.MaxMemory < 0, cfg.MaxOutputBytes < 0, cfg.MaxBodyBytes < 0,
+		cfg.SessionTTL < 0, cfg.MaxSessions < 0, cfg.FilesOutMaxBytes < 0, cfg.FilesOutMaxCount < 0:
+		return nil, errors.New("runner: negative limit in Config")
+	}
+	if cfg.MaxRunTimeout == 0 {
+		cfg.MaxRunTimeout = DefaultMaxRunTimeout
+	}
+	if cfg.MaxMemory == 0 {
+		cfg.MaxMemory = cfg.Sandbox.Config().Limits.Memory
+	}
+	if cfg.MaxOutputBytes == 0 {
+		cfg.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.FilesOutMaxBytes == 0 {
+		cfg.FilesOutMaxBytes = DefaultFilesOutMaxBytes
+	}
+	if cfg.FilesOutMaxCount == 0 {
+		cfg.FilesOutMaxCount = DefaultFilesOutMaxCount
+	}
+	if cfg.WorkRoot == "" {
+		cfg.WorkRoot = os.TempDir()
+	}
+	if !filepath.IsAbs(cfg.WorkRoot) {
+		return nil, fmt.Errorf("runner: WorkRoot %q is not absolute", cfg.WorkRoot)
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	r := &Runner{cfg: cfg, log: lg, sessions: map[string]*session{}}
+	r.reserved = reservedEnv(cfg.Programs.Registry(), cfg.Exposed)
+	r.runtimes = probeRuntimes(cfg.Programs, cfg.Versions, lg)
+
+	dir, err := os.MkdirTemp(cfg.WorkRoot, "codellm-runner-")
+	if err != nil {
+		return nil, fmt.Errorf("runner: create work directory: %w", err)
+	}
+	// 0711: the sandbox uid must traverse to a workspace, but must not list which sessions exist.
+	r.dir, r.sessDir, r.runsDir = dir, filepath.Join(dir, "sessions"), filepath.Join(dir, "runs")
+	for _, d := range []string{dir, r.sessDir, r.runsDir} {
+		if err := os.Mkdir(d, 0o711); err != nil && !os.IsExist(err) {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("runner: create work directory: %w", err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("runner: create work directory: %w", err)
+		}
+	}
+	r.base, r.stop = context.WithCancel(context.Background())
+	r.janitor.Add(1)
+	go r.janitorLoop()
+	return r, nil
+}
+
+// Close stops the janitor, kills every in-flight execute, waits for them and removes every session and
+// run directory. It is idempotent.
+func (r *Runner) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.stop()
+	r.janitor.Wait()
+	r.inflight.Wait()
+	r.mu.Lock()
+	r.sessions = map[string]*session{}
+	r.mu.Unlock()
+	if err := os.RemoveAll(r.dir); err != nil {
+		r.log.Error("runner: remove work directory", "dir", r.dir, "err", err)
+	}
+}
+
+// Runtimes returns what GET /api/v2/runtimes lists: every enabled interpreter with its installed version.
+func (r *Runner) Runtimes() []Runtime {
+	out := make([]Runtime, len(r.runtimes))
+	for i, rt := range r.runtimes {
+		out[i] = rt
+		out[i].Aliases = slices.Clone(rt.Aliases)
+	}
+	return out
+}
+
+// reservedEnv lists the names env_vars may not set: the fixed child variables (§7), those an interpreter
+// entry sets and the operator's exposures — a request must never change what the operator configured.
+func reservedEnv(reg *interp.Registry, exposed []string) map[string]string {
+	m := map[string]string{}
+	for _, n := range interp.Reserved {
+		m[n] = "set by codellm for every run"
+	}
+	for _, in := range reg.Interpreters() {
+		for _, e := range in.Env {
+			m[e.Name] = "set by interpreter " + in.Name
+		}
+	}
+	for _, kv := range exposed {
+		if n, _, ok := strings.Cut(kv, "="); ok {
+			m[n] = "exposed by the operator"
+		}
+	}
+	return m
+}
+
+var versionRE = regexp.MustCompile(`\d+\.\d+(?:\.\d+)?`)
+
+// versionCache remembers probes process-wide: a program's version does not change while codellm runs,
+// and tests create many runners.
+var versionCache sync.Map // "path\x00cmd…" → string
+
+// probeRuntimes runs `cmd --version` for every enabled program (in parallel, outside any request) and
+// keeps the first dotted number it prints, normalised to three components. A program whose probe fails is
+// listed as 0.0.0 and logged: it is installed (it resolved) but says nothing we understand.
+func probeRuntimes(progs *interp.Programs, override map[string]string, lg *slog.Logger) []Runtime {
+	reg := progs.Registry()
+	var out []Runtime
+	for _, in := range reg.Interpreters() {
+		path := progs.Path(in.Name)
+		if path == "" {
+			continue
+		}
+		var aliases []string
+		for _, l := range in.Labels {
+			if l != in.Name {
+				aliases = append(aliases, l)
+			}
+		}
+		if aliases == nil {
+			aliases = []string{}
+		}
+		out = append(out, Runtime{Language: in.Name, Aliases: aliases, interp: in, path: path})
+	}
+	var wg sync.WaitGroup
+	for i := range out {
+		rt := &out[i]
+		if v, ok := override[rt.Language]; ok {
+			rt.Version = v
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := rt.path + "\x00" + strings.Join(rt.interp.Cmd, "\x00")
+			if v, ok := versionCache.Load(key); ok {
+				rt.Version = v.(string)
+				return
+			}
+			v, err := probeVersion(rt.path, rt.interp.Cmd)
+			if err != nil {
+				lg.Warn("runner: cannot determine program version; listing 0.0.0", "program", rt.Language, "err", err)
+				rt.Version = "0.0.0"
+				return
+			}
+			versionCache.Store(key, v)
+			rt.Version = v
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func probeVersion(path string, cmd []string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), versionProbeTime)
+	defer cancel()
+	c := exec.CommandContext(ctx, path, append(slices.Clone(cmd[1:]), "--version")...)
+	c.Env = []string{"PATH=" + interp.ChildPATH, "LANG=C.UTF-8"}
+	c.Dir = "/"
+	out, err := c.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", path, err)
+	}
+	m := versionRE.Find(out)
+	if m == nil {
+		return "", fmt.Errorf("%s --version printed no version number", path)
+	}
+	v := string(m)
+	if strings.Count(v, ".") == 1 {
+		v += ".0"
+	}
+	return v, nil
+}
+
+// versionMatches reports whether an installed version satisfies a Piston version selector: "*" (or "x",
+// or empty), an exact version, or an X-range such as "3", "3.x", "3.11", "3.11.*" (a leading "v" or "="
+// is ignored). Other semver operators are not supported and never match.
+func versionMatches(installed, sel string) bool {
+	sel = strings.TrimSpace(sel)
+	sel = strings.TrimPrefix(strings.TrimPrefix(sel, "="), "v")
+	if sel == "" || sel == "*" || sel == "x" || sel == "X" {
+		return true
+	}
+	ip := strings.Split(installed, ".")
+	sp := strings.Split(sel, ".")
+	if len(sp) > len(ip) {
+		return false
+	}
+	for i, s := range sp {
+		if s == "*" || s == "x" || s == "X" {
+			return true
+		}
+		if s != ip[i] {
+			return false
+		}
+	}
+	return true
+}

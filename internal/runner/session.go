@@ -1,0 +1,256 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// SessionHeader binds an execute to a persistent session workspace.
+const SessionHeader = "X-Runtime-Session-Id"
+
+// session is one persistent workspace. Its files persist across executes; its processes never do (every
+// execute's processes are dead before the execute returns).
+type session struct {
+	id  string
+	dir string
+	key fileID // identity of dir when it was created (tamper check)
+
+	lock chan struct{} // capacity 1: held by the one execute (or reset) using the workspace
+
+	// guarded by Runner.mu
+	lastUsed time.Time
+	busy     bool
+	dirty    string             // why the workspace is in an unknown state; "" = clean
+	deleted  bool               // removed from the map; the holder of lock removes the directory
+	cancel   context.CancelFunc // of the execute in flight, for ResetSession
+}
+
+func checkSessionID(id string) *Error {
+	switch {
+	case id == "":
+		return badRequest(SessionHeader + " is empty")
+	case len(id) > maxSessionIDLen:
+		return badRequest(SessionHeader + " is longer than " + strconv.Itoa(maxSessionIDLen) + " bytes")
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return badRequest(SessionHeader + " must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// sessionDirName derives the directory from the ID by hashing, so no client-chosen byte reaches a path.
+func sessionDirName(id string) string {
+	h := sha256.Sum256([]byte("codellm-runner-session\x00" + id))
+	return hex.EncodeToString(h[:16])
+}
+
+// acquireSession returns the session for id with its lock held, creating it if needed. A session that
+// was deleted while we waited for it is replaced by a fresh one.
+func (r *Runner) acquireSession(ctx context.Context, id string) (*session, *Error) {
+	for {
+		s, err := r.lookupOrCreate(id)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case s.lock <- struct{}{}:
+		case <-ctx.Done():
+			return nil, canceled(ctx)
+		}
+		r.mu.Lock()
+		if s.deleted {
+			// Reset or expired while we waited: whoever deletes leaves the directory to the lock holder.
+			r.mu.Unlock()
+			r.removeDir(s.dir)
+			<-s.lock
+			continue
+		}
+		s.busy = true
+		reason := s.dirty
+		r.mu.Unlock()
+		if reason == "" {
+			if msg := r.checkTamper(s); msg != "" {
+				r.markDirty(s, msg)
+				reason = msg
+			}
+		}
+		if reason != "" {
+			r.releaseSession(s)
+			return nil, dirty(fmt.Sprintf("session %q workspace is in an unknown state: %s; delete the session to start over", id, reason))
+		}
+		return s, nil
+	}
+}
+
+func (r *Runner) lookupOrCreate(id string) (*session, *Error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, closedErr()
+	}
+	now := time.Now()
+	if s, ok := r.sessions[id]; ok {
+		if s.busy || now.Sub(s.lastUsed) < r.cfg.SessionTTL {
+			return s, nil
+		}
+		// Expired but not yet collected by the janitor: collect it now and start fresh.
+		r.expireLocked(s)
+	}
+	if len(r.sessions) >= r.cfg.MaxSessions {
+		r.collectExpiredLocked(now)
+	}
+	if len(r.sessions) >= r.cfg.MaxSessions {
+		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeTooManySessions, Kind: ErrBusy,
+			Message: fmt.Sprintf("too many sessions: %d live (at most %d); delete one or retry later", len(r.sessions), r.cfg.MaxSessions)}
+	}
+	// The sequence number keeps a new session apart from an earlier one with the same ID whose
+	// directory is still being removed by the holder of its lock.
+	r.seq++
+	dir := filepath.Join(r.sessDir, sessionDirName(id)+"-"+strconv.FormatUint(r.seq, 10))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, sandboxFailed("cannot create session workspace: "+err.Error(), err)
+	}
+	key, err := dirID(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, sandboxFailed("cannot create session workspace: "+err.Error(), err)
+	}
+	s := &session{id: id, dir: dir, key: key, lock: make(chan struct{}, 1), lastUsed: now}
+	r.sessions[id] = s
+	return s, nil
+}
+
+// releaseSession ends an execute's hold on s.
+func (r *Runner) releaseSession(s *session) {
+	r.mu.Lock()
+	s.busy = false
+	s.cancel = nil
+	s.lastUsed = time.Now()
+	deleted := s.deleted
+	r.mu.Unlock()
+	if deleted {
+		r.removeDir(s.dir)
+	}
+	<-s.lock
+}
+
+func (r *Runner) markDirty(s *session, why string) {
+	r.mu.Lock()
+	if s.dirty == "" {
+		s.dirty = why
+	}
+	r.mu.Unlock()
+	r.log.Warn("runner: session workspace marked dirty", "session", s.id, "reason", why)
+}
+
+// checkTamper reports a workspace directory that is gone or was replaced behind the runner's back.
+func (r *Runner) checkTamper(s *session) string {
+	key, err := dirID(s.dir)
+	switch {
+	case err != nil:
+		return "the workspace directory is missing or unreadable (" + err.Error() + ")"
+	case key != s.key:
+		return "the workspace directory was replaced"
+	}
+	return ""
+}
+
+// ResetSession deletes a session: its in-flight execute (if any) is killed, and its workspace is removed.
+// Deleting an unknown session succeeds (the state is already gone). A later execute with the same ID
+// starts from an empty workspace.
+func (r *Runner) ResetSession(id string) error {
+	if err := checkSessionID(id); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	s, ok := r.sessions[id]
+	if !ok {
+		r.mu.Unlock()
+		return nil
+	}
+	delete(r.sessions, id)
+	s.deleted = true
+	if s.cancel != nil {
+		s.cancel()
+	}
+	r.mu.Unlock()
+	// Whoever holds the lock removes the directory when it lets go; if nobody does, we take it and do it.
+	select {
+	case s.lock <- struct{}{}:
+		r.removeDir(s.dir)
+		<-s.lock
+	default:
+	}
+	return nil
+}
+
+// expireLocked removes s from the map (r.mu held). s is idle, so its directory can go now.
+func (r *Runner) expireLocked(s *session) {
+	delete(r.sessions, s.id)
+	s.deleted = true
+	select {
+	case s.lock <- struct{}{}:
+		r.removeDir(s.dir)
+		<-s.lock
+	default: // an execute is just acquiring it; it sees deleted, releases and the dir goes then
+	}
+}
+
+func (r *Runner) collectExpiredLocked(now time.Time) {
+	for _, s := range r.sessions {
+		if !s.busy && now.Sub(s.lastUsed) >= r.cfg.SessionTTL {
+			r.log.Info("runner: session expired", "session", s.id)
+			r.expireLocked(s)
+		}
+	}
+}
+
+func (r *Runner) janitorLoop() {
+	defer r.janitor.Done()
+	tick := r.cfg.SessionTTL / 4
+	tick = max(tick, 10*time.Millisecond)
+	tick = min(tick, time.Minute)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.base.Done():
+			return
+		case now := <-t.C:
+			r.mu.Lock()
+			r.collectExpiredLocked(now)
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *Runner) removeDir(dir string) {
+	if err := os.RemoveAll(dir); err != nil {
+		r.log.Error("runner: remove workspace", "dir", dir, "err", err)
+	}
+}
+
+// Sessions returns the number of live sessions.
+func (r *Runner) Sessions() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sessions)
+}
+
+func closedErr() *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Message: "the runner is shutting down", Kind: ErrClosed}
+}
+
+func canceled(ctx context.Context) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Message: "execution canceled: " + context.Cause(ctx).Error(),
+		Kind: ErrCanceled, Err: ctx.Err()}
+}
