@@ -230,6 +230,58 @@ func TestMemoryLimitOOMKills(t *testing.T) {
 	}
 }
 
+// TestMemoryLimitIsPerRun: the limit bounds the run as a whole, not each
+// process. One 64 MiB process fits a 96 MiB run; two of them, in separate
+// block groups at the same time, do not.
+func TestMemoryLimitIsPerRun(t *testing.T) {
+	h := requireHost(t)
+	py := python(t)
+	const hold = `import time; b = b"x" * (64 << 20); time.sleep(1)`
+	run := newTestGroup(t, h, Limits{Memory: 96 << 20})
+	one, err := run.NewChild("one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := startGated(t, py, "-c", hold)
+	if err := one.Add(gc.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if st, out := gc.run(t); !st.Success() {
+		t.Fatalf("a single 64 MiB process in a 96 MiB run failed: %v %s", st, out)
+	}
+
+	var gcs []*gatedCmd
+	for _, name := range []string{"a", "b"} {
+		c, err := run.NewChild(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := startGated(t, py, "-c", hold)
+		if err := c.Add(g.cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+		gcs = append(gcs, g)
+	}
+	for _, g := range gcs {
+		if _, err := g.gate.Write([]byte("go\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	killed := 0
+	for _, g := range gcs {
+		st, _ := g.wait(t)
+		if ws := st.Sys().(syscall.WaitStatus); ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatal("two 64 MiB processes coexisted in a 96 MiB run")
+	}
+	if s, err := run.Stats(); err != nil || s.OOMKills < 1 {
+		t.Errorf("stats %+v, %v", s, err)
+	}
+}
+
 // forkProbe forks up to 64 sleeping children and prints how many it got.
 const forkProbe = `
 import os, time
@@ -315,7 +367,7 @@ func testKillTree(t *testing.T, h *Host, forceFallback bool) {
 	}
 	pidfile := filepath.Join(t.TempDir(), "daemon.pid")
 	script := fmt.Sprintf(`setsid sh -c 'sleep 300 & echo $! > %s' </dev/null >/dev/null 2>&1 & wait; exec sleep 300`, pidfile)
-	gc := startGated(t, "/bin/sh", "-c", script)
+	gc := startGatedAttr(t, &syscall.SysProcAttr{Setpgid: true}, "/bin/sh", "-c", script)
 	if err := block.Add(gc.cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
@@ -348,6 +400,30 @@ func testKillTree(t *testing.T, h *Host, forceFallback bool) {
 	if pop, err := g.Populated(); err != nil || !pop {
 		t.Fatalf("Populated = %v, %v", pop, err)
 	}
+	fds := []unix.PollFd{{Fd: int32(pfd), Events: unix.POLLIN}}
+	pollExit := func(ms int) bool {
+		for {
+			n, err := unix.Poll(fds, ms)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("poll: %v", err)
+			}
+			return n == 1
+		}
+	}
+	// Differential: the conventional process-group kill misses the daemon.
+	if err := unix.Kill(-gc.cmd.Process.Pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := gc.wait(t)
+	if ws := st.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("shell: %v, want killed", st)
+	}
+	if pollExit(200) {
+		t.Fatal("daemon died from the process-group kill: the probe does not escape")
+	}
 
 	if forceFallback {
 		thaw, err := g.freeze()
@@ -366,23 +442,11 @@ func testKillTree(t *testing.T, h *Host, forceFallback bool) {
 
 	// The daemon exits: its pidfd becomes readable, and /proc shows it gone
 	// or a zombie awaiting its (foreign) reaper.
-	fds := []unix.PollFd{{Fd: int32(pfd), Events: unix.POLLIN}}
-	var n int
-	for {
-		n, err = unix.Poll(fds, 10000)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil || n != 1 {
-		t.Fatalf("daemon still alive after Kill (poll %d, %v), state %q", n, err, procState(daemon))
+	if !pollExit(10000) {
+		t.Fatalf("daemon still alive after Kill, state %q", procState(daemon))
 	}
 	if s := procState(daemon); s != "" && s != "Z" {
 		t.Errorf("daemon state %q after Kill", s)
-	}
-	st, _ := gc.wait(t)
-	if ws := st.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Errorf("shell: %v, want killed", st)
 	}
 	if err := g.WaitEmpty(5 * time.Second); err != nil {
 		t.Fatal(err)
@@ -544,6 +608,60 @@ func TestJoinViaProcsFiles(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("not in %s (hierarchy %d): %s", g.rels[i], hr.id, out)
+		}
+	}
+}
+
+// TestConcurrentGroups: the server creates and removes run groups from many
+// goroutines at once; stats and kills may race with removal.
+func TestConcurrentGroups(t *testing.T) {
+	h := requireHost(t)
+	errs := make(chan error, 64)
+	for w := 0; w < 8; w++ {
+		go func() {
+			for i := 0; i < 4; i++ {
+				g, err := h.NewGroup(testName(t), Limits{Memory: 32 << 20, Pids: 8})
+				if err != nil {
+					errs <- err
+					continue
+				}
+				c, err := g.NewChild("b")
+				if err == nil {
+					done := make(chan struct{})
+					go func() { _, _ = c.Stats(); _ = c.Kill(); close(done) }()
+					err = g.Remove()
+					<-done
+				}
+				errs <- err
+			}
+		}()
+	}
+	for i := 0; i < 32; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestRemoveForeignSubgroup: a sub-cgroup that was not made through this
+// package (e.g. by an operator) does not make Remove fail or leak.
+func TestRemoveForeignSubgroup(t *testing.T) {
+	h := requireHost(t)
+	g, err := h.NewGroup(testName(t), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range g.dirs {
+		if err := os.MkdirAll(d+"/x/y", 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range g.dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind", d)
 		}
 	}
 }

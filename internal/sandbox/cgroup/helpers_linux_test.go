@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,8 +146,14 @@ type gatedCmd struct {
 
 func startGated(t testing.TB, argv ...string) *gatedCmd {
 	t.Helper()
+	return startGatedAttr(t, nil, argv...)
+}
+
+func startGatedAttr(t testing.TB, attr *syscall.SysProcAttr, argv ...string) *gatedCmd {
+	t.Helper()
 	script := `read _ && exec "$@"`
 	cmd := exec.Command("/bin/sh", append([]string{"-c", script, "sh"}, argv...)...)
+	cmd.SysProcAttr = attr
 	gate, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
