@@ -341,6 +341,11 @@ func newV2Host(dir, rel string, ctrls []string) *Host {
 	return h
 }
 
+// detectWrite is the cgroupfs write used by enableSubtree. Tests of the
+// detection logic on fake trees replace it with an emulation of the
+// kernel's "no internal processes" rule, which regular files cannot show.
+var detectWrite = writeFile
+
 // enableSubtree makes sure dir delegates ctrls to its children. If dir holds
 // processes the kernel refuses (EBUSY, "no internal processes"); then pid is
 // moved into the leaf dir/supervisor and the write retried once.
@@ -360,17 +365,17 @@ func enableSubtree(dir string, ctrls []string, pid int) (moved bool, err error) 
 		return false, nil
 	}
 	val := strings.Join(todo, " ")
-	err = writeFile(sc, val)
+	err = detectWrite(sc, val)
 	if errors.Is(err, unix.EBUSY) && pid > 0 {
 		leaf := dir + "/" + reservedName
 		if e := unix.Mkdir(leaf, 0o755); e != nil && e != unix.EEXIST {
 			return false, fmt.Errorf("%s holds processes and the leaf %s cannot be created (%v): start codellm in its own (delegated) cgroup", dir, leaf, e)
 		}
-		if e := writeFile(leaf+"/cgroup.procs", strconv.Itoa(pid)); e != nil {
+		if e := detectWrite(leaf+"/cgroup.procs", strconv.Itoa(pid)); e != nil {
 			return false, fmt.Errorf("%s holds processes and pid %d cannot move into %s (%v)", dir, pid, leaf, e)
 		}
 		moved = true
-		err = writeFile(sc, val)
+		err = detectWrite(sc, val)
 		if errors.Is(err, unix.EBUSY) {
 			others, _ := readPids(dir + "/cgroup.procs")
 			return moved, fmt.Errorf("%s still holds other processes %v after moving codellm to %s: cgroup v2 forbids delegating controllers from a cgroup with processes; run codellm alone in its own cgroup (systemd: Delegate=yes)", dir, others, leaf)

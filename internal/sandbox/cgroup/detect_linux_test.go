@@ -2,11 +2,14 @@ package cgroup
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeTree builds a directory tree standing in for cgroupfs plus the
@@ -266,5 +269,88 @@ func TestDetectMissingProcFiles(t *testing.T) {
 	_, err := detectFrom(detectConfig{mountinfo: "/nonexistent/mountinfo", cgroup: "/nonexistent/cgroup"})
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "/nonexistent/mountinfo") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// emulateNoInternalProcesses replaces detectWrite with the kernel's v2
+// rule on a fake tree: enabling controllers in subtree_control fails with
+// EBUSY while the cgroup's cgroup.procs lists processes, and writing a pid
+// to a cgroup.procs moves it there from its sibling parent.
+func emulateNoInternalProcesses(t *testing.T) {
+	old := detectWrite
+	t.Cleanup(func() { detectWrite = old })
+	detectWrite = func(path, val string) error {
+		dir := filepath.Dir(path)
+		switch filepath.Base(path) {
+		case "cgroup.subtree_control":
+			if b, _ := os.ReadFile(dir + "/cgroup.procs"); len(strings.TrimSpace(string(b))) > 0 {
+				return &fs.PathError{Op: "write", Path: path, Err: unix.EBUSY}
+			}
+		case "cgroup.procs":
+			parent := filepath.Dir(dir) + "/cgroup.procs"
+			b, _ := os.ReadFile(parent)
+			var keep []string
+			for _, p := range strings.Fields(string(b)) {
+				if p != val {
+					keep = append(keep, p)
+				}
+			}
+			if err := os.WriteFile(parent, []byte(strings.Join(keep, "\n")), 0o644); err != nil {
+				return err
+			}
+		}
+		return os.WriteFile(path, []byte(val), 0o644)
+	}
+}
+
+func TestDetectV2MovesItselfIntoSupervisorLeaf(t *testing.T) {
+	emulateNoInternalProcesses(t)
+	f := newFakeTree(t)
+	mnt := f.mount("cgroup2", "/", "cg", "rw")
+	own := mnt + "/codellm.service"
+	f.file(own+"/cgroup.controllers", "memory pids cpu\n")
+	f.file(own+"/cgroup.subtree_control", "")
+	f.file(own+"/cgroup.procs", "4242\n")
+	f.cg = []string{"0::/codellm.service"}
+	mi, cg := filepath.Join(f.root, "mountinfo"), filepath.Join(f.root, "cgroup")
+	f.file(mi, strings.Join(f.mi, "\n")+"\n")
+	f.file(cg, strings.Join(f.cg, "\n")+"\n")
+	h, err := detectFrom(detectConfig{mountinfo: mi, cgroup: cg, pid: 4242})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.version != 2 || h.Info().Path != own {
+		t.Fatalf("info %+v", h.Info())
+	}
+	if got := readFileString(t, own+"/supervisor/cgroup.procs"); got != "4242" {
+		t.Errorf("supervisor procs %q", got)
+	}
+	if got := readFileString(t, own+"/cgroup.subtree_control"); got != "+memory +pids +cpu" {
+		t.Errorf("subtree_control %q", got)
+	}
+	if !slices.ContainsFunc(h.Info().Notes, func(s string) bool { return strings.Contains(s, "moved pid 4242") }) {
+		t.Errorf("notes %v", h.Info().Notes)
+	}
+}
+
+func TestDetectV2SharedCgroupExplains(t *testing.T) {
+	emulateNoInternalProcesses(t)
+	f := newFakeTree(t)
+	mnt := f.mount("cgroup2", "/", "cg", "rw")
+	own := mnt + "/session.scope"
+	f.file(own+"/cgroup.controllers", "memory pids\n")
+	f.file(own+"/cgroup.subtree_control", "")
+	f.file(own+"/cgroup.procs", "4242\n77\n")
+	f.cg = []string{"0::/session.scope"}
+	mi, cg := filepath.Join(f.root, "mountinfo"), filepath.Join(f.root, "cgroup")
+	f.file(mi, strings.Join(f.mi, "\n")+"\n")
+	f.file(cg, strings.Join(f.cg, "\n")+"\n")
+	_, err := detectFrom(detectConfig{mountinfo: mi, cgroup: cg, pid: 4242})
+	var ue *UnavailableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("err = %v", err)
+	}
+	if !strings.Contains(ue.V2, "other processes [77]") || !strings.Contains(ue.V2, "Delegate=yes") {
+		t.Errorf("v2 reason %q", ue.V2)
 	}
 }
