@@ -232,17 +232,32 @@ func TestMemoryLimitOOMKills(t *testing.T) {
 
 // TestMemoryLimitIsPerRun: the limit bounds the run as a whole, not each
 // process. One 64 MiB process fits a 96 MiB run; two of them, in separate
-// block groups at the same time, do not.
+// block groups at the same time, do not. Each probe allocates, raises its
+// flag and waits for the other's flag: exiting 0 would prove both held
+// 64 MiB at once.
 func TestMemoryLimitIsPerRun(t *testing.T) {
 	h := requireHost(t)
 	py := python(t)
-	const hold = `import time; b = b"x" * (64 << 20); time.sleep(1)`
+	dir := t.TempDir()
+	const probe = `
+import os, sys, time
+b = b"x" * (64 << 20)
+open(sys.argv[1], "w").close()
+end = time.time() + 30
+while time.time() < end:
+    if os.path.exists(sys.argv[2]):
+        sys.exit(0)
+    time.sleep(0.01)
+sys.exit(3)
+`
 	run := newTestGroup(t, h, Limits{Memory: 96 << 20})
 	one, err := run.NewChild("one")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gc := startGated(t, py, "-c", hold)
+	// Alone, the probe fits (its partner flag is made to exist already).
+	self := filepath.Join(dir, "self")
+	gc := startGated(t, py, "-c", probe, self, self)
 	if err := one.Add(gc.cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
@@ -250,32 +265,36 @@ func TestMemoryLimitIsPerRun(t *testing.T) {
 		t.Fatalf("a single 64 MiB process in a 96 MiB run failed: %v %s", st, out)
 	}
 
-	var gcs []*gatedCmd
-	for _, name := range []string{"a", "b"} {
+	flags := []string{filepath.Join(dir, "a"), filepath.Join(dir, "b")}
+	exits := make(chan *os.ProcessState, 2)
+	for i, name := range []string{"a", "b"} {
 		c, err := run.NewChild(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := startGated(t, py, "-c", hold)
+		g := startGated(t, py, "-c", probe, flags[i], flags[1-i])
 		if err := c.Add(g.cmd.Process.Pid); err != nil {
 			t.Fatal(err)
 		}
-		gcs = append(gcs, g)
-	}
-	for _, g := range gcs {
 		if _, err := g.gate.Write([]byte("go\n")); err != nil {
 			t.Fatal(err)
 		}
+		go func() { _ = g.cmd.Wait(); exits <- g.cmd.ProcessState }()
 	}
-	killed := 0
-	for _, g := range gcs {
-		st, _ := g.wait(t)
-		if ws := st.Sys().(syscall.WaitStatus); ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-			killed++
-		}
-	}
-	if killed == 0 {
+	first := <-exits
+	if first.Success() {
 		t.Fatal("two 64 MiB processes coexisted in a 96 MiB run")
+	}
+	// The survivor (if the OOM killer left one) would wait for a partner
+	// that is gone: end it.
+	if err := run.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if second := <-exits; second.Success() {
+		t.Fatal("two 64 MiB processes coexisted in a 96 MiB run")
+	}
+	if ws := first.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("first exit %v, want SIGKILL by the OOM killer", first)
 	}
 	if s, err := run.Stats(); err != nil || s.OOMKills < 1 {
 		t.Errorf("stats %+v, %v", s, err)
