@@ -184,3 +184,5 @@ func (tr *testRunner) exec(session string, req ExecuteRequest) *ExecuteResponse 
 func code(lang, src string) ExecuteRequest {
 	return ExecuteRequest{Language: lang, Version: "*", Files: []File{{Content: ptr(src)}}}
 }
+
+func newPool(n int, wait time.Duration) *slots.Pool { return slots.New(n, wait) }
