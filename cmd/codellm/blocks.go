@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/codellm/codellm/internal/markdown"
+)
+
+// cmdBlocks lists a body's blocks with the program each resolves to, or why it does not.
+func cmdBlocks(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("blocks", "blocks [flags] FILE.md|-", stderr)
+	var ef execFlags
+	ef.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	set, code := parse(fs, args, nil)
+	if code >= 0 {
+		return code
+	}
+	ef.set = set
+	ef.sandboxMode = "off" // listing runs nothing; do not probe the sandbox
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "codellm blocks: want exactly one FILE.md (or - for stdin)")
+		return 2
+	}
+	log, err := ef.logger(io.Discard)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)
+		return 2
+	}
+	body, err := readBody(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)
+		return 1
+	}
+	ecfg, _, err := ef.build(log)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)
+		return 1
+	}
+	blocks, err := markdown.Extract([]markdown.Source{{Message: 0, Text: body}})
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)
+		return 1
+	}
+	type row struct {
+		Index   int    `json:"index"`
+		Line    int    `json:"line"`
+		Lang    string `json:"lang"`
+		Program string `json:"program"`
+		Error   string `json:"error,omitempty"`
+		Code    string `json:"code"`
+	}
+	rows := make([]row, len(blocks))
+	bad := 0
+	for i, b := range blocks {
+		rows[i] = row{Index: b.Index, Line: b.Line, Lang: b.Label, Code: b.Code}
+		r, err := ecfg.Programs.ResolveOne(b)
+		if err != nil {
+			rows[i].Error = err.Error()
+			bad++
+		} else {
+			rows[i].Program = r.Interp.Name
+		}
+	}
+	if *asJSON {
+		writeJSON(stdout, map[string]any{"blocks": rows})
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "BLOCK\tLINE\tLABEL\tPROGRAM\tERROR")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", r.Index+1, r.Line, r.Lang, r.Program, r.Error)
+		}
+		tw.Flush()
+		if len(rows) == 0 {
+			fmt.Fprintln(stdout, "(no fenced code blocks)")
+		}
+	}
+	if bad > 0 {
+		return 1
+	}
+	return 0
+}

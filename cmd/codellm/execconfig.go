@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/interp"
+	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/slots"
+)
+
+// execFlags are the execution settings shared by serve, run, blocks and doctor, so that `codellm run`
+// behaves exactly like the service with the same flags.
+type execFlags struct {
+	allowed       string
+	interpreters  string
+	sandboxMode   string
+	network       bool
+	timeout       time.Duration
+	maxOutput     byteSize
+	maxStderr     byteSize
+	maxBlocks     int
+	maxConcurrent int
+	queueTimeout  time.Duration
+	exposeEnv     listFlag
+	exposePrefix  prefixFlag
+	memory        byteSize
+	pids          int
+	cpuTime       time.Duration
+	tmpSize       byteSize
+	workDir       string
+	logFormat     string
+	logLevel      string
+
+	set map[string]bool // which flags were given (flag or environment)
+}
+
+func (f *execFlags) register(fs *flag.FlagSet) {
+	f.maxOutput = 1 << 20
+	f.maxStderr = 64 << 10
+	f.memory = byteSize(sandbox.DefaultMemory)
+	f.tmpSize = byteSize(sandbox.DefaultTmpSize)
+	fs.StringVar(&f.allowed, "allowed-programs", "", "comma-separated canonical program names to enable (absent: every installed interpreter; empty: execution disabled)")
+	fs.StringVar(&f.interpreters, "interpreters", "", "JSON file replacing the embedded interpreter registry")
+	fs.StringVar(&f.sandboxMode, "sandbox", "native", "sandbox mode: native (every mechanism or refuse), besteffort, off")
+	fs.BoolVar(&f.network, "network", false, "give blocks network access (default: an empty network namespace)")
+	fs.DurationVar(&f.timeout, "timeout", 300*time.Second, "whole-run timeout (requests may lower it)")
+	fs.Var(&f.maxOutput, "max-output-bytes", "cap on captured stdout per block (default 1MiB)")
+	fs.Var(&f.maxStderr, "max-stderr-bytes", "captured stderr per block; the last bytes are kept (default 64KiB)")
+	fs.IntVar(&f.maxBlocks, "max-blocks", 64, "maximum code blocks per request")
+	fs.IntVar(&f.maxConcurrent, "max-concurrent", 2*runtime.NumCPU(), "maximum concurrent runs")
+	fs.DurationVar(&f.queueTimeout, "queue-timeout", 30*time.Second, "how long a run waits for a slot before 429")
+	fs.Var(&f.exposeEnv, "expose-env", "expose this variable of codellm's environment to every block (repeatable, comma-separated)")
+	fs.Var(&f.exposePrefix, "expose-env-prefix", "expose variables with this prefix (repeatable; CODELLM_* never)")
+	fs.Var(&f.memory, "memory-limit", "memory limit per run, all blocks together, swap included (default 512MiB)")
+	fs.IntVar(&f.pids, "pids-limit", sandbox.DefaultPids, "maximum tasks (processes and threads) per run")
+	fs.DurationVar(&f.cpuTime, "cpu-time-limit", 0, "CPU time limit per process (RLIMIT_CPU backstop; 0: only the wall-clock timeout)")
+	fs.Var(&f.tmpSize, "tmp-size", "size of each block's private scratch filesystems (default 64MiB)")
+	fs.StringVar(&f.workDir, "work-dir", "", "parent directory of per-run workdirs (default: the system temp dir)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+func (f *execFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch f.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+}
+
+func (f *execFlags) sandboxConfig(log *slog.Logger) (sandbox.Config, error) {
+	mode, err := sandbox.ParseMode(f.sandboxMode)
+	if err != nil {
+		return sandbox.Config{}, err
+	}
+	if f.pids < 0 || f.memory < 0 || f.tmpSize < 0 {
+		return sandbox.Config{}, errors.New("sandbox limits must not be negative")
+	}
+	return sandbox.Config{
+		Mode:    mode,
+		Network: f.network,
+		Logger:  log,
+		Limits: sandbox.Limits{
+			Memory:  int64(f.memory),
+			Pids:    f.pids,
+			CPUTime: f.cpuTime,
+			TmpSize: int64(f.tmpSize),
+		},
+	}, nil
+}
+
+// build turns the flags into a sandbox and an engine configuration. Every mistake is a startup error that
+// names the flag or entry.
+func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, error) {
+	var ecfg engine.Config
+	reg := interp.Builtin()
+	if f.interpreters != "" {
+		r, err := interp.LoadFile(f.interpreters)
+		if err != nil {
+			return ecfg, nil, fmt.Errorf("--interpreters: %w", err)
+		}
+		reg = r
+	}
+	var allowed []string
+	if f.set["allowed-programs"] {
+		allowed = interp.ParseAllowed(f.allowed, true)
+	}
+	programs, err := interp.Enable(reg, allowed, nil)
+	if err != nil {
+		return ecfg, nil, fmt.Errorf("--allowed-programs: %w", err)
+	}
+	exposed, err := interp.Exposed(os.Environ(), f.exposeEnv, f.exposePrefix, reg)
+	if err != nil {
+		return ecfg, nil, err
+	}
+	if f.timeout <= 0 {
+		return ecfg, nil, fmt.Errorf("--timeout must be positive, got %v", f.timeout)
+	}
+	if f.maxBlocks < 1 {
+		return ecfg, nil, fmt.Errorf("--max-blocks must be at least 1, got %d", f.maxBlocks)
+	}
+	if f.maxConcurrent < 1 {
+		return ecfg, nil, fmt.Errorf("--max-concurrent must be at least 1, got %d", f.maxConcurrent)
+	}
+	if f.maxOutput < 1 {
+		return ecfg, nil, fmt.Errorf("--max-output-bytes must be positive")
+	}
+	scfg, err := f.sandboxConfig(log)
+	if err != nil {
+		return ecfg, nil, err
+	}
+	sb, err := sandbox.New(scfg)
+	if err != nil {
+		return ecfg, nil, fmt.Errorf("sandbox: %w", err)
+	}
+	switch sb.Mode() {
+	case sandbox.ModeOff:
+		log.Warn("sandbox is OFF (--sandbox off): blocks run unconfined as codellm's own user; use only where the container is the boundary")
+	case sandbox.ModeBestEffort:
+		if rep := sb.Report(); len(rep.Missing) > 0 {
+			log.Warn("sandbox besteffort: some mechanisms are missing and will not be applied", "missing", fmt.Sprint(rep.Missing))
+		}
+	}
+	if f.network {
+		log.Warn("network access is enabled for blocks (--network)")
+	}
+	log.Info("programs enabled", "programs", fmt.Sprint(programs.Names()), "sandbox", string(sb.Mode()))
+	ecfg = engine.Config{
+		Programs: programs,
+		Exposed:  exposed,
+		Pipeline: pipeline.Config{
+			Sandbox:        sb,
+			WorkRoot:       f.workDir,
+			MaxOutputBytes: int64(f.maxOutput),
+			MaxStderrBytes: int64(f.maxStderr),
+		},
+		Slots:     slots.New(f.maxConcurrent, f.queueTimeout),
+		Timeout:   f.timeout,
+		MaxBlocks: f.maxBlocks,
+	}
+	return ecfg, sb, nil
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// envName maps a flag name to its environment variable: CODELLM_ + upper snake case.
+func envName(flagName string) string {
+	return "CODELLM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets every flag not given on the command line from its CODELLM_ variable (or an alias), so
+// that each flag can be configured either way and the command line wins. It reports which flags ended up
+// set (from either source), which matters for flags whose absence differs from an empty value
+// (--allowed-programs).
+func applyEnv(fs *flag.FlagSet, aliases map[string][]string) (map[string]bool, error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		names := append([]string{envName(f.Name)}, aliases[f.Name]...)
+		for _, n := range names {
+			v, ok := os.LookupEnv(n)
+			if !ok {
+				continue
+			}
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %v", n, v, e)
+				return
+			}
+			set[f.Name] = true
+			return
+		}
+	})
+	return set, err
+}
+
+// listFlag is a repeatable flag whose values may also be comma-separated.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
+// prefixFlag is a repeatable flag of non-empty prefixes (an empty prefix would expose everything).
+type prefixFlag []string
+
+func (l *prefixFlag) String() string { return strings.Join(*l, ",") }
+func (l *prefixFlag) Set(v string) error {
+	if v == "" {
+		return fmt.Errorf("an empty prefix would expose the whole environment")
+	}
+	*l = append(*l, v)
+	return nil
+}
+
+// byteSize is a size flag accepting plain bytes or a binary/decimal suffix (64MiB, 1GiB, 512K, 10MB).
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *byteSize) Set(v string) error {
+	n, err := parseByteSize(v)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+func parseByteSize(v string) (int64, error) {
+	s := strings.TrimSpace(v)
+	i := strings.IndexFunc(s, func(r rune) bool { return !unicode.IsDigit(r) })
+	num, unit := s, ""
+	if i >= 0 {
+		num, unit = s[:i], strings.TrimSpace(s[i:])
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || num == "" {
+		return 0, fmt.Errorf("invalid size %q (want bytes or a suffix such as 64MiB)", v)
+	}
+	mult := map[string]int64{"": 1, "b": 1,
+		"k": 1 << 10, "kb": 1000, "kib": 1 << 10,
+		"m": 1 << 20, "mb": 1000 * 1000, "mib": 1 << 20,
+		"g": 1 << 30, "gb": 1000 * 1000 * 1000, "gib": 1 << 30}[strings.ToLower(unit)]
+	if mult == 0 {
+		return 0, fmt.Errorf("invalid size unit in %q (use B, KiB, MiB, GiB, KB, MB or GB)", v)
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("size %q is too large", v)
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/markdown"
+	"github.com/codellm/codellm/internal/pipeline"
+)
+
+// readBody reads a markdown body from a file or "-" (stdin).
+func readBody(name string) (string, error) {
+	var b []byte
+	var err error
+	if name == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(name)
+	}
+	return string(b), err
+}
+
+// cmdRun runs a markdown body through exactly the service's pipeline and sandbox, so role authors can try
+// a role locally. Exit status: 0 success, 1 the run or its output failed (message on stderr), 2 usage.
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("run", "run [flags] FILE.md|-", stderr)
+	var ef execFlags
+	ef.register(fs)
+	changes := fs.Bool("changes", false, "print the raw {changes, answer} output instead of tool calls")
+	inputFile := fs.String("input", "", "JSON file with the fleet_input bag (written to $FLEET_INPUT; default {})")
+	set, code := parse(fs, args, nil)
+	if code >= 0 {
+		return code
+	}
+	ef.set = set
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "codellm run: want exactly one FILE.md (or - for stdin)")
+		return 2
+	}
+	log, err := ef.logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm run: %v\n", err)
+		return 2
+	}
+	body, err := readBody(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm run: %v\n", err)
+		return 1
+	}
+	var bag []byte
+	if *inputFile != "" {
+		bag, err = os.ReadFile(*inputFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "codellm run: --input: %v\n", err)
+			return 1
+		}
+		if !json.Valid(bag) {
+			fmt.Fprintf(stderr, "codellm run: --input %s is not valid JSON\n", *inputFile)
+			return 1
+		}
+	}
+	ecfg, _, err := ef.build(log)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm run: %v\n", err)
+		return 1
+	}
+	eng := engine.New(ecfg, nil)
+	resolved, err := eng.Plan([]markdown.Source{{Message: 0, Text: body}})
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm run: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	res, _, err := eng.Run(ctx, engine.RunRequest{Resolved: resolved, Input: bag})
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm run: %v\n", err)
+		return 1
+	}
+	if res.Err != nil {
+		printStderrs(stderr, res)
+		fmt.Fprintf(stderr, "codellm run: %s (%s)\n", res.Err.Message, res.Err.Code)
+		return 1
+	}
+	if *changes {
+		if _, err := contract.Parse(res.Stdout); err != nil {
+			fmt.Fprintf(stderr, "codellm run: %v\n", err)
+			return 1
+		}
+		stdout.Write(res.Stdout)
+		return 0
+	}
+	calls, err := engine.Answer(res.Stdout, nil)
+	if err != nil {
+		var bo *contract.BadOutputError
+		if errors.As(err, &bo) {
+			fmt.Fprintf(stderr, "codellm run: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "codellm run: %v\n", err)
+		return 1
+	}
+	return writeJSON(stdout, toolCallsJSON(calls))
+}
+
+// printStderrs shows each block's captured stderr, which is what an author debugging a role needs.
+func printStderrs(w io.Writer, res *pipeline.Result) {
+	for _, b := range res.Blocks {
+		if len(b.Stderr) > 0 {
+			fmt.Fprintf(w, "--- block %d/%d (%s) stderr ---\n%s\n", b.Index+1, len(res.Blocks), b.Program, b.Stderr)
+		}
+	}
+}
+
+type wireCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// toolCallsJSON renders calls exactly as they appear in a completion's message.tool_calls.
+func toolCallsJSON(calls []contract.ToolCall) []wireCall {
+	out := make([]wireCall, len(calls))
+	for i, c := range calls {
+		out[i].ID, out[i].Type = c.ID, "function"
+		out[i].Function.Name, out[i].Function.Arguments = c.Name, c.Arguments
+	}
+	return out
+}
+
+func writeJSON(w io.Writer, v any) int {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return 1
+	}
+	return 0
+}

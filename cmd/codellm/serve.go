@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/codellm/codellm/internal/server"
+)
+
+// newFlagSet returns a FlagSet whose --help prints the command's usage and flags to stderr.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: codellm %s\n\nFlags (each also readable from CODELLM_<FLAG_NAME>):\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args and applies the environment; it returns an exit code > 0 on failure (0 for --help).
+func parse(fs *flag.FlagSet, args []string, aliases map[string][]string) (map[string]bool, int) {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil, 0
+		}
+		return nil, 2
+	}
+	set, err := applyEnv(fs, aliases)
+	if err != nil {
+		fmt.Fprintf(fs.Output(), "codellm %s: %v\n", fs.Name(), err)
+		return nil, 2
+	}
+	return set, -1
+}
+
+func cmdServe(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("serve", "serve [flags]", stderr)
+	var ef execFlags
+	ef.register(fs)
+	var cfg server.Config
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "listen address (non-loopback needs --api-key, --client-ca or --insecure-public)")
+	fs.StringVar(&cfg.APIKey, "api-key", "", "require Authorization: Bearer <key> (prefer CODELLM_API_KEY: flags show in process listings)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key file")
+	fs.StringVar(&cfg.ClientCA, "client-ca", "", "CA file: require client certificates signed by it (mutual TLS)")
+	fs.BoolVar(&cfg.InsecurePublic, "insecure-public", false, "allow a non-loopback listener without authentication (logged as a warning)")
+	fs.BoolVar(&cfg.DebugExtension, "debug-extension", false, "honour the x_codellm_debug request field (exposes block output to callers)")
+	var maxBody byteSize = 10 << 20
+	fs.Var(&maxBody, "max-body-bytes", "maximum request body (default 10MiB)")
+	var debugListen string
+	fs.StringVar(&debugListen, "debug-listen", "", "loopback address of the step debugger (empty: off)")
+	set, code := parse(fs, args, nil)
+	if code >= 0 {
+		return code
+	}
+	ef.set = set
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "codellm serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	log, err := ef.logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
+		return 2
+	}
+	ecfg, sb, err := ef.build(log)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
+		return 1
+	}
+	cfg.MaxBodyBytes = int64(maxBody)
+	cfg.Logger = log
+	cfg.Version = version
+	cfg.Network = ef.network
+	srv, err := server.New(cfg, ecfg, sb)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	dbg, err := startDebugger(ctx, debugListen, srv, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
+		return 1
+	}
+	log.Info("codellm serving", "listen", cfg.Listen, "version", version, "tls", cfg.TLSCert != "",
+		"auth", cfg.APIKey != "" || cfg.ClientCA != "")
+	err = srv.ListenAndServe(ctx)
+	if dbg != nil {
+		dbg()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
+		return 1
+	}
+	log.Info("codellm stopped")
+	return 0
+}

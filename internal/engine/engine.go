@@ -1,0 +1,216 @@
+// Package engine turns markdown into a finished run: it extracts the fenced blocks, resolves them against
+// the enabled interpreters, takes an execution slot, runs them as a pipeline in the sandbox and parses the
+// last block's stdout into tool calls. The HTTP service, `codellm run` and the step debugger all go through
+// it, so the three can never disagree about what a body means.
+//
+// Errors are typed (the packages' own error types plus the sentinels below); the HTTP layer maps them to the
+// OpenAI error envelope in one place (internal/server).
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/interp"
+	"github.com/codellm/codellm/internal/markdown"
+	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/slots"
+)
+
+// ErrNoCodeBlocks: no scanned message holds a fenced block (422 no_code_blocks).
+var ErrNoCodeBlocks = errors.New("no fenced code block found in system or user messages")
+
+// TooManyBlocksError: more blocks than --max-blocks (400 too_many_blocks).
+type TooManyBlocksError struct{ Got, Limit int }
+
+func (e *TooManyBlocksError) Error() string {
+	return fmt.Sprintf("%d code blocks exceed the limit of %d", e.Got, e.Limit)
+}
+
+// SandboxUnavailableError: the startup self-check failed in native mode, so nothing may run (422
+// sandbox_unavailable).
+type SandboxUnavailableError struct{ Reason string }
+
+func (e *SandboxUnavailableError) Error() string {
+	return "sandbox unavailable: " + e.Reason
+}
+
+// Config is everything a run needs that does not come from the request.
+type Config struct {
+	Programs  *interp.Programs
+	Exposed   []string // NAME=value pairs exposed to every block (--expose-env, --expose-env-prefix)
+	Pipeline  pipeline.Config
+	Slots     *slots.Pool
+	Timeout   time.Duration // server maximum run timeout (--timeout)
+	MaxBlocks int
+}
+
+// Engine runs bodies. It is safe for concurrent use.
+type Engine struct {
+	cfg   Config
+	ready func() (ok bool, reason string)
+}
+
+// New returns an engine. ready reports the startup self-check; nil means always ready.
+func New(cfg Config, ready func() (bool, string)) *Engine {
+	if ready == nil {
+		ready = func() (bool, string) { return true, "" }
+	}
+	return &Engine{cfg: cfg, ready: ready}
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Extract finds the blocks of the given messages and enforces the block count (§3).
+func (e *Engine) Extract(sources []markdown.Source) ([]markdown.Block, error) {
+	blocks, err := markdown.Extract(sources)
+	if err != nil {
+		return nil, err
+	}
+	if e.cfg.MaxBlocks > 0 && len(blocks) > e.cfg.MaxBlocks {
+		return nil, &TooManyBlocksError{Got: len(blocks), Limit: e.cfg.MaxBlocks}
+	}
+	if len(blocks) == 0 {
+		return nil, ErrNoCodeBlocks
+	}
+	return blocks, nil
+}
+
+// Plan extracts and resolves every block; nothing runs if any step fails (§2.1 steps 6–8).
+func (e *Engine) Plan(sources []markdown.Source) ([]interp.Resolved, error) {
+	blocks, err := e.Extract(sources)
+	if err != nil {
+		return nil, err
+	}
+	resolved, err := e.cfg.Programs.Resolve(blocks)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.CheckSandbox(); err != nil {
+		return nil, err
+	}
+	return resolved, nil
+}
+
+// CheckSandbox refuses to run in native mode when the startup self-check failed.
+func (e *Engine) CheckSandbox() error {
+	if e.cfg.Pipeline.Sandbox == nil || e.cfg.Pipeline.Sandbox.Mode() != sandbox.ModeNative {
+		return nil
+	}
+	if ok, reason := e.ready(); !ok {
+		return &SandboxUnavailableError{Reason: reason}
+	}
+	return nil
+}
+
+// Steps converts resolved blocks into pipeline steps.
+func (e *Engine) Steps(resolved []interp.Resolved) []pipeline.Step {
+	steps := make([]pipeline.Step, len(resolved))
+	for i, r := range resolved {
+		in := r.Interp
+		steps[i] = pipeline.Step{
+			Lang:    r.Block.Label,
+			Program: in.Name,
+			Path:    r.Path,
+			Args:    append([]string(nil), in.Cmd...),
+			Ext:     in.Ext,
+			Code:    r.Block.Code,
+			Env: func(dir string) []string {
+				return interp.Env(dir, in, e.cfg.Exposed)
+			},
+		}
+	}
+	return steps
+}
+
+// EffectiveTimeout applies a request's timeout_seconds: 0 means the server maximum, larger values are
+// clamped to it (a request never extends the server maximum).
+func (e *Engine) EffectiveTimeout(seconds int) time.Duration {
+	max := e.cfg.Timeout
+	if seconds <= 0 {
+		return max
+	}
+	d := time.Duration(seconds) * time.Second
+	if max > 0 && d > max {
+		return max
+	}
+	return d
+}
+
+// RunRequest describes one execution.
+type RunRequest struct {
+	Resolved []interp.Resolved
+	Input    []byte // the bag; nil = "{}"
+	Stdin    []byte // first block's stdin (debugger only)
+	Timeout  time.Duration
+	Tap      bool
+}
+
+// RunInfo reports how the run went besides its result.
+type RunInfo struct {
+	QueueWait time.Duration
+	Duration  time.Duration
+}
+
+// Run takes a slot (slots.ErrBusy after the queue timeout) and runs the pipeline. The returned result is
+// never nil when err is nil; its Err field carries execution failures.
+func (e *Engine) Run(ctx context.Context, rr RunRequest) (*pipeline.Result, RunInfo, error) {
+	var info RunInfo
+	if e.cfg.Slots != nil {
+		release, waited, err := e.cfg.Slots.Acquire(ctx)
+		info.QueueWait = waited
+		if err != nil {
+			return nil, info, err
+		}
+		defer release()
+	}
+	timeout := rr.Timeout
+	if timeout <= 0 {
+		timeout = e.cfg.Timeout
+	}
+	start := time.Now()
+	res := pipeline.Run(ctx, e.cfg.Pipeline, pipeline.Request{
+		Steps:   e.Steps(rr.Resolved),
+		Input:   rr.Input,
+		Stdin:   rr.Stdin,
+		Timeout: timeout,
+		Tap:     rr.Tap,
+	})
+	info.Duration = time.Since(start)
+	return res, info, nil
+}
+
+// Answer parses a successful run's stdout and checks the offered tools (§9, §10.2).
+func Answer(stdout []byte, offered []string) ([]contract.ToolCall, error) {
+	out, err := contract.Parse(stdout)
+	if err != nil {
+		return nil, err
+	}
+	if err := contract.CheckTools(offered, out); err != nil {
+		return nil, err
+	}
+	return out.ToolCalls(), nil
+}
+
+// RunEmpty runs an empty code file of the named program: the startup self-check (§1.3). It bypasses the
+// slot pool so that a busy server can still re-check itself.
+func (e *Engine) RunEmpty(ctx context.Context, program string) (*pipeline.Result, error) {
+	in, ok := e.cfg.Programs.Registry().ByName(program)
+	if !ok || len(in.Labels) == 0 || e.cfg.Programs.Path(program) == "" {
+		return nil, fmt.Errorf("program %q is not enabled", program)
+	}
+	resolved, err := e.cfg.Programs.Resolve([]markdown.Block{{Label: in.Labels[0]}})
+	if err != nil {
+		return nil, err
+	}
+	timeout := 30 * time.Second
+	if e.cfg.Timeout > 0 && e.cfg.Timeout < timeout {
+		timeout = e.cfg.Timeout
+	}
+	return pipeline.Run(ctx, e.cfg.Pipeline, pipeline.Request{Steps: e.Steps(resolved), Timeout: timeout}), nil
+}

@@ -1,0 +1,673 @@
+// Package server is codellm's HTTP service: the OpenAI-compatible chat endpoint (openai-contract §1–§13),
+// models, health, readiness and metrics, with authentication, the listener safety rule, TLS/mTLS, request
+// logging and graceful shutdown. It owns no execution logic: requests go through internal/engine, and
+// errors become the OpenAI envelope in exactly one place (apiError).
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/interp"
+	"github.com/codellm/codellm/internal/listen"
+	"github.com/codellm/codellm/internal/metrics"
+	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/sandbox"
+)
+
+// Config holds the service's own settings; execution settings live in engine.Config.
+type Config struct {
+	Listen         string
+	APIKey         string
+	TLSCert        string
+	TLSKey         string
+	ClientCA       string
+	InsecurePublic bool
+	DebugExtension bool          // honour x_codellm_debug (§13)
+	MaxBodyBytes   int64         // --max-body-bytes (default 10 MiB)
+	RetryAfter     time.Duration // Retry-After on 429 (default 5 s)
+	KillGrace      time.Duration // added to the run timeout when draining (default 5 s)
+	Logger         *slog.Logger
+	Version        string
+	Network        bool // reported by /readyz
+}
+
+// Server is one codellm service instance.
+type Server struct {
+	cfg      Config
+	eng      *engine.Engine
+	sb       *sandbox.Sandbox
+	programs *interp.Programs
+	metrics  *metrics.Service
+	log      *slog.Logger
+	handler  http.Handler
+
+	draining atomic.Bool
+	check    atomic.Pointer[selfCheck]
+
+	// extra routes registered by other components on the main listener (the runner API).
+	mu     sync.Mutex
+	routes map[string]map[string]routeHandler
+}
+
+type selfCheck struct {
+	done   bool
+	ok     bool
+	reason string
+}
+
+type routeHandler struct {
+	name string // route label for metrics
+	auth bool
+	h    func(w http.ResponseWriter, r *http.Request, rl *reqLog)
+}
+
+// New validates the configuration (listener safety, TLS files) and builds the service. ecfg is the
+// execution configuration; the engine is created here so that it sees this server's self-check.
+func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 10 << 20
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = 5 * time.Second
+	}
+	if cfg.KillGrace <= 0 {
+		cfg.KillGrace = 5 * time.Second
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:8080"
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key must be given together")
+	}
+	if cfg.ClientCA != "" && cfg.TLSCert == "" {
+		return nil, errors.New("--client-ca requires --tls-cert and --tls-key (mutual TLS needs a TLS listener)")
+	}
+	if err := listen.CheckPublic(cfg.Listen, cfg.APIKey != "" || cfg.ClientCA != "", cfg.InsecurePublic); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, sb: sb, programs: ecfg.Programs, log: cfg.Logger}
+	s.check.Store(&selfCheck{reason: "startup self-check has not finished"})
+	s.eng = engine.New(ecfg, s.sandboxReady)
+	if ecfg.Slots != nil {
+		s.metrics = metrics.NewService(func() float64 { return float64(ecfg.Slots.InFlight()) })
+	} else {
+		s.metrics = metrics.NewService(func() float64 { return 0 })
+	}
+	s.routes = map[string]map[string]routeHandler{
+		"/v1/chat/completions": {http.MethodPost: {"chat", true, s.handleChat}},
+		"/v1/models":           {http.MethodGet: {"models", true, s.handleModels}},
+		"/healthz":             {http.MethodGet: {"healthz", false, s.handleHealthz}},
+		"/readyz":              {http.MethodGet: {"readyz", false, s.handleReadyz}},
+		"/metrics":             {http.MethodGet: {"metrics", true, s.handleMetrics}},
+	}
+	s.handler = http.HandlerFunc(s.serveHTTP)
+	if cfg.InsecurePublic && !listen.IsLoopback(cfg.Listen) && cfg.APIKey == "" && cfg.ClientCA == "" {
+		s.log.Warn("serving unauthenticated on a public address (--insecure-public): anyone who can reach it can run code",
+			"listen", cfg.Listen)
+	}
+	return s, nil
+}
+
+// Engine returns the server's engine (shared with the debugger and the runner API).
+func (s *Server) Engine() *engine.Engine { return s.eng }
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *metrics.Service { return s.metrics }
+
+// Handler returns the main listener's handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Route registers an extra handler on the main listener behind the same authentication (used by the
+// runner API). pattern is an exact path or a prefix ending in "/". Register before serving.
+func (s *Server) Route(method, pattern, name string, h http.HandlerFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.routes[pattern] == nil {
+		s.routes[pattern] = map[string]routeHandler{}
+	}
+	s.routes[pattern][method] = routeHandler{name: name, auth: true, h: func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+		h(w, r)
+	}}
+}
+
+func (s *Server) lookup(path string) (map[string]routeHandler, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.routes[path]; ok {
+		return m, true
+	}
+	// Longest prefix route ending in "/".
+	best := ""
+	for p := range s.routes {
+		if strings.HasSuffix(p, "/") && strings.HasPrefix(path, p) && len(p) > len(best) {
+			best = p
+		}
+	}
+	if best != "" {
+		return s.routes[best], true
+	}
+	return nil, false
+}
+
+// reqLog collects what the request log line and the metrics report.
+type reqLog struct {
+	route    string
+	status   int
+	code     string
+	model    string
+	id       string
+	blocks   int
+	programs []string
+	exits    []string
+	queue    time.Duration
+	run      time.Duration
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	rl := &reqLog{route: "unknown"}
+	defer func() {
+		if sw.status == 0 {
+			sw.status = 499 // the handler wrote nothing: the client went away
+		}
+		rl.status = sw.status
+		s.metrics.HTTPRequests.WithLabelValues(rl.route, fmt.Sprint(rl.status), rl.code).Inc()
+		s.logRequest(r, rl, time.Since(start))
+	}()
+	methods, ok := s.lookup(r.URL.Path)
+	if !ok {
+		s.fail(sw, rl, openai.NewError(http.StatusNotFound, "not_found", "no route for %s %s", r.Method, r.URL.Path))
+		return
+	}
+	rh, ok := methods[r.Method]
+	if !ok && r.Method == http.MethodHead {
+		rh, ok = methods[http.MethodGet]
+	}
+	if !ok {
+		allow := make([]string, 0, len(methods))
+		for m := range methods {
+			allow = append(allow, m)
+		}
+		sort.Strings(allow)
+		e := openai.NewError(http.StatusMethodNotAllowed, "method_not_allowed", "method %s is not allowed on %s (allowed: %s)",
+			r.Method, r.URL.Path, strings.Join(allow, ", "))
+		e.Header = http.Header{"Allow": []string{strings.Join(allow, ", ")}}
+		s.fail(sw, rl, e)
+		return
+	}
+	rl.route = rh.name
+	if rh.auth && !s.authorized(r) {
+		e := openai.NewError(http.StatusUnauthorized, "invalid_api_key", "missing or invalid API key (send Authorization: Bearer <key>)")
+		e.Header = http.Header{"Www-Authenticate": []string{"Bearer"}}
+		s.fail(sw, rl, e)
+		return
+	}
+	rh.h(sw, r, rl)
+}
+
+// authorized checks the bearer key in constant time. Without a key the header is ignored (mTLS, if
+// configured, was already enforced by the TLS handshake).
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.APIKey == "" {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return false
+	}
+	tok := h[len(prefix):]
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.APIKey)) == 1
+}
+
+func (s *Server) fail(w http.ResponseWriter, rl *reqLog, e *openai.Error) {
+	rl.code = e.Code
+	if e.Status == 499 {
+		return // nobody to answer
+	}
+	openai.WriteError(w, e)
+}
+
+func (s *Server) logRequest(r *http.Request, rl *reqLog, d time.Duration) {
+	attrs := []any{"method", r.Method, "path", r.URL.Path, "route", rl.route, "status", rl.status,
+		"duration_ms", d.Milliseconds()}
+	if rl.id != "" {
+		attrs = append(attrs, "id", rl.id)
+	}
+	if rl.code != "" {
+		attrs = append(attrs, "code", rl.code)
+	}
+	if rl.route == "chat" {
+		attrs = append(attrs, "model", rl.model, "blocks", rl.blocks, "programs", strings.Join(rl.programs, ","),
+			"exits", strings.Join(rl.exits, ","), "queue_ms", rl.queue.Milliseconds(), "run_ms", rl.run.Milliseconds())
+	}
+	level := slog.LevelInfo
+	if rl.status >= 500 {
+		level = slog.LevelError
+	}
+	s.log.Log(context.Background(), level, "request", attrs...)
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok")
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(openai.Models())
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	s.metrics.Handler().ServeHTTP(w, r)
+}
+
+// Readiness is the /readyz body.
+type Readiness struct {
+	Ready    bool            `json:"ready"`
+	Sandbox  string          `json:"sandbox"`
+	Programs []string        `json:"programs"`
+	Reason   string          `json:"reason"`
+	Network  bool            `json:"network"`
+	Draining bool            `json:"draining,omitempty"`
+	Report   *sandbox.Report `json:"mechanisms,omitempty"`
+}
+
+// Readiness reports the current readiness.
+func (s *Server) Readiness() Readiness {
+	c := s.check.Load()
+	rd := Readiness{Ready: c.done && c.ok, Reason: c.reason, Network: s.cfg.Network, Programs: []string{}}
+	if s.programs != nil {
+		rd.Programs = s.programs.Names()
+	}
+	if s.sb != nil {
+		rd.Sandbox = string(s.sb.Mode())
+		rep := s.sb.Report()
+		rd.Report = &rep
+	}
+	if s.draining.Load() {
+		rd.Ready, rd.Draining, rd.Reason = false, true, "shutting down"
+	}
+	return rd
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	rd := s.Readiness()
+	status := http.StatusOK
+	if !rd.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	openai.WriteJSON(w, status, rd)
+}
+
+func (s *Server) sandboxReady() (bool, string) {
+	c := s.check.Load()
+	if !c.done {
+		// Before the first self-check finishes we do not know yet; the request path runs it on demand.
+		return true, ""
+	}
+	return c.ok, c.reason
+}
+
+// SelfCheck runs an empty file of every enabled interpreter under the configured sandbox and records the
+// result for /readyz and for native-mode refusals (§1.3). A failure never stops the process.
+func (s *Server) SelfCheck(ctx context.Context) {
+	names := []string{}
+	if s.programs != nil {
+		names = s.programs.Names()
+	}
+	reason := ""
+	for _, name := range names {
+		res, err := s.eng.RunEmpty(ctx, name)
+		if err != nil {
+			reason = fmt.Sprintf("self-check of %s failed: %v", name, err)
+			break
+		}
+		if res.Err != nil {
+			reason = fmt.Sprintf("self-check of %s failed: %s", name, res.Err.Message)
+			break
+		}
+	}
+	if reason != "" {
+		s.log.Error("sandbox self-check failed", "reason", reason)
+	} else {
+		s.log.Info("sandbox self-check passed", "programs", strings.Join(names, ","))
+	}
+	s.check.Store(&selfCheck{done: true, ok: reason == "", reason: reason})
+}
+
+// ListenAndServe listens on cfg.Listen and serves until ctx is cancelled, then shuts down gracefully.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// TLSConfig builds the TLS configuration (nil without --tls-cert).
+func (s *Server) TLSConfig() (*tls.Config, error) {
+	if s.cfg.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if s.cfg.ClientCA != "" {
+		pem, err := os.ReadFile(s.cfg.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("--client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--client-ca %s: no PEM certificate found", s.cfg.ClientCA)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+// Serve serves on ln until ctx is cancelled. Shutdown: stop accepting, /readyz 503, new chat requests 503
+// shutting_down; in-flight runs get the run timeout plus the kill grace, then their contexts are cancelled
+// (which kills their processes and removes their workdirs) and Serve returns once every handler is done.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	tc, err := s.TLSConfig()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if tc != nil {
+		ln = tls.NewListener(ln, tc)
+	}
+	runCtx, cancelRuns := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRuns()
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return runCtx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	go s.SelfCheck(runCtx)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	s.log.Info("shutting down: draining in-flight runs")
+	grace := s.eng.Config().Timeout + s.cfg.KillGrace
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err = hs.Shutdown(sctx)
+	if err != nil {
+		// Deadline passed: kill what still runs, then wait for the handlers to notice.
+		cancelRuns()
+		hctx, hcancel := context.WithTimeout(context.Background(), s.cfg.KillGrace+5*time.Second)
+		defer hcancel()
+		err = hs.Shutdown(hctx)
+	}
+	<-errc
+	if err != nil {
+		hs.Close()
+	}
+	return err
+}
+
+// Draining reports whether shutdown has begun.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// handleChat implements §2.1's processing order.
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	rl.id = openai.NewID()
+	if s.draining.Load() {
+		s.fail(w, rl, apiError(errShuttingDown, 0))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.fail(w, rl, openai.NewError(http.StatusRequestEntityTooLarge, "request_too_large",
+				"request body exceeds %d bytes", s.cfg.MaxBodyBytes))
+			return
+		}
+		s.fail(w, rl, openai.NewError(http.StatusBadRequest, "invalid_json", "cannot read request body: %v", err))
+		return
+	}
+	req, oe := openai.DecodeChatRequest(body)
+	if oe != nil {
+		s.fail(w, rl, oe)
+		return
+	}
+	model := req.Model
+	if model == "" {
+		model = "codellm"
+	}
+	rl.model = model
+	created := time.Now().Unix()
+	if req.Guarded() {
+		s.metrics.ReexecutionGuard.Inc()
+		s.log.Warn("re-execution guard: the conversation was already answered; nothing runs", "id", rl.id)
+		calls := (&contract.Output{Answer: contract.GuardAnswer}).ToolCalls()
+		s.reply(w, rl, req, model, created, calls, nil)
+		return
+	}
+	if err := contract.RequireFinish(req.Tools); err != nil {
+		s.fail(w, rl, apiError(err, 0))
+		return
+	}
+	bag, oe := req.Bag()
+	if oe != nil {
+		s.fail(w, rl, oe)
+		return
+	}
+	resolved, err := s.eng.Plan(req.Sources())
+	if err != nil {
+		s.fail(w, rl, apiError(err, 0))
+		return
+	}
+	rl.blocks = len(resolved)
+	for _, rb := range resolved {
+		rl.programs = append(rl.programs, rb.Interp.Name)
+	}
+	s.metrics.RunBlocks.Observe(float64(len(resolved)))
+	tap := s.cfg.DebugExtension && req.Debug
+	res, info, err := s.eng.Run(r.Context(), engine.RunRequest{
+		Resolved: resolved,
+		Input:    bag,
+		Timeout:  s.eng.EffectiveTimeout(req.TimeoutSeconds),
+		Tap:      tap,
+	})
+	rl.queue = info.QueueWait
+	s.metrics.QueueWait.Observe(info.QueueWait.Seconds())
+	if err != nil {
+		s.fail(w, rl, apiError(err, s.cfg.RetryAfter))
+		return
+	}
+	rl.run = info.Duration
+	s.observeRun(res, info, rl)
+	var extra map[string]any
+	if tap {
+		extra = map[string]any{"x_codellm_debug": DebugObject(res)}
+	}
+	if res.Err != nil {
+		if res.Err.Code == "cancelled" || r.Context().Err() != nil {
+			rl.code = "cancelled"
+			return
+		}
+		e := apiError(res.Err, 0)
+		s.failExtra(w, rl, e, extra)
+		return
+	}
+	calls, err := engine.Answer(res.Stdout, req.Tools)
+	if err != nil {
+		s.failExtra(w, rl, apiError(err, 0), extra)
+		return
+	}
+	s.reply(w, rl, req, model, created, calls, extra)
+}
+
+func (s *Server) failExtra(w http.ResponseWriter, rl *reqLog, e *openai.Error, extra map[string]any) {
+	if extra == nil {
+		s.fail(w, rl, e)
+		return
+	}
+	rl.code = e.Code
+	// The debug object rides beside the envelope (§13): {"error":{…},"x_codellm_debug":{…}}.
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(e.Body(), &env); err != nil {
+		openai.WriteError(w, e)
+		return
+	}
+	body := map[string]any{"error": env["error"]}
+	for k, v := range extra {
+		body[k] = v
+	}
+	for k, vs := range e.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	openai.WriteJSON(w, e.Status, body)
+}
+
+func (s *Server) reply(w http.ResponseWriter, rl *reqLog, req *openai.ChatRequest, model string, created int64,
+	calls []contract.ToolCall, extra map[string]any) {
+	if req.Stream {
+		if err := openai.WriteStream(w, rl.id, created, model, calls, req.IncludeUsage, extra); err != nil {
+			s.log.Debug("stream write failed", "id", rl.id, "err", err)
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(openai.Completion(rl.id, created, model, calls, extra))
+}
+
+// observeRun records metrics and log facts of a finished run.
+func (s *Server) observeRun(res *pipeline.Result, info engine.RunInfo, rl *reqLog) {
+	outcome := "ok"
+	if res.Err != nil {
+		outcome = res.Err.Code
+	}
+	s.metrics.RunDuration.WithLabelValues(outcome).Observe(info.Duration.Seconds())
+	for _, b := range res.Blocks {
+		switch {
+		case b.Signal != "":
+			rl.exits = append(rl.exits, b.Signal)
+		case b.ExitCode != nil:
+			rl.exits = append(rl.exits, fmt.Sprint(*b.ExitCode))
+		default:
+			rl.exits = append(rl.exits, "-")
+		}
+		if reason := KillReason(b); reason != "" {
+			s.metrics.Kills.WithLabelValues(reason).Inc()
+		}
+	}
+}
+
+// KillReason maps a block's outcome to codellm_kills_total{reason}; "" when codellm did not kill it.
+func KillReason(b pipeline.BlockResult) string {
+	switch b.Outcome {
+	case pipeline.OutcomeTimedOut:
+		return "timeout"
+	case pipeline.OutcomeCancelled:
+		return "cancelled"
+	case pipeline.OutcomeOutputLimit:
+		return "output_limit"
+	}
+	switch {
+	case strings.HasPrefix(b.Limit, "memory"):
+		return "memory"
+	case strings.HasPrefix(b.Limit, "pids"):
+		return "pids"
+	case strings.HasPrefix(b.Limit, "cpu"):
+		return "cpu"
+	}
+	return ""
+}
+
+// DebugObject renders the x_codellm_debug object (§13) of a run.
+func DebugObject(res *pipeline.Result) map[string]any {
+	blocks := make([]map[string]any, 0, len(res.Blocks))
+	for _, b := range res.Blocks {
+		m := map[string]any{
+			"index":         b.Index,
+			"lang":          b.Lang,
+			"program":       b.Program,
+			"outcome":       string(b.Outcome),
+			"exit_code":     b.ExitCode,
+			"signal":        nil,
+			"duration_ms":   b.Duration.Milliseconds(),
+			"max_rss_bytes": b.MaxRSS,
+		}
+		if b.Signal != "" {
+			m["signal"] = b.Signal
+		}
+		openai.PutBytes(m, "stdout", b.Stdout)
+		openai.PutBytes(m, "stderr", b.Stderr)
+		openai.PutBytes(m, "pipe_buffer", b.PipeBuffer)
+		if b.PipeTruncated {
+			m["pipe_buffer_truncated"] = true
+		}
+		if b.StdoutTruncated {
+			m["stdout_truncated"] = true
+		}
+		blocks = append(blocks, m)
+	}
+	return map[string]any{"blocks": blocks}
+}
