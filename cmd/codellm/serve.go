@@ -53,8 +53,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.DebugExtension, "debug-extension", false, "honour the x_codellm_debug request field (exposes block output to callers)")
 	var maxBody byteSize = 10 << 20
 	fs.Var(&maxBody, "max-body-bytes", "maximum request body (default 10MiB)")
-	var debugListen string
-	fs.StringVar(&debugListen, "debug-listen", "", "loopback address of the step debugger (empty: off)")
+	dbgFlags := registerDebugFlags(fs)
 	set, code := parse(fs, args, nil)
 	if code >= 0 {
 		return code
@@ -85,7 +84,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	dbg, err := startDebugger(ctx, debugListen, srv, log)
+	dbg, err := startDebugger(ctx, dbgFlags, srv, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 1
