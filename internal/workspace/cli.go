@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/codellm/codellm/internal/sandbox"
 )
 
 // maxCLIRequest bounds the request read from stdin: 1 MiB of content can take 6 MiB once JSON-escaped.
@@ -88,4 +90,20 @@ func printErr(stdout io.Writer, err error) int {
 	b, _ := json.Marshal(CLIError{Error: e.Message, ErrorCode: e.Code})
 	stdout.Write(append(b, '\n'))
 	return 1
+}
+
+// configureSandbox creates the command sandbox for the CLI. Choosing --sandbox off is the operator's explicit
+// acceptance of unconfined commands.
+func configureSandbox(opts *Options, mode string) (func(), error) {
+	m, err := sandbox.ParseMode(mode)
+	if err != nil {
+		return nil, newErr(CodeInvalidRequest, "invalid --sandbox: "+err.Error())
+	}
+	sb, err := sandbox.New(sandbox.Config{Mode: m})
+	if err != nil {
+		return nil, newErr(CodeCommandUnavailable, "command sandbox unavailable: "+clipUnits(err.Error(), 2000))
+	}
+	opts.Sandbox = sb
+	opts.AllowUnconfinedCommands = m == sandbox.ModeOff
+	return func() {}, nil
 }

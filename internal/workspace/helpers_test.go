@@ -100,7 +100,8 @@ func (e *testEnv) do(op, req string) (map[string]any, error) {
 		}
 		return nil, err
 	}
-	if strings.Contains(string(out), e.base) {
+	// Command output is the command's own business (a command may print its working directory).
+	if op != OpExecuteCommand && strings.Contains(string(out), e.base) {
 		e.t.Fatalf("%s: result leaks a host path: %s", op, out)
 	}
 	var m map[string]any

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/codellm/codellm/internal/sandbox"
 )
 
 // Operation names (§9).
@@ -29,6 +31,9 @@ type Options struct {
 	AllowWrites bool
 	// AllowCommands enables execute_command. It also needs Sandbox; without one the answer is COMMAND_DISABLED.
 	AllowCommands bool
+	// Sandbox runs execute_command (Persist mode, the root as its workdir, no network). nil means commands
+	// are unavailable: there is no host-shell fallback.
+	Sandbox *sandbox.Sandbox
 	// AllowUnconfinedCommands permits execute_command under a sandbox in mode "off"; without it such a sandbox
 	// is refused, so that an unconfined host process is only ever an explicit operator choice.
 	AllowUnconfinedCommands bool
@@ -50,7 +55,8 @@ type Workspace struct {
 	res  resolver
 
 	writeMu sync.Mutex
-	cmdMu   sync.Mutex
+	cmdOnce sync.Once
+	cmdSem  chan struct{}
 }
 
 // Open registers root: an existing directory that does not contain the home directory or any protected path.

@@ -1,0 +1,352 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/codellm/codellm/internal/sandbox"
+)
+
+// execute_command limits (§9.2, §9.8).
+const (
+	maxCommandBytes       = 32 << 10
+	defaultTimeoutMs      = 30000
+	maxTimeoutMs          = 300000
+	defaultMaxOutputBytes = 262144
+	maxMaxOutputBytes     = 1 << 20
+	commandShell          = "/bin/bash"
+)
+
+// reapGrace is how long after timeoutMs the process tree may take to be confirmed gone (§9.8: timeoutMs + 5 s).
+var reapGrace = 5 * time.Second
+
+// ExecuteCommandRequest is the §9.2 execute_command request.
+type ExecuteCommandRequest struct {
+	envelope
+	Command        string  `json:"command"`
+	Cwd            *string `json:"cwd,omitempty"`
+	TimeoutMs      *int    `json:"timeoutMs,omitempty"`
+	MaxOutputBytes *int    `json:"maxOutputBytes,omitempty"`
+}
+
+// ExecuteCommandResult is the §9.2 execute_command result. ExitCode is null iff TimedOut or Signal is set.
+type ExecuteCommandResult struct {
+	ExitCode  *int   `json:"exitCode"`
+	Signal    string `json:"signal,omitempty"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated bool   `json:"truncated"`
+	TimedOut  bool   `json:"timedOut"`
+}
+
+// commandsUsable says why execute_command cannot run, or nil. There is never a host-shell fallback: no
+// sandbox, or an "off" sandbox the operator did not explicitly accept, means COMMAND_DISABLED.
+func (w *Workspace) commandsUsable() error {
+	sb := w.opts.Sandbox
+	switch {
+	case !w.opts.AllowCommands:
+		return newErr(CodeCommandDisabled, "commands are not enabled for this workspace")
+	case sb == nil:
+		return newErr(CodeCommandDisabled, "no command sandbox is configured; commands never run in a host shell")
+	case sb.Mode() == sandbox.ModeOff && !w.opts.AllowUnconfinedCommands:
+		return newErr(CodeCommandDisabled, "the command sandbox is off; enabling unconfined commands must be an explicit operator choice")
+	case sb.Config().Network:
+		return newErr(CodeCommandDisabled, "the command sandbox allows network access; workspace commands require a sandbox without network")
+	}
+	return nil
+}
+
+// commandEnv is §9.8's reduced environment. HOME points at the private TMPDIR: the user's home directory is
+// never visible to a command.
+func commandEnv(tmp string) []string {
+	env := []string{
+		"HOME=" + tmp, "TMPDIR=" + tmp, "PATH=/usr/local/bin:/usr/bin:/bin", "SHELL=" + commandShell,
+		"USER=codellm", "LOGNAME=codellm", "TERM=dumb", "NO_COLOR=1", "LANG=C.UTF-8",
+	}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "COLORTERM" || strings.HasPrefix(k, "LC_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// ExecuteCommand implements execute_command (§9.8): `/bin/bash -c command` inside the sandbox, with the
+// workspace root bind-mounted read-write as the only writable host directory, stdin /dev/null, one command at
+// a time, and everything the command started killed when it ends.
+func (w *Workspace) ExecuteCommand(ctx context.Context, r *ExecuteCommandRequest) (*ExecuteCommandResult, error) {
+	if err := w.commandsUsable(); err != nil {
+		return nil, err
+	}
+	switch {
+	case strings.TrimSpace(r.Command) == "":
+		return nil, newErr(CodeInvalidRequest, "command must not be blank")
+	case len(r.Command) > maxCommandBytes:
+		return nil, newErr(CodeInvalidRequest, "command is longer than 32 KiB")
+	case strings.IndexByte(r.Command, 0) >= 0:
+		return nil, newErr(CodeInvalidRequest, "command must not contain NUL")
+	case !utf8.ValidString(r.Command):
+		return nil, newErr(CodeInvalidRequest, "command is not valid UTF-8")
+	}
+	timeoutMs, maxOut := defaultTimeoutMs, defaultMaxOutputBytes
+	if r.TimeoutMs != nil {
+		if *r.TimeoutMs < 1 || *r.TimeoutMs > maxTimeoutMs {
+			return nil, newErr(CodeInvalidRequest, "timeoutMs must be between 1 and 300000")
+		}
+		timeoutMs = *r.TimeoutMs
+	}
+	if r.MaxOutputBytes != nil {
+		if *r.MaxOutputBytes < 1 || *r.MaxOutputBytes > maxMaxOutputBytes {
+			return nil, newErr(CodeInvalidRequest, "maxOutputBytes must be between 1 and 1048576")
+		}
+		maxOut = *r.MaxOutputBytes
+	}
+	cwd := ""
+	if r.Cwd != nil {
+		var err error
+		if cwd, err = cleanPath(*r.Cwd); err != nil {
+			return nil, err
+		}
+	}
+	// One command at a time per workspace; waiting respects cancellation.
+	if err := w.acquireCommand(ctx); err != nil {
+		return nil, err
+	}
+	defer w.releaseCommand()
+	if err := w.checkRoot(); err != nil {
+		return nil, err
+	}
+	si, err := w.res.stat(cwd)
+	if err != nil {
+		return nil, pathError(err, cwd, CodeInvalidPath)
+	}
+	if !si.mode.IsDir() {
+		return nil, newErr(CodeInvalidPath, "cwd is not a directory: "+displayPath(cwd))
+	}
+	return w.runCommand(ctx, r.Command, cwd, time.Duration(timeoutMs)*time.Millisecond, maxOut)
+}
+
+func (w *Workspace) acquireCommand(ctx context.Context) error {
+	w.cmdOnce.Do(func() { w.cmdSem = make(chan struct{}, 1) })
+	select {
+	case w.cmdSem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctxErr(ctx)
+	}
+}
+
+func (w *Workspace) releaseCommand() { <-w.cmdSem }
+
+func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout time.Duration, maxOut int) (*ExecuteCommandResult, error) {
+	sb := w.opts.Sandbox
+	// TMPDIR: in native mode /tmp is the block's own size-limited tmpfs; otherwise a fresh 0700 directory
+	// on the host, removed afterwards.
+	tmp := "/tmp"
+	if sb.Mode() != sandbox.ModeNative {
+		d, err := os.MkdirTemp("", "codellm-cmd-")
+		if err != nil {
+			return nil, newErr(CodeCommandUnavailable, "cannot create the command's TMPDIR: "+errnoText(err))
+		}
+		defer os.RemoveAll(d)
+		if err := os.Chmod(d, 0o700); err != nil {
+			return nil, newErr(CodeCommandUnavailable, "cannot secure the command's TMPDIR: "+errnoText(err))
+		}
+		tmp = d
+	}
+	args := []string{commandShell, "-c", command}
+	if cwd != "" {
+		// The sandbox's working directory is the root (the bind mount); a sub-directory cwd is entered by the
+		// shell, inside the sandbox, where nothing outside the root is writable anyway.
+		args = []string{commandShell, "-c", `cd -- "$1" || exit 1; exec ` + commandShell + ` -c "$2"`, "codellm", cwd, command}
+	}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, newErr(CodeCommandUnavailable, "cannot create pipes: "+errnoText(err))
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, newErr(CodeCommandUnavailable, "cannot create pipes: "+errnoText(err))
+	}
+	run, err := sb.NewRun(nil)
+	if err != nil {
+		closeAll(outR, outW, errR, errW)
+		return nil, newErr(CodeCommandUnavailable, "sandbox: "+clipUnits(err.Error(), 1000))
+	}
+	proc, err := run.Start(sandbox.Spec{
+		Path: commandShell, Args: args, Env: commandEnv(tmp), Dir: w.real, Persist: true,
+		Stdout: outW, Stderr: errW,
+	})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		closeAll(outR, errR)
+		run.Close()
+		// Nothing ran: the failure is atomic.
+		return nil, newErr(CodeCommandUnavailable, "sandbox: "+clipUnits(err.Error(), 1000))
+	}
+
+	budget := &outputBudget{left: maxOut}
+	var readers sync.WaitGroup
+	var stdout, stderr capture
+	readers.Add(2)
+	go func() { defer readers.Done(); stdout.drain(outR, budget) }()
+	go func() { defer readers.Done(); stderr.drain(errR, budget) }()
+
+	waited := make(chan sandbox.Result, 1)
+	go func() { waited <- proc.Wait() }()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	timedOut, aborted := false, false
+	var res sandbox.Result
+	select {
+	case res = <-waited:
+	case <-timer.C:
+		timedOut = true
+	case <-ctx.Done():
+		aborted = true
+	}
+	if timedOut || aborted {
+		proc.Kill()
+		run.Kill()
+		select {
+		case res = <-waited:
+		case <-time.After(reapGrace):
+			// The tree could not be confirmed dead: leave the cleanup running, report may-have-committed.
+			go func() { run.Close(); readers.Wait(); closeAll(outR, errR) }()
+			return nil, committedErr(CodeCommandTimeout, "the command's processes could not be confirmed reaped")
+		}
+	}
+	// SIGKILL whatever the command left behind, then collect the output that is still buffered in the pipes.
+	closeErr := run.Close()
+	if !waitTimeout(&readers, time.Second) {
+		// A writer outside the run still holds a pipe (only possible without a PID namespace): stop reading.
+		closeAll(outR, errR)
+		readers.Wait()
+	} else {
+		closeAll(outR, errR)
+	}
+	if aborted {
+		return nil, committedErr(CodeExecutionAborted, "the command was cancelled")
+	}
+	if res.Err != nil {
+		return nil, committedErr(CodeCommandUnavailable, "sandbox failed while the command ran: "+clipUnits(res.Err.Error(), 1000))
+	}
+	_ = closeErr // cgroup removal failures do not change the command's outcome
+
+	out := &ExecuteCommandResult{
+		Stdout: stdout.text(), Stderr: stderr.text(), Truncated: stdout.cut || stderr.cut, TimedOut: timedOut,
+	}
+	switch {
+	case timedOut:
+	case res.Signal != 0:
+		name := signalName(res.Signal)
+		if name == "" {
+			return nil, committedErr(CodeCommandUnavailable, "the sandbox reported an unknown signal")
+		}
+		out.Signal = name
+	default:
+		code := res.ExitCode
+		if code < 0 || code > 255 {
+			code = 1
+		}
+		out.ExitCode = &code
+	}
+	return out, nil
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// outputBudget is the byte budget stdout and stderr share.
+type outputBudget struct {
+	mu   sync.Mutex
+	left int
+}
+
+func (b *outputBudget) take(n int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n = min(n, b.left)
+	b.left -= n
+	return n
+}
+
+// capture keeps what fits in the budget and drains (discards) the rest, so the command never blocks on a
+// full pipe and memory stays bounded by the budget.
+type capture struct {
+	buf []byte
+	cut bool
+}
+
+func (c *capture) drain(r io.Reader, b *outputBudget) {
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 {
+			k := b.take(n)
+			c.buf = append(c.buf, chunk[:k]...)
+			if k < n {
+				c.cut = true
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) {
+				c.cut = true
+			}
+			return
+		}
+	}
+}
+
+// text returns the captured bytes; a stream that was cut loses the incomplete UTF-8 sequence at its end.
+func (c *capture) text() string {
+	b := c.buf
+	if c.cut {
+		b = trimIncompleteUTF8(b)
+	}
+	return string(b)
+}
+
+func trimIncompleteUTF8(b []byte) []byte {
+	for i := 1; i <= 3 && i <= len(b); i++ {
+		c := b[len(b)-i]
+		if c < 0x80 {
+			return b // ASCII: complete
+		}
+		if c >= 0xC0 { // a lead byte: complete only if its sequence fits
+			need, _, _ := utf8Lead(c)
+			if need+1 > i {
+				return b[:len(b)-i]
+			}
+			return b
+		}
+	}
+	return b
+}
+
