@@ -349,4 +349,3 @@ func trimIncompleteUTF8(b []byte) []byte {
 	}
 	return b
 }
-
