@@ -2,9 +2,9 @@ package hub
 
 import (
 	"bufio"
-	"encoding/json"
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -195,7 +195,9 @@ func TestCLIUsageAndConfig(t *testing.T) {
 		t.Fatalf("non-loopback without TLS: %d %s", rc, errb.String())
 	}
 	errb.Reset()
-	redis := func(k string) (string, bool) { return map[string]string{"CODELLM_HUB_STORE": "redis"}[k], k == "CODELLM_HUB_STORE" }
+	redis := func(k string) (string, bool) {
+		return map[string]string{"CODELLM_HUB_STORE": "redis"}[k], k == "CODELLM_HUB_STORE"
+	}
 	if rc := runCLI(context.Background(), []string{"--store", filepath.Join(t.TempDir(), "x.db")}, &out, &errb, redis); rc != 1 || !strings.Contains(errb.String(), "redis") {
 		t.Fatalf("redis store: %d %s", rc, errb.String())
 	}
