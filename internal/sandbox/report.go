@@ -1,0 +1,109 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// MechanismStatus is one row of the doctor table.
+type MechanismStatus struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Version   string `json:"version,omitempty"`
+	Used      bool   `json:"used"`
+	Detail    string `json:"detail,omitempty"`
+}
+
+// Report is the host's mechanism table as seen by the configured mode; it is
+// what `codellm doctor` prints and `/readyz` serves as JSON.
+type Report struct {
+	// Ready is false when the configured mode cannot run on this host
+	// (native with a mechanism missing). doctor exits non-zero then.
+	Ready      bool              `json:"ready"`
+	Mode       Mode              `json:"mode"`
+	Network    bool              `json:"network"`
+	Limits     ReportLimits      `json:"limits"`
+	Mechanisms []MechanismStatus `json:"mechanisms"`
+	// Missing lists the mechanisms the mode wants but the host lacks.
+	Missing []string `json:"missing"`
+	// Warnings are human sentences for logs and /readyz (mode off,
+	// network enabled, missing mechanisms in besteffort).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// ReportLimits is the effective default policy in plain units.
+type ReportLimits struct {
+	MemoryBytes    int64  `json:"memory_bytes"`
+	Pids           int    `json:"pids"`
+	CPUTime        string `json:"cpu_time"`
+	TmpSizeBytes   int64  `json:"tmp_size_bytes"`
+	FileSizeBytes  int64  `json:"file_size_bytes"`
+	OpenFiles      int    `json:"open_files"`
+	HostUID        int    `json:"host_uid"`
+	SandboxUID     int    `json:"sandbox_uid"`
+	SandboxUser    string `json:"sandbox_user"`
+	SandboxHost    string `json:"sandbox_hostname"`
+	RunsAsHostRoot bool   `json:"runs_as_host_root"`
+}
+
+func (r Report) clone() Report {
+	c := r
+	c.Mechanisms = append([]MechanismStatus(nil), r.Mechanisms...)
+	c.Missing = append([]string{}, r.Missing...)
+	c.Warnings = append([]string(nil), r.Warnings...)
+	return c
+}
+
+// JSON returns the report as indented JSON.
+func (r Report) JSON() []byte {
+	b, _ := json.MarshalIndent(r, "", "  ")
+	return b
+}
+
+// WriteTable prints the human table of `codellm doctor`.
+func (r Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "sandbox mode: %s\tnetwork: %s\tready: %s\n", r.Mode, onOff(r.Network), yesNo(r.Ready))
+	fmt.Fprintln(tw, "MECHANISM\tAVAILABLE\tVERSION\tUSED\tDETAIL")
+	for _, m := range r.Mechanisms {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, yesNo(m.Available), dash(m.Version), yesNo(m.Used), m.Detail)
+	}
+	if len(r.Missing) > 0 {
+		fmt.Fprintf(tw, "missing: %s\n", strings.Join(r.Missing, ", "))
+	}
+	for _, s := range r.Warnings {
+		fmt.Fprintf(tw, "warning: %s\n", s)
+	}
+	return tw.Flush()
+}
+
+// String is WriteTable into a string.
+func (r Report) String() string {
+	var b strings.Builder
+	_ = r.WriteTable(&b)
+	return b.String()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,442 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Mode selects how much confinement a Sandbox applies.
+type Mode string
+
+const (
+	ModeNative     Mode = "native"     // default: every mechanism or refuse (*UnavailableError)
+	ModeBestEffort Mode = "besteffort" // apply what the host supports; log once per missing mechanism
+	ModeOff        Mode = "off"        // no confinement (plain exec in its own process group); explicit
+)
+
+// ParseMode accepts the three documented spellings (and "" for the default).
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case "", ModeNative:
+		return ModeNative, nil
+	case ModeBestEffort, ModeOff:
+		return Mode(s), nil
+	}
+	return "", fmt.Errorf("%w: unknown sandbox mode %q (want native, besteffort or off)", ErrInvalidConfig, s)
+}
+
+// Defaults for Limits fields left zero. They are documented in the README.
+const (
+	DefaultMemory    int64 = 512 << 20
+	DefaultPids            = 256
+	DefaultTmpSize   int64 = 64 << 20
+	DefaultFileSize  int64 = 64 << 20
+	DefaultOpenFiles       = 1024
+)
+
+// Limits apply to a whole Run (all blocks of one pipeline together, via the
+// run's cgroup), with rlimits per process as a backstop. Zero values mean
+// "use the Config default".
+type Limits struct {
+	Memory    int64         // bytes, including swap (default 512 MiB)
+	Pids      int           // tasks+threads of the whole run (default 256)
+	CPUTime   time.Duration // RLIMIT_CPU per process backstop (default 0 = none beyond the wall timeout)
+	TmpSize   int64         // size of each private tmpfs (workdir scratch and /tmp) (default 64 MiB)
+	FileSize  int64         // RLIMIT_FSIZE (default 64 MiB)
+	OpenFiles int           // RLIMIT_NOFILE (default 1024)
+}
+
+// withDefaults fills zero fields from d.
+func (l Limits) withDefaults(d Limits) Limits {
+	if l.Memory == 0 {
+		l.Memory = d.Memory
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	if l.CPUTime == 0 {
+		l.CPUTime = d.CPUTime
+	}
+	if l.TmpSize == 0 {
+		l.TmpSize = d.TmpSize
+	}
+	if l.FileSize == 0 {
+		l.FileSize = d.FileSize
+	}
+	if l.OpenFiles == 0 {
+		l.OpenFiles = d.OpenFiles
+	}
+	return l
+}
+
+func (l Limits) validate() error {
+	switch {
+	case l.Memory < 0:
+		return fmt.Errorf("%w: memory limit %d is negative", ErrInvalidConfig, l.Memory)
+	case l.Memory > 0 && l.Memory < 4<<20:
+		return fmt.Errorf("%w: memory limit %d bytes is below 4 MiB; no interpreter starts with that", ErrInvalidConfig, l.Memory)
+	case l.Pids < 0:
+		return fmt.Errorf("%w: pids limit %d is negative", ErrInvalidConfig, l.Pids)
+	case l.CPUTime < 0:
+		return fmt.Errorf("%w: CPU time limit %v is negative", ErrInvalidConfig, l.CPUTime)
+	case l.CPUTime > 0 && l.CPUTime < time.Second:
+		return fmt.Errorf("%w: CPU time limit %v is below the 1s granularity of RLIMIT_CPU", ErrInvalidConfig, l.CPUTime)
+	case l.TmpSize < 0:
+		return fmt.Errorf("%w: tmp size %d is negative", ErrInvalidConfig, l.TmpSize)
+	case l.FileSize < 0:
+		return fmt.Errorf("%w: file size limit %d is negative", ErrInvalidConfig, l.FileSize)
+	case l.OpenFiles < 0:
+		return fmt.Errorf("%w: open files limit %d is negative", ErrInvalidConfig, l.OpenFiles)
+	case l.OpenFiles > 0 && l.OpenFiles < 16:
+		return fmt.Errorf("%w: open files limit %d is below 16; interpreters need a few descriptors to start", ErrInvalidConfig, l.OpenFiles)
+	}
+	return nil
+}
+
+// DefaultLimits returns the documented defaults.
+func DefaultLimits() Limits {
+	return Limits{Memory: DefaultMemory, Pids: DefaultPids, TmpSize: DefaultTmpSize, FileSize: DefaultFileSize, OpenFiles: DefaultOpenFiles}
+}
+
+// Config is the per-server sandbox policy.
+type Config struct {
+	Mode    Mode
+	Limits  Limits
+	Network bool         // false (default): empty network namespace; Landlock TCP denied
+	Logger  *slog.Logger // may be nil
+
+	// HostUID/HostGID is the unprivileged host identity the sandbox user is
+	// mapped to when codellm runs as root (default 65534, "nobody"). When
+	// codellm is unprivileged its own euid/egid is used instead, because an
+	// unprivileged process may only map itself.
+	HostUID, HostGID int
+}
+
+// Spec describes one block to start.
+type Spec struct {
+	Path    string   // absolute host path of the program; the same path is valid inside the sandbox
+	Args    []string // full argv, Args[0] included
+	Env     []string // the complete environment (nothing is inherited)
+	Dir     string   // host workdir (exists); working directory, visible at the same path inside
+	Persist bool     // false: Dir copied into a size-limited private tmpfs; true: Dir bind-mounted read-write
+	Stdin   *os.File // nil = /dev/null (immediate EOF)
+	Stdout  *os.File // required
+	Stderr  *os.File // required
+	Limits  *Limits  // unused by Start (limits are per Run); reserved
+}
+
+func (s *Spec) validate() error {
+	switch {
+	case s.Path == "" || s.Path[0] != '/':
+		return fmt.Errorf("%w: program path %q is not absolute", ErrInvalidSpec, s.Path)
+	case len(s.Args) == 0:
+		return fmt.Errorf("%w: empty argv (Args[0] is required)", ErrInvalidSpec)
+	case s.Dir == "" || s.Dir[0] != '/':
+		return fmt.Errorf("%w: workdir %q is not absolute", ErrInvalidSpec, s.Dir)
+	case s.Stdout == nil || s.Stderr == nil:
+		return fmt.Errorf("%w: Stdout and Stderr are required", ErrInvalidSpec)
+	}
+	for _, e := range s.Env {
+		if indexByte(e, '=') <= 0 {
+			return fmt.Errorf("%w: environment entry %q is not NAME=value", ErrInvalidSpec, e)
+		}
+	}
+	for _, x := range append(append([]string{s.Path, s.Dir}, s.Args...), s.Env...) {
+		if indexByte(x, 0) >= 0 {
+			return fmt.Errorf("%w: NUL byte in path, argument or environment", ErrInvalidSpec)
+		}
+	}
+	st, err := os.Stat(s.Dir)
+	if err != nil {
+		return fmt.Errorf("%w: workdir: %v", ErrInvalidSpec, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%w: workdir %s is not a directory", ErrInvalidSpec, s.Dir)
+	}
+	return nil
+}
+
+func indexByte(s string, b byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == b {
+			return i
+		}
+	}
+	return -1
+}
+
+// LimitKind names the sandbox limit that ended a process.
+type LimitKind string
+
+const (
+	LimitNone     LimitKind = ""
+	LimitMemory   LimitKind = "memory"
+	LimitPids     LimitKind = "pids"
+	LimitCPU      LimitKind = "cpu"
+	LimitFileSize LimitKind = "file_size"
+)
+
+// Result is how a block ended.
+type Result struct {
+	ExitCode  int            // exit status; -1 when a signal ended the process
+	Signal    syscall.Signal // 0 when it exited
+	Wall      time.Duration
+	CPU       time.Duration // user+sys of the block (and its reaped descendants)
+	MaxRSS    int64         // peak memory in bytes (cgroup peak where available, else rusage)
+	Limit     LimitKind     // which sandbox limit ended it, if known ("" otherwise)
+	LimitDesc string        // human text for messages, e.g. "memory limit 512 MiB"
+	Err       error         // non-nil if the sandbox failed after Start (rare)
+}
+
+// Sentinel errors. *UnavailableError matches ErrUnavailable with errors.Is.
+var (
+	ErrUnavailable   = errors.New("sandbox unavailable")
+	ErrInvalidConfig = errors.New("invalid sandbox config")
+	ErrInvalidSpec   = errors.New("invalid sandbox spec")
+	ErrClosed        = errors.New("sandbox run closed")
+)
+
+// UnavailableError says a protection could not be applied. It is mapped by
+// the server to 422 sandbox_unavailable.
+type UnavailableError struct{ Mechanism, Reason, Fix string }
+
+func (e *UnavailableError) Error() string {
+	s := e.Mechanism + ": " + e.Reason
+	if e.Fix != "" {
+		s += " (fix: " + e.Fix + ")"
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Sandbox is a configured, host-probed sandbox shared by all runs.
+type Sandbox struct {
+	cfg    Config
+	log    *slog.Logger
+	report Report
+	plat   platform // OS-specific state (probe results, helper path)
+
+	warnOnce sync.Map // mechanism name -> struct{}; "log once per mechanism"
+}
+
+// New validates cfg and probes the host once.
+func New(cfg Config) (*Sandbox, error) {
+	m, err := ParseMode(string(cfg.Mode))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Mode = m
+	if err := cfg.Limits.validate(); err != nil {
+		return nil, err
+	}
+	cfg.Limits = cfg.Limits.withDefaults(DefaultLimits())
+	if cfg.HostUID == 0 {
+		cfg.HostUID = 65534
+	}
+	if cfg.HostGID == 0 {
+		cfg.HostGID = 65534
+	}
+	if cfg.HostUID < 0 || cfg.HostGID < 0 {
+		return nil, fmt.Errorf("%w: negative host uid/gid", ErrInvalidConfig)
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	s := &Sandbox{cfg: cfg, log: lg}
+	if err := s.init(); err != nil {
+		return nil, err
+	}
+	switch cfg.Mode {
+	case ModeOff:
+		lg.Warn("sandbox is OFF: blocks run unconfined as codellm's own user", "mode", cfg.Mode)
+	case ModeBestEffort:
+		for _, m := range s.report.Missing {
+			s.warnMissing(m)
+		}
+	}
+	if cfg.Network && cfg.Mode != ModeOff {
+		lg.Warn("sandbox network is ENABLED: blocks can reach the network", "mode", cfg.Mode)
+	}
+	return s, nil
+}
+
+func (s *Sandbox) warnMissing(mech string) {
+	if _, loaded := s.warnOnce.LoadOrStore(mech, struct{}{}); !loaded {
+		s.log.Warn("sandbox mechanism unavailable; running without it (besteffort)", "mechanism", mech)
+	}
+}
+
+// Mode returns the configured mode.
+func (s *Sandbox) Mode() Mode { return s.cfg.Mode }
+
+// Config returns the effective configuration (defaults filled in).
+func (s *Sandbox) Config() Config { return s.cfg }
+
+// Report returns the mechanism table computed when the Sandbox was created.
+func (s *Sandbox) Report() Report { return s.report.clone() }
+
+// NewRun creates the per-pipeline state (cgroup, limits). lim nil means
+// Config.Limits; zero fields in lim also take the Config value.
+func (s *Sandbox) NewRun(lim *Limits) (*Run, error) {
+	l := s.cfg.Limits
+	if lim != nil {
+		if err := lim.validate(); err != nil {
+			return nil, err
+		}
+		l = lim.withDefaults(s.cfg.Limits)
+	}
+	r := &Run{sb: s, lim: l, procs: map[*Process]struct{}{}}
+	if err := r.init(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Run groups the blocks of one pipeline: they share the run's limits and are
+// killed together.
+type Run struct {
+	sb  *Sandbox
+	lim Limits
+
+	mu     sync.Mutex
+	procs  map[*Process]struct{}
+	closed bool
+	seq    int
+
+	plat runPlatform
+}
+
+// Limits returns the effective limits of the run.
+func (r *Run) Limits() Limits { return r.lim }
+
+// Start starts one block. It returns once the program has been exec'd
+// inside the sandbox, or with a setup error (*UnavailableError for a
+// mechanism that could not be applied, ErrInvalidSpec for bad input).
+func (r *Run) Start(spec Spec) (*Process, error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	r.seq++
+	seq := r.seq
+	r.mu.Unlock()
+
+	p, err := r.start(&spec, seq)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.closed { // Close raced with Start: do not let the block escape.
+		r.mu.Unlock()
+		p.Kill()
+		p.Wait()
+		return nil, ErrClosed
+	}
+	r.procs[p] = struct{}{}
+	r.mu.Unlock()
+	return p, nil
+}
+
+// Kill sends SIGKILL to every process of the run (all blocks).
+func (r *Run) Kill() {
+	r.mu.Lock()
+	ps := make([]*Process, 0, len(r.procs))
+	for p := range r.procs {
+		ps = append(ps, p)
+	}
+	r.mu.Unlock()
+	for _, p := range ps {
+		p.Kill()
+	}
+	r.killAll()
+}
+
+// Close kills every process, waits for them and releases the run's
+// resources (cgroups). It is idempotent.
+func (r *Run) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.Kill()
+	r.mu.Lock()
+	ps := make([]*Process, 0, len(r.procs))
+	for p := range r.procs {
+		ps = append(ps, p)
+	}
+	r.mu.Unlock()
+	for _, p := range ps {
+		<-p.done // reaped by Wait or by the reaper goroutine
+	}
+	return r.release()
+}
+
+// Process is one started block.
+type Process struct {
+	run   *Run
+	pid   int
+	start time.Time
+
+	waitOnce sync.Once
+	done     chan struct{} // closed when the process has been reaped
+	res      Result
+
+	plat procPlatform
+}
+
+// Pid returns the host PID of the block (its PID-namespace init in native mode).
+func (p *Process) Pid() int { return p.pid }
+
+// Wait returns when the block and every descendant are gone. Call it once;
+// further calls return the same Result.
+func (p *Process) Wait() Result {
+	<-p.done
+	return p.res
+}
+
+// Kill sends SIGKILL to the block and all its descendants.
+func (p *Process) Kill() { p.kill() }
+
+// describeLimit renders the human text for a limit kind.
+func describeLimit(k LimitKind, l Limits) string {
+	switch k {
+	case LimitMemory:
+		return "memory limit " + FormatBytes(l.Memory)
+	case LimitPids:
+		return fmt.Sprintf("pids limit %d", l.Pids)
+	case LimitCPU:
+		return "CPU time limit " + l.CPUTime.String()
+	case LimitFileSize:
+		return "file size limit " + FormatBytes(l.FileSize)
+	}
+	return ""
+}
+
+// FormatBytes renders n in the largest binary unit that divides it exactly
+// (512 MiB, 1536 KiB), falling back to bytes.
+func FormatBytes(n int64) string {
+	for _, u := range []struct {
+		s string
+		v int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.v && n%u.v == 0 {
+			return fmt.Sprintf("%d %s", n/u.v, u.s)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -1,0 +1,566 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/codellm/codellm/internal/sandbox/landlock"
+	"github.com/codellm/codellm/internal/sandbox/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// statusTimeout bounds how long Start waits for the helper to exec; it only
+// detects a wedged helper (setup takes milliseconds).
+const statusTimeout = 30 * time.Second
+
+type platform struct {
+	helperPath  string
+	avail       mechSet // what the host supports
+	use         mechSet // what each block gets (mode and availability)
+	want        mechSet // what the mode asks for
+	landlockABI int
+	euid        int
+	hostUID     int // host identity of sandboxed code
+	hostGID     int
+	detail      map[mechSet]string
+	version     map[mechSet]string
+
+	// disabled switches mechanisms off, for differential tests and
+	// benchmarks only (never set in production code).
+	disabled mechSet
+}
+
+type runPlatform struct{}
+
+type procPlatform struct {
+	osp     *os.Process
+	mu      sync.Mutex
+	reaped  bool
+	pgKill  bool // kill the process group too (no PID namespace)
+	limits  Limits
+	started time.Time
+}
+
+func (s *Sandbox) init() error {
+	p := &s.plat
+	p.euid = os.Geteuid()
+	p.detail = map[mechSet]string{}
+	p.version = map[mechSet]string{}
+	exe, err := os.Executable()
+	if err == nil {
+		p.helperPath, _, err = sealedExecutable(exe)
+	}
+	if p.euid == 0 {
+		p.hostUID, p.hostGID = s.cfg.HostUID, s.cfg.HostGID
+	} else {
+		p.hostUID, p.hostGID = p.euid, os.Getegid()
+	}
+	p.avail = probeStatic(p, err)
+	switch s.cfg.Mode {
+	case ModeOff:
+		p.want = 0
+	default:
+		p.want = wantedMechs
+	}
+	if s.cfg.Mode != ModeOff && p.avail.has(mHelper) {
+		s.trialSpawn()
+	}
+	p.use = p.want & p.avail
+	s.report = s.buildReport()
+	return nil
+}
+
+// wantedMechs is what native mode requires.
+var wantedMechs = mAll &^ mCgroup
+
+// probeStatic checks what the kernel offers without starting anything.
+func probeStatic(p *platform, exeErr error) mechSet {
+	var m mechSet
+	if exeErr == nil {
+		m |= mHelper
+	} else {
+		p.detail[mHelper] = "cannot locate own executable: " + exeErr.Error()
+	}
+	nsAvail := func(file string) bool {
+		_, err := os.Stat("/proc/self/ns/" + file)
+		return err == nil
+	}
+	userns := nsAvail("user")
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		userns = false
+		p.detail[mUserNS] = "user.max_user_namespaces is 0"
+	}
+	if p.euid != 0 {
+		if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(b)) == "0" {
+			userns = false
+			p.detail[mUserNS] = "kernel.unprivileged_userns_clone is 0"
+		}
+	}
+	if userns {
+		m |= mUserNS
+	}
+	// Without a user namespace only root can create the others.
+	privileged := userns || p.euid == 0
+	for _, ns := range []struct {
+		bit  mechSet
+		file string
+	}{{mPIDNS, "pid"}, {mMountNS, "mnt"}, {mNetNS, "net"}, {mIPCNS, "ipc"}, {mUTSNS, "uts"}, {mCgroupNS, "cgroup"}} {
+		switch {
+		case !nsAvail(ns.file):
+			p.detail[ns.bit] = "kernel has no " + ns.file + " namespaces"
+		case !privileged:
+			p.detail[ns.bit] = "needs a user namespace (not root)"
+		default:
+			m |= ns.bit
+		}
+	}
+	if m.has(mMountNS) && m.has(mPIDNS) {
+		m |= mRootFS
+	} else {
+		p.detail[mRootFS] = "needs mount and PID namespaces"
+	}
+	if abi := landlock.ABI(); abi > 0 {
+		m |= mLandlock
+		p.landlockABI = min(abi, landlock.MaxABI)
+		p.version[mLandlock] = "ABI " + strconv.Itoa(abi)
+		if abi > landlock.MaxABI {
+			p.detail[mLandlock] = fmt.Sprintf("used at ABI %d", landlock.MaxABI)
+		}
+		if abi < 6 {
+			p.detail[mLandlock] = "no signal/abstract-socket scoping before ABI 6"
+		}
+		if abi < 4 {
+			p.detail[mLandlock] = "no TCP rules before ABI 4 (network namespace still applies)"
+		}
+	} else {
+		p.detail[mLandlock] = "Landlock not enabled in this kernel"
+	}
+	if seccomp.Supported() {
+		m |= mSeccomp
+		p.version[mSeccomp] = fmt.Sprintf("deny list of %d syscalls", len(seccomp.Denied)+2)
+	} else {
+		p.detail[mSeccomp] = "seccomp filters not supported"
+	}
+	m |= mRlimit | mNoNewPrivs | mCaps
+	if p.euid == 0 {
+		p.detail[mUserNS] = fmt.Sprintf("uid %d inside maps to host uid %d", sandboxUID, p.hostUID)
+	}
+	return m
+}
+
+// trialSpawn runs the helper once with everything available and ProbeOnly,
+// because static checks cannot see container runtimes, LSM policies or
+// sysctls that forbid what the kernel nominally has. A mechanism whose
+// setup fails is marked unavailable and the trial repeats without it.
+func (s *Sandbox) trialSpawn() {
+	p := &s.plat
+	dir, err := os.MkdirTemp("", "codellm-probe-")
+	if err != nil {
+		p.detail[mHelper] = "probe workdir: " + err.Error()
+		p.avail &^= mHelper
+		return
+	}
+	defer os.RemoveAll(dir)
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer null.Close()
+	for range 16 {
+		use := p.want & p.avail
+		r := &Run{sb: s, lim: s.cfg.Limits, procs: map[*Process]struct{}{}}
+		sp := &Spec{Path: "/bin/true", Args: []string{"true"}, Dir: dir, Stdout: null, Stderr: null}
+		proc, err := r.spawn(sp, use, true)
+		if err == nil {
+			res := proc.Wait()
+			if res.ExitCode == 0 {
+				return
+			}
+			p.detail[mHelper] = fmt.Sprintf("probe helper exited %d signal %v", res.ExitCode, res.Signal)
+			p.avail &^= mHelper
+			return
+		}
+		var ue *UnavailableError
+		if !errors.As(err, &ue) {
+			p.detail[mHelper] = err.Error()
+			p.avail &^= mHelper
+			return
+		}
+		bit, ok := mechByName(ue.Mechanism)
+		if !ok || !p.avail.has(bit) {
+			p.detail[mHelper] = ue.Error()
+			p.avail &^= mHelper
+			return
+		}
+		p.avail &^= bit
+		p.detail[bit] = ue.Reason
+		if bit == mUserNS && p.euid != 0 {
+			p.avail &^= mPIDNS | mMountNS | mNetNS | mIPCNS | mUTSNS | mCgroupNS | mRootFS
+		}
+		if bit == mMountNS || bit == mPIDNS {
+			p.avail &^= mRootFS
+		}
+	}
+}
+
+func (s *Sandbox) buildReport() Report {
+	p := &s.plat
+	l := s.cfg.Limits
+	rep := Report{
+		Mode:    s.cfg.Mode,
+		Network: s.cfg.Network,
+		Limits: ReportLimits{
+			MemoryBytes: l.Memory, Pids: l.Pids, CPUTime: l.CPUTime.String(), TmpSizeBytes: l.TmpSize,
+			FileSizeBytes: l.FileSize, OpenFiles: l.OpenFiles, HostUID: p.hostUID, SandboxUID: sandboxUID,
+			SandboxUser: sandboxUser, SandboxHost: sandboxHost,
+		},
+		Missing: []string{},
+	}
+	use := p.want & p.avail
+	for _, e := range mechNames {
+		ms := MechanismStatus{Name: e.name, Available: p.avail.has(e.bit), Version: p.version[e.bit],
+			Used: use.has(e.bit), Detail: p.detail[e.bit]}
+		if e.bit == mNetNS && s.cfg.Network {
+			ms.Used = false
+			ms.Detail = "network enabled by the operator: blocks share the host network"
+		}
+		if e.bit == mCgroup && !p.avail.has(mCgroup) && ms.Detail == "" {
+			ms.Detail = "not integrated yet: limits are per-process rlimits only"
+		}
+		rep.Mechanisms = append(rep.Mechanisms, ms)
+		if p.want.has(e.bit) && !p.avail.has(e.bit) {
+			rep.Missing = append(rep.Missing, e.name)
+		}
+	}
+	if s.cfg.Mode == ModeOff {
+		rep.Limits.RunsAsHostRoot = p.euid == 0
+	}
+	switch s.cfg.Mode {
+	case ModeOff:
+		rep.Ready = true
+		rep.Warnings = append(rep.Warnings, "sandbox mode is off: blocks run unconfined as codellm's own user")
+	case ModeBestEffort:
+		rep.Ready = p.avail.has(mHelper)
+		if len(rep.Missing) > 0 {
+			rep.Warnings = append(rep.Warnings, "besteffort: running without "+strings.Join(rep.Missing, ", "))
+		}
+	default:
+		rep.Ready = len(rep.Missing) == 0
+	}
+	if s.cfg.Network && s.cfg.Mode != ModeOff {
+		rep.Warnings = append(rep.Warnings, "network is enabled for sandboxed blocks")
+	}
+	return rep
+}
+
+// Probe builds a Sandbox for cfg and returns its report; for `codellm
+// doctor`. An invalid config yields a not-ready report naming the error.
+func Probe(cfg Config) Report {
+	s, err := New(cfg)
+	if err != nil {
+		return Report{Mode: cfg.Mode, Missing: []string{}, Warnings: []string{err.Error()}}
+	}
+	return s.Report()
+}
+
+func (r *Run) init() error { return nil }
+
+func (r *Run) killAll() {}
+
+func (r *Run) release() error { return nil }
+
+// start picks the mechanisms for this block and refuses in native mode
+// when any is missing.
+func (r *Run) start(spec *Spec, seq int) (*Process, error) {
+	s := r.sb
+	p := &s.plat
+	if s.cfg.Mode == ModeOff {
+		return r.startOff(spec)
+	}
+	use := (p.want & p.avail) &^ p.disabled
+	if s.cfg.Mode == ModeNative {
+		if miss := p.want &^ p.avail; miss != 0 {
+			b := miss.first()
+			reason := p.detail[b]
+			if reason == "" {
+				reason = "not available on this host"
+			}
+			return nil, &UnavailableError{Mechanism: mechName(b), Reason: reason, Fix: mechFix(b)}
+		}
+	} else {
+		for _, n := range (p.want &^ p.avail).names() {
+			s.warnMissing(n)
+		}
+	}
+	return r.spawn(spec, use, false)
+}
+
+// spawn starts the helper with the mechanisms in use.
+func (r *Run) spawn(spec *Spec, use mechSet, probe bool) (*Process, error) {
+	s := r.sb
+	p := &s.plat
+	if !use.has(mHelper) {
+		return nil, &UnavailableError{Mechanism: MechHelper, Reason: p.detail[mHelper], Fix: mechFix(mHelper)}
+	}
+	if s.cfg.Network {
+		use &^= mNetNS
+	}
+	// The block runs as the unprivileged host uid: it must be able to read
+	// (and, persistent, write) its workdir, which the caller created as
+	// root with mode 0700.
+	dropsUID := p.euid == 0 && (use.has(mUserNS) || use.has(mCaps))
+	if dropsUID && p.hostUID != 0 {
+		if err := chownTree(spec.Dir, p.hostUID, p.hostGID); err != nil {
+			return nil, fmt.Errorf("%w: prepare workdir: %v", ErrInvalidSpec, err)
+		}
+	}
+	hs := helperSpec{
+		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir, Persist: spec.Persist,
+		Mech: use, Network: s.cfg.Network,
+		TmpSize: r.lim.TmpSize, FileSize: r.lim.FileSize, OpenFiles: r.lim.OpenFiles,
+		ProbeOnly: probe,
+	}
+	if r.lim.CPUTime > 0 {
+		hs.CPUSeconds = uint64((r.lim.CPUTime + time.Second - 1) / time.Second)
+	}
+	if hs.Env == nil {
+		hs.Env = []string{}
+	}
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: spec pipe: %w", err)
+	}
+	defer specW.Close()
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		specR.Close()
+		return nil, fmt.Errorf("sandbox: status pipe: %w", err)
+	}
+	defer statR.Close()
+	stdin := spec.Stdin
+	if stdin == nil {
+		if stdin, err = os.Open(os.DevNull); err != nil {
+			specR.Close()
+			statW.Close()
+			return nil, fmt.Errorf("sandbox: open %s: %w", os.DevNull, err)
+		}
+		defer stdin.Close()
+	}
+
+	dirf, err := os.OpenFile(spec.Dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		specR.Close()
+		statW.Close()
+		return nil, fmt.Errorf("%w: open workdir: %v", ErrInvalidSpec, err)
+	}
+	defer dirf.Close()
+
+	attr := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if use.has(mUserNS) {
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxUID, HostID: p.hostUID, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxGID, HostID: p.hostGID, Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+		attr.Credential = &syscall.Credential{Uid: sandboxUID, Gid: sandboxGID, NoSetGroups: true}
+		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+	} else if p.euid == 0 && p.hostUID != 0 {
+		// No user namespace but root: still never run code as host root.
+		attr.Credential = &syscall.Credential{Uid: uint32(p.hostUID), Gid: uint32(p.hostGID), Groups: []uint32{}}
+		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+	}
+	for _, ns := range []struct {
+		bit  mechSet
+		flag uintptr
+	}{{mPIDNS, syscall.CLONE_NEWPID}, {mMountNS, syscall.CLONE_NEWNS}, {mNetNS, syscall.CLONE_NEWNET},
+		{mIPCNS, syscall.CLONE_NEWIPC}, {mUTSNS, syscall.CLONE_NEWUTS}} {
+		if use.has(ns.bit) {
+			attr.Cloneflags |= ns.flag
+		}
+	}
+	if !use.has(mMountNS) {
+		use &^= mRootFS
+		hs.Mech = use
+	}
+
+	start := time.Now()
+	osp, err := os.StartProcess(p.helperPath, []string{"codellm-sandbox", helperMarker}, &os.ProcAttr{
+		Env:   []string{},
+		Files: []*os.File{stdin, spec.Stdout, spec.Stderr, specR, statW, dirf},
+		Sys:   attr,
+	})
+	specR.Close()
+	statW.Close()
+	if err != nil {
+		return nil, startError(use, err)
+	}
+	proc := &Process{run: r, pid: osp.Pid, start: start, done: make(chan struct{})}
+	proc.plat = procPlatform{osp: osp, pgKill: !use.has(mPIDNS), limits: r.lim, started: start}
+
+	// Placement into the run's cgroup happens here, before the helper can
+	// read its spec (and so before it runs anything).
+	b, err := json.Marshal(hs)
+	if err == nil {
+		_, err = specW.Write(b)
+	}
+	specW.Close()
+	_ = err // a write error means the helper died; the status pipe says why
+
+	_ = statR.SetReadDeadline(time.Now().Add(statusTimeout))
+	msg, rerr := io.ReadAll(io.LimitReader(statR, 64<<10))
+	if rerr != nil || len(msg) == 0 || msg[0] != startedByte || len(msg) > 1 {
+		_ = osp.Kill()
+		st, _ := osp.Wait()
+		return nil, helperFailure(msg, rerr, st)
+	}
+	go proc.reap()
+	return proc, nil
+}
+
+// startError explains a failed clone/exec of the helper itself.
+func startError(use mechSet, err error) error {
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS) {
+		if use.has(mUserNS) {
+			return &UnavailableError{Mechanism: MechUserNS, Reason: "cannot create namespaces: " + err.Error(), Fix: mechFix(mUserNS)}
+		}
+		return &UnavailableError{Mechanism: MechPIDNS, Reason: "cannot create namespaces: " + err.Error(), Fix: mechFix(mPIDNS)}
+	}
+	return &UnavailableError{Mechanism: MechHelper, Reason: "start helper: " + err.Error(), Fix: mechFix(mHelper)}
+}
+
+func helperFailure(msg []byte, rerr error, st *os.ProcessState) error {
+	if len(msg) > 0 && msg[0] == startedByte {
+		msg = msg[1:]
+	}
+	var he helperError
+	if len(msg) > 0 && json.Unmarshal(msg, &he) == nil && he.Mechanism != "" {
+		return &UnavailableError{Mechanism: he.Mechanism, Reason: he.Reason, Fix: he.Fix}
+	}
+	reason := "helper exited before exec"
+	if rerr != nil {
+		reason = "no answer from helper: " + rerr.Error()
+	}
+	if st != nil {
+		reason += " (" + st.String() + ")"
+	}
+	return &UnavailableError{Mechanism: MechHelper, Reason: reason, Fix: mechFix(mHelper)}
+}
+
+// reap waits for the block; with a PID namespace the kernel has killed and
+// reaped every other process of the namespace by the time its init is a
+// zombie. Without one the process group is killed while the leader is still
+// a zombie (so its id cannot have been reused), then the leader is reaped.
+func (p *Process) reap() {
+	pp := &p.plat
+	if pp.pgKill {
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+	st, err := pp.osp.Wait()
+	pp.mu.Lock()
+	pp.reaped = true
+	pp.mu.Unlock()
+	p.res = buildResult(st, err, time.Since(pp.started), pp.limits)
+	close(p.done)
+}
+
+func buildResult(st *os.ProcessState, err error, wall time.Duration, lim Limits) Result {
+	res := Result{Wall: wall, ExitCode: -1}
+	if err != nil {
+		res.Err = fmt.Errorf("sandbox: wait: %w", err)
+		return res
+	}
+	ws, _ := st.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		res.Signal = ws.Signal()
+	} else {
+		res.ExitCode = ws.ExitStatus()
+	}
+	if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		res.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		res.MaxRSS = ru.Maxrss * 1024
+	}
+	switch {
+	case res.Signal == syscall.SIGXCPU,
+		res.Signal == syscall.SIGKILL && lim.CPUTime > 0 && res.CPU >= lim.CPUTime-50*time.Millisecond:
+		res.Limit = LimitCPU
+	case res.Signal == syscall.SIGXFSZ:
+		res.Limit = LimitFileSize
+	}
+	res.LimitDesc = describeLimit(res.Limit, lim)
+	return res
+}
+
+func (p *Process) kill() {
+	pp := &p.plat
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if pp.reaped {
+		return
+	}
+	if pp.pgKill {
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+	_ = pp.osp.Signal(syscall.SIGKILL)
+}
+
+// chownTree gives dir and everything below it to uid:gid without following
+// symlinks at any level (descriptor-relative walk), so a concurrently
+// swapped symlink cannot redirect a root chown onto host files.
+func chownTree(dir string, uid, gid int) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		return err
+	}
+	return chownAt(fd, uid, gid, 0)
+}
+
+func chownAt(fd, uid, gid, depth int) error {
+	if depth > 64 {
+		return errors.New("workdir nests deeper than 64 levels")
+	}
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return err
+	}
+	d := os.NewFile(uintptr(dup), "dir")
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := unix.Fchownat(fd, n, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		sub, err := unix.Openat(fd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // not a directory (or a symlink): nothing below it
+		}
+		err = chownAt(sub, uid, gid, depth+1)
+		unix.Close(sub)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

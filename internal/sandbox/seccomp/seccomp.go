@@ -1,0 +1,52 @@
+// Package seccomp builds and installs codellm's seccomp-bpf deny list: the
+// last layer of the sandbox, installed immediately before the user program
+// is exec'd, which takes away kernel attack surface that the namespaces,
+// Landlock and dropped capabilities do not already remove.
+//
+// The policy is a deny list (default allow) rather than an allow list on
+// purpose: codellm runs arbitrary interpreters (python, node, perl, shells)
+// whose syscall sets change with every release; an allow list would break
+// them in ways no test catches. The list below is the threat model's
+// (category C) plus syscalls that only make sense for a system
+// administrator.
+package seccomp
+
+import "errors"
+
+// ErrUnsupported is returned where seccomp filtering does not exist.
+var ErrUnsupported = errors.New("seccomp filtering is not supported on this system")
+
+// Denied lists the syscalls that fail with EPERM inside the sandbox.
+var Denied = []string{
+	// io_uring bypasses seccomp for the operations it performs.
+	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	// Kernel programmability and introspection.
+	"bpf", "perf_event_open", "userfaultfd",
+	"kexec_load", "kexec_file_load",
+	"init_module", "finit_module", "delete_module",
+	// Kernel keyrings are not namespaced.
+	"keyctl", "add_key", "request_key",
+	// Inspecting or writing other processes.
+	"ptrace", "process_vm_readv", "process_vm_writev",
+	// The mount family and namespace changes.
+	"mount", "umount2", "pivot_root", "chroot",
+	"open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+	"unshare", "setns",
+	// Raw port I/O.
+	"iopl", "ioperm",
+	// Host administration.
+	"swapon", "swapoff", "reboot", "acct", "quotactl", "vhangup", "syslog",
+	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+	"open_by_handle_at", "name_to_handle_at", "uselib",
+}
+
+// CloneNamespaceFlags are the clone(2) flags that create namespaces; clone
+// with any of them fails with EPERM.
+const CloneNamespaceFlags = 0x00020000 | // CLONE_NEWNS
+	0x02000000 | // CLONE_NEWCGROUP
+	0x04000000 | // CLONE_NEWUTS
+	0x08000000 | // CLONE_NEWIPC
+	0x10000000 | // CLONE_NEWUSER
+	0x20000000 | // CLONE_NEWPID
+	0x40000000 | // CLONE_NEWNET
+	0x00000080 // CLONE_NEWTIME

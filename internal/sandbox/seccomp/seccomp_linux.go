@@ -1,0 +1,115 @@
+//go:build linux
+
+package seccomp
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	bpfseccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// Supported reports whether the kernel accepts seccomp filters.
+func Supported() bool { return bpfseccomp.Supported() }
+
+// Mode returns the seccomp mode of the calling thread as /proc shows it
+// (0 disabled, 1 strict, 2 filter).
+func Mode() (int, error) {
+	m, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
+	return m, err
+}
+
+func errnoAction(e unix.Errno) bpfseccomp.Action {
+	return bpfseccomp.ActionErrno | bpfseccomp.Action(e)
+}
+
+// Policy returns the library policy for the deny list: everything in Denied
+// gets EPERM, clone with namespace flags gets EPERM and clone3 gets ENOSYS
+// (its flags live in memory the filter cannot read, so it must look absent
+// and libc falls back to clone, whose flags the filter can check).
+func Policy() bpfseccomp.Policy {
+	return bpfseccomp.Policy{
+		DefaultAction: bpfseccomp.ActionAllow,
+		Syscalls: []bpfseccomp.SyscallGroup{
+			{Names: Denied, Action: errnoAction(unix.EPERM)},
+			{Names: []string{"clone3"}, Action: errnoAction(unix.ENOSYS)},
+			{NamesWithCondtions: []bpfseccomp.NameWithConditions{{
+				Name: "clone",
+				Conditions: bpfseccomp.ArgumentConditions{{
+					Argument: 0, Operation: bpfseccomp.BitsSet, Value: CloneNamespaceFlags,
+				}},
+			}}, Action: errnoAction(unix.EPERM)},
+		},
+	}
+}
+
+// Program assembles the complete filter:
+//
+//  1. an architecture check that kills the process for any syscall made
+//     through a non-native ABI (i386 int 0x80 on x86-64, say) — the library
+//     on its own would apply the default action (allow) to those;
+//  2. the terminal-injection check: ioctl TIOCSTI/TIOCLINUX fail with EPERM,
+//     comparing only the low 32 bits of the command because the kernel
+//     truncates it to an unsigned int (a garbage high half must not bypass
+//     the check);
+//  3. the library's program (x32 rejection + the deny list).
+func Program() ([]bpf.RawInstruction, error) {
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		return nil, fmt.Errorf("%w: architecture %s", ErrUnsupported, runtime.GOARCH)
+	}
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	pol := Policy()
+	body, err := pol.Assemble()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: assemble policy: %w", err)
+	}
+	ioctlNr := uint32(info.SyscallNames["ioctl"])
+	eperm := uint32(errnoAction(unix.EPERM))
+	const argLo1 = 16 + 8*1 // seccomp_data.args[1], low half on little-endian
+	prefix := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 4, Size: 4},                                  // arch
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1}, // native?
+		bpf.RetConstant{Val: uint32(unix.SECCOMP_RET_KILL_PROCESS)},
+		bpf.LoadAbsolute{Off: 0, Size: 4}, // nr
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: ioctlNr, SkipTrue: 4},
+		bpf.LoadAbsolute{Off: argLo1, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCSTI, SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.TIOCLINUX, SkipTrue: 1},
+		bpf.RetConstant{Val: eperm},
+	}
+	raw, err := bpf.Assemble(append(prefix, body...))
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: assemble BPF: %w", err)
+	}
+	return raw, nil
+}
+
+// Install loads the filter on the calling thread. The caller must hold
+// runtime.LockOSThread and have set no_new_privs on that thread (or hold
+// CAP_SYS_ADMIN); the filter is inherited by the program it execs next.
+// It is deliberately not synchronised to other threads: the helper execs
+// right after, which destroys every other thread.
+func Install() error {
+	raw, err := Program()
+	if err != nil {
+		return err
+	}
+	filt := make([]unix.SockFilter, len(raw))
+	for i, in := range raw {
+		filt[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	prog := unix.SockFprog{Len: uint16(len(filt)), Filter: &filt[0]}
+	_, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog)))
+	runtime.KeepAlive(filt)
+	if e != 0 {
+		return fmt.Errorf("seccomp: install filter: %w", e)
+	}
+	return nil
+}
