@@ -85,6 +85,11 @@ func scan(root *os.Root) (snapshot, error) {
 	n := 0
 	err := fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
+			if errors.Is(err, fs.ErrPermission) && name != "." {
+				// A directory the run made unreadable (chmod 000) when codellm is not root: its files
+				// are not listed, which is the run's own doing, not a workspace failure.
+				return fs.SkipDir
+			}
 			return err
 		}
 		if n++; n > maxScanEntries {

@@ -1,0 +1,91 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/codellm/codellm/internal/interp"
+)
+
+func TestRegister(t *testing.T) {
+	tr := newRunner(t, nil)
+	var got []string
+	tr.Register(func(method, pattern, name string, h http.HandlerFunc) {
+		if h == nil || name == "" {
+			t.Errorf("route %s %s registered without handler or name", method, pattern)
+		}
+		got = append(got, method+" "+pattern)
+	})
+	want := []string{"POST /api/v2/execute", "GET /api/v2/runtimes", "GET /api/v2/health", "DELETE /api/v2/sessions/"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("routes %v, want %v", got, want)
+	}
+}
+
+// TestSessionSerialised: concurrent executes of one session run one after the other, each seeing the
+// complete result of the previous one.
+func TestSessionSerialised(t *testing.T) {
+	tr := newRunner(t, nil)
+	const n = 4
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Read-modify-write with a pause in between: interleaving would lose increments.
+			_, err := tr.Execute(context.Background(), "ser", code("bash", "c=$(cat count 2>/dev/null || echo 0); sleep 0.1; echo $((c+1)) > count"))
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := tr.exec("ser", code("bash", "cat count")).Run.Stdout; out != "4\n" {
+		t.Fatalf("count = %q, want 4", out)
+	}
+}
+
+func TestExposedEnv(t *testing.T) {
+	tr := newRunner(t, func(c *Config) { c.Exposed = []string{"SERVICE_TOKEN=operator-value"} })
+	req := code("bash", `echo "$SERVICE_TOKEN"`)
+	if out := tr.exec("", req).Run.Stdout; out != "operator-value\n" {
+		t.Fatalf("exposed variable: %q", out)
+	}
+	req.EnvVars = map[string]string{"SERVICE_TOKEN": "from-request"}
+	_, err := tr.Execute(context.Background(), "", req)
+	if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "exposed by the operator") {
+		t.Fatalf("request overriding an exposed variable: %v", err)
+	}
+}
+
+// TestSandboxStartFailure: a program that cannot be started is 500 sandbox_execution_failed, and the
+// session stays clean because nothing ran.
+func TestSandboxStartFailure(t *testing.T) {
+	progs, err := interp.Enable(interp.Builtin(), []string{"bash"}, func(string) (string, error) {
+		return "/nonexistent/codellm-test/bash", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newRunner(t, func(c *Config) { c.Programs = progs; c.Versions = map[string]string{"bash": "5.0.0"} })
+	status, body, _ := tr.do(http.MethodPost, PathExecute, code("bash", "true"), map[string]string{SessionHeader: "sf"})
+	if status != 500 || body["error"] != CodeSandboxFailed {
+		t.Fatalf("got %d %v", status, body)
+	}
+	tr.mu.Lock()
+	d := tr.sessions["sf"].dirty
+	tr.mu.Unlock()
+	if d != "" {
+		t.Fatalf("session marked dirty although nothing ran: %s", d)
+	}
+}
