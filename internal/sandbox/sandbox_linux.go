@@ -11,9 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/codellm/codellm/internal/sandbox/cgroup"
 	"github.com/codellm/codellm/internal/sandbox/landlock"
 	"github.com/codellm/codellm/internal/sandbox/seccomp"
 	"golang.org/x/sys/unix"
@@ -35,15 +37,22 @@ type platform struct {
 	detail      map[mechSet]string
 	version     map[mechSet]string
 
+	cg *cgroup.Host // nil when cgroups are unusable
+
 	// disabled switches mechanisms off, for differential tests and
 	// benchmarks only (never set in production code).
 	disabled mechSet
 }
 
-type runPlatform struct{}
+type runPlatform struct {
+	group *cgroup.Group // the run's cgroup; nil without cgroups
+	use   mechSet       // mechanisms for the run's blocks, fixed at NewRun
+}
 
 type procPlatform struct {
 	osp     *os.Process
+	group   *cgroup.Group // the block's child group of the run's cgroup
+	runGrp  *cgroup.Group
 	mu      sync.Mutex
 	reaped  bool
 	pgKill  bool // kill the process group too (no PID namespace)
@@ -81,7 +90,7 @@ func (s *Sandbox) init() error {
 }
 
 // wantedMechs is what native mode requires.
-var wantedMechs = mAll &^ mCgroup
+var wantedMechs = mAll
 
 // probeStatic checks what the kernel offers without starting anything.
 func probeStatic(p *platform, exeErr error) mechSet {
@@ -152,6 +161,18 @@ func probeStatic(p *platform, exeErr error) mechSet {
 		p.detail[mSeccomp] = "seccomp filters not supported"
 	}
 	m |= mRlimit | mNoNewPrivs | mCaps
+	if h, err := cgroup.Detect(); err == nil {
+		p.cg = h
+		m |= mCgroup
+		in := h.Info()
+		p.version[mCgroup] = "v" + strconv.Itoa(in.Version)
+		p.detail[mCgroup] = strings.Join(in.Controllers, ",") + " under " + in.Path
+		if len(in.Notes) > 0 {
+			p.detail[mCgroup] += "; " + strings.Join(in.Notes, "; ")
+		}
+	} else {
+		p.detail[mCgroup] = err.Error()
+	}
 	if p.euid == 0 {
 		p.detail[mUserNS] = fmt.Sprintf("uid %d inside maps to host uid %d", sandboxUID, p.hostUID)
 	}
@@ -179,10 +200,33 @@ func (s *Sandbox) trialSpawn() {
 	for range 16 {
 		use := p.want & p.avail
 		r := &Run{sb: s, lim: s.cfg.Limits, procs: map[*Process]struct{}{}}
+		var child *cgroup.Group
+		if use.has(mCgroup) {
+			g, err := p.cg.NewGroup(fmt.Sprintf("codellm-probe-%d-%d", os.Getpid(), runSeq.Add(1)),
+				cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids})
+			if err == nil {
+				r.plat.group = g
+				child, err = g.NewChild("block-1")
+			}
+			if err != nil {
+				if r.plat.group != nil {
+					_ = r.plat.group.Remove()
+				}
+				p.avail &^= mCgroup
+				p.detail[mCgroup] = err.Error()
+				continue
+			}
+		}
 		sp := &Spec{Path: "/bin/true", Args: []string{"true"}, Dir: dir, Stdout: null, Stderr: null}
-		proc, err := r.spawn(sp, use, true)
+		proc, err := r.spawnIn(sp, use, true, child)
+		var res Result
 		if err == nil {
-			res := proc.Wait()
+			res = proc.Wait()
+		}
+		if r.plat.group != nil {
+			_ = r.plat.group.Remove()
+		}
+		if err == nil {
 			if res.ExitCode == 0 {
 				return
 			}
@@ -234,9 +278,6 @@ func (s *Sandbox) buildReport() Report {
 			ms.Used = false
 			ms.Detail = "network enabled by the operator: blocks share the host network"
 		}
-		if e.bit == mCgroup && !p.avail.has(mCgroup) && ms.Detail == "" {
-			ms.Detail = "not integrated yet: limits are per-process rlimits only"
-		}
 		rep.Mechanisms = append(rep.Mechanisms, ms)
 		if p.want.has(e.bit) && !p.avail.has(e.bit) {
 			rep.Missing = append(rep.Missing, e.name)
@@ -273,11 +314,49 @@ func Probe(cfg Config) Report {
 	return s.Report()
 }
 
-func (r *Run) init() error { return nil }
+var runSeq atomic.Uint64
 
-func (r *Run) killAll() {}
+// init creates the run's cgroup. Blocks get child groups (so each block's
+// peak memory and OOM kills are its own) while the limits sit on the run
+// group and so bound all blocks together.
+func (r *Run) init() error {
+	s := r.sb
+	p := &s.plat
+	if s.cfg.Mode == ModeOff {
+		return nil
+	}
+	r.plat.use = (p.want & p.avail) &^ p.disabled
+	if !r.plat.use.has(mCgroup) {
+		return nil
+	}
+	name := fmt.Sprintf("codellm-%d-%d", os.Getpid(), runSeq.Add(1))
+	g, err := p.cg.NewGroup(name, cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids})
+	if err != nil {
+		if s.cfg.Mode == ModeNative {
+			return &UnavailableError{Mechanism: MechCgroup, Reason: "create run cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
+		}
+		s.warnMissing(MechCgroup)
+		r.plat.use &^= mCgroup
+		return nil
+	}
+	r.plat.group = g
+	return nil
+}
 
-func (r *Run) release() error { return nil }
+func (r *Run) killAll() {
+	if g := r.plat.group; g != nil {
+		_ = g.Kill()
+	}
+}
+
+func (r *Run) release() error {
+	if g := r.plat.group; g != nil {
+		if err := g.Remove(); err != nil {
+			return fmt.Errorf("sandbox: remove run cgroup: %w", err)
+		}
+	}
+	return nil
+}
 
 // start picks the mechanisms for this block and refuses in native mode
 // when any is missing.
@@ -287,7 +366,7 @@ func (r *Run) start(spec *Spec, seq int) (*Process, error) {
 	if s.cfg.Mode == ModeOff {
 		return r.startOff(spec)
 	}
-	use := (p.want & p.avail) &^ p.disabled
+	use := r.plat.use
 	if s.cfg.Mode == ModeNative {
 		if miss := p.want &^ p.avail; miss != 0 {
 			b := miss.first()
@@ -302,11 +381,28 @@ func (r *Run) start(spec *Spec, seq int) (*Process, error) {
 			s.warnMissing(n)
 		}
 	}
-	return r.spawn(spec, use, false)
+	var child *cgroup.Group
+	if use.has(mCgroup) && r.plat.group != nil {
+		c, err := r.plat.group.NewChild("block-" + strconv.Itoa(seq))
+		if err != nil {
+			if s.cfg.Mode == ModeNative {
+				return nil, &UnavailableError{Mechanism: MechCgroup, Reason: "create block cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
+			}
+			s.warnMissing(MechCgroup)
+		}
+		child = c
+	}
+	return r.spawnIn(spec, use, false, child)
 }
 
 // spawn starts the helper with the mechanisms in use.
 func (r *Run) spawn(spec *Spec, use mechSet, probe bool) (*Process, error) {
+	return r.spawnIn(spec, use, probe, nil)
+}
+
+// spawnIn starts the helper with the mechanisms in use, inside cgroup
+// child when given.
+func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) (*Process, error) {
 	s := r.sb
 	p := &s.plat
 	if !use.has(mHelper) {
@@ -391,6 +487,13 @@ func (r *Run) spawn(spec *Spec, use mechSet, probe bool) (*Process, error) {
 		use &^= mRootFS
 		hs.Mech = use
 	}
+	if child != nil {
+		if fd, ok := child.FD(); ok {
+			attr.UseCgroupFD, attr.CgroupFD = true, fd // v2: born inside, no race
+		}
+	} else {
+		hs.Mech &^= mCgroupNS // nothing to root a cgroup namespace at
+	}
 
 	start := time.Now()
 	osp, err := os.StartProcess(p.helperPath, []string{"codellm-sandbox", helperMarker}, &os.ProcAttr{
@@ -404,10 +507,17 @@ func (r *Run) spawn(spec *Spec, use mechSet, probe bool) (*Process, error) {
 		return nil, startError(use, err)
 	}
 	proc := &Process{run: r, pid: osp.Pid, start: start, done: make(chan struct{})}
-	proc.plat = procPlatform{osp: osp, pgKill: !use.has(mPIDNS), limits: r.lim, started: start}
+	proc.plat = procPlatform{osp: osp, pgKill: !use.has(mPIDNS), limits: r.lim, started: start, group: child, runGrp: r.plat.group}
 
-	// Placement into the run's cgroup happens here, before the helper can
-	// read its spec (and so before it runs anything).
+	// v1: join the block's cgroup now, while the helper is blocked reading
+	// its spec and so has run nothing of the user's.
+	if child != nil && !attr.UseCgroupFD {
+		if err := child.Add(osp.Pid); err != nil {
+			_ = osp.Kill()
+			_, _ = osp.Wait()
+			return nil, &UnavailableError{Mechanism: MechCgroup, Reason: "join block cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
+		}
+	}
 	b, err := json.Marshal(hs)
 	if err == nil {
 		_, err = specW.Write(b)
@@ -475,7 +585,32 @@ func (p *Process) reap() {
 	pp.mu.Lock()
 	pp.reaped = true
 	pp.mu.Unlock()
-	p.res = buildResult(st, err, time.Since(pp.started), pp.limits)
+	res := buildResult(st, err, time.Since(pp.started), pp.limits)
+	if pp.group != nil {
+		// The block is gone (its PID namespace with it); without a PID
+		// namespace, stragglers that left the process group still sit in
+		// the block's cgroup.
+		if pp.pgKill {
+			_ = pp.group.Kill()
+		}
+		if cs, err := pp.group.Stats(); err == nil {
+			if cs.MemoryPeak > 0 {
+				res.MaxRSS = cs.MemoryPeak
+			}
+			if cs.CPU > res.CPU {
+				res.CPU = cs.CPU
+			}
+			failed := res.Signal != 0 || res.ExitCode != 0
+			switch {
+			case cs.OOMKills > 0 && failed:
+				res.Limit = LimitMemory
+			case failed && res.Limit == "" && pp.runGrp != nil && pidsHit(pp.runGrp):
+				res.Limit = LimitPids
+			}
+			res.LimitDesc = describeLimit(res.Limit, pp.limits)
+		}
+	}
+	p.res = res
 	close(p.done)
 }
 
@@ -506,6 +641,11 @@ func buildResult(st *os.ProcessState, err error, wall time.Duration, lim Limits)
 	return res
 }
 
+func pidsHit(g *cgroup.Group) bool {
+	st, err := g.Stats()
+	return err == nil && st.PidsMax > 0
+}
+
 func (p *Process) kill() {
 	pp := &p.plat
 	pp.mu.Lock()
@@ -515,6 +655,9 @@ func (p *Process) kill() {
 	}
 	if pp.pgKill {
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		if pp.group != nil {
+			_ = pp.group.Kill()
+		}
 	}
 	_ = pp.osp.Signal(syscall.SIGKILL)
 }
