@@ -19,7 +19,7 @@ import (
 // sandboxUID is the host uid the native sandbox maps its user to when tests run as root.
 const sandboxUID = 65534
 
-func offSandbox(t *testing.T) *sandbox.Sandbox {
+func offSandbox(t testing.TB) *sandbox.Sandbox {
 	t.Helper()
 	sb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeOff})
 	if err != nil {

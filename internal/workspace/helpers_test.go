@@ -12,14 +12,16 @@ import (
 
 // testEnv is a workspace root plus a sibling directory "outside" that no tool may reach.
 type testEnv struct {
-	t       *testing.T
+	t       testing.TB
 	base    string
 	root    string
 	outside string
 	ws      *Workspace
 }
 
-func newEnv(t *testing.T, opts Options) *testEnv {
+func newEnv(t *testing.T, opts Options) *testEnv { return newEnvTB(t, opts) }
+
+func newEnvTB(t testing.TB, opts Options) *testEnv {
 	t.Helper()
 	base := t.TempDir()
 	e := &testEnv{t: t, base: base, root: filepath.Join(base, "root"), outside: filepath.Join(base, "outside")}

@@ -4,6 +4,8 @@ import (
 	"os"
 	"syscall"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // TestMain lets tests re-execute the test binary as the `codellm workspace` CLI (real processes, real exit
@@ -20,5 +22,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(RunCLI(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// No goroutine may outlive the operations (enumerators, output readers, waiters).
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goroutine leak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
