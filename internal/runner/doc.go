@@ -61,7 +61,7 @@
 //
 // {"message"} with 400 (bad request), 404 (unknown language or version), 413 (body over MaxBodyBytes),
 // 415 (Content-Type not application/json), 429 (no slot within the queue timeout, or too many sessions;
-// Retry-After: 1); {"error","message"} with 409 session_workspace_dirty and 500 sandbox_execution_failed;
+// Retry-After: 5); {"error","message"} with 409 session_workspace_dirty and 500 sandbox_execution_failed;
 // 503 while shutting down. In-process callers get *Error, which matches one sentinel (ErrBadRequest, …).
 //
 // # Known limits

@@ -205,7 +205,7 @@ func writeError(w http.ResponseWriter, e *Error) {
 		body["error"] = e.Code
 	}
 	if e.Status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", "5") // whole seconds, the service-wide default (openai-contract.md §6)
 	}
 	writeJSON(w, e.Status, body)
 }

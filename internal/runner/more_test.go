@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/codellm/codellm/internal/interp"
+	"github.com/codellm/codellm/internal/sandbox"
 )
 
 func TestRegister(t *testing.T) {
@@ -87,5 +91,39 @@ func TestSandboxStartFailure(t *testing.T) {
 	tr.mu.Unlock()
 	if d != "" {
 		t.Fatalf("session marked dirty although nothing ran: %s", d)
+	}
+}
+
+// TestWorkRootNotSearchable: under a sandbox that drops privileges, a WorkRoot the sandbox user cannot
+// reach is a startup error, not a failure of every execute.
+func TestWorkRootNotSearchable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: an unprivileged codellm runs sandboxes as itself")
+	}
+	sb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeBestEffort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := t.TempDir()
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	progs, _ := interp.Enable(interp.Builtin(), nil, nil)
+	_, err = New(Config{Programs: progs, Sandbox: sb, Slots: newPool(1, time.Second), WorkRoot: closed})
+	if err == nil || !strings.Contains(err.Error(), "not searchable") {
+		t.Fatalf("New with a 0700 WorkRoot: %v", err)
+	}
+	if entries, _ := os.ReadDir(closed); len(entries) != 0 {
+		t.Fatalf("failed New left %d entries in WorkRoot", len(entries))
+	}
+	if err := os.Chmod(closed, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	// t.TempDir's parent is 0700 too; only a fully searchable chain is accepted.
+	if r2, err := New(Config{Programs: progs, Sandbox: sb, Slots: newPool(1, time.Second), WorkRoot: closed}); err == nil {
+		r2.Close()
+		if st, _ := os.Stat(filepath.Dir(closed)); st.Mode().Perm()&1 == 0 {
+			t.Fatal("New accepted a WorkRoot whose parent is not searchable")
+		}
 	}
 }

@@ -170,6 +170,10 @@ func New(cfg Config) (*Runner, error) {
 			return nil, fmt.Errorf("runner: create work directory: %w", err)
 		}
 	}
+	if err := checkSearchable(dir, cfg.Sandbox); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	r.base, r.stop = context.WithCancel(context.Background())
 	r.janitor.Add(1)
 	go r.janitorLoop()
@@ -194,6 +198,27 @@ func (r *Runner) Close() {
 	r.mu.Unlock()
 	if err := os.RemoveAll(r.dir); err != nil {
 		r.log.Error("runner: remove work directory", "dir", r.dir, "err", err)
+	}
+}
+
+// checkSearchable fails closed when the sandbox would drop to an unprivileged uid that cannot reach the
+// workspaces: every execute would fail at start, so say so once, at startup, naming the directory.
+func checkSearchable(dir string, sb *sandbox.Sandbox) error {
+	if sb.Mode() == sandbox.ModeOff || os.Geteuid() != 0 {
+		return nil // off runs as codellm's own user; an unprivileged codellm maps its own uid
+	}
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("runner: WorkRoot: %w", err)
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("runner: WorkRoot: %s (mode %v) is not searchable by the sandbox's unprivileged user; "+
+				"choose a WorkRoot whose parents all have o+x, e.g. under /tmp or /var/lib", d, st.Mode().Perm())
+		}
+		if d == "/" {
+			return nil
+		}
 	}
 }
 
