@@ -66,7 +66,8 @@
 //
 // # Known limits
 //
-// Session workspaces are bind-mounted read-write (Persist), so a run's disk use is bounded per file by
-// RLIMIT_FSIZE but not in total: put WorkRoot on a size-limited filesystem. In sandbox mode off nothing
-// isolates sessions from each other beyond their directory names.
+// Workspaces are bind-mounted read-write into the sandbox (Persist), so files out and sessions can see
+// what a run wrote. Without WorkspaceSize a run's disk use is bounded per file by the sandbox's file size
+// limit but not in total; with it (root on Linux) every workspace is its own size- and inode-limited
+// tmpfs. In sandbox mode off nothing isolates sessions from each other beyond their directory names.
 package runner

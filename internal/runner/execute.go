@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/codellm/codellm/internal/interp"
@@ -102,8 +103,11 @@ func (r *Runner) execute(ctx context.Context, sessionID string, req *ExecuteRequ
 		defer r.releaseSession(s)
 		dir = s.dir
 	} else {
-		d, err := os.MkdirTemp(r.runsDir, "run-")
-		if err != nil {
+		r.mu.Lock()
+		r.seq++
+		d := filepath.Join(r.runsDir, "run-"+strconv.FormatUint(r.seq, 10))
+		r.mu.Unlock()
+		if err := r.makeWorkspace(d); err != nil {
 			return nil, sandboxFailed("cannot create a workspace: "+err.Error(), err)
 		}
 		defer r.removeDir(d)

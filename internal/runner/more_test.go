@@ -127,3 +127,39 @@ func TestWorkRootNotSearchable(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkspaceSize is differential: writing 2 MB into the workspace succeeds without a quota and fails
+// with ENOSPC under a 1 MiB WorkspaceSize, for sessions and one-off runs alike.
+func TestWorkspaceSize(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("WorkspaceSize mounts a tmpfs: needs root")
+	}
+	prog := "head -c 2000000 /dev/zero > big && echo wrote"
+	plain := newRunner(t, nil)
+	if out := plain.exec("", code("bash", prog)).Run.Stdout; out != "wrote\n" {
+		t.Fatalf("without a quota: %q", out)
+	}
+	tr := newRunner(t, func(c *Config) { c.WorkspaceSize = 1 << 20 })
+	for _, sid := range []string{"", "quota"} {
+		resp := tr.exec(sid, code("bash", prog))
+		if resp.Run.Stdout == "wrote\n" || !strings.Contains(resp.Run.Stderr, "No space left") {
+			t.Fatalf("session %q under a 1 MiB quota: %+v", sid, resp.Run)
+		}
+	}
+	// The session still works (the run failed on its own) and its files persist on the tmpfs.
+	tr.exec("quota", code("bash", "rm -f big; echo keep > k"))
+	if out := tr.exec("quota", code("bash", "cat k")).Run.Stdout; out != "keep\n" {
+		t.Fatalf("persistence on the quota tmpfs: %q", out)
+	}
+	dir := tr.sessions["quota"].dir
+	if err := tr.ResetSession("quota"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("quota workspace remains after reset: %v", err)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), tr.dir) {
+		t.Fatalf("a workspace tmpfs is still mounted under %s", tr.dir)
+	}
+}

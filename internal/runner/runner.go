@@ -60,6 +60,12 @@ type Config struct {
 	SessionTTL  time.Duration // idle time after which a session is deleted; default 30 min
 	MaxSessions int           // live sessions at once; default 64
 
+	// WorkspaceSize, when > 0, makes every workspace (session or one-off) a tmpfs of that many bytes
+	// (inodes: one per KiB), so a run cannot fill the host disk through its read-write workspace. It
+	// needs a root codellm on Linux; New fails if the mount does not work. 0 (default): workspaces are
+	// plain directories under WorkRoot, bounded only per file by the sandbox's file size limit.
+	WorkspaceSize int64
+
 	FilesOutMaxBytes int64 // content is returned for changed files up to this size; default 1 MiB
 	FilesOutMaxCount int   // at most this many changed files are listed; default 32
 
@@ -113,7 +119,8 @@ func New(cfg Config) (*Runner, error) {
 	case cfg.Slots == nil:
 		return nil, errors.New("runner: Config.Slots is required")
 	case cfg.MaxRunTimeout < 0, cfg.MaxMemory < 0, cfg.MaxOutputBytes < 0, cfg.MaxBodyBytes < 0,
-		cfg.SessionTTL < 0, cfg.MaxSessions < 0, cfg.FilesOutMaxBytes < 0, cfg.FilesOutMaxCount < 0:
+		cfg.SessionTTL < 0, cfg.MaxSessions < 0, cfg.FilesOutMaxBytes < 0, cfg.FilesOutMaxCount < 0,
+		cfg.WorkspaceSize < 0:
 		return nil, errors.New("runner: negative limit in Config")
 	}
 	if cfg.MaxRunTimeout == 0 {
@@ -174,6 +181,20 @@ func New(cfg Config) (*Runner, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	if cfg.WorkspaceSize > 0 {
+		// Probe once so a host that cannot do it fails at startup, not on every execute.
+		probe := filepath.Join(r.runsDir, "probe")
+		err := os.Mkdir(probe, 0o700)
+		if err == nil {
+			if err = mountQuota(probe, cfg.WorkspaceSize); err == nil {
+				err = unmountQuota(probe)
+			}
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("runner: WorkspaceSize: %w", err)
+		}
+	}
 	r.base, r.stop = context.WithCancel(context.Background())
 	r.janitor.Add(1)
 	go r.janitorLoop()
@@ -194,8 +215,12 @@ func (r *Runner) Close() {
 	r.janitor.Wait()
 	r.inflight.Wait()
 	r.mu.Lock()
+	live := r.sessions
 	r.sessions = map[string]*session{}
 	r.mu.Unlock()
+	for _, s := range live {
+		r.removeDir(s.dir)
+	}
 	if err := os.RemoveAll(r.dir); err != nil {
 		r.log.Error("runner: remove work directory", "dir", r.dir, "err", err)
 	}

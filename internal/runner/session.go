@@ -116,12 +116,12 @@ func (r *Runner) lookupOrCreate(id string) (*session, *Error) {
 	// directory is still being removed by the holder of its lock.
 	r.seq++
 	dir := filepath.Join(r.sessDir, sessionDirName(id)+"-"+strconv.FormatUint(r.seq, 10))
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err := r.makeWorkspace(dir); err != nil {
 		return nil, sandboxFailed("cannot create session workspace: "+err.Error(), err)
 	}
 	key, err := dirID(dir)
 	if err != nil {
-		os.RemoveAll(dir)
+		r.removeDir(dir)
 		return nil, sandboxFailed("cannot create session workspace: "+err.Error(), err)
 	}
 	s := &session{id: id, dir: dir, key: key, lock: make(chan struct{}, 1), lastUsed: now}
@@ -233,7 +233,29 @@ func (r *Runner) janitorLoop() {
 	}
 }
 
+// makeWorkspace creates a workspace directory, with its tmpfs when WorkspaceSize is set.
+func (r *Runner) makeWorkspace(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	if r.cfg.WorkspaceSize > 0 {
+		if err := mountQuota(dir, r.cfg.WorkspaceSize); err != nil {
+			os.Remove(dir)
+			return err
+		}
+	}
+	return nil
+}
+
+// removeDir removes a workspace (unmounting its tmpfs first). A failed unmount leaves the directory in
+// place rather than deleting through a mount point.
 func (r *Runner) removeDir(dir string) {
+	if r.cfg.WorkspaceSize > 0 {
+		if err := unmountQuota(dir); err != nil {
+			r.log.Error("runner: remove workspace", "dir", dir, "err", err)
+			return
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		r.log.Error("runner: remove workspace", "dir", dir, "err", err)
 	}
