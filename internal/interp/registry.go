@@ -145,14 +145,19 @@ func Load(rd io.Reader) (*Registry, error) {
 	if len(data) > maxRegistryBytes {
 		return nil, &LoadError{Entry: -1, Reason: fmt.Sprintf("larger than %d bytes", maxRegistryBytes)}
 	}
-	if err := checkDuplicateKeys(data); err != nil {
-		return nil, err
-	}
 	var top struct {
 		Interpreters *[]json.RawMessage `json:"interpreters"`
 	}
 	if err := decodeStrict(data, &top); err != nil {
 		return nil, &LoadError{Entry: -1, Reason: err.Error()}
+	}
+	// Only now, on syntactically valid JSON within encoding/json's nesting limit, look for repeated or
+	// mis-cased keys.
+	if err := checkKeys(data); err != nil {
+		if le, ok := err.(*LoadError); ok && le.Entry >= 0 {
+			le.Name = looseName((*top.Interpreters)[le.Entry])
+		}
+		return nil, err
 	}
 	if top.Interpreters == nil {
 		return nil, &LoadError{Entry: -1, Reason: `missing "interpreters" list`}
@@ -193,14 +198,19 @@ func decodeEntry(i int, raw json.RawMessage) (Interpreter, error) {
 	}
 	var in Interpreter
 	if err := decodeStrict(raw, &in); err != nil {
-		// Name the entry even when its other fields are broken.
-		var named struct {
-			Name string `json:"name"`
-		}
-		_ = json.Unmarshal(raw, &named)
-		return Interpreter{}, &LoadError{Entry: i, Name: named.Name, Reason: err.Error()}
+		return Interpreter{}, &LoadError{Entry: i, Name: looseName(raw), Reason: err.Error()}
 	}
 	return in, nil
+}
+
+// looseName extracts an entry's name, if it has a usable one, so that errors about an otherwise broken
+// entry can still name it.
+func looseName(raw json.RawMessage) string {
+	var named struct {
+		Name string `json:"name"`
+	}
+	_ = json.Unmarshal(raw, &named)
+	return named.Name
 }
 
 func (r *Registry) add(i int, in Interpreter) error {
@@ -317,20 +327,45 @@ func (r *Registry) Names() []string {
 	return out
 }
 
-// checkDuplicateKeys rejects an object that repeats a key anywhere in the document: encoding/json would
-// silently keep the last value, which hides exactly the kind of operator mistake strict loading is for.
-func checkDuplicateKeys(data []byte) error {
+// Object kinds checkKeys knows the exact keys of.
+type keyKind int
+
+const (
+	kindOther keyKind = iota
+	kindTop
+	kindList
+	kindEntry
+	kindEnvList
+	kindEnv
+)
+
+var exactKeys = map[keyKind][]string{
+	kindTop:   {"interpreters"},
+	kindEntry: {"name", "cmd", "code_block_labels", "ext", "env"},
+	kindEnv:   {"name", "value"},
+}
+
+// checkKeys walks a syntactically valid document and rejects what encoding/json lets through silently:
+// a key repeated in one object (the last value would win) and a key that matches a field only
+// case-insensitively ("Cmd" would be read as "cmd"). Both hide exactly the operator mistakes strict
+// loading exists for.
+func checkKeys(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	var walk func(path string, entry int) error
-	walk = func(path string, entry int) error {
+	errSyntax := errors.New("syntax") // stops the walk; never returned
+	var walk func(path string, entry int, kind keyKind) error
+	walk = func(path string, entry int, kind keyKind) error {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil // syntax errors are reported by the real decode, with its position
+			return errSyntax
 		}
 		delim, ok := tok.(json.Delim)
 		if !ok {
 			return nil
+		}
+		where := ""
+		if entry < 0 || path != "$.interpreters["+strconv.Itoa(entry)+"]" {
+			where = " in " + path
 		}
 		switch delim {
 		case '{':
@@ -338,34 +373,48 @@ func checkDuplicateKeys(data []byte) error {
 			for dec.More() {
 				kt, err := dec.Token()
 				if err != nil {
-					return nil
+					return errSyntax
 				}
 				key, _ := kt.(string)
+				if allowed, checked := exactKeys[kind]; checked && !slices.Contains(allowed, key) {
+					return &LoadError{Entry: entry, Reason: fmt.Sprintf("unknown field %q%s", key, where)}
+				}
 				if seen[key] {
-					reason := fmt.Sprintf("duplicate key %q", key)
-					if entry < 0 || path != "$.interpreters["+strconv.Itoa(entry)+"]" {
-						reason += " in " + path
-					}
-					return &LoadError{Entry: entry, Reason: reason}
+					return &LoadError{Entry: entry, Reason: fmt.Sprintf("duplicate key %q%s", key, where)}
 				}
 				seen[key] = true
-				if err := walk(path+"."+key, entry); err != nil {
+				child := kindOther
+				switch {
+				case kind == kindTop && key == "interpreters":
+					child = kindList
+				case kind == kindEntry && key == "env":
+					child = kindEnvList
+				}
+				if err := walk(path+"."+key, entry, child); err != nil {
 					return err
 				}
 			}
 		case '[':
 			for i := 0; dec.More(); i++ {
-				childEntry := entry
-				if path == "$.interpreters" {
-					childEntry = i
+				childEntry, child := entry, kindOther
+				switch kind {
+				case kindList:
+					childEntry, child = i, kindEntry
+				case kindEnvList:
+					child = kindEnv
 				}
-				if err := walk(path+"["+strconv.Itoa(i)+"]", childEntry); err != nil {
+				if err := walk(path+"["+strconv.Itoa(i)+"]", childEntry, child); err != nil {
 					return err
 				}
 			}
 		}
-		_, _ = dec.Token() // closing delimiter
+		if _, err := dec.Token(); err != nil { // closing delimiter
+			return errSyntax
+		}
 		return nil
 	}
-	return walk("$", -1)
+	if err := walk("$", -1, kindTop); err != nil && err != errSyntax {
+		return err
+	}
+	return nil
 }
