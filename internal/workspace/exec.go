@@ -147,9 +147,9 @@ func (w *Workspace) releaseCommand() { <-w.cmdSem }
 
 func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout time.Duration, maxOut int) (*ExecuteCommandResult, error) {
 	sb := w.opts.Sandbox
-	// TMPDIR: in native mode /tmp is the block's own size-limited tmpfs; otherwise a fresh 0700 directory
-	// on the host, removed afterwards.
-	tmp := "/tmp"
+	// TMPDIR: in native mode /tmp is the block's own size-limited tmpfs and the wrapper creates a 0700
+	// directory in it; otherwise a fresh 0700 directory on the host, removed afterwards.
+	tmp := "/tmp/codellm-tmp"
 	if sb.Mode() != sandbox.ModeNative {
 		d, err := os.MkdirTemp("", "codellm-cmd-")
 		if err != nil {
@@ -161,12 +161,14 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 		}
 		tmp = d
 	}
-	args := []string{commandShell, "-c", command}
-	if cwd != "" {
-		// The sandbox's working directory is the root (the bind mount); a sub-directory cwd is entered by the
-		// shell, inside the sandbox, where nothing outside the root is writable anyway.
-		args = []string{commandShell, "-c", `cd -- "$1" || exit 1; exec ` + commandShell + ` -c "$2"`, "codellm", cwd, command}
+	// The sandbox's working directory is the root (the bind mount). A small wrapper, running inside the
+	// sandbox, creates TMPDIR and enters cwd, then replaces itself with the user's shell; the user's command is
+	// passed as an argument, never spliced into the script.
+	dir := cwd
+	if dir == "" {
+		dir = "."
 	}
+	args := []string{commandShell, "-c", commandWrapper, "codellm", dir, command}
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -181,7 +183,7 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 	run, err := sb.NewRun(nil)
 	if err != nil {
 		closeAll(outR, outW, errR, errW)
-		return nil, newErr(CodeCommandUnavailable, "sandbox: "+clipUnits(err.Error(), 1000))
+		return nil, newErr(CodeCommandUnavailable, "sandbox: "+w.scrub(err.Error()))
 	}
 	proc, err := run.Start(sandbox.Spec{
 		Path: commandShell, Args: args, Env: commandEnv(tmp), Dir: w.real, Persist: true,
@@ -193,7 +195,7 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 		closeAll(outR, errR)
 		run.Close()
 		// Nothing ran: the failure is atomic.
-		return nil, newErr(CodeCommandUnavailable, "sandbox: "+clipUnits(err.Error(), 1000))
+		return nil, newErr(CodeCommandUnavailable, "sandbox: "+w.scrub(err.Error()))
 	}
 
 	budget := &outputBudget{left: maxOut}
@@ -241,7 +243,7 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 		return nil, committedErr(CodeExecutionAborted, "the command was cancelled")
 	}
 	if res.Err != nil {
-		return nil, committedErr(CodeCommandUnavailable, "sandbox failed while the command ran: "+clipUnits(res.Err.Error(), 1000))
+		return nil, committedErr(CodeCommandUnavailable, "sandbox failed while the command ran: "+w.scrub(res.Err.Error()))
 	}
 	_ = closeErr // cgroup removal failures do not change the command's outcome
 
@@ -251,11 +253,7 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 	switch {
 	case timedOut:
 	case res.Signal != 0:
-		name := signalName(res.Signal)
-		if name == "" {
-			return nil, committedErr(CodeCommandUnavailable, "the sandbox reported an unknown signal")
-		}
-		out.Signal = name
+		out.Signal = signalName(res.Signal)
 	default:
 		code := res.ExitCode
 		if code < 0 || code > 255 {
@@ -264,6 +262,18 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 		out.ExitCode = &code
 	}
 	return out, nil
+}
+
+// commandWrapper runs as `bash -c commandWrapper codellm DIR COMMAND` inside the sandbox.
+const commandWrapper = `mkdir -p -m 700 -- "$TMPDIR" || exit 1; cd -- "$1" || exit 1; exec ` + commandShell + ` -c "$2"`
+
+// scrub removes host paths (the root, the home directory) from a sandbox message: errors never show them.
+func (w *Workspace) scrub(msg string) string {
+	msg = strings.ReplaceAll(msg, w.real, "<workspace>")
+	if home := w.opts.HomeDir; home != "" && home != "/" {
+		msg = strings.ReplaceAll(msg, home, "<home>")
+	}
+	return clipUnits(msg, 1000)
 }
 
 func closeAll(fs ...*os.File) {

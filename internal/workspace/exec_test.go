@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,7 +204,7 @@ func TestCommandExitStatus(t *testing.T) {
 		// TMPDIR is private, owner-only and usable; HOME is not the user's home.
 		r = cmdResult(t, e.ok(OpExecuteCommand, `{"command":"test -d \"$TMPDIR\" && stat -c %a \"$TMPDIR\" && mktemp >/dev/null && echo ok; echo \"$HOME\""}`))
 		home, _ := os.UserHomeDir()
-		if !strings.Contains(r.Stdout, "ok\n") || strings.Contains(r.Stdout, home+"\n") && home != "/tmp" {
+		if !strings.HasPrefix(r.Stdout, "700\nok\n") || strings.Contains(r.Stdout, home+"\n") && home != "/tmp" {
 			t.Errorf("TMPDIR/HOME: %+v", r)
 		}
 	})
@@ -423,3 +424,18 @@ func TestCommandConfinement(t *testing.T) {
 		}
 	}
 }
+
+func TestSignalNameAndScrub(t *testing.T) {
+	for sig, want := range map[int]string{9: "SIGKILL", 15: "SIGTERM", 11: "SIGSEGV", 40: "SIG40"} {
+		if got := signalName(syscallSignal(sig)); got != want {
+			t.Errorf("signalName(%d) = %q, want %q", sig, got, want)
+		}
+	}
+	e := newEnv(t, Options{HomeDir: "/home/someone"})
+	msg := e.ws.scrub("bind " + e.ws.real + "/x: denied; home /home/someone/.config")
+	if strings.Contains(msg, e.base) || strings.Contains(msg, "/home/someone") {
+		t.Errorf("host path in %q", msg)
+	}
+}
+
+func syscallSignal(n int) syscall.Signal { return syscall.Signal(n) }

@@ -80,6 +80,7 @@ func Open(root string, opts Options) (*Workspace, error) {
 	home := opts.HomeDir
 	if home == "" {
 		home, _ = os.UserHomeDir()
+		opts.HomeDir = home
 	}
 	if home != "" && contains(real, resolveLoose(home)) {
 		return nil, newErr(CodeRegistrationInvalid, "workspace root contains the home directory")
