@@ -42,7 +42,7 @@ type testHub struct {
 	store *boltstore.Store
 }
 
-func newTestHub(t *testing.T, mod func(*Config), opts ...boltstore.Option) *testHub {
+func newTestHub(t testing.TB, mod func(*Config), opts ...boltstore.Option) *testHub {
 	t.Helper()
 	st, err := boltstore.Open(filepath.Join(t.TempDir(), "bridge.db"), opts...)
 	if err != nil {
@@ -74,7 +74,7 @@ type reply struct {
 
 func (r reply) code() bridge.Code { return bridge.DecodeError(r.status, r.body).Code }
 
-func (r reply) obj(t *testing.T) *bridge.Object {
+func (r reply) obj(t testing.TB) *bridge.Object {
 	t.Helper()
 	o, err := bridge.ParseObject(r.body)
 	if err != nil {
@@ -83,7 +83,7 @@ func (r reply) obj(t *testing.T) *bridge.Object {
 	return o
 }
 
-func doHTTP(t *testing.T, req *http.Request) reply {
+func doHTTP(t testing.TB, req *http.Request) reply {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -94,7 +94,7 @@ func doHTTP(t *testing.T, req *http.Request) reply {
 	return reply{resp.StatusCode, b, resp.Header}
 }
 
-func (h *testHub) admin(t *testing.T, method, path string, body any) reply {
+func (h *testHub) admin(t testing.TB, method, path string, body any) reply {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -106,7 +106,7 @@ func (h *testHub) admin(t *testing.T, method, path string, body any) reply {
 	return doHTTP(t, req)
 }
 
-func (h *testHub) client(t *testing.T, path string, body string, hdr map[string]string) reply {
+func (h *testHub) client(t testing.TB, path string, body string, hdr map[string]string) reply {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -119,7 +119,7 @@ func (h *testHub) client(t *testing.T, path string, body string, hdr map[string]
 
 // testWorker signs like a reference worker: canonical bodies, Ed25519 proofs.
 type testWorker struct {
-	t           *testing.T
+	t           testing.TB
 	base        string
 	id          string
 	priv        ed25519.PrivateKey
@@ -132,7 +132,7 @@ type testWorker struct {
 	nonce     string
 }
 
-func newWorker(t *testing.T, h *testHub, id string) *testWorker {
+func newWorker(t testing.TB, h *testHub, id string) *testWorker {
 	t.Helper()
 	pub, priv, _ := bridge.GenerateKey()
 	pem, _ := bridge.MarshalPublicKeyPEM(pub)

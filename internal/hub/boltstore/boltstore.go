@@ -126,8 +126,11 @@ type Store struct {
 	codes    map[string]string // code hash → worker ID
 	lives    map[string]*live
 	asgOwner map[string]string // assignment ID → worker ID
-	nonces   map[string]time.Time
-	inserts  int
+	// Nonces live in two generations rotated every nonceTTL, so each is
+	// remembered for between one and two TTLs at O(1) cost per request.
+	nonces     map[string]struct{}
+	oldNonces  map[string]struct{}
+	nonceEpoch time.Time
 }
 
 var _ store.Store = (*Store)(nil)
@@ -140,7 +143,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	s := &Store{
 		lockTimeout: 2 * time.Second, leaseTTL: store.DefaultLeaseTTL, nonceTTL: store.DefaultNonceTTL, grace: store.DefaultGrace,
 		now: time.Now, workers: map[string]*workerRec{}, codes: map[string]string{},
-		lives: map[string]*live{}, asgOwner: map[string]string{}, nonces: map[string]time.Time{},
+		lives: map[string]*live{}, asgOwner: map[string]string{}, nonces: map[string]struct{}{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -152,6 +155,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	_ = os.Chmod(path, 0o600)
 	s.db = db
 	s.openedAt = s.now()
+	s.nonceEpoch = s.openedAt
 	err = db.Update(func(tx *bolt.Tx) error {
 		wb, err := tx.CreateBucketIfNotExists(bucketWorkers)
 		if err != nil {
@@ -419,20 +423,20 @@ func (s *Store) UseNonce(ctx context.Context, credentialHash, nonceHash string, 
 		return bridge.ErrProofReplayed
 	}
 	now := s.now()
+	if now.Sub(s.nonceEpoch) >= s.nonceTTL {
+		// Everything in the old generation predates the epoch, which is at
+		// least one TTL ago; everything current moves to old and survives
+		// until the next rotation, at least one TTL from now.
+		s.oldNonces, s.nonces, s.nonceEpoch = s.nonces, map[string]struct{}{}, now
+	}
 	key := credentialHash + ":" + nonceHash
-	if until, ok := s.nonces[key]; ok && now.Before(until) {
+	if _, seen := s.nonces[key]; seen {
 		return bridge.ErrProofReplayed
 	}
-	s.nonces[key] = now.Add(s.nonceTTL)
-	s.inserts++
-	if s.inserts >= 1024 {
-		s.inserts = 0
-		for k, until := range s.nonces {
-			if !now.Before(until) {
-				delete(s.nonces, k)
-			}
-		}
+	if _, seen := s.oldNonces[key]; seen {
+		return bridge.ErrProofReplayed
 	}
+	s.nonces[key] = struct{}{}
 	return nil
 }
 

@@ -104,3 +104,29 @@ func TestRestartPersistence(t *testing.T) {
 		t.Fatalf("assignment generation not monotonic: %v %v", b, err)
 	}
 }
+
+// A nonce is remembered for at least the nonce TTL and forgotten after two.
+func TestNonceLifetime(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "bridge.db"), WithNonceTTL(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ts := time.Now().Add(time.Second)
+	if err := s.UseNonce(ctx, "c", "n", ts); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if err := s.UseNonce(ctx, "c", "n", ts); err != bridge.ErrProofReplayed {
+			t.Fatalf("nonce forgotten within its TTL: %v", err)
+		}
+	}
+	time.Sleep(210 * time.Millisecond)
+	if err := s.UseNonce(ctx, "c", "x", ts); err != nil { // rotates
+		t.Fatal(err)
+	}
+	if err := s.UseNonce(ctx, "c", "n", ts); err != nil {
+		t.Fatalf("nonce kept beyond two TTLs: %v", err)
+	}
+}

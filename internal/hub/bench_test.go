@@ -1,0 +1,23 @@
+package hub
+
+import (
+	"testing"
+
+	"github.com/codellm/codellm/internal/bridge"
+)
+
+// A /v1/exec round trip through a real listener: client → hub → signed
+// worker lease/ack/settle → client, with the bbolt store underneath.
+func BenchmarkExecRoundTrip(b *testing.B) {
+	h := newTestHub(b, nil)
+	w := newWorker(b, h, "bench-vm")
+	w.pair(h)
+	w.mustRegister()
+	stop := w.serve(func(a *bridge.Assignment) bridge.Settlement { return runnerReply(a, w.incarnation) })
+	defer stop()
+	for b.Loop() {
+		if r := h.client(b, "/v1/exec", `{"lang":"py","code":"x"}`, nil); r.status != 200 {
+			b.Fatalf("%d %s", r.status, r.body)
+		}
+	}
+}
