@@ -18,6 +18,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add(`{"interpreters":[{"name":"a","cmd":["/x"],"code_block_labels":["a"],"ext":".a","env":[{"name":"A","value":"1","value":"2"}]}]}`)
 	f.Add(`{"interpreters":[[{"a":1,"a":2}]]}`)
 	f.Add(`{"interpreters":[]} x`)
+	f.Add(`{"interpreters":[{"name":"a"},{"name":"b","Cmd":[]}],"interpreters":[]}`)
 	f.Fuzz(func(t *testing.T, data string) {
 		r, err := Load(strings.NewReader(data))
 		if err != nil {

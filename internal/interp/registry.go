@@ -154,7 +154,8 @@ func Load(rd io.Reader) (*Registry, error) {
 	// Only now, on syntactically valid JSON within encoding/json's nesting limit, look for repeated or
 	// mis-cased keys.
 	if err := checkKeys(data); err != nil {
-		if le, ok := err.(*LoadError); ok && le.Entry >= 0 {
+		// The decoded list may be a later duplicate of the one walked, so index it only when in range.
+		if le, ok := err.(*LoadError); ok && le.Entry >= 0 && top.Interpreters != nil && le.Entry < len(*top.Interpreters) {
 			le.Name = looseName((*top.Interpreters)[le.Entry])
 		}
 		return nil, err

@@ -97,6 +97,8 @@ func TestLoadErrors(t *testing.T) {
 		{"missing list", `{}`, `missing "interpreters" list`},
 		{"null list", `{"interpreters":null}`, `missing "interpreters" list`},
 		{"empty list", `{"interpreters":[]}`, `"interpreters" is empty`},
+		{"bad entry in a list later repeated", `{"interpreters":[{"name":"a"},{"name":"b","Cmd":[]}],"interpreters":null}`,
+			`interpreters[1]: unknown field "Cmd"`},
 		{"top-level duplicate key", `{"interpreters":[],"interpreters":[]}`, `duplicate key "interpreters" in $`},
 		{"entry not an object", entry(`"ruby"`), `interpreters[1]: entry is not an object`},
 		{"entry null", entry(`null`), `interpreters[1]: entry is not an object`},
