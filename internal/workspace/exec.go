@@ -185,6 +185,7 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 		closeAll(outR, outW, errR, errW)
 		return nil, newErr(CodeCommandUnavailable, "sandbox: "+w.scrub(err.Error()))
 	}
+	hook("command-start")
 	proc, err := run.Start(sandbox.Spec{
 		Path: commandShell, Args: args, Env: commandEnv(tmp), Dir: w.real, Persist: true,
 		Stdout: outW, Stderr: errW,

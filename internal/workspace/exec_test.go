@@ -439,3 +439,38 @@ func TestSignalNameAndScrub(t *testing.T) {
 }
 
 func syscallSignal(n int) syscall.Signal { return syscall.Signal(n) }
+
+func TestCommandFailures(t *testing.T) {
+	defer func() { writeHook = nil; reapGrace = 5 * time.Second }()
+	e := newEnv(t, Options{AllowCommands: true, Sandbox: offSandbox(t), AllowUnconfinedCommands: true})
+	// The sandbox cannot start the command (its workdir vanished after the checks): COMMAND_UNAVAILABLE,
+	// atomic because nothing ran.
+	writeHook = func(step string) {
+		if step == "command-start" {
+			os.Rename(e.root, e.root+".gone")
+		}
+	}
+	we := e.fail(OpExecuteCommand, `{"command":"true"}`, CodeCommandUnavailable)
+	if we.MayHaveCommitted {
+		t.Errorf("a command that never started cannot have committed")
+	}
+	writeHook = nil
+	os.Rename(e.root+".gone", e.root)
+
+	// The process tree is not confirmed reaped within the grace after the timeout: COMMAND_TIMEOUT, may have
+	// committed. A negative grace makes "not confirmed" certain without waiting.
+	reapGrace = -1
+	we = e.fail(OpExecuteCommand, `{"command":"sleep 1003","timeoutMs":50}`, CodeCommandTimeout)
+	if !we.MayHaveCommitted {
+		t.Errorf("COMMAND_TIMEOUT must be may-have-committed")
+	}
+	reapGrace = 5 * time.Second
+	// The background cleanup still kills it.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(findProcs("sleep 1003")) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("command not cleaned up after COMMAND_TIMEOUT")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

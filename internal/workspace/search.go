@@ -11,11 +11,15 @@ import (
 
 // search_text limits (§9.2, §9.4).
 const (
-	maxQueryUnits      = 4096
-	maxQueryBytes      = 2000
-	defaultMaxResults  = 50
-	maxSearchResults   = 200
-	maxMatchTextUnits  = 2000
+	maxQueryUnits     = 4096
+	maxQueryBytes     = 2000
+	defaultMaxResults = 50
+	maxSearchResults  = 200
+	maxMatchTextUnits = 2000
+)
+
+// The candidate caps of §9.4 (variables so tests can reach them with small trees).
+var (
 	maxSearchCandidate = 20000
 	maxCandidateBytes  = 1 << 20
 )

@@ -160,3 +160,29 @@ func TestSearchAndListDeadline(t *testing.T) {
 	e.fail(OpSearchText, `{"query":"x"}`, CodeSearchTimeout)
 	e.fail(OpListFiles, `{}`, CodeListTimeout)
 }
+
+func TestSearchCandidateCaps(t *testing.T) {
+	needRG(t)
+	e := newEnv(t, Options{})
+	for _, p := range []string{"a.txt", "b.txt", "c.txt"} {
+		e.write(p, "hit\n")
+	}
+	defer func(n, b int) { maxSearchCandidate, maxCandidateBytes = n, b }(maxSearchCandidate, maxCandidateBytes)
+	maxSearchCandidate = 3
+	if m := e.ok(OpSearchText, `{"query":"hit"}`); len(matches(m)) != 3 || m["truncated"] != false {
+		t.Errorf("exactly the candidate cap: %v", m)
+	}
+	maxSearchCandidate = 2
+	if m := e.ok(OpSearchText, `{"query":"hit"}`); len(matches(m)) != 2 || m["truncated"] != true {
+		t.Errorf("one candidate over the cap: %v", m)
+	}
+	maxSearchCandidate = 20000
+	maxCandidateBytes = len("a.txt") + len("b.txt") + len("c.txt")
+	if m := e.ok(OpSearchText, `{"query":"hit"}`); len(matches(m)) != 3 || m["truncated"] != false {
+		t.Errorf("exactly the name-bytes cap: %v", m)
+	}
+	maxCandidateBytes--
+	if m := e.ok(OpSearchText, `{"query":"hit"}`); len(matches(m)) != 2 || m["truncated"] != true {
+		t.Errorf("one byte over the name-bytes cap: %v", m)
+	}
+}

@@ -27,8 +27,9 @@ type WriteFileResult struct {
 	BytesWritten int    `json:"bytesWritten"`
 }
 
-// writeHook, when set by tests, runs between the steps of an install. It lets a test stop a write at each step
-// (by crashing the process) and check that no partial file is ever visible.
+// writeHook, when set by tests, runs between the steps of an install (and before a command starts). It lets a
+// test stop a write at each step (by crashing the process) and check that no partial file is ever visible, or
+// change the filesystem inside a race window.
 var writeHook func(step string)
 
 func hook(step string) {
