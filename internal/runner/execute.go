@@ -94,12 +94,9 @@ func (r *Runner) execute(ctx context.Context, sessionID string, req *ExecuteRequ
 	var s *session
 	var dir string
 	if sessionID != "" {
-		if s, e = r.acquireSession(ctx, sessionID); e != nil {
+		if s, e = r.acquireSession(ctx, sessionID, func() { cancel(errors.New("the session was deleted")) }); e != nil {
 			return nil, e
 		}
-		r.mu.Lock()
-		s.cancel = func() { cancel(errors.New("the session was deleted")) }
-		r.mu.Unlock()
 		defer r.releaseSession(s)
 		dir = s.dir
 	} else {

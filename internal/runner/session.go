@@ -53,9 +53,10 @@ func sessionDirName(id string) string {
 	return hex.EncodeToString(h[:16])
 }
 
-// acquireSession returns the session for id with its lock held, creating it if needed. A session that
-// was deleted while we waited for it is replaced by a fresh one.
-func (r *Runner) acquireSession(ctx context.Context, id string) (*session, *Error) {
+// acquireSession returns the session for id with its lock held, creating it if needed; cancel is what
+// ResetSession calls to end this execute. A session that was deleted while we waited for it is replaced
+// by a fresh one.
+func (r *Runner) acquireSession(ctx context.Context, id string, cancel func()) (*session, *Error) {
 	for {
 		s, err := r.lookupOrCreate(id)
 		if err != nil {
@@ -75,6 +76,7 @@ func (r *Runner) acquireSession(ctx context.Context, id string) (*session, *Erro
 			continue
 		}
 		s.busy = true
+		s.cancel = cancel
 		reason := s.dirty
 		r.mu.Unlock()
 		if reason == "" {
