@@ -462,4 +462,3 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
-
