@@ -251,3 +251,33 @@ func TestRegistrationNegotiation(t *testing.T) {
 		t.Fatalf("offline status %s", st.body)
 	}
 }
+
+// CODELLM_HUB_SIGNED_PATH_PREFIX restores a prefix a reverse proxy stripped.
+func TestSignedPathPrefix(t *testing.T) {
+	h := newTestHub(t, func(c *Config) { c.SignedPathPrefix = "/code" })
+	w := newWorker(t, h, "proxied")
+	w.pair(h)
+	r, _ := w.register()
+	wantCode(t, r, 401, bridge.CodeProofInvalid) // signed without the prefix
+	w.signPrefix = "/code"
+	w.mustRegister()
+}
+
+// Settlements may exceed the 1 MiB control-route limit, up to MaxSettleBody.
+func TestSettleBodyLimit(t *testing.T) {
+	h := newTestHub(t, func(c *Config) { c.MaxSettleBody = 3 << 20 })
+	w := newWorker(t, h, "big-vm")
+	w.pair(h)
+	w.mustRegister()
+	resp := asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"x"}`, nil)
+	a := w.mustLease()
+	w.ack(a)
+	big := strings.Repeat("x", 2<<20)
+	wantCode(t, w.settle(a, fulfilled(a, w.incarnation, `{"run":{"stdout":"`+big+big+`"}}`)), 413, bridge.CodeBodyTooLarge)
+	if r := w.settle(a, fulfilled(a, w.incarnation, `{"run":{"stdout":"`+big+`","stderr":""}}`)); r.status != 200 {
+		t.Fatalf("2 MiB settle: %d %.200s", r.status, r.body)
+	}
+	if r := recv(t, resp); r.status != 200 || len(r.body) < 2<<20 {
+		t.Fatalf("client: %d, %d bytes", r.status, len(r.body))
+	}
+}

@@ -190,6 +190,13 @@ func (h *Hub) dispatch(ctx context.Context, d *dispatchReq) (*outcome, error) {
 			return nil, err
 		}
 		if len(cands) == 0 {
+			if d.pinned != "" {
+				// A pinned worker that is up but whose binding refuses this
+				// caller is a 403, not an outage (§13.5).
+				if st, err := h.store.Worker(ctx, d.pinned); err == nil && st.Ready && !h.admits(st.Binding, d.caller) {
+					return nil, bridge.ErrWorkerUnauthorized
+				}
+			}
 			if d.stateful {
 				return nil, errUnavailable("The session's worker is not available")
 			}

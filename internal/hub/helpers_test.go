@@ -128,8 +128,9 @@ type testWorker struct {
 	incarnation string
 	caps        bridge.Capabilities
 	// test hooks
-	timestamp func() time.Time
-	nonce     string
+	timestamp  func() time.Time
+	nonce      string
+	signPrefix string // path prefix a proxy stripped before the hub saw it
 }
 
 func newWorker(t testing.TB, h *testHub, id string) *testWorker {
@@ -183,10 +184,10 @@ func (w *testWorker) send(ctx context.Context, path string, body any) reply {
 	if w.timestamp != nil {
 		now = w.timestamp()
 	}
-	p := bridge.SignRequest(w.priv, w.credential, http.MethodPost, u.EscapedPath(), b, now)
+	p := bridge.SignRequest(w.priv, w.credential, http.MethodPost, w.signPrefix+u.EscapedPath(), b, now)
 	if w.nonce != "" {
 		p.Nonce = w.nonce
-		p.Signature = bridge.Sign(w.priv, bridge.SigningString("POST", u.EscapedPath(), p.Timestamp, p.Nonce, b, w.credential))
+		p.Signature = bridge.Sign(w.priv, bridge.SigningString("POST", w.signPrefix+u.EscapedPath(), p.Timestamp, p.Nonce, b, w.credential))
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, w.base+path, bytes.NewReader(b))
 	p.Apply(req.Header)

@@ -117,4 +117,8 @@ func TestBindings(t *testing.T) {
 			t.Errorf("%s: %d %s", key, r.status, r.body)
 		}
 	}
+	// Pinning the bound worker as another principal is refused, not an outage.
+	if r := h.client(t, "/v1/exec", `{"lang":"py","code":"x"}`, map[string]string{"X-API-Key": "k-u7", "X-Codellm-Worker-Id": w.id}); r.status != 403 {
+		t.Errorf("pinned foreign worker: %d %s", r.status, r.body)
+	}
 }
