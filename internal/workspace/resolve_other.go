@@ -10,3 +10,6 @@ func newResolver(real string) (resolver, error) {
 	}
 	return r, nil
 }
+
+// forcePortableResolver exists for the shared tests; os.Root is the only resolver here.
+var forcePortableResolver bool
