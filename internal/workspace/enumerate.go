@@ -70,7 +70,7 @@ func (w *Workspace) startEnum(ctx context.Context, rel string, search bool) (*en
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cmd := exec.CommandContext(cctx, rg, args...)
-	cmd.Dir = w.real
+	cmd.Dir = w.res.workDir()
 	cmd.Env = rgEnv()
 	e := &enumerator{cmd: cmd, cancel: cancel}
 	cmd.Stderr = &limitedBuffer{buf: &e.stderr, max: 4096}

@@ -31,6 +31,10 @@ type resolver interface {
 	openDir(rel string) (dirHandle, error)
 	// rootID is the identity of the descriptor opened at registration.
 	rootID() (fileID, error)
+	// workDir is a path that names the registered root directory for a child process's chdir: where
+	// possible the root descriptor itself (/proc/self/fd/N), so that a root swapped after the last check cannot
+	// redirect the enumerator.
+	workDir() string
 	close() error
 }
 

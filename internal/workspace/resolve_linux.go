@@ -46,6 +46,10 @@ func (r *beneathResolver) close() error { return unix.Close(r.fd) }
 
 func (r *beneathResolver) rootID() (fileID, error) { return fstatFD(r.fd) }
 
+// workDir works because a forked child still holds the parent's descriptors when it changes directory (the
+// descriptor is close-on-exec, so it is gone once the program runs).
+func (r *beneathResolver) workDir() string { return "/proc/self/fd/" + strconv.Itoa(r.fd) }
+
 // openat2 retries EAGAIN (the kernel's answer to a concurrent rename during RESOLVE_BENEATH resolution) and
 // EINTR a bounded number of times.
 func (r *beneathResolver) openat2(rel string, how *unix.OpenHow) (int, error) {

@@ -11,6 +11,7 @@ import (
 // rules are enforced by checking each component with Lstat and comparing identities after opening.
 type rootResolver struct {
 	root *os.Root
+	real string
 }
 
 func newRootResolver(real string) (*rootResolver, error) {
@@ -18,8 +19,12 @@ func newRootResolver(real string) (*rootResolver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rootResolver{root: r}, nil
+	return &rootResolver{root: r, real: real}, nil
 }
+
+// workDir is the realpath: os.Root does not expose its descriptor. Candidates are re-resolved through the root
+// anyway, so a swapped directory can only hide names, never expose outside files.
+func (r *rootResolver) workDir() string { return r.real }
 
 func (r *rootResolver) close() error { return r.root.Close() }
 
