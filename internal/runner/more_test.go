@@ -3,12 +3,15 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,5 +164,77 @@ func TestWorkspaceSize(t *testing.T) {
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	if strings.Contains(string(mounts), tr.dir) {
 		t.Fatalf("a workspace tmpfs is still mounted under %s", tr.dir)
+	}
+}
+
+// TestNoProcessSurvives: a daemon started by a run (new session, ignoring SIGHUP) is gone when the
+// execute returns. Mode off can only kill the process group; where the sandbox cannot contain the daemon
+// the test says so and skips.
+func TestNoProcessSurvives(t *testing.T) {
+	tr := newRunner(t, nil)
+	marker := fmt.Sprintf("%d.%d", 4000+os.Getpid()%1000, time.Now().UnixNano()%1000000)
+	tr.exec("daemon", code("bash", "setsid nohup sleep "+marker+" >/dev/null 2>&1 < /dev/null & sleep 0.2; echo started"))
+	pids := findCmdline(t, "sleep\x00"+marker)
+	if len(pids) == 0 {
+		return
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if tr.cfg.Sandbox.Mode() == sandbox.ModeOff {
+		native(t) // skip: mode off does not contain a setsid daemon here
+	}
+	t.Fatalf("processes %v of a finished execute survive", pids)
+}
+
+// findCmdline returns the PIDs whose /proc/PID/cmdline contains s.
+func findCmdline(t *testing.T, s string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestPipeHolderDoesNotHang: a process that escapes the run while holding stdout open cannot hold the
+// reply hostage: the execute returns (after the kill grace at most) with what was captured.
+func TestPipeHolderDoesNotHang(t *testing.T) {
+	tr := newRunner(t, nil)
+	marker := fmt.Sprintf("%d.%d", 5000+os.Getpid()%1000, time.Now().UnixNano()%1000000)
+	done := make(chan *ExecuteResponse, 1)
+	go func() {
+		resp, err := tr.Execute(context.Background(), "", code("bash", "echo before; setsid sleep "+marker+" & sleep 0.2"))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	killDaemon := func() {
+		for _, pid := range findCmdline(t, "sleep\x00"+marker) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	defer killDaemon()
+	select {
+	case resp := <-done:
+		if resp != nil && resp.Run.Stdout != "before\n" {
+			t.Errorf("stdout %q", resp.Run.Stdout)
+		}
+	case <-time.After(30 * time.Second): // hang detection only; the bound is the 5 s kill grace
+		killDaemon()
+		<-done
+		t.Fatal("execute was still waiting for a pipe held by an escaped process")
 	}
 }
