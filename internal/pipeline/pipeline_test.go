@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -858,5 +859,27 @@ func TestBlockErrorMessages(t *testing.T) {
 	e := r.blockError(cases[6].b, &BlockResult{})
 	if !errors.Is(e, sandbox.ErrUnavailable) || !errors.Is(e, ErrSandboxUnavailable) {
 		t.Errorf("sandbox error does not match both sentinels")
+	}
+}
+
+func TestProcessEnded(t *testing.T) {
+	if processEnded(os.Getpid()) {
+		t.Fatal("the test process counts as ended")
+	}
+	cmd := exec.Command("/bin/sh", "-c", "exit 0")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Not yet reaped: a zombie (or, briefly, exiting) once it has run.
+	deadline := time.Now().Add(hangLimit)
+	for !processEnded(cmd.Process.Pid) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !processEnded(cmd.Process.Pid) {
+		t.Fatal("an exited child does not count as ended")
+	}
+	_ = cmd.Wait()
+	if !processEnded(cmd.Process.Pid) {
+		t.Fatal("a reaped child does not count as ended")
 	}
 }

@@ -22,8 +22,8 @@ type block struct {
 	step Step
 	dir  string
 
-	// Child ends handed to the sandbox, closed by the parent right after Start (or when the block is never
-	// started). stdin nil means /dev/null.
+	// Child ends handed to the sandbox. stdout and stderr are closed by the parent right after Start;
+	// stdin (nil means /dev/null) is held until the block has been reaped — see holdStdin.
 	stdin, stdout, stderr *os.File
 
 	proc atomic.Pointer[sandbox.Process]
@@ -36,9 +36,11 @@ type block struct {
 	startErr   error
 	exited     bool
 	res        sandbox.Result
-	seq        int     // reap order
 	killReason Outcome // set when codellm decided to kill the block, before it was reaped
-	outcome    Outcome // "" until decided
+	// readerGoneWhileAlive: when its downstream was reaped (and so its pipe broken), this block was still
+	// running, so a later non-zero exit may be the EPIPE the downstream's end caused.
+	readerGoneWhileAlive bool
+	outcome              Outcome // "" until decided
 }
 
 type exitEvent struct {
@@ -65,7 +67,6 @@ type run struct {
 	overflow chan struct{}  // closed when the last block's stdout first went over the cap
 
 	events      chan exitEvent
-	seq         int
 	ctxCanceled bool
 	graceArmed  bool
 }
@@ -295,7 +296,7 @@ func (r *run) startBlocks() {
 	for i, b := range r.blocks {
 		if err := r.ctx.Err(); err != nil {
 			// The client is gone: start nothing more. loop() cancels what runs.
-			r.closeChildEnds(r.blocks[i:])
+			r.closeChildEnds(r.blocks[i:], true)
 			for _, nb := range r.blocks[i:] {
 				nb.outcome = OutcomeCancelled
 			}
@@ -320,13 +321,13 @@ func (r *run) startBlocks() {
 			Stderr: b.stderr,
 			Limits: r.req.Limits,
 		})
-		r.closeChildEnds(r.blocks[i : i+1])
+		r.closeChildEnds(r.blocks[i:i+1], !holdStdin)
 		if err != nil {
 			// Fail closed: a block that cannot be confined stops the run; what already runs is killed
 			// as cancelled by loop() once it sees this failing outcome.
 			b.startErr = err
 			b.outcome = OutcomeSandboxError
-			r.closeChildEnds(r.blocks[i+1:])
+			r.closeChildEnds(r.blocks[i:], true)
 			for _, nb := range r.blocks[i+1:] {
 				nb.outcome = OutcomeCancelled
 			}
@@ -353,12 +354,23 @@ func (r *run) startBlocks() {
 	}
 }
 
-func (r *run) closeChildEnds(bs []*block) {
+// holdStdin: the parent keeps its copy of every block's stdin read end until it has processed that
+// block's exit, instead of closing it right after Start like the other ends. The read end being held only
+// delays EPIPE, never EOF; and it makes the pipe break — the upstream's next write fails — strictly after
+// codellm has seen the downstream terminate. That turns §5.3's "exited non-zero after its downstream had
+// terminated" into a fact codellm observes instead of a race between two reapers: see
+// readerGoneWhileAlive.
+const holdStdin = true
+
+func (r *run) closeChildEnds(bs []*block, withStdin bool) {
 	for _, b := range bs {
-		for _, f := range []*os.File{b.stdin, b.stdout, b.stderr} {
+		for _, f := range []*os.File{b.stdout, b.stderr} {
 			if f != nil {
 				_ = f.Close()
 			}
+		}
+		if withStdin && b.stdin != nil {
+			_ = b.stdin.Close()
 		}
 	}
 }
@@ -376,8 +388,8 @@ func (r *run) loop() {
 		select {
 		case ev := <-r.events:
 			b := r.blocks[ev.idx]
-			r.seq++
-			b.exited, b.res, b.seq = true, ev.res, r.seq
+			b.exited, b.res = true, ev.res
+			r.releaseStdin(b)
 			if ev.idx == r.n-1 && !lastDrained {
 				// Whatever still holds the last stdout is dead or escaped the sandbox; a grace is plenty
 				// to read what is left in the pipe.
@@ -485,22 +497,36 @@ func (r *run) classify(b *block, lastDrained bool) (o Outcome, ok bool) {
 		// It can only have lost its reader; the reader's outcome decides the run.
 		return OutcomeExcused, true
 	}
-	if b.res.Signal == 0 && b.idx+1 < r.n {
-		d := r.blocks[b.idx+1]
-		if d.exited && d.seq < b.seq {
-			switch d.outcome {
-			case "":
-				return "", false
-			case OutcomeOK, OutcomeExcused:
-				return OutcomeExcused, true
-			default:
-				// Its downstream failed (or was killed) first: the upstream ended as a consequence,
-				// exactly as if codellm had killed it when the downstream failed.
-				return OutcomeCancelled, true
-			}
+	if b.res.Signal == 0 && b.readerGoneWhileAlive {
+		switch d := r.blocks[b.idx+1]; d.outcome {
+		case "":
+			return "", false
+		case OutcomeOK, OutcomeExcused:
+			return OutcomeExcused, true
+		default:
+			// Its downstream failed (or was killed) first: the upstream ended as a consequence,
+			// exactly as if codellm had killed it when the downstream failed.
+			return OutcomeCancelled, true
 		}
 	}
 	return OutcomeFailed, true
+}
+
+// releaseStdin breaks the edge into b now that b has been reaped, noting whether its upstream was still
+// running at that moment (then, and only then, can an upstream exit be the consequence of the break).
+func (r *run) releaseStdin(b *block) {
+	if b.stdin != nil {
+		_ = b.stdin.Close()
+	}
+	if b.idx == 0 {
+		return
+	}
+	up := r.blocks[b.idx-1]
+	if up.started && !up.exited {
+		if p := up.proc.Load(); p != nil && !processEnded(p.Pid()) {
+			up.readerGoneWhileAlive = true
+		}
+	}
 }
 
 // killRunning kills every started block that has not been reaped and has no kill reason yet, recording why.
@@ -548,9 +574,9 @@ func (r *run) giveUp() {
 	}
 	for _, b := range r.blocks {
 		if b.started && !b.exited {
-			r.seq++
-			b.exited, b.seq = true, r.seq
+			b.exited = true
 			b.res = sandbox.Result{ExitCode: -1, Signal: syscall.SIGKILL, Err: errNotReaped}
+			r.releaseStdin(b)
 		}
 	}
 }
@@ -559,6 +585,7 @@ func (r *run) giveUp() {
 // the sandbox run.
 func (r *run) finish() {
 	r.sb.Kill()
+	r.closeChildEnds(r.blocks, true) // every stdin still held (already closed ones are no-ops)
 	done := make(chan struct{})
 	go func() { r.io.Wait(); close(done) }()
 	bound := time.Now().Add(r.cfg.KillGrace)

@@ -1,0 +1,35 @@
+package pipeline
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+)
+
+// pfExiting is the kernel's PF_EXITING task flag: set at the very start of exit, before the task's
+// descriptors are closed.
+const pfExiting = 0x4
+
+// processEnded reports whether pid is exiting, a zombie or gone. A block whose process is past that point
+// has closed (or is closing) its pipes of its own accord: nothing done to its pipes afterwards caused its
+// exit.
+func processEnded(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// Fields after the command (which may itself contain ") "): state ppid pgrp session tty tpgid flags.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return false
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 7 {
+		return false
+	}
+	if st := f[0]; len(st) == 1 && (st[0] == 'Z' || st[0] == 'X' || st[0] == 'x') {
+		return true
+	}
+	flags, err := strconv.ParseUint(string(f[6]), 10, 64)
+	return err == nil && flags&pfExiting != 0
+}
