@@ -81,7 +81,7 @@ func Parse(stdout []byte) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	if string(raw) == "null" { // fleet accepted null as {}
+	if isNull(raw) { // fleet accepted null as {}
 		return &Output{}, nil
 	}
 	top, err := object(raw)
