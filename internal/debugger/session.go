@@ -374,6 +374,10 @@ func (s *Session) Step(ctx context.Context, stdin []byte) (*StepResult, error) {
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 	run, err := runOne(ctx, s.eng, s.resolved[next], len(s.resolved), stdin, s.input)
+	if s.ctx.Err() != nil {
+		// Deleted or expired while the block ran: the run was killed and nothing is recorded.
+		return nil, ErrSessionNotFound
+	}
 	if err != nil {
 		return nil, err
 	}
