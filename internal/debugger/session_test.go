@@ -244,7 +244,9 @@ func TestSessionConcurrentStepAndDelete(t *testing.T) {
 func TestSessionCapAndExpiry(t *testing.T) {
 	ttl := time.Second
 	s := startDebugger(t, envOpts{maxSessions: 2, ttl: ttl})
-	create := func() reply { return s.do(t, "POST", "/debug/sessions", map[string]any{"body": block("bash", "echo x")}) }
+	create := func() reply {
+		return s.do(t, "POST", "/debug/sessions", map[string]any{"body": block("bash", "echo x")})
+	}
 	a, b := create(), create()
 	wantStatus(t, a, 201)
 	wantStatus(t, b, 201)
