@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -81,7 +82,7 @@ func helperMain() {
 	}
 	if sp.Mech.has(mRootFS) {
 		err := mount.Setup(mount.Options{
-			Dir: sp.Dir, DirFD: dirFD, Persist: sp.Persist, TmpSize: sp.TmpSize,
+			Dir: sp.Dir, DirFD: dirFD, DirIsTree: sp.DirIsTree, Persist: sp.Persist, TmpSize: sp.TmpSize,
 			Passwd:  []byte(fmt.Sprintf("root:x:0:0:root:/:/usr/sbin/nologin\n%s:x:%d:%d:codellm sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n", sandboxUser, sandboxUID, sandboxGID, sp.Dir)),
 			Group:   []byte(fmt.Sprintf("root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", sandboxUser, sandboxGID)),
 			Hosts:   []byte("127.0.0.1\tlocalhost " + sandboxHost + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
@@ -107,7 +108,6 @@ func helperMain() {
 	} else if err := unix.Fchdir(dirFD); err != nil {
 		fail(mHelper, "chdir to workdir %s: %v", sp.Dir, err)
 	}
-	unix.Close(dirFD)
 	if sp.Mech.has(mRlimit) {
 		if err := applyRlimits(&sp); err != nil {
 			fail(mRlimit, "%v", err)
@@ -132,13 +132,16 @@ func helperMain() {
 		}
 		if !sp.Mech.has(mRootFS) {
 			// Without a private root, /tmp and /dev/shm are the host's:
-			// only the workdir may be written.
-			pol.ReadWrite = []string{sp.Dir}
+			// only the workdir may be written. It is named through the
+			// inherited descriptor because our uid may not be allowed to
+			// traverse its host parents.
+			pol.ReadWrite = []string{"/proc/self/fd/" + strconv.Itoa(dirFD)}
 		}
 		if _, err := landlock.Restrict(pol); err != nil {
 			fail(mLandlock, "%v", err)
 		}
 	}
+	unix.Close(dirFD)
 	if sp.Mech.has(mCaps) {
 		if err := dropCapabilities(); err != nil {
 			fail(mCaps, "%v", err)

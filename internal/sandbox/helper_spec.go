@@ -34,6 +34,9 @@ type helperSpec struct {
 	Env     []string `json:"env"`
 	Dir     string   `json:"dir"`
 	Persist bool     `json:"persist"`
+	// DirIsTree: dirFD is a detached mount of the workdir (open_tree)
+	// to attach, not a plain directory descriptor.
+	DirIsTree bool `json:"dir_is_tree,omitempty"`
 
 	Mech    mechSet `json:"mech"`
 	Network bool    `json:"network"`

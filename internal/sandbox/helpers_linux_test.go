@@ -1,5 +1,7 @@
 package sandbox
 
+import "errors"
+
 // withDisabled returns a copy of s with some mechanisms switched off (for
 // differential tests).
 func withDisabled(s *Sandbox, names ...string) *Sandbox {
@@ -14,3 +16,5 @@ func withDisabled(s *Sandbox, names ...string) *Sandbox {
 	}
 	return c
 }
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }

@@ -56,6 +56,7 @@ type procPlatform struct {
 	mu      sync.Mutex
 	reaped  bool
 	pgKill  bool // kill the process group too (no PID namespace)
+	killed  bool // codellm sent SIGKILL (so a SIGKILL is not a limit's)
 	limits  Limits
 	started time.Time
 }
@@ -453,11 +454,27 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		defer stdin.Close()
 	}
 
-	dirf, err := os.OpenFile(spec.Dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
-	if err != nil {
-		specR.Close()
-		statW.Close()
-		return nil, fmt.Errorf("%w: open workdir: %v", ErrInvalidSpec, err)
+	var dirf *os.File
+	if spec.Persist && p.euid == 0 && use.has(mRootFS) {
+		// A descriptor of a mount in the server's namespace cannot be bound
+		// from the helper's namespace, and the helper's unprivileged uid may
+		// not traverse the workdir's parents. A detached copy of the mount
+		// (open_tree) can be attached anywhere by the helper.
+		fd, oerr := unix.OpenTree(unix.AT_FDCWD, spec.Dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if oerr != nil {
+			specR.Close()
+			statW.Close()
+			return nil, &UnavailableError{Mechanism: MechRootFS, Reason: "open_tree of the workdir: " + oerr.Error(), Fix: mechFix(mRootFS)}
+		}
+		dirf = os.NewFile(uintptr(fd), "workdir-tree")
+		hs.DirIsTree = true
+	} else {
+		dirf, err = os.OpenFile(spec.Dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			specR.Close()
+			statW.Close()
+			return nil, fmt.Errorf("%w: open workdir: %v", ErrInvalidSpec, err)
+		}
 	}
 	defer dirf.Close()
 
@@ -584,8 +601,9 @@ func (p *Process) reap() {
 	st, err := pp.osp.Wait()
 	pp.mu.Lock()
 	pp.reaped = true
+	killed := pp.killed
 	pp.mu.Unlock()
-	res := buildResult(st, err, time.Since(pp.started), pp.limits)
+	res := buildResult(st, err, time.Since(pp.started), pp.limits, killed)
 	if pp.group != nil {
 		// The block is gone (its PID namespace with it); without a PID
 		// namespace, stragglers that left the process group still sit in
@@ -614,7 +632,7 @@ func (p *Process) reap() {
 	close(p.done)
 }
 
-func buildResult(st *os.ProcessState, err error, wall time.Duration, lim Limits) Result {
+func buildResult(st *os.ProcessState, err error, wall time.Duration, lim Limits, killedByUs bool) Result {
 	res := Result{Wall: wall, ExitCode: -1}
 	if err != nil {
 		res.Err = fmt.Errorf("sandbox: wait: %w", err)
@@ -631,8 +649,11 @@ func buildResult(st *os.ProcessState, err error, wall time.Duration, lim Limits)
 		res.MaxRSS = ru.Maxrss * 1024
 	}
 	switch {
+	// RLIMIT_CPU's SIGKILL at the hard limit: CPU accounting lags the
+	// kernel's check by up to a tick or two, hence the 80% margin; a SIGKILL
+	// codellm sent itself is never attributed to a limit.
 	case res.Signal == syscall.SIGXCPU,
-		res.Signal == syscall.SIGKILL && lim.CPUTime > 0 && res.CPU >= lim.CPUTime-50*time.Millisecond:
+		res.Signal == syscall.SIGKILL && !killedByUs && lim.CPUTime > 0 && res.CPU >= lim.CPUTime*8/10:
 		res.Limit = LimitCPU
 	case res.Signal == syscall.SIGXFSZ:
 		res.Limit = LimitFileSize
@@ -653,6 +674,7 @@ func (p *Process) kill() {
 	if pp.reaped {
 		return
 	}
+	pp.killed = true
 	if pp.pgKill {
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 		if pp.group != nil {

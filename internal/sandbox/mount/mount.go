@@ -23,6 +23,10 @@ type Options struct {
 	// workdir, opened before any mount could hide it (Dir may well live
 	// under the host's /tmp, which the private /tmp covers).
 	DirFD int
+	// DirIsTree says DirFD is a detached mount (open_tree(OPEN_TREE_CLONE)
+	// by a privileged server) to attach for Persist, instead of a plain
+	// directory to bind.
+	DirIsTree bool
 	// Persist binds the workdir read-write; otherwise its files are copied
 	// into a private tmpfs of TmpSize bytes so writes never reach the host.
 	Persist bool

@@ -22,6 +22,18 @@ func Setup(o Options) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
+	if o.Persist && !o.DirIsTree {
+		// Take a detached copy of the workdir mount now, by path, before
+		// the staging root covers it (it may live under /tmp). The server
+		// is unprivileged in this case, so our uid (its uid) can traverse
+		// the workdir's parents.
+		fd, err := unix.OpenTree(unix.AT_FDCWD, o.Dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("open_tree workdir: %w", err)
+		}
+		defer unix.Close(fd)
+		o.DirFD, o.DirIsTree = fd, true
+	}
 	r := o.Staging
 	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755"); err != nil {
 		return fmt.Errorf("mount root tmpfs on %s: %w", r, err)
@@ -197,8 +209,8 @@ func setupWorkdir(r string, o Options) error {
 		return fmt.Errorf("create workdir mount point: %w", err)
 	}
 	if o.Persist {
-		if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(o.DirFD), dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("bind workdir: %w", err)
+		if err := unix.MoveMount(o.DirFD, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("attach workdir: %w", err)
 		}
 		return remount(dst, unix.MS_NOSUID|unix.MS_NODEV)
 	}
