@@ -32,7 +32,7 @@
 // "OL"/"EL" output caps. wall_time and cpu_time are milliseconds, memory is peak bytes.
 //
 // Files out: after the run, regular files of the workspace (outside tmp/, symlinks never followed) that
-// are new or whose identity (inode, size, mtime, ctime) changed since the request's files were written
+// are new or whose identity (inode, size, mtime) changed since the request's files were written
 // are listed in "files", sorted by name: at most FilesOutMaxCount, each with base64 content when at most
 // FilesOutMaxBytes (otherwise content_omitted). files_truncated says some were left out.
 //

@@ -10,20 +10,22 @@ import (
 // noFollow refuses a symlink as the last path component when reading files out.
 const noFollow = syscall.O_NOFOLLOW
 
-// fileID identifies a file's content version well enough to tell "changed by the run": a rewrite changes
-// ctime even when size and mtime are restored.
+// fileID identifies a file's content version well enough to tell "changed by the run": a replaced file
+// has a new inode, a written one a new mtime (nanoseconds). ctime is deliberately not part of it: the
+// sandbox chowns the workspace to its unprivileged uid before every run, which changes every file's
+// ctime without changing any content. A run that rewrites a file and restores its size and mtime
+// (utimensat) is not reported; that takes intent, and files out is a convenience, not an audit.
 type fileID struct {
-	dev, ino    uint64
-	size        int64
-	mtime, ctim int64
-	mode        fs.FileMode
+	dev, ino uint64
+	size     int64
+	mtime    int64
+	mode     fs.FileMode
 }
 
 func statID(info fs.FileInfo) fileID {
 	id := fileID{size: info.Size(), mtime: info.ModTime().UnixNano(), mode: info.Mode()}
 	if st, ok := info.Sys().(*syscall.Stat_t); ok {
 		id.dev, id.ino = uint64(st.Dev), st.Ino
-		id.ctim = st.Ctim.Nano()
 	}
 	return id
 }
