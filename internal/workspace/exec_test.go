@@ -228,8 +228,8 @@ func TestCommandSignal(t *testing.T) {
 		sb := nativeSandbox(t)
 		e := newEnv(t, Options{AllowCommands: true, Sandbox: sb})
 		os.Chown(e.root, sandboxUID, sandboxUID)
-		r := cmdResult(t, e.ok(OpExecuteCommand, `{"command":"exec tail -c 400000000 /dev/zero","timeoutMs":60000}`))
-		if r.Signal != "SIGKILL" || r.TimedOut {
+		r := cmdResult(t, e.ok(OpExecuteCommand, `{"command":"x=$(head -c 400000000 /dev/zero | tr '\\0' a); echo survived","timeoutMs":60000}`))
+		if r.Signal != "SIGKILL" || r.TimedOut || r.Stdout != "" {
 			t.Errorf("memory limit kill: %+v", r)
 		}
 	})
