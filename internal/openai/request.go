@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/codellm/codellm/internal/markdown"
@@ -420,4 +421,16 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// Timeout is the effective run timeout (§2.6): the request's timeout_seconds clamped to limit (the
+// --timeout flag), or limit when the request sets none. A request can lower the limit, never extend it.
+func (r *ChatRequest) Timeout(limit time.Duration) time.Duration {
+	if r.TimeoutSeconds <= 0 {
+		return limit
+	}
+	if d := time.Duration(r.TimeoutSeconds) * time.Second; d < limit {
+		return d
+	}
+	return limit
 }
