@@ -116,7 +116,6 @@ type Hub struct {
 
 	closing   chan struct{}
 	closeOnce sync.Once
-	wg        sync.WaitGroup
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -142,11 +141,11 @@ func New(cfg Config, st Store) (*Hub, error) {
 	}, nil
 }
 
-// Close wakes every waiting request (they answer as if their wait ended) and
-// waits for background work. Call it after http.Server.Shutdown.
+// Close wakes every waiting request: lease polls answer empty and waiting
+// clients get 503. Call it before http.Server.Shutdown so Shutdown does not
+// sit out a 30 s long poll. The hub starts no goroutines of its own.
 func (h *Hub) Close() {
 	h.closeOnce.Do(func() { close(h.closing) })
-	h.wg.Wait()
 }
 
 // notify wakes everyone waiting for a state change.

@@ -15,7 +15,7 @@ import (
 // E23: a stateful assignment that expires after ack keeps its workspace
 // fence; the session is quarantined until the worker resets it.
 func TestStatefulSessionQuarantine(t *testing.T) {
-	h := newTestHub(t, nil, boltstore.WithGrace(300*time.Millisecond))
+	h := newTestHub(t, nil, boltstore.WithGrace(time.Second))
 	w := newWorker(t, h, "state-vm")
 	w.caps.StatefulWorkspace = true
 	w.pair(h)
@@ -35,7 +35,7 @@ func TestStatefulSessionQuarantine(t *testing.T) {
 	}
 	sess := `{"lang":"py","code":"print(x)","session_id":"` + out.SessionID + `"}`
 
-	resp = asyncClient(t, h, "/v1/exec", sess, map[string]string{"X-Codellm-Timeout-Ms": "300"})
+	resp = asyncClient(t, h, "/v1/exec", sess, map[string]string{"X-Codellm-Timeout-Ms": "800"})
 	b := w.mustLease()
 	if b.RuntimeSessionID != out.SessionID {
 		t.Fatalf("affinity lost: %q", b.RuntimeSessionID)
@@ -49,7 +49,7 @@ func TestStatefulSessionQuarantine(t *testing.T) {
 	}
 	wantCode(t, reset(), 503, bridge.CodeWorkerBusy)
 	wantCode(t, w.send(context.Background(), bridge.PathReset(w.id), []byte(`{"protocolVersion":1,"incarnationId":"`+w.incarnation+`","runtimeSessionId":"s","confirmDiscarded":false}`)), 400, "")
-	time.Sleep(400 * time.Millisecond) // the lock outlives the deadline by the grace period
+	time.Sleep(1100 * time.Millisecond) // the lock outlives the deadline by the grace period
 	w.mustRegister()
 	if r := h.client(t, "/v1/exec", sess, nil); r.status != 409 || !bytes.Contains(r.body, []byte("session_quarantined")) {
 		t.Fatalf("quarantined session: %d %s", r.status, r.body)

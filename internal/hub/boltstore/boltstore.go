@@ -853,6 +853,10 @@ func (s *Store) Complete(ctx context.Context, workerID, assignmentID string) (*s
 		if st.Status == bridge.StatusFulfilled && a.a.RuntimeSessionID != "" {
 			committed, err := s.clearFenceIfNamed(rec, &a.a)
 			if err != nil {
+				// Finalising failed (§10.3): quarantine the incarnation so
+				// it can no longer register, fail closed in memory even if
+				// the mark cannot be persisted, and keep the fence.
+				s.quarantine(workerID, inc)
 				return nil, err
 			}
 			if !committed {
@@ -877,6 +881,21 @@ func (s *Store) Complete(ctx context.Context, workerID, assignmentID string) (*s
 	releaseLock()
 	s.dropAssignment(l, assignmentID)
 	return nil, bridge.ErrAssignmentExpired
+}
+
+// quarantine marks an incarnation quarantined and drops its registration.
+func (s *Store) quarantine(workerID, inc string) {
+	rec := s.record(workerID)
+	if rec.Quarantined == nil {
+		rec.Quarantined = map[string]time.Time{}
+	}
+	rec.Quarantined[inc] = s.now()
+	if err := s.save(rec, nil, nil); err != nil {
+		s.workers[workerID] = rec
+	}
+	if l := s.lives[workerID]; l != nil && l.reg != nil && l.reg.IncarnationID == inc {
+		l.reg = nil
+	}
 }
 
 // Withdraw implements store.Store.

@@ -134,3 +134,45 @@ func TestNonceLifetime(t *testing.T) {
 		t.Fatalf("nonce kept beyond two TTLs: %v", err)
 	}
 }
+
+// §10.3: when committing a stateful result cannot be persisted, the
+// incarnation is quarantined (in memory at least) and loses its registration.
+func TestFinaliseFailureQuarantines(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const w, inc = "q", "AAECAwQFBgcICQoLDA0ODxAR"
+	caps := bridge.Capabilities{StatefulWorkspace: true, SandboxProfile: "p"}
+	if _, err := s.Register(ctx, store.RegisterParams{WorkerID: w, IncarnationID: inc, Capabilities: caps}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Enqueue(ctx, store.EnqueueParams{WorkerID: w, AssignmentID: bridge.NewID(), LeaseTokenHash: "h", ExpiresAt: time.Now().Add(time.Minute), RuntimeSessionID: "sess", Request: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lease(ctx, w, inc, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ack(ctx, store.AckParams{WorkerID: w, AssignmentID: a.ID, IncarnationID: inc, Generation: a.Generation, LeaseTokenHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Settle(ctx, store.SettleParams{WorkerID: w, AssignmentID: a.ID, IncarnationID: inc, Generation: a.Generation, LeaseTokenHash: "h", Status: bridge.StatusFulfilled, Canonical: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// Break persistence underneath the store.
+	if err := s.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Complete(ctx, w, a.ID); err == nil {
+		t.Fatal("commit succeeded without a database")
+	}
+	if st, _ := s.Worker(ctx, w); st.Online {
+		t.Fatal("quarantined incarnation still registered")
+	}
+	if _, err := s.Register(ctx, store.RegisterParams{WorkerID: w, IncarnationID: inc, Capabilities: caps}); err != bridge.ErrWorkerQuarantined {
+		t.Fatalf("register after quarantine: %v", err)
+	}
+	s.closed = true // the handle is already closed
+}

@@ -396,17 +396,17 @@ func testSettleChecks(t *testing.T, f Factory) {
 }
 
 func testExpiry(t *testing.T, f Factory) {
-	s := open(t, f, time.Minute, 300*time.Millisecond)
+	s := open(t, f, time.Minute, time.Second)
 	auth := pair(t, s, worker)
 	_, err := register(t, s, incA, auth, caps(false, false))
 	want(t, err, nil)
 
 	// Fulfilled after the deadline: expired; rejected is still accepted.
-	a, err := enqueue(t, s, bridge.NewID(), "", 60*time.Millisecond)
+	a, err := enqueue(t, s, bridge.NewID(), "", 300*time.Millisecond)
 	want(t, err, nil)
 	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
 	want(t, ack(s, a), nil)
-	time.Sleep(80 * time.Millisecond)
+	time.Sleep(350 * time.Millisecond)
 	want(t, settle(s, a, auth, bridge.StatusFulfilled, `{"f":1}`), bridge.ErrAssignmentExpired)
 	want(t, settle(s, a, auth, bridge.StatusRejected, `{"r":1}`), nil)
 	fin, err := s.Complete(ctx, worker, a.ID)
@@ -429,11 +429,11 @@ func testExpiry(t *testing.T, f Factory) {
 	}
 
 	// Acked but never settled: the lock stays until deadline + grace.
-	c, err := enqueue(t, s, bridge.NewID(), "", 40*time.Millisecond)
+	c, err := enqueue(t, s, bridge.NewID(), "", 300*time.Millisecond)
 	want(t, err, nil)
 	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
 	want(t, ack(s, c), nil)
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(350 * time.Millisecond)
 	_, err = s.Complete(ctx, worker, c.ID)
 	want(t, err, bridge.ErrAssignmentExpired)
 	if c, _ := s.Cancelled(ctx, worker, incA, c.ID); !c {
@@ -441,7 +441,7 @@ func testExpiry(t *testing.T, f Factory) {
 	}
 	_, err = enqueue(t, s, bridge.NewID(), "", time.Minute)
 	want(t, err, bridge.ErrWorkerBusy)
-	time.Sleep(350 * time.Millisecond)
+	time.Sleep(1050 * time.Millisecond)
 	_, err = enqueue(t, s, bridge.NewID(), "", time.Minute)
 	want(t, err, nil)
 	// Records are gone after the grace period.
@@ -449,7 +449,7 @@ func testExpiry(t *testing.T, f Factory) {
 }
 
 func testStatefulFence(t *testing.T, f Factory) {
-	s := open(t, f, time.Minute, 200*time.Millisecond)
+	s := open(t, f, time.Minute, time.Second)
 	auth := pair(t, s, worker)
 	_, err := register(t, s, incA, auth, caps(false, false))
 	want(t, err, nil)
@@ -468,22 +468,22 @@ func testStatefulFence(t *testing.T, f Factory) {
 	want(t, err, nil)
 
 	// Expired after ack: fence kept, session quarantined, reset busy while locked.
-	b, err := enqueue(t, s, bridge.NewID(), "sess-1", 40*time.Millisecond)
+	b, err := enqueue(t, s, bridge.NewID(), "sess-1", 300*time.Millisecond)
 	want(t, err, nil)
 	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
 	want(t, ack(s, b), nil)
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(350 * time.Millisecond)
 	_, err = s.Complete(ctx, worker, b.ID)
 	want(t, err, bridge.ErrAssignmentExpired)
 	want(t, s.ResetWorkspace(ctx, worker, incA, "sess-1"), bridge.ErrWorkerBusy)
-	time.Sleep(250 * time.Millisecond) // lock expires
+	time.Sleep(1050 * time.Millisecond) // lock expires
 	_, err = enqueue(t, s, bridge.NewID(), "sess-1", time.Minute)
 	want(t, err, bridge.ErrWorkspaceQuarantined)
 	_, err = enqueue(t, s, bridge.NewID(), "sess-2", 50*time.Millisecond) // other sessions are fine
 	want(t, err, nil)
 	time.Sleep(60 * time.Millisecond)
 	want(t, s.ResetWorkspace(ctx, worker, incA, "sess-1"), bridge.ErrWorkerBusy)
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(1050 * time.Millisecond)
 	want(t, s.ResetWorkspace(ctx, worker, incA, "sess-1"), nil)
 	c, err := enqueue(t, s, bridge.NewID(), "sess-1", time.Minute)
 	want(t, err, nil)
@@ -499,7 +499,7 @@ func testStatefulFence(t *testing.T, f Factory) {
 }
 
 func testWithdraw(t *testing.T, f Factory) {
-	s := open(t, f, 150*time.Millisecond, time.Second)
+	s := open(t, f, 500*time.Millisecond, time.Second)
 	auth := pair(t, s, worker)
 	_, err := register(t, s, incA, auth, caps(true, false))
 	want(t, err, nil)
@@ -507,7 +507,7 @@ func testWithdraw(t *testing.T, f Factory) {
 	want(t, err, nil)
 	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID) // claimed, never acked
 	// The worker crashes: its registration expires.
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond)
 	st, _ := s.Worker(ctx, worker)
 	if st.Online || st.Ready {
 		t.Fatalf("crashed worker still online: %+v", st)
