@@ -113,6 +113,11 @@ func (h *Hub) serveBridge(w http.ResponseWriter, r *http.Request, rest string) {
 		err = h.serveWorker(w, r, rt, raw)
 	}
 	if err != nil {
+		var be *bridge.Error
+		if !errors.As(err, &be) && !errors.Is(err, context.Canceled) {
+			// Store failures are answered as a bare 500; keep the detail here.
+			h.cfg.Logger.Printf("bridge %s %s: %v", rt.name, rt.workerID, err)
+		}
 		bridge.WriteError(w, err)
 	}
 }
@@ -155,6 +160,7 @@ func (h *Hub) serveAdmin(w http.ResponseWriter, r *http.Request, rt route, raw [
 		if err := h.store.CreatePairing(ctx, req.WorkerID, bridge.HashSecret(code), req.Binding, exp); err != nil {
 			return err
 		}
+		h.cfg.Logger.Printf("pairing code issued for worker %s", req.WorkerID)
 		writeValue(w, http.StatusOK, bridge.CreatePairingResponse{ProtocolVersion: 1, WorkerID: req.WorkerID, Code: code, ExpiresAt: bridge.FormatTime(exp)})
 	case "revoke":
 		if !bridge.ValidWorkerID(rt.workerID) || !h.configured(rt.workerID) {
@@ -164,6 +170,7 @@ func (h *Hub) serveAdmin(w http.ResponseWriter, r *http.Request, rt route, raw [
 			return err
 		}
 		h.notify()
+		h.cfg.Logger.Printf("worker %s revoked", rt.workerID)
 		writeValue(w, http.StatusOK, bridge.RevokeResponse{ProtocolVersion: 1, Revoked: true})
 	case "status":
 		if !bridge.ValidWorkerID(rt.workerID) || !h.configured(rt.workerID) {
@@ -213,6 +220,7 @@ func (h *Hub) handleRedeem(w http.ResponseWriter, r *http.Request, raw []byte) e
 	}); err != nil {
 		return err
 	}
+	h.cfg.Logger.Printf("worker %s paired", req.WorkerID)
 	writeValue(w, http.StatusOK, bridge.CredentialResponse{ProtocolVersion: 1, WorkerID: req.WorkerID, Credential: cred, ExpiresAt: bridge.FormatTime(exp)})
 	return nil
 }

@@ -152,7 +152,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request) {
 
 	out, err := h.dispatch(r.Context(), d)
 	if err != nil {
-		writeExecError(w, mapDispatchError(err))
+		writeExecError(w, h.fail(err))
 		return
 	}
 	h.rememberSession(sid, key.TenantID, out)
@@ -253,7 +253,7 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := h.dispatch(r.Context(), d)
 	if err != nil {
-		writeChatError(w, mapDispatchError(err))
+		writeChatError(w, h.fail(err))
 		return
 	}
 	if out.status != bridge.StatusFulfilled {

@@ -368,3 +368,12 @@ func mapDispatchError(err error) *clientError {
 	}
 	return &clientError{status: http.StatusInternalServerError, code: "internal_error", message: "Internal hub error"}
 }
+
+// fail maps a dispatch error and logs the ones that are the hub's fault.
+func (h *Hub) fail(err error) *clientError {
+	ce := mapDispatchError(err)
+	if ce.status == http.StatusInternalServerError {
+		h.cfg.Logger.Printf("dispatch: %v", err)
+	}
+	return ce
+}
