@@ -90,7 +90,7 @@ func Parse(stdout []byte) (*Output, error) {
 	}
 	out := &Output{}
 	if v, ok := top["answer"]; ok {
-		s, _, ok := stringOrNull(v)
+		s, ok := stringOrNull(v)
 		if !ok {
 			return nil, &BadOutputError{Change: -1, Reason: "answer must be a string or null, got " + kind(v)}
 		}
@@ -170,7 +170,7 @@ func parseChange(i int, item json.RawMessage) (Change, error) {
 		if !ok {
 			continue
 		}
-		s, _, ok := stringOrNull(v)
+		s, ok := stringOrNull(v)
 		if !ok {
 			return Change{}, bad("%s must be a string or null, got %s", f.key, kind(v))
 		}
@@ -212,19 +212,20 @@ func object(raw json.RawMessage) (map[string]json.RawMessage, error) {
 	return m, nil
 }
 
-// stringOrNull decodes a JSON string; null yields ("", true, true) with isNull set.
-func stringOrNull(raw json.RawMessage) (s string, null bool, ok bool) {
+// stringOrNull decodes a JSON string; null yields "" (null means absent in fleet's contract). ok is
+// false for any other type.
+func stringOrNull(raw json.RawMessage) (s string, ok bool) {
 	trimmed := bytes.TrimSpace(raw)
 	if isNull(trimmed) {
-		return "", true, true
+		return "", true
 	}
 	if len(trimmed) == 0 || trimmed[0] != '"' {
-		return "", false, false
+		return "", false
 	}
 	if err := json.Unmarshal(trimmed, &s); err != nil {
-		return "", false, false
+		return "", false
 	}
-	return s, false, true
+	return s, true
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
