@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,11 +63,6 @@ func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
 		writeError(w, badRequest("cannot read the request body: "+err.Error()))
 		return
 	}
-	var er ExecuteRequest
-	if e := decodeRequest(body, &er); e != nil {
-		writeError(w, e)
-		return
-	}
 	sid := ""
 	if vals, ok := req.Header[http.CanonicalHeaderKey(SessionHeader)]; ok {
 		if len(vals) != 1 {
@@ -79,12 +75,29 @@ func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	resp, e := r.execute(req.Context(), sid, &er)
-	if e != nil {
-		writeError(w, e)
-		return
+	status, reply := r.ExecuteJSON(req.Context(), sid, body)
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", retryAfter)
 	}
-	writeJSON(w, http.StatusOK, resp)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(reply)
+}
+
+// ExecuteJSON is POST /api/v2/execute without HTTP: body is the request JSON, sessionID the value of
+// X-Runtime-Session-Id ("" = none). It returns the status and JSON body the endpoint would answer, for
+// in-process callers that forward a runner request verbatim (the bridge worker's embedded supervisor,
+// bridge-protocol.md §11.2). A 429 reply should carry Retry-After when forwarded over HTTP.
+func (r *Runner) ExecuteJSON(ctx context.Context, sessionID string, body []byte) (status int, reply []byte) {
+	var er ExecuteRequest
+	if e := decodeRequest(body, &er); e != nil {
+		return errorBody(e)
+	}
+	resp, e := r.execute(ctx, sessionID, &er)
+	if e != nil {
+		return errorBody(e)
+	}
+	return marshal(http.StatusOK, resp)
 }
 
 // decodeRequest parses one JSON object. Unknown members are ignored (Piston clients send extras); a
@@ -199,24 +212,39 @@ func (r *Runner) handleDeleteSession(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func writeError(w http.ResponseWriter, e *Error) {
+// retryAfter is the Retry-After of 429 replies, in whole seconds: the service-wide default
+// (openai-contract.md §6).
+const retryAfter = "5"
+
+func errorBody(e *Error) (int, []byte) {
 	body := map[string]string{"message": e.Message}
 	if e.Code != "" {
 		body["error"] = e.Code
 	}
-	if e.Status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "5") // whole seconds, the service-wide default (openai-contract.md §6)
+	return marshal(e.Status, body)
+}
+
+func marshal(status int, v any) (int, []byte) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return http.StatusInternalServerError, []byte(`{"error":"sandbox_execution_failed","message":"cannot encode the response"}` + "\n")
 	}
-	writeJSON(w, e.Status, body)
+	return status, append(b, '\n')
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	status, b := errorBody(e)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b = []byte(`{"message":"cannot encode the response"}`)
-	}
+	status, b := marshal(status, v)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	w.Write(b)
 }

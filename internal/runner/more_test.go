@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -236,5 +237,23 @@ func TestPipeHolderDoesNotHang(t *testing.T) {
 		killDaemon()
 		<-done
 		t.Fatal("execute was still waiting for a pipe held by an escaped process")
+	}
+}
+
+// TestExecuteJSON: the in-process JSON entry point answers exactly what the endpoint answers.
+func TestExecuteJSON(t *testing.T) {
+	tr := newRunner(t, nil)
+	status, body := tr.ExecuteJSON(context.Background(), "j", []byte(`{"language":"bash","version":"*","files":[{"content":"echo hi > f; echo out"}]}`))
+	var resp ExecuteResponse
+	if err := json.Unmarshal(body, &resp); err != nil || status != 200 || resp.Run.Stdout != "out\n" || len(resp.Files) != 1 {
+		t.Fatalf("%d %s (%v)", status, body, err)
+	}
+	status, body = tr.ExecuteJSON(context.Background(), "j", []byte(`{"language":"bash","version":"*","files":[{"content":"cat f"}],"run_timeout":-1}`))
+	if status != 400 || !strings.Contains(string(body), `"message":"run_timeout must be a positive number of milliseconds, got -1"`) {
+		t.Fatalf("%d %s", status, body)
+	}
+	status, body = tr.ExecuteJSON(context.Background(), "j", []byte(`{"language":"bash","version":"*","files":[{"content":"cat f"}]}`))
+	if status != 200 || !strings.Contains(string(body), `"stdout":"hi\n"`) {
+		t.Fatalf("%d %s", status, body)
 	}
 }
