@@ -883,3 +883,63 @@ func TestProcessEnded(t *testing.T) {
 		t.Fatal("a reaped child does not count as ended")
 	}
 }
+
+// A long pipeline streams end to end; concurrent runs share nothing.
+func TestLongAndConcurrentPipelines(t *testing.T) {
+	forModes(t, func(t *testing.T, h *harness) {
+		steps := []Step{sh(t, `seq 1 20000`)}
+		for range 10 {
+			steps = append(steps, sh(t, `exec cat`))
+		}
+		steps = append(steps, sh(t, `md5sum | cut -c1-8`))
+		res := h.run(t, context.Background(), Request{Steps: steps})
+		wantOK(t, res)
+		want, err := exec.Command("bash", "-c", "seq 1 20000 | md5sum | cut -c1-8").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(res.Stdout) != string(want) {
+			t.Fatalf("stdout %q, want %q", res.Stdout, want)
+		}
+
+		const n = 4
+		results := make(chan *Result, n)
+		pair := []Step{
+			sh(t, `echo mine > "$HOME/f"; ls "$HOME" | tr '\n' ' '; cat "$FLEET_INPUT"`),
+			sh(t, `cat; echo; cat "$FLEET_INPUT"`),
+		}
+		for i := range n {
+			go func() {
+				results <- Run(context.Background(), h.cfg, Request{
+					Input: []byte(fmt.Sprintf(`{"run":%d}`, i)), Steps: pair, Timeout: hangLimit,
+				})
+			}()
+		}
+		seen := map[string]bool{}
+		for range n {
+			res := <-results
+			wantOK(t, res)
+			seen[string(res.Stdout)] = true
+		}
+		for i := range n {
+			want := fmt.Sprintf("f input.json run.sh tmp {\"run\":%d}\n{\"run\":%d}", i, i)
+			if !seen[want] {
+				t.Errorf("no run printed %q; got %v", want, seen)
+			}
+		}
+		if ents, _ := os.ReadDir(h.cfg.WorkRoot); len(ents) != 0 {
+			t.Errorf("%d run directories left", len(ents))
+		}
+	})
+}
+
+func TestCancelledBeforeStart(t *testing.T) {
+	h := newHarness(t, sandbox.ModeOff)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res := h.run(t, ctx, Request{Steps: []Step{sh(t, "true"), sh(t, "true")}})
+	if res.Err == nil || res.Err.Code != CodeCancelled {
+		t.Fatalf("err = %+v", res.Err)
+	}
+	wantOutcomes(t, res, OutcomeCancelled, OutcomeCancelled)
+}

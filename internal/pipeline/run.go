@@ -69,6 +69,7 @@ type run struct {
 	events      chan exitEvent
 	ctxCanceled bool
 	graceArmed  bool
+	gaveUp      bool // the sandbox did not confirm every death by the hard stop
 }
 
 // Run executes the steps as a streaming pipeline and returns when every process of the run is gone and
@@ -568,6 +569,7 @@ func (r *run) allDecided() bool {
 var errNotReaped = errors.New("sandbox did not confirm the block's processes were gone within the kill grace")
 
 func (r *run) giveUp() {
+	r.gaveUp = true
 	r.sb.Kill()
 	for _, f := range r.parent {
 		_ = f.Close()
@@ -603,6 +605,12 @@ func (r *run) finish() {
 		<-done
 	}
 	t.Stop()
+	if r.gaveUp {
+		// Close waits for the processes the sandbox could not confirm dead; the reply must not (§5.2
+		// item 4), so the wait continues in the background.
+		go func() { _ = r.sb.Close() }()
+		return
+	}
 	_ = r.sb.Close()
 }
 
