@@ -88,3 +88,26 @@ func BenchmarkParseToolCalls(b *testing.B) {
 		_ = out.ToolCalls()
 	}
 }
+
+// BenchmarkParseMaxOutput parses a stdout at the default --max-output-bytes (1 MiB): one large note
+// and 1000 small changes, the worst case the service accepts.
+func BenchmarkParseMaxOutput(b *testing.B) {
+	var s strings.Builder
+	s.WriteString(`{"changes":[{"path":"big.md","content":"`)
+	s.WriteString(strings.Repeat(`line with \"quotes\" and unicode é\n`, 16000))
+	s.WriteString(`"}`)
+	for range 1000 {
+		s.WriteString(`,{"path":"notes/n.md","find":"<!-- next -->","replace":"<!-- next -->\n- item"}`)
+	}
+	s.WriteString(`],"answer":"done"}`)
+	stdout := []byte(s.String())
+	b.SetBytes(int64(len(stdout)))
+	b.ReportAllocs()
+	for b.Loop() {
+		out, err := Parse(stdout)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = out.ToolCalls()
+	}
+}
