@@ -415,8 +415,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	// The block runs as the unprivileged host uid: it must be able to read
 	// (and, persistent, write) its workdir, which the caller created as
 	// root with mode 0700.
-	dropsUID := p.euid == 0 && (use.has(mUserNS) || use.has(mCaps))
-	if dropsUID && p.hostUID != 0 {
+	if p.euid == 0 && p.hostUID != 0 {
 		if err := chownTree(spec.Dir, p.hostUID, p.hostGID); err != nil {
 			return nil, fmt.Errorf("%w: prepare workdir: %v", ErrInvalidSpec, err)
 		}

@@ -1,0 +1,101 @@
+package sandbox
+
+import (
+	"os"
+	"slices"
+	"testing"
+	"time"
+)
+
+// BenchmarkSpawn measures starting and reaping /bin/true: bare (no helper),
+// through the re-exec helper alone, the helper plus one mechanism each, and
+// the full native sandbox. It reports the median as p50-ns/op besides the
+// mean, since the lead's target is stated as a median.
+//
+//	go test -run '^$' -bench Spawn -benchtime 100x ./internal/sandbox/
+func BenchmarkSpawn(b *testing.B) {
+	native := sandboxFor(b, ModeNative, false)
+	if !native.Report().Ready {
+		skipOrFail(b, "native sandbox unavailable: %v", native.Report().Missing)
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer null.Close()
+
+	b.Run("bare", func(b *testing.B) {
+		dir := b.TempDir()
+		durs := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			t0 := time.Now()
+			p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{Dir: dir, Env: []string{}, Files: []*os.File{null, null, null}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := p.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			durs = append(durs, time.Since(t0))
+		}
+		reportP50(b, durs)
+	})
+
+	only := func(keep mechSet) *Sandbox {
+		c := &Sandbox{cfg: native.cfg, log: native.log, report: native.report, plat: native.plat}
+		c.cfg.Mode = ModeBestEffort
+		c.plat.disabled = mAll &^ (keep | mHelper)
+		return c
+	}
+	variants := []struct {
+		name string
+		sb   *Sandbox
+	}{
+		{"reexec", only(0)},
+		{"+userns", only(mUserNS)},
+		{"+pidns", only(mUserNS | mPIDNS)},
+		{"+mountns", only(mUserNS | mMountNS)},
+		{"+netns", only(mUserNS | mNetNS)},
+		{"+ipcns", only(mUserNS | mIPCNS)},
+		{"+utsns", only(mUserNS | mUTSNS)},
+		{"+cgroupns+cgroup", only(mUserNS | mCgroup | mCgroupNS)},
+		{"+rootfs", only(mUserNS | mPIDNS | mMountNS | mRootFS)},
+		{"+landlock", only(mUserNS | mLandlock | mNoNewPrivs)},
+		{"+seccomp", only(mUserNS | mSeccomp | mNoNewPrivs)},
+		{"+caps+rlimit", only(mUserNS | mCaps | mRlimit | mNoNewPrivs)},
+		{"full", native},
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			dir := workdir(b, map[string]string{"run.py": "print(1)\n"})
+			r, err := v.sb.NewRun(nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			spec := Spec{Path: "/bin/true", Args: []string{"true"}, Dir: dir, Stdout: null, Stderr: null}
+			durs := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				t0 := time.Now()
+				p, err := r.Start(spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res := p.Wait(); res.ExitCode != 0 {
+					b.Fatalf("%+v", res)
+				}
+				durs = append(durs, time.Since(t0))
+				r.forget(p)
+			}
+			reportP50(b, durs)
+		})
+	}
+}
+
+func reportP50(b *testing.B, durs []time.Duration) {
+	if len(durs) == 0 {
+		return
+	}
+	slices.Sort(durs)
+	b.ReportMetric(float64(durs[len(durs)/2].Nanoseconds()), "p50-ns/op")
+}
