@@ -1,0 +1,438 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/workspace"
+)
+
+// Reasons an execution is aborted (the context cause), reported as the rejection message.
+var (
+	errCancelled = errors.New("Bridge assignment was cancelled by the hub")
+	errDeadline  = errors.New("Bridge assignment deadline passed")
+)
+
+// job is the per-assignment state shared by the execution and its concurrent tasks (§6.3).
+type job struct {
+	w        *Worker
+	a        *bridge.Assignment
+	ctx      context.Context // lives until the settlement is done
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	recovery atomic.Bool // heartbeat retries transient errors (while settling a rejection)
+
+	mu    sync.Mutex
+	fail  error                   // first heartbeat or credential failure
+	abort context.CancelCauseFunc // aborts the running execution, if any
+}
+
+// newJob starts the heartbeat, counted from lastRegister.
+func (w *Worker) newJob(hard context.Context, a *bridge.Assignment, lastRegister time.Time) *job {
+	ctx, cancel := context.WithCancel(hard)
+	j := &job{w: w, a: a, ctx: ctx, cancel: cancel}
+	j.wg.Add(1)
+	go j.heartbeat(lastRegister)
+	return j
+}
+
+func (j *job) stop() {
+	j.cancel()
+	j.wg.Wait()
+}
+
+func (j *job) failed(err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.fail == nil {
+		j.fail = err
+	}
+	if j.abort != nil {
+		j.abort(err)
+	}
+}
+
+func (j *job) fatalErr() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.fail == nil {
+		return nil
+	}
+	return fatal(j.fail)
+}
+
+// heartbeat re-registers every max(25 ms, leaseTtl/2) (§6.3). Outside recovery mode any failure aborts the
+// execution; in recovery mode transient failures are retried every retry step.
+func (j *job) heartbeat(last time.Time) {
+	defer j.wg.Done()
+	w := j.w
+	for {
+		w.mu.Lock()
+		interval := max(25*time.Millisecond, w.leaseTTL/2)
+		w.mu.Unlock()
+		if !sleepCtx(j.ctx, time.Until(last.Add(interval))) {
+			return
+		}
+		last = time.Now()
+		err := w.register(j.ctx, true)
+		for err != nil && transient(err) && j.recovery.Load() && j.ctx.Err() == nil {
+			if !sleepCtx(j.ctx, w.cfg.Timing.RetryStep) {
+				return
+			}
+			err = w.register(j.ctx, true)
+		}
+		if err != nil {
+			if j.ctx.Err() != nil {
+				return
+			}
+			w.logf("heartbeat failed: %v", err)
+			j.failed(fmt.Errorf("Bridge heartbeat failed: %w", err))
+			return
+		}
+	}
+}
+
+// upkeep refreshes the credential when it is due, retrying transient errors until the credential expires.
+func (j *job) upkeep(ctx context.Context) {
+	w := j.w
+	if w.cfg.StaticToken != "" {
+		return
+	}
+	for {
+		w.credMu.RLock()
+		exp := w.expiresAt
+		w.credMu.RUnlock()
+		if !sleepCtx(ctx, time.Until(exp.Add(-w.clockOffset()-w.cfg.Timing.RefreshWindow))) {
+			return
+		}
+		for {
+			err := w.refresh(ctx)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if !transient(err) || !time.Now().Before(exp) {
+				w.logf("credential refresh failed: %v", err)
+				j.failed(fmt.Errorf("Bridge credential refresh failed: %w", err))
+				return
+			}
+			if !sleepCtx(ctx, w.cfg.Timing.RetryStep) {
+				return
+			}
+		}
+	}
+}
+
+// pollCancellation aborts the execution when the hub says the assignment was cancelled (or 404).
+func (j *job) pollCancellation(ctx context.Context, abort context.CancelCauseFunc) {
+	w := j.w
+	body, _ := bridge.Marshal(bridge.CancellationRequest{ProtocolVersion: 1, IncarnationID: w.incarnation})
+	path := bridge.PathCancellation(w.cfg.WorkerID, j.a.AssignmentID)
+	for sleepCtx(ctx, w.cfg.Timing.CancelPoll) {
+		var cr bridge.CancellationResponse
+		err := w.do(ctx, path, body, w.cfg.Timing.CancelTimeout, &cr)
+		if (err == nil && cr.Cancelled) || statusOf(err) == http.StatusNotFound {
+			abort(errCancelled)
+			return
+		}
+	}
+}
+
+// outcome is what an execution produced.
+type outcome struct {
+	result    *bridge.Object
+	errMsg    string
+	errCode   string
+	clean     bool // a rejection that provably changed nothing (stateful sandbox work)
+	ambiguous bool // state may have changed and the outcome cannot be reported: quarantine
+}
+
+// execute runs an acknowledged assignment and settles it (§6.3–§6.6).
+func (w *Worker) execute(hard context.Context, a *bridge.Assignment, remaining time.Duration) error {
+	now := time.Now()
+	localDeadline := now.Add(remaining)
+	if exp, err := bridge.ParseTime(a.ExpiresAt); err == nil {
+		w.setOffset(exp.Sub(localDeadline))
+	}
+	j := w.newJob(hard, a, now)
+	defer j.stop()
+
+	// Credential, bounded by the deadline.
+	if w.refreshDue() {
+		rctx, cancel := context.WithDeadline(j.ctx, localDeadline)
+		err := w.refresh(rctx)
+		cancel()
+		if err != nil {
+			j.recovery.Store(true)
+			serr := w.settle(hard, a, rejection(a, w.incarnation, "Bridge credential refresh failed before execution", ""), time.Now().Add(w.cfg.Timing.RejectionGrace))
+			if f := fatal(err); f != nil {
+				return f
+			}
+			return errors.Join(err, serr)
+		}
+	}
+	if !time.Now().Before(localDeadline) {
+		return w.rejectUnexecutedIn(j, hard, a, msgAckExpired)
+	}
+
+	ectx, abort := context.WithCancelCause(j.ctx)
+	ectx, cancelDeadline := context.WithDeadlineCause(ectx, localDeadline, errDeadline)
+	j.mu.Lock()
+	j.abort = abort
+	fail := j.fail
+	j.mu.Unlock()
+	if fail != nil {
+		abort(fail)
+	}
+	tasks, stopTasks := context.WithCancel(ectx)
+	var tw sync.WaitGroup
+	tw.Add(2)
+	go func() { defer tw.Done(); j.pollCancellation(tasks, abort) }()
+	go func() { defer tw.Done(); j.upkeep(tasks) }()
+
+	var out outcome
+	var mutation bool
+	var sessionID string
+	if a.Kind() == bridge.KindWorkspaceTool {
+		out, mutation = w.runWorkspace(ectx, a)
+	} else {
+		sessionID = a.RuntimeSessionID
+		out = w.runSandbox(ectx, a)
+	}
+	aborted := context.Cause(ectx)
+	stopTasks()
+	tw.Wait()
+	j.mu.Lock()
+	j.abort = nil
+	j.mu.Unlock()
+	cancelDeadline()
+	abort(nil)
+
+	if out.ambiguous {
+		if sessionID != "" {
+			w.quarantineSession(sessionID)
+		}
+		return fmt.Errorf("%w: assignment %s: %s; not settling", ErrQuarantined, a.AssignmentID, out.errMsg)
+	}
+
+	var s bridge.Settlement
+	until := localDeadline
+	if out.result != nil && aborted == nil {
+		s = fulfillment(a, w.incarnation, out.result)
+	} else {
+		msg, code := out.errMsg, out.errCode
+		if out.result != nil || msg == "" {
+			msg = "Bridge assignment was aborted"
+			if aborted != nil {
+				msg = aborted.Error()
+			}
+			if a.Kind() == bridge.KindWorkspaceTool {
+				code = "EXECUTION_ABORTED"
+			}
+		}
+		s = rejection(a, w.incarnation, msg, code)
+		// The hub accepts a rejection while the record exists (deadline + grace).
+		until = localDeadline.Add(w.cfg.Timing.RejectionGrace)
+		j.recovery.Store(true)
+	}
+	err := w.settle(hard, a, s, until)
+	if err == nil {
+		if mutation {
+			if cerr := ClearOwnedMarker(w.cfg.MarkerPath, w.incarnation); cerr != nil {
+				return cerr
+			}
+			w.markerArmed.Store(false)
+		}
+		if f := j.fatalErr(); f != nil {
+			return f
+		}
+		return nil
+	}
+	w.logf("settlement of %s failed: %v", a.AssignmentID, err)
+	if mutation {
+		return fmt.Errorf("%w: workspace mutation %s could not be settled (%v); marker kept", ErrQuarantined, a.AssignmentID, err)
+	}
+	if sessionID != "" && s.Status == bridge.StatusFulfilled {
+		w.quarantineSession(sessionID)
+		return fmt.Errorf("%w: stateful assignment %s could not be settled (%v)", ErrQuarantined, a.AssignmentID, err)
+	}
+	if f := fatal(err); f != nil {
+		return f
+	}
+	if f := j.fatalErr(); f != nil {
+		return f
+	}
+	return fmt.Errorf("settling %s: %w", a.AssignmentID, err)
+}
+
+func (w *Worker) rejectUnexecutedIn(j *job, hard context.Context, a *bridge.Assignment, msg string) error {
+	j.recovery.Store(true)
+	err := w.settle(hard, a, rejection(a, w.incarnation, msg, ""), time.Now().Add(w.cfg.Timing.RejectionGrace))
+	if err != nil {
+		if f := fatal(err); f != nil {
+			return f
+		}
+		return err
+	}
+	return j.fatalErr()
+}
+
+func (w *Worker) quarantineSession(sid string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.cfg.Supervisor.Quarantine(ctx, sid); err != nil {
+		w.logf("discarding runtime session %q failed: %v", sid, err)
+	}
+	w.logf("runtime session %q quarantined locally", sid)
+}
+
+// runSandbox forwards request.body to the supervisor (§11.1) and classifies the outcome (§6.4).
+func (w *Worker) runSandbox(ctx context.Context, a *bridge.Assignment) outcome {
+	req := a.Request.Object()
+	var body *bridge.Object
+	var headers [][2]string
+	ok := req != nil
+	if ok {
+		v, has := req.Get("body")
+		body, ok = v.(*bridge.Object)
+		ok = ok && has
+	}
+	if ok {
+		if hv, has := req.Get("headers"); has && hv != nil {
+			ho, isObj := hv.(*bridge.Object)
+			if !isObj {
+				ok = false
+			} else {
+				for _, m := range ho.Members {
+					s, isStr := m.Value.(string)
+					if !isStr {
+						ok = false
+						break
+					}
+					headers = append(headers, [2]string{m.Key, s})
+				}
+			}
+		}
+	}
+	if !ok {
+		return outcome{errMsg: "Invalid sandbox assignment request", clean: true}
+	}
+	stateful := a.RuntimeSessionID != ""
+	if stateful && !w.cfg.Supervisor.Stateful() {
+		return outcome{errMsg: "Runtime supervisor does not keep stateful workspaces", clean: true}
+	}
+	raw, err := bridge.Canonical(body)
+	if err != nil {
+		return outcome{errMsg: "Invalid sandbox assignment body", clean: true}
+	}
+	res, err := w.cfg.Supervisor.Execute(ctx, RunnerCall{SessionID: a.RuntimeSessionID, Body: raw, Headers: headers})
+	aborted := ctx.Err() != nil
+	if err == nil {
+		if stateful && aborted {
+			return outcome{ambiguous: true, errMsg: "stateful execution was aborted after reaching the runner"}
+		}
+		return outcome{result: res}
+	}
+	var re *RunError
+	if !errors.As(err, &re) {
+		re = &RunError{Message: err.Error()}
+	}
+	if stateful && !re.KnownClean {
+		return outcome{ambiguous: true, errMsg: re.Message}
+	}
+	return outcome{errMsg: re.Message, clean: re.KnownClean}
+}
+
+// runWorkspace checks a workspace request against the active registration, arms the marker for
+// mutations, and runs it (§6.3 step 4, §9, §10.1).
+func (w *Worker) runWorkspace(ctx context.Context, a *bridge.Assignment) (outcome, bool) {
+	invalid := func(msg string) outcome { return outcome{errMsg: msg, errCode: "INVALID_REQUEST"} }
+	req := a.Request.Object()
+	if req == nil {
+		return invalid("Workspace request must be an object"), false
+	}
+	opV, _ := req.Get("operation")
+	wsV, _ := req.Get("workspaceId")
+	op, _ := opV.(string)
+	wsID, _ := wsV.(string)
+	caps := w.ActiveCapabilities()
+	if w.cfg.Workspace == nil || wsID != w.cfg.WorkspaceID || !caps.Allows(wsID, op) {
+		return invalid("Workspace operation or workspace is not advertised by the active registration"), false
+	}
+	wt := caps.WorkspaceTools
+	has := func(k string) bool { _, ok := req.Get(k); return ok }
+	switch op {
+	case workspace.OpWriteFile:
+		mode := "replace"
+		if v, ok := req.Get("overwrite"); ok && v == false {
+			mode = "create"
+		}
+		if !slices.Contains(wt.WriteFileModes, mode) {
+			return invalid("write_file mode " + mode + " was not negotiated"), false
+		}
+	case workspace.OpEditFile, workspace.OpPreviewEdit:
+		mode := "single"
+		if has("edits") {
+			mode = "batch"
+		}
+		if !slices.Contains(wt.EditFileModes, mode) {
+			return invalid("edit mode " + mode + " was not negotiated"), false
+		}
+		if has("expectedBaseSha256") && !slices.Contains(wt.EditFileFeatures, "expected_base_sha256") {
+			return invalid("expectedBaseSha256 was not negotiated"), false
+		}
+	case workspace.OpListFiles:
+		if has("afterPath") && !slices.Contains(wt.ListFileFeatures, "after_path") {
+			return invalid("afterPath was not negotiated"), false
+		}
+	}
+	raw, err := bridge.Canonical(req)
+	if err != nil {
+		return invalid("Workspace request is not encodable"), false
+	}
+	mutation := isMutation(op)
+	if mutation {
+		err := ArmMarker(w.cfg.MarkerPath, Marker{WorkerID: w.cfg.WorkerID, WorkspaceID: wsID, OwnerID: w.incarnation,
+			Reason: "Workspace mutation " + op + " is pending settlement"})
+		if err != nil {
+			return outcome{ambiguous: true, errMsg: "arming the quarantine marker failed: " + err.Error()}, false
+		}
+		w.markerArmed.Store(true)
+	}
+	res, err := w.cfg.Workspace.Do(ctx, op, raw)
+	if err != nil {
+		var we *workspace.Error
+		if !errors.As(err, &we) || (mutation && we.MayHaveCommitted) {
+			// The executor cannot prove nothing changed: keep the marker, no settlement (§6.4).
+			return outcome{ambiguous: true, errMsg: err.Error()}, mutation
+		}
+		return outcome{errMsg: we.Message, errCode: string(we.Code)}, mutation
+	}
+	fields, err := bridge.ParseObject(res)
+	if err != nil {
+		if mutation {
+			return outcome{ambiguous: true, errMsg: "workspace result is not a JSON object"}, mutation
+		}
+		return outcome{errMsg: "Workspace result is not a JSON object", errCode: "INVALID_REQUEST"}, false
+	}
+	out := &bridge.Object{}
+	out.Set("protocolVersion", float64(1))
+	out.Set("operation", op)
+	out.Set("workspaceId", wsID)
+	for _, m := range fields.Members {
+		if m.Key == "protocolVersion" || m.Key == "operation" || m.Key == "workspaceId" {
+			continue
+		}
+		out.Set(m.Key, m.Value)
+	}
+	return outcome{result: out}, mutation
+}

@@ -1,0 +1,298 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/hub"
+	"github.com/codellm/codellm/internal/hub/boltstore"
+	"github.com/codellm/codellm/internal/interp"
+	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/runner"
+	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/server"
+	"github.com/codellm/codellm/internal/slots"
+)
+
+func TestMain(m *testing.M) {
+	sandbox.Main() // the sandbox helper hook must run first in a test binary that starts sandboxes
+	if os.Getenv("CODELLM_E2E_SKIP_GOLEAK") == "1" {
+		os.Exit(m.Run())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	adminToken = "admin-token-for-worker-tests"
+	apiKey     = "client-key-for-worker-tests"
+)
+
+// fastTiming keeps the protocol's shape with test-sized constants.
+var fastTiming = Timing{LeaseWait: 300 * time.Millisecond, LeaseGrace: 2 * time.Second, RequestTimeout: 3 * time.Second,
+	RetryStep: 50 * time.Millisecond, RejectionGrace: 3 * time.Second, ReconnectBase: 50 * time.Millisecond,
+	ReconnectCap: 400 * time.Millisecond, CancelPoll: 100 * time.Millisecond, CancelTimeout: time.Second}
+
+// testHub is a real hub on an httptest server. fault, when set, may answer a request instead of the hub
+// (network fault injection: a proxy that drops or rewrites replies).
+type testHub struct {
+	*hub.Hub
+	srv   *httptest.Server
+	base  string
+	store *boltstore.Store
+	fault atomic.Pointer[func(w http.ResponseWriter, r *http.Request) bool]
+}
+
+func newTestHub(t testing.TB, mod func(*hub.Config), opts ...boltstore.Option) *testHub {
+	t.Helper()
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "bridge.db"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := hub.Config{AdminToken: adminToken, ClientKeys: []hub.ClientKey{{Key: apiKey, TenantID: "default"}}, PollInterval: 20 * time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	h, err := hub.New(cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := &testHub{Hub: h, store: st}
+	th.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f := th.fault.Load(); f != nil && (*f)(w, r) {
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	th.base = th.srv.URL + "/v1"
+	t.Cleanup(func() {
+		h.Close()
+		th.srv.Close()
+		_ = st.Close()
+	})
+	return th
+}
+
+func (h *testHub) setFault(f func(w http.ResponseWriter, r *http.Request) bool) {
+	if f == nil {
+		h.fault.Store(nil)
+		return
+	}
+	h.fault.Store(&f)
+}
+
+type reply struct {
+	status int
+	body   []byte
+	header http.Header
+}
+
+func doHTTP(t testing.TB, req *http.Request) reply {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return reply{status: -1, body: []byte(err.Error())}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, b, resp.Header}
+}
+
+func (h *testHub) admin(t testing.TB, method, path string, body any) reply {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := bridge.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, h.base+path, rd)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	return doHTTP(t, req)
+}
+
+func (h *testHub) client(t testing.TB, ctx context.Context, path, body string, hdr map[string]string) reply {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", apiKey)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	return doHTTP(t, req)
+}
+
+// exec runs code through /v1/exec and returns the reply.
+func (h *testHub) exec(t testing.TB, lang, code string, hdr map[string]string) reply {
+	t.Helper()
+	b, _ := json.Marshal(map[string]string{"lang": lang, "code": code})
+	return h.client(t, context.Background(), "/v1/exec", string(b), hdr)
+}
+
+// pair creates a code and redeems it through Pair, returning the identity path.
+func (h *testHub) pair(t testing.TB, workerID string) (*Identity, string) {
+	t.Helper()
+	r := h.admin(t, http.MethodPost, "/bridge/pairings", bridge.CreatePairingRequest{WorkerID: workerID})
+	if r.status != 200 {
+		t.Fatalf("create pairing: %d %s", r.status, r.body)
+	}
+	var pr bridge.CreatePairingResponse
+	_ = json.Unmarshal(r.body, &pr)
+	path := filepath.Join(t.TempDir(), "cfg", IdentityFileName(workerID))
+	id, err := Pair(context.Background(), nil, h.base, pr.Code, workerID, path)
+	if err != nil {
+		t.Fatalf("pair: %v", err)
+	}
+	return id, path
+}
+
+// testSandbox is native when this host supports it, else off (as the runner's tests do).
+var testSandbox = sync.OnceValues(func() (*sandbox.Sandbox, error) {
+	mode := sandbox.ModeOff
+	if rep := sandbox.Probe(sandbox.Config{Mode: sandbox.ModeNative}); rep.Ready {
+		mode = sandbox.ModeNative
+	}
+	return sandbox.New(sandbox.Config{Mode: mode})
+})
+
+// newEmbedded builds codellm's runner and chat pipeline in-process, like `codellm worker run` does.
+func newEmbedded(t testing.TB, stateful bool) *Embedded {
+	t.Helper()
+	sb, err := testSandbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs, err := interp.Enable(interp.Builtin(), []string{"python", "bash"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := slots.New(4, 5*time.Second)
+	r, err := runner.New(runner.Config{Programs: progs, Sandbox: sb, Slots: pool, MaxRunTimeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	ecfg := engine.Config{Programs: progs, Pipeline: pipeline.Config{Sandbox: sb, WorkRoot: t.TempDir(), MaxOutputBytes: 1 << 20, MaxStderrBytes: 64 << 10},
+		Slots: pool, Timeout: 60 * time.Second, MaxBlocks: 16}
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0"}, ecfg, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SelfCheck(context.Background())
+	return NewEmbedded(r, srv.Handler(), stateful)
+}
+
+// running is a worker loop in a goroutine.
+type running struct {
+	w      *Worker
+	drain  context.CancelFunc
+	hard   context.CancelFunc
+	done   chan error
+	logs   *syncBuffer
+	result error
+	once   sync.Once
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func baseConfig(h *testHub, id *Identity, path string, sup Supervisor) Config {
+	return Config{BaseURL: h.base, WorkerID: id.WorkerID, Identity: id, IdentityPath: path, Supervisor: sup,
+		Runtimes: []string{"python", "bash", "codellm.openai.chat.v1"}, Timing: fastTiming}
+}
+
+func start(t testing.TB, cfg Config) *running {
+	t.Helper()
+	logs := &syncBuffer{}
+	cfg.Log = logs
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain, dc := context.WithCancel(context.Background())
+	hard, hc := context.WithCancel(context.Background())
+	r := &running{w: w, drain: dc, hard: hc, done: make(chan error, 1), logs: logs}
+	go func() { r.done <- w.Run(drain, hard) }()
+	t.Cleanup(func() {
+		r.stop(t)
+		if t.Failed() {
+			t.Logf("worker log:\n%s", logs.String())
+		}
+	})
+	return r
+}
+
+// wait returns Run's result, failing the test if it does not end within d.
+func (r *running) wait(t testing.TB, d time.Duration) error {
+	t.Helper()
+	r.once.Do(func() {
+		select {
+		case r.result = <-r.done:
+		case <-time.After(d):
+			r.hard()
+			r.result = <-r.done
+			t.Errorf("worker did not stop within %v", d)
+		}
+	})
+	return r.result
+}
+
+func (r *running) stop(t testing.TB) error {
+	r.drain()
+	err := r.wait(t, 30*time.Second)
+	r.hard()
+	return err
+}
+
+// waitOnline waits until the hub reports the worker ready.
+func (h *testHub) waitReady(t testing.TB, workerID string) *bridge.StatusResponse {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		r := h.admin(t, http.MethodGet, bridge.PathStatus(workerID), nil)
+		var st bridge.StatusResponse
+		_ = json.Unmarshal(r.body, &st)
+		if r.status == 200 && st.Ready {
+			return &st
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("worker %s never became ready", workerID)
+	return nil
+}
+
+func decodeExec(t testing.TB, r reply) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("exec reply %d %q: %v", r.status, r.body, err)
+	}
+	return m
+}
