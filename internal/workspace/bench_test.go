@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -94,6 +95,24 @@ func BenchmarkEditFile64K(b *testing.B) {
 
 func BenchmarkExecuteCommandOff(b *testing.B) {
 	e := newEnvTB(b, Options{AllowCommands: true, Sandbox: offSandbox(b), AllowUnconfinedCommands: true})
+	req := json.RawMessage(`{"command":"true"}`)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := e.ws.Do(context.Background(), OpExecuteCommand, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkExecuteCommandNative is the cost of one `true` in the native sandbox (namespaces, mounts, Landlock,
+// seccomp, cgroup), which is what every workspace command pays.
+func BenchmarkExecuteCommandNative(b *testing.B) {
+	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
+		b.Skip("no user namespaces")
+	}
+	sb := nativeSandboxTB(b)
+	e := newEnvTB(b, Options{AllowCommands: true, Sandbox: sb})
+	os.Chown(e.root, sandboxUID, sandboxUID)
 	req := json.RawMessage(`{"command":"true"}`)
 	b.ResetTimer()
 	for b.Loop() {

@@ -37,7 +37,9 @@ var (
 
 // nativeSandbox returns a native sandbox that has been seen to run a workspace command, or skips the test
 // (fails it under CODELLM_REQUIRE_SANDBOX=1).
-func nativeSandbox(t *testing.T) *sandbox.Sandbox {
+func nativeSandbox(t *testing.T) *sandbox.Sandbox { return nativeSandboxTB(t) }
+
+func nativeSandboxTB(t testing.TB) *sandbox.Sandbox {
 	t.Helper()
 	nativeOnce.Do(func() {
 		sb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeNative, Limits: sandbox.Limits{Memory: 128 << 20}})

@@ -194,6 +194,14 @@ func TestCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(out, `"errorCode":"COMMAND_DISABLED"`) {
 		t.Errorf("commands not enabled: %d %q", code, out)
 	}
+	out, _, code = runCLI(t, `{"command":"echo hi; exit 4"}`, "--root", root, "--allow-commands", "--sandbox", "off", "execute_command")
+	if code != 0 || out != `{"exitCode":4,"stdout":"hi\n","stderr":"","truncated":false,"timedOut":false}`+"\n" {
+		t.Errorf("execute_command with an explicitly unconfined sandbox: %d %q", code, out)
+	}
+	out, _, code = runCLI(t, `{"command":"true"}`, "--root", root, "--allow-commands", "--sandbox", "bogus", "execute_command")
+	if code != 1 || !strings.Contains(out, `"errorCode":"INVALID_REQUEST"`) {
+		t.Errorf("bad --sandbox: %d %q", code, out)
+	}
 	_, stderr, code := runCLI(t, `{}`, "read_file")
 	if code != 2 || !strings.Contains(stderr, "usage:") {
 		t.Errorf("usage: %d %q", code, stderr)
