@@ -53,15 +53,20 @@ type dispatchReq struct {
 	runtimeLabel string // required capability label ("" = any)
 	model        string // chat: prefer workers advertising model:<name>
 	deadline     time.Time
+	// accept, when set, must admit the worker's capabilities (workspace
+	// tools: the operation, workspace, modes and features, §7.3 step 1).
+	accept func(*bridge.Capabilities) bool
 }
 
 // outcome is a settled assignment.
 type outcome struct {
 	workerID string
+	caps     bridge.Capabilities
 	stateful bool
 	status   string
 	result   *bridge.Object
 	errMsg   string
+	errCode  string // workspace rejections (§9.9)
 }
 
 // admits applies §13.3's binding rule.
@@ -105,6 +110,9 @@ func (h *Hub) eligible(ctx context.Context, d *dispatchReq) ([]store.WorkerState
 			continue
 		}
 		if d.stateful && (st.WorkerID != d.affinity || !caps.StatefulWorkspace) {
+			continue
+		}
+		if d.accept != nil && !d.accept(caps) {
 			continue
 		}
 		out = append(out, st)
@@ -193,8 +201,13 @@ func (h *Hub) dispatch(ctx context.Context, d *dispatchReq) (*outcome, error) {
 			if d.pinned != "" {
 				// A pinned worker that is up but whose binding refuses this
 				// caller is a 403, not an outage (§13.5).
-				if st, err := h.store.Worker(ctx, d.pinned); err == nil && st.Ready && !h.admits(st.Binding, d.caller) {
-					return nil, bridge.ErrWorkerUnauthorized
+				if st, err := h.store.Worker(ctx, d.pinned); err == nil && st.Ready {
+					if !h.admits(st.Binding, d.caller) {
+						return nil, bridge.ErrWorkerUnauthorized
+					}
+					if d.accept != nil && !d.accept(&st.Registration.Capabilities) {
+						return nil, bridge.ErrWorkerMismatch
+					}
 				}
 			}
 			if d.stateful {
@@ -260,7 +273,7 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 	if perr != nil {
 		return nil, bridge.ErrResultInvalid
 	}
-	out := &outcome{workerID: c.WorkerID, stateful: stateful, status: st.Status}
+	out := &outcome{workerID: c.WorkerID, caps: c.Registration.Capabilities, stateful: stateful, status: st.Status}
 	if st.Status == bridge.StatusFulfilled {
 		v, _ := o.Get("result")
 		res, ok := v.(*bridge.Object)
@@ -271,6 +284,8 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 	} else {
 		v, _ := o.Get("error")
 		out.errMsg, _ = v.(string)
+		c, _ := o.Get("errorCode")
+		out.errCode, _ = c.(string)
 	}
 	return out, nil
 }

@@ -192,6 +192,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.handleExec(w, r)
 	case path == "/v1/chat/completions":
 		h.handleChat(w, r)
+	case path == "/v1/workspace-tools":
+		h.handleWorkspaceTools(w, r)
 	case strings.HasPrefix(path, "/v1/bridge/"):
 		h.serveBridge(w, r, strings.TrimPrefix(path, "/v1/bridge/"))
 	default:
