@@ -2,33 +2,139 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
-	"github.com/codellm/codellm/internal/listen"
+	"github.com/codellm/codellm/internal/debugger"
+	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/server"
 )
 
 // debugFlags are serve's flags for the step debugger (openai-contract §14).
 type debugFlags struct {
-	listen string
+	listen      string
+	maxSessions int
+	sessionTTL  time.Duration
 }
 
 func registerDebugFlags(fs *flag.FlagSet) *debugFlags {
 	f := &debugFlags{}
 	fs.StringVar(&f.listen, "debug-listen", "", "loopback address of the step debugger (empty: off)")
+	fs.IntVar(&f.maxSessions, "debug-max-sessions", debugger.DefaultMaxSessions, "maximum open step sessions of the debugger")
+	fs.DurationVar(&f.sessionTTL, "debug-session-ttl", debugger.DefaultSessionTTL, "idle time after which a step session expires")
 	return f
 }
 
 // startDebugger validates --debug-listen and starts the step debugger's listener. It returns a function
-// that waits for the listener to stop (nil when the debugger is off).
+// that waits for the listener to stop once ctx is done (nil when the debugger is off).
 func startDebugger(ctx context.Context, f *debugFlags, srv *server.Server, log *slog.Logger) (func(), error) {
 	if f.listen == "" {
 		return nil, nil
 	}
-	if !listen.IsLoopback(f.listen) {
-		return nil, fmt.Errorf("debug listener must bind loopback (127.0.0.1, [::1] or localhost), got %q", f.listen)
+	if err := debugger.CheckListen(f.listen); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("--debug-listen: the step debugger is not built into this version yet")
+	if f.maxSessions < 1 {
+		return nil, fmt.Errorf("--debug-max-sessions must be at least 1, got %d", f.maxSessions)
+	}
+	if f.sessionTTL <= 0 {
+		return nil, fmt.Errorf("--debug-session-ttl must be positive, got %v", f.sessionTTL)
+	}
+	d, err := debugger.New(debugger.Config{
+		Engine:      srv.Engine(),
+		MaxSessions: f.maxSessions,
+		SessionTTL:  f.sessionTTL,
+		Logger:      log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-listen: %w", err)
+	}
+	log.Info("step debugger listening (loopback only, no authentication)", "debug_listen", ln.Addr().String())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := d.Serve(ctx, ln); err != nil {
+			log.Error("step debugger stopped", "err", err)
+		}
+	}()
+	return func() { <-done }, nil
+}
+
+// cmdDebug steps a markdown body in the terminal with the service's sandbox and limits: each block's
+// result and the pipe buffer are printed, Enter runs the next block, "e" edits the buffer in $EDITOR.
+// Exit status: 0 the run finished with a valid output contract, 1 otherwise, 2 usage.
+func cmdDebug(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("debug", "debug [flags] FILE.md|-", stderr)
+	var ef execFlags
+	ef.register(fs)
+	inputFile := fs.String("input", "", "JSON file with the fleet_input bag (written to $FLEET_INPUT; default {})")
+	editor := fs.String("editor", "", "command that edits the pipe buffer (default $VISUAL, then $EDITOR, then vi)")
+	set, code := parse(fs, args, nil)
+	if code >= 0 {
+		return code
+	}
+	ef.set = set
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "codellm debug: want exactly one FILE.md (or - for stdin)")
+		return 2
+	}
+	if fs.Arg(0) == "-" {
+		fmt.Fprintln(stderr, "codellm debug: the body cannot come from stdin: stdin answers the step prompts")
+		return 2
+	}
+	log, err := ef.logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
+		return 2
+	}
+	body, err := readBody(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
+		return 1
+	}
+	var bag []byte
+	if *inputFile != "" {
+		if bag, err = os.ReadFile(*inputFile); err != nil {
+			fmt.Fprintf(stderr, "codellm debug: --input: %v\n", err)
+			return 1
+		}
+		if !json.Valid(bag) {
+			fmt.Fprintf(stderr, "codellm debug: --input %s is not valid JSON\n", *inputFile)
+			return 1
+		}
+	}
+	ecfg, _, err := ef.build(log)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
+		return 1
+	}
+	sess, err := debugger.NewSession(engine.New(ecfg, nil), body, bag)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
+		return 1
+	}
+	defer sess.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ok, err := debugger.Terminal(ctx, sess, os.Stdin, stdout, debugger.EditorCommand(*editor, os.Stdin, stdout, stderr))
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
+		return 1
+	}
+	if !ok {
+		return 1
+	}
+	return 0
 }
