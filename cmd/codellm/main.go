@@ -28,6 +28,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"serve":     {"run the HTTP service (OpenAI-compatible /v1/chat/completions)", cmdServe},
 		"run":       {"run a markdown body locally and print the tool calls as JSON", cmdRun},
+		"debug":     {"step a markdown body block by block in the terminal, editing the pipe buffer", cmdDebug},
 		"blocks":    {"list a markdown body's blocks with their resolved programs", cmdBlocks},
 		"doctor":    {"probe the host's sandbox mechanisms and print a table", cmdDoctor},
 		"workspace": {"run one workspace tool operation on a directory (request JSON on stdin)", cmdWorkspace},
