@@ -1,0 +1,242 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub"
+)
+
+func signedPost(t testing.TB, h *testHub, id *Identity, path string, body any, now time.Time) *http.Request {
+	t.Helper()
+	b, err := bridge.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := bridge.NewSignedRequest(context.Background(), h.base, path, b, id.Credential, id.PrivateKeyValue(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	return req
+}
+
+func codeOf(r reply) bridge.Code { return bridge.DecodeError(r.status, r.body).Code }
+
+// A forged signature, a replayed nonce and a skewed clock are rejected with their codes; a worker whose
+// proofs are refused exits with the authentication code.
+func TestProofRejections(t *testing.T) {
+	h := newTestHub(t, nil)
+	id, path := h.pair(t, "w1")
+	reg := bridge.RegisterRequest{ProtocolVersion: 1, WorkerID: "w1", IncarnationID: bridge.NewID(),
+		Capabilities: bridge.Capabilities{SandboxProfile: "codellm-embedded", Runtimes: []string{"python"}}}
+
+	// Control: the same request, properly signed, is accepted (the probes below differ only in one thing).
+	if r := doHTTP(t, signedPost(t, h, id, bridge.PathRegister(), reg, time.Now())); r.status != 200 {
+		t.Fatalf("control register: %d %s", r.status, r.body)
+	}
+	// Replayed nonce: the identical signed request twice.
+	req := signedPost(t, h, id, bridge.PathRegister(), reg, time.Now())
+	again, _ := http.NewRequest(req.Method, req.URL.String(), nil)
+	again.Header = req.Header.Clone()
+	again.Body, _ = req.GetBody()
+	again.URL.RawPath = req.URL.RawPath
+	if r := doHTTP(t, req); r.status != 200 {
+		t.Fatalf("first use: %d %s", r.status, r.body)
+	}
+	if r := doHTTP(t, again); r.status != 401 || codeOf(r) != bridge.CodeProofReplayed {
+		t.Fatalf("replay: %d %s", r.status, r.body)
+	}
+	// Skewed clock, both directions.
+	for _, skew := range []time.Duration{-61 * time.Second, 61 * time.Second} {
+		if r := doHTTP(t, signedPost(t, h, id, bridge.PathRegister(), reg, time.Now().Add(skew))); r.status != 401 || codeOf(r) != bridge.CodeProofInvalid {
+			t.Fatalf("skew %v: %d %s", skew, r.status, r.body)
+		}
+	}
+	// Forged signature: a valid-looking signature by a key the hub does not know.
+	_, other, _ := ed25519.GenerateKey(nil)
+	forged := *id
+	forged.priv = other
+	if r := doHTTP(t, signedPost(t, h, &forged, bridge.PathRegister(), reg, time.Now())); r.status != 401 || codeOf(r) != bridge.CodeProofInvalid {
+		t.Fatalf("forged: %d %s", r.status, r.body)
+	}
+
+	// The worker loop with a forged key stops with exit code 3 and names the code.
+	pub, priv, _ := bridge.GenerateKey()
+	forged.PublicKey, _ = bridge.MarshalPublicKeyPEM(pub)
+	forged.PrivateKey, _ = bridge.MarshalPrivateKeyPEM(priv)
+	if err := forged.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, baseConfig(h, &forged, path, newEmbedded(t, false)))
+	err := r.wait(t, 20*time.Second)
+	var be *bridge.Error
+	if ExitCode(err) != ExitAuth || !errors.As(err, &be) || be.Code != bridge.CodeProofInvalid {
+		t.Fatalf("forged worker: exit %d, %v", ExitCode(err), err)
+	}
+}
+
+// The credential rotates in the middle of a long assignment: the new one is persisted before use, the
+// assignment still settles, and the old credential is dead.
+func TestCredentialRotationDuringAssignment(t *testing.T) {
+	h := newTestHub(t, func(c *hub.Config) { c.CredentialTTL = 3 * time.Second })
+	id, path := h.pair(t, "rot")
+	old := id.Credential
+	cfg := baseConfig(h, id, path, newEmbedded(t, false))
+	cfg.Timing.RefreshWindow = 1500 * time.Millisecond
+	cfg.Timing.InitialClockOffset = -1
+	r := start(t, cfg)
+	h.waitReady(t, "rot")
+	rep := h.exec(t, "py", "import time\nfor i in range(5):\n    time.sleep(1)\nprint('survived')", nil)
+	if m := decodeExec(t, rep); rep.status != 200 || m["stdout"] != "survived\n" {
+		t.Fatalf("exec: %d %s", rep.status, rep.body)
+	}
+	cur := r.w.Credential()
+	if cur == old {
+		t.Fatal("credential never rotated")
+	}
+	onDisk, err := LoadIdentity(path, "rot")
+	if err != nil || onDisk.Credential != cur {
+		t.Fatalf("identity on disk %v does not hold the credential in use", err)
+	}
+	if n := strings.Count(r.logs.String(), "credential rotated"); n < 2 {
+		t.Fatalf("expected several rotations (TTL 3 s over a 5 s run), saw %d:\n%s", n, r.logs.String())
+	}
+	stale := *id
+	stale.Credential = old
+	reg := bridge.RegisterRequest{ProtocolVersion: 1, WorkerID: "rot", IncarnationID: bridge.NewID(),
+		Capabilities: bridge.Capabilities{SandboxProfile: "x", Runtimes: []string{}}}
+	if rr := doHTTP(t, signedPost(t, h, &stale, bridge.PathRegister(), reg, time.Now())); rr.status != 401 || codeOf(rr) != bridge.CodeCredentialInvalid {
+		t.Fatalf("old credential: %d %s", rr.status, rr.body)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A second incarnation fences the first: the first exits 4, the second serves.
+func TestSecondIncarnationFencesFirst(t *testing.T) {
+	h := newTestHub(t, nil)
+	id, path := h.pair(t, "twin")
+	sup := newEmbedded(t, false)
+	a := start(t, baseConfig(h, id, path, sup))
+	h.waitReady(t, "twin")
+	b := start(t, baseConfig(h, id, path, sup))
+	err := a.wait(t, 20*time.Second)
+	if ExitCode(err) != ExitFenced {
+		t.Fatalf("first incarnation: exit %d (%v)", ExitCode(err), err)
+	}
+	rep := h.exec(t, "bash", "echo from-b", nil)
+	if m := decodeExec(t, rep); rep.status != 200 || m["stdout"] != "from-b\n" {
+		t.Fatalf("exec: %d %s", rep.status, rep.body)
+	}
+	if err := b.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Driving one worker's own calls: a duplicate settlement with the same bytes is accepted again; a
+// different one gets 409 ASSIGNMENT_FENCED; the client sees the first result.
+func TestSettlementIdempotency(t *testing.T) {
+	h := newTestHub(t, nil)
+	id, path := h.pair(t, "idem")
+	w, err := New(baseConfig(h, id, path, newEmbedded(t, false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := w.register(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan reply, 1)
+	go func() { got <- h.exec(t, "py", "print(1)", nil) }()
+	var a *bridge.Assignment
+	for a == nil {
+		if a, err = w.lease(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.register(ctx, false)
+	}
+	body, _ := bridge.Marshal(bridge.AckRequest{ProtocolVersion: 1, IncarnationID: w.incarnation, Generation: a.Generation, LeaseToken: a.LeaseToken})
+	if err := w.do(ctx, bridge.PathAck("idem", a.AssignmentID), body, time.Second, &bridge.AcceptedResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := bridge.ParseObject([]byte(`{"run":{"stdout":"first\n","stderr":"","code":0,"signal":null,"output":"first\n"},"language":"python","version":"3"}`))
+	s := fulfillment(a, w.incarnation, res)
+	until := time.Now().Add(5 * time.Second)
+	if err := w.settle(ctx, a, s, until); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.settle(ctx, a, s, until); err != nil {
+		t.Fatalf("duplicate identical settlement: %v", err)
+	}
+	other, _ := bridge.ParseObject([]byte(`{"run":{"stdout":"second\n","stderr":"","code":0,"signal":null,"output":"second\n"},"language":"python","version":"3"}`))
+	err = w.settle(ctx, a, fulfillment(a, w.incarnation, other), until)
+	var be *bridge.Error
+	if !errors.As(err, &be) || be.Status != 409 || be.Code != bridge.CodeAssignmentFenced {
+		t.Fatalf("conflicting settlement: %v", err)
+	}
+	rep := <-got
+	if m := decodeExec(t, rep); rep.status != 200 || m["stdout"] != "first\n" {
+		t.Fatalf("client: %d %s", rep.status, rep.body)
+	}
+}
+
+// An assignment whose deadline is shorter than the run: the worker aborts at the deadline, the client gets
+// 504, and the worker is free again at once.
+func TestExpiryAbortsRun(t *testing.T) {
+	h := newTestHub(t, nil)
+	id, path := h.pair(t, "exp")
+	r := start(t, baseConfig(h, id, path, newEmbedded(t, false)))
+	h.waitReady(t, "exp")
+	rep := h.exec(t, "bash", "sleep 30; echo late", map[string]string{"X-Codellm-Timeout-Ms": "1500"})
+	if rep.status != 504 {
+		t.Fatalf("expired exec: %d %s", rep.status, rep.body)
+	}
+	// Not a timing assertion: a worker still running `sleep 30` would leave this one queued behind it
+	// (busy worker) well beyond the generous deadline below.
+	rep = h.exec(t, "bash", "echo next", map[string]string{"X-Codellm-Timeout-Ms": "20000"})
+	if m := decodeExec(t, rep); rep.status != 200 || m["stdout"] != "next\n" {
+		t.Fatalf("next exec: %d %s", rep.status, rep.body)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A client that goes away cancels the running block: the worker polls the cancellation, kills the run and
+// settles a rejection, so the next request runs long before the cancelled `sleep 60` would have ended.
+func TestCancellationStopsRunningBlock(t *testing.T) {
+	h := newTestHub(t, nil)
+	id, path := h.pair(t, "can")
+	r := start(t, baseConfig(h, id, path, newEmbedded(t, false)))
+	h.waitReady(t, "can")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan reply, 1)
+	b, _ := json.Marshal(map[string]string{"lang": "bash", "code": "sleep 60; echo never"})
+	go func() { done <- h.client(t, ctx, "/v1/exec", string(b), nil) }()
+	// Let the worker lease, ack and start it, then disconnect.
+	time.Sleep(1500 * time.Millisecond)
+	cancel()
+	<-done
+	start := time.Now()
+	rep := h.exec(t, "bash", "echo after", map[string]string{"X-Codellm-Timeout-Ms": "30000"})
+	if m := decodeExec(t, rep); rep.status != 200 || m["stdout"] != "after\n" {
+		t.Fatalf("next exec: %d %s", rep.status, rep.body)
+	}
+	if waited := time.Since(start); waited > 20*time.Second {
+		t.Fatalf("the cancelled run was not stopped (next request waited %v)", waited)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
