@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/boltstore"
 )
 
 func wantCode(t *testing.T, r reply, status int, code bridge.Code) {
@@ -280,4 +281,23 @@ func TestSettleBodyLimit(t *testing.T) {
 	if r := recv(t, resp); r.status != 200 || len(r.body) < 2<<20 {
 		t.Fatalf("client: %d, %d bytes", r.status, len(r.body))
 	}
+}
+
+// Bare 403 for an unconfigured worker (static mode lets it authenticate) and
+// WORKER_OFFLINE from ready once the registration has expired.
+func TestNotConfiguredAndOffline(t *testing.T) {
+	s := newTestHub(t, func(c *Config) { c.AuthMode = AuthStatic; c.WorkerIDs = []string{"listed"} })
+	b, _ := bridge.Marshal(bridge.RegisterRequest{ProtocolVersion: 1, WorkerID: "unlisted", IncarnationID: bridge.NewID(),
+		Capabilities: bridge.Capabilities{SandboxProfile: "p", Runtimes: []string{}}})
+	req, _ := http.NewRequest(http.MethodPost, s.base+bridge.PathRegister(), bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	wantCode(t, doHTTP(t, req), 403, "")
+
+	h := newTestHub(t, nil, boltstore.WithLeaseTTL(200*time.Millisecond))
+	w := newWorker(t, h, "offline-vm")
+	w.caps.RequiresReadyConfirmation = true
+	w.pair(h)
+	rr := w.mustRegister()
+	time.Sleep(300 * time.Millisecond)
+	wantCode(t, w.send(context.Background(), bridge.PathReady(w.id), bridge.ReadyRequest{ProtocolVersion: 1, IncarnationID: w.incarnation, RegistrationGeneration: rr.RegistrationGeneration}), 409, bridge.CodeWorkerOffline)
 }
