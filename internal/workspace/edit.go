@@ -241,7 +241,7 @@ func (w *Workspace) PreviewEdit(ctx context.Context, r *PreviewEditRequest) (*Pr
 	if p.bom {
 		n += 3
 	}
-	return &PreviewEditResult{Path: p.rel, Content: p.content, HasUTF8BOM: p.bom, BaseSha256: p.hash,
+	return &PreviewEditResult{Path: r.Path, Content: p.content, HasUTF8BOM: p.bom, BaseSha256: p.hash,
 		Replacements: p.edits, BytesWritten: n}, nil
 }
 
@@ -268,5 +268,5 @@ func (w *Workspace) EditFile(ctx context.Context, r *EditFileRequest) (*EditFile
 	if _, err := w.install(ctx, p.rel, data, installOpts{overwrite: true, expect: &p.base}); err != nil {
 		return nil, err
 	}
-	return &EditFileResult{Path: p.rel, Replacements: p.edits, BytesWritten: len(data)}, nil
+	return &EditFileResult{Path: r.Path, Replacements: p.edits, BytesWritten: len(data)}, nil
 }

@@ -116,7 +116,8 @@ func (w *Workspace) ReadFile(ctx context.Context, r *ReadFileRequest) (*ReadFile
 	if win.tooLong {
 		return nil, newErr(CodeReadLimitExceeded, "the first requested line of "+rel+" is larger than 1 MiB")
 	}
-	res := &ReadFileResult{Path: rel, StartLine: start}
+	// The result echoes the caller's path verbatim: the shared result validator compares it with the request.
+	res := &ReadFileResult{Path: r.Path, StartLine: start}
 	if len(win.lines) == 0 {
 		res.EndLine = start - 1
 		return res, nil

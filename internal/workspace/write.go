@@ -73,7 +73,7 @@ func (w *Workspace) WriteFile(ctx context.Context, r *WriteFileRequest) (*WriteF
 	if err != nil {
 		return nil, err
 	}
-	return &WriteFileResult{Path: rel, Created: created, BytesWritten: len(content)}, nil
+	return &WriteFileResult{Path: r.Path, Created: created, BytesWritten: len(content)}, nil
 }
 
 // installOpts says what install may replace. expect, for edits, is the file the edit was computed from: the
