@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/server"
 )
 
@@ -54,6 +56,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	var maxBody byteSize = 10 << 20
 	fs.Var(&maxBody, "max-body-bytes", "maximum request body (default 10MiB)")
 	dbgFlags := registerDebugFlags(fs)
+	var runnerTTL time.Duration
+	var runnerSessions int
+	fs.DurationVar(&runnerTTL, "runner-session-ttl", 30*time.Minute, "idle time after which a runner API session (X-Runtime-Session-Id) is deleted")
+	fs.IntVar(&runnerSessions, "runner-max-sessions", 64, "maximum live runner API sessions")
 	set, code := parse(fs, args, nil)
 	if code >= 0 {
 		return code
@@ -82,6 +88,27 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 1
 	}
+	// The Piston-compatible runner API shares the listener, its authentication, the sandbox and the slots.
+	rn, err := runner.New(runner.Config{
+		Programs:       ecfg.Programs,
+		Sandbox:        sb,
+		Slots:          ecfg.Slots,
+		Exposed:        ecfg.Exposed,
+		WorkRoot:       ef.workDir,
+		MaxRunTimeout:  ef.timeout,
+		MaxMemory:      int64(ef.memory),
+		MaxOutputBytes: int64(ef.maxOutput),
+		MaxBodyBytes:   int64(maxBody),
+		SessionTTL:     runnerTTL,
+		MaxSessions:    runnerSessions,
+		Logger:         log,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm serve: runner API: %v\n", err)
+		return 1
+	}
+	defer rn.Close()
+	rn.Register(srv.Route)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	dbg, err := startDebugger(ctx, dbgFlags, srv, log)
