@@ -474,7 +474,10 @@ if r == os.getpid(): print("` + probeOK + `")
 		t.Fatal(err)
 	}
 	if !worked(off) {
-		skipOrFail(t, "int 0x80 does not work on this kernel even without the filter (no IA32 emulation?): %+v", off)
+		// Not a missing sandbox mechanism but a missing attack surface, so
+		// not a failure under CODELLM_REQUIRE_SANDBOX; the filter's verdict
+		// for foreign architectures is unit-tested in package seccomp.
+		t.Skipf("int 0x80 does not work on this kernel even without the filter (no IA32 emulation): %+v", off.Result)
 	}
 	on, err := runIn(t, s, "", nil, probe...)
 	if err != nil {

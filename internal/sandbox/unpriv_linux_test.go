@@ -1,0 +1,130 @@
+package sandbox
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const unprivChildEnv = "CODELLM_SANDBOX_UNPRIV_CHILD"
+
+// TestUnprivileged runs this test binary as uid 65534 (no capabilities at
+// all) and checks, from there, that the sandbox works for an unprivileged
+// codellm: the user namespace maps the single uid it owns, mounts and
+// pivot_root work inside, Persist binds by path. Cgroups are normally not
+// writable for such a user on a v1 host, so native must refuse naming
+// "cgroup" while besteffort runs.
+func TestUnprivileged(t *testing.T) {
+	if os.Getenv(unprivChildEnv) == "1" {
+		unprivilegedChild(t)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("already unprivileged: the rest of the suite covers this case")
+	}
+	nativeSandbox(t) // skips/fails consistently when the host has no sandbox
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "codellm-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sandbox.test")
+	src, err := os.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err == nil {
+		_, err = io.Copy(dst, src)
+		dst.Close()
+	}
+	src.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run", "^TestUnprivileged$", "-test.v", "-test.count=1")
+	cmd.Env = []string{unprivChildEnv + "=1", "TMPDIR=/tmp", "HOME=/tmp", "PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	timer := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() })
+	out, err := cmd.CombinedOutput()
+	timer.Stop()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestUnprivileged") {
+		t.Fatalf("unprivileged child: %v\n%s", err, out)
+	}
+	t.Logf("unprivileged child:\n%s", out)
+}
+
+func unprivilegedChild(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Fatal("child still root")
+	}
+	be, err := New(Config{Mode: ModeBestEffort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := be.Report()
+	t.Logf("besteffort report as uid %d:\n%s", os.Geteuid(), rep.String())
+	for _, m := range []string{MechUserNS, MechPIDNS, MechMountNS, MechRootFS, MechLandlock, MechSeccomp} {
+		for _, st := range rep.Mechanisms {
+			if st.Name == m && !st.Used {
+				t.Fatalf("unprivileged: %s not used: %s", m, st.Detail)
+			}
+		}
+	}
+	o := mustRun(t, be, sh("id -u; hostname; touch /etc/x 2>/dev/null || echo ro; cat /etc/shadow 2>/dev/null || echo noshadow")...)
+	if got := strings.Fields(o.Stdout); strings.Join(got, " ") != "1000 codellm ro noshadow" {
+		t.Fatalf("unprivileged probe: %+v", o)
+	}
+	// Persist: a bind by path, done by the helper itself.
+	dir := workdir(t, map[string]string{"in": "x"})
+	r, err := be.NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer null.Close()
+	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("cp in out"), Dir: dir, Persist: true, Stdout: null, Stderr: null})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := p.Wait(); res.ExitCode != 0 {
+		t.Fatalf("persist: %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out")); err != nil {
+		t.Fatalf("persist write not visible: %v", err)
+	}
+	nat, err := New(Config{Mode: ModeNative})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nat.Report().Ready {
+		t.Logf("native is ready unprivileged (delegated cgroup): running a block")
+		mustRun(t, nat, "/bin/true")
+		return
+	}
+	nr, err := nat.NewRun(nil)
+	if err == nil {
+		_, err = nr.Start(Spec{Path: "/bin/true", Args: []string{"true"}, Dir: workdir(t, nil), Stdout: null, Stderr: null})
+		nr.Close()
+	}
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || ue.Mechanism == "" || ue.Fix == "" {
+		t.Fatalf("native without %v: err %v, want an UnavailableError naming the mechanism", nat.Report().Missing, err)
+	}
+	t.Logf("native refused as expected: %v", err)
+}
