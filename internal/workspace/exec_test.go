@@ -391,7 +391,10 @@ func TestCommandConfinement(t *testing.T) {
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
 
-	type probe struct{ name, cmd, proof string }
+	type probe struct {
+		name, cmd, proof string
+		needsRoot        bool // the probe only works unsandboxed when the tests run as root
+	}
 	run := func(e *testEnv, p probe) ExecuteCommandResult {
 		return cmdResult(t, e.ok(OpExecuteCommand, js(map[string]any{"command": p.cmd, "timeoutMs": 10000})))
 	}
@@ -404,13 +407,20 @@ func TestCommandConfinement(t *testing.T) {
 			os.Chown(e.root, sandboxUID, sandboxUID)
 		}
 		outsideFile := filepath.Join(e.outside, "pwned-"+mode)
+		hostFile := fmt.Sprintf("/usr/local/codellm-ws-probe-%d-%s", os.Getpid(), mode)
+		defer os.Remove(hostFile)
 		probes := []probe{
-			{"write outside the root", "echo x > " + outsideFile + " && echo WROTE", "WROTE"},
-			{"read the home directory", "cat " + secret, "HOME SECRET"},
-			{"read outside the root", "cat " + filepath.Join(e.outside, "secret.txt"), "TOP SECRET"},
-			{"network to host loopback", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -n1 <&3", port), "HELLO"},
+			{"write outside the root", "echo x > " + outsideFile + " && echo WROTE", "WROTE", false},
+			{"write to a host directory visible read-only", "echo x > " + hostFile + " && echo WROTE", "WROTE", true},
+			{"read /etc/shadow", "head -c 5 /etc/shadow >/dev/null && echo READ", "READ", true},
+			{"read the home directory", "cat " + secret, "HOME SECRET", false},
+			{"read outside the root", "cat " + filepath.Join(e.outside, "secret.txt"), "TOP SECRET", false},
+			{"network to host loopback", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -n1 <&3", port), "HELLO", false},
 		}
 		for _, p := range probes {
+			if p.needsRoot && os.Geteuid() != 0 {
+				continue
+			}
 			r := run(e, p)
 			reached := strings.Contains(r.Stdout, p.proof)
 			if mode == "off" && !reached {
@@ -420,9 +430,10 @@ func TestCommandConfinement(t *testing.T) {
 				t.Errorf("%s: the native sandbox let the probe through: %+v", p.name, r)
 			}
 		}
-		_, err := os.Stat(outsideFile)
-		if mode == "native" && err == nil {
-			t.Errorf("native: a file appeared outside the root")
+		for _, f := range []string{outsideFile, hostFile} {
+			if _, err := os.Stat(f); mode == "native" && err == nil {
+				t.Errorf("native: %s appeared outside the root", f)
+			}
 		}
 	}
 }
