@@ -10,4 +10,16 @@
 // the root as the only writable mount; there is no host-shell fallback.
 //
 // Results and errors never contain host paths: callers see paths only in the caller's own relative spelling.
+//
+// # Use
+//
+// The worker opens each registered directory once with [Open] (or [EnsureDefault] for the application-owned
+// default workspace), advertises [Workspace.Operations], and runs each assignment's request with
+// [Workspace.Do], adding the §9.1 envelope (protocolVersion, operation, workspaceId) to the result. Errors are
+// *[Error] values with a §9.9 code; MayHaveCommitted marks the ones after which the quarantine marker must be
+// kept. Arming that marker before write_file, edit_file and execute_command (§10) is the worker's job.
+// [RunCLI] is the `codellm workspace` front end.
+//
+// search_text and list_files enumerate candidates with ripgrep (rg); without it they fail with
+// SEARCH_UNAVAILABLE / LIST_UNAVAILABLE and say how to install it.
 package workspace
