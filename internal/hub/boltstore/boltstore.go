@@ -29,6 +29,10 @@ var (
 	bucketCodes   = []byte("codes")
 )
 
+// generationBlock is how many assignment generations one persisted
+// reservation covers.
+const generationBlock = 1024
+
 // ErrClosed is returned by every operation after Close.
 var ErrClosed = errors.New("boltstore: store is closed")
 
@@ -66,9 +70,12 @@ type workerRec struct {
 	CredentialHash    string          `json:"credentialHash,omitempty"`
 	CredentialExpires time.Time       `json:"credentialExpires,omitzero"`
 
-	RegGeneration    int64  `json:"registrationGeneration"`
-	RegOwner         string `json:"registrationOwner,omitempty"`
-	AssignGeneration int64  `json:"assignmentGeneration"`
+	RegGeneration int64  `json:"registrationGeneration"`
+	RegOwner      string `json:"registrationOwner,omitempty"`
+	// AssignGeneration is a persisted ceiling: generations up to it may
+	// have been issued. It is reserved in blocks so that a dispatch does not
+	// cost an fsync, and a restart continues above it (monotonic, §7.1).
+	AssignGeneration int64 `json:"assignmentGeneration"`
 
 	Fenced          map[string]time.Time `json:"fenced,omitempty"`
 	Quarantined     map[string]time.Time `json:"quarantined,omitempty"`
@@ -107,6 +114,7 @@ type live struct {
 	queues     map[string][]string // incarnation → assignment IDs
 	claims     map[string]string   // incarnation → assignment ID
 	asg        map[string]*asgRec
+	nextGC     time.Time // earliest gcAt in asg; zero when asg is empty
 }
 
 // Store is the bbolt-backed store.Store.
@@ -126,6 +134,7 @@ type Store struct {
 	codes    map[string]string // code hash → worker ID
 	lives    map[string]*live
 	asgOwner map[string]string // assignment ID → worker ID
+	issued   map[string]int64  // worker ID → last issued assignment generation
 	// Nonces live in two generations rotated every nonceTTL, so each is
 	// remembered for between one and two TTLs at O(1) cost per request.
 	nonces     map[string]struct{}
@@ -143,7 +152,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	s := &Store{
 		lockTimeout: 2 * time.Second, leaseTTL: store.DefaultLeaseTTL, nonceTTL: store.DefaultNonceTTL, grace: store.DefaultGrace,
 		now: time.Now, workers: map[string]*workerRec{}, codes: map[string]string{},
-		lives: map[string]*live{}, asgOwner: map[string]string{}, nonces: map[string]struct{}{},
+		lives: map[string]*live{}, asgOwner: map[string]string{}, issued: map[string]int64{}, nonces: map[string]struct{}{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -171,6 +180,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 				return fmt.Errorf("worker %q: %w", k, err)
 			}
 			s.workers[string(k)] = &r
+			s.issued[string(k)] = r.AssignGeneration
 			return nil
 		}); err != nil {
 			return err
@@ -277,9 +287,17 @@ func (s *Store) sweep(l *live) {
 	if l.lock != nil && !now.Before(l.lock.until) {
 		l.lock = nil
 	}
+	// Records are scanned only when the earliest one is due, so a busy
+	// worker's kept settlements do not make every operation O(n).
+	if l.nextGC.IsZero() || now.Before(l.nextGC) {
+		return
+	}
+	l.nextGC = time.Time{}
 	for id, a := range l.asg {
 		if !now.Before(a.gcAt) {
 			s.dropAssignment(l, id)
+		} else if l.nextGC.IsZero() || a.gcAt.Before(l.nextGC) {
+			l.nextGC = a.gcAt
 		}
 	}
 }
@@ -621,25 +639,37 @@ func (s *Store) Enqueue(ctx context.Context, p store.EnqueueParams) (*store.Assi
 	if _, dup := s.asgOwner[p.AssignmentID]; dup {
 		return nil, bridge.ErrAssignmentInvalid
 	}
-	rec.AssignGeneration++
+	gen := s.issued[p.WorkerID] + 1
+	dirty := false
+	if gen > rec.AssignGeneration {
+		rec.AssignGeneration = gen + generationBlock - 1
+		dirty = true
+	}
 	if p.RuntimeSessionID != "" {
 		if rec.WorkspaceFences == nil {
 			rec.WorkspaceFences = map[string]string{}
 		}
 		rec.WorkspaceFences[sessionKey(p.RuntimeSessionID)] = p.AssignmentID
+		dirty = true
 	}
-	if err := s.save(rec, nil, nil); err != nil {
-		return nil, err
+	if dirty {
+		if err := s.save(rec, nil, nil); err != nil {
+			return nil, err
+		}
 	}
+	s.issued[p.WorkerID] = gen
 	inc := l.reg.IncarnationID
 	a := store.Assignment{
-		ID: p.AssignmentID, WorkerID: p.WorkerID, IncarnationID: inc, Generation: rec.AssignGeneration,
+		ID: p.AssignmentID, WorkerID: p.WorkerID, IncarnationID: inc, Generation: gen,
 		LeaseToken: p.LeaseToken, LeaseTokenHash: p.LeaseTokenHash, IdentityID: l.reg.IdentityID, ExpiresAt: p.ExpiresAt,
 		RuntimeSessionID: p.RuntimeSessionID, ExecutionKind: p.ExecutionKind, Request: slices.Clone(p.Request),
 	}
 	l.lock = &lockRec{assignmentID: a.ID, incarnationID: inc, until: p.ExpiresAt.Add(s.grace)}
 	l.queues[inc] = append(l.queues[inc], a.ID)
 	l.asg[a.ID] = &asgRec{a: a, gcAt: p.ExpiresAt.Add(s.grace)}
+	if gc := p.ExpiresAt.Add(s.grace); l.nextGC.IsZero() || gc.Before(l.nextGC) {
+		l.nextGC = gc
+	}
 	s.asgOwner[a.ID] = p.WorkerID
 	out := a
 	return &out, nil

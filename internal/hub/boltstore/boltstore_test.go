@@ -100,7 +100,7 @@ func TestRestartPersistence(t *testing.T) {
 		t.Fatalf("in-flight work: %v", err)
 	}
 	b, err := s2.Enqueue(ctx, store.EnqueueParams{WorkerID: "w", AssignmentID: bridge.NewID(), LeaseTokenHash: "h", ExpiresAt: time.Now().Add(time.Minute), Request: []byte("{}")})
-	if err != nil || b.Generation != a.Generation+1 {
+	if err != nil || b.Generation <= a.Generation {
 		t.Fatalf("assignment generation not monotonic: %v %v", b, err)
 	}
 }
