@@ -98,6 +98,7 @@ type BlockResult struct {
 	ExitCode      *int   // nil when a signal ended the block or it never ran
 	Signal        string // e.g. "SIGSEGV"; "" when it exited
 	Duration      time.Duration
+	CPU           time.Duration // user+sys of the block and its reaped descendants
 	MaxRSS        int64
 	Limit         string // the sandbox's description of the limit that ended it, e.g. "memory limit 512 MiB"
 	// Stdout is captured for the last block always and for every block when tapped (an intermediate

@@ -621,7 +621,7 @@ func (r *run) result() *Result {
 		br := BlockResult{Index: i, Lang: b.step.Lang, Program: b.step.Program, Outcome: b.outcome,
 			Stderr: b.errTail.bytes()}
 		if b.exited {
-			br.Duration, br.MaxRSS, br.Limit = b.res.Wall, b.res.MaxRSS, b.res.LimitDesc
+			br.Duration, br.CPU, br.MaxRSS, br.Limit = b.res.Wall, b.res.CPU, b.res.MaxRSS, b.res.LimitDesc
 			if b.res.Signal != 0 {
 				br.Signal = signalName(b.res.Signal)
 			} else if b.res.Err == nil || b.res.ExitCode >= 0 {
