@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/codellm/codellm/internal/bridge"
 )
 
 // testEnv is a workspace root plus a sibling directory "outside" that no tool may reach.
@@ -110,7 +112,42 @@ func (e *testEnv) do(op, req string) (map[string]any, error) {
 	if err := json.Unmarshal(out, &m); err != nil {
 		e.t.Fatalf("%s: result is not JSON: %v", op, err)
 	}
+	crossValidate(e.t, op, req, out)
 	return m, nil
+}
+
+// crossValidate runs the request and the enveloped result through the bridge's shared §9 validators (the ones
+// the hub applies): a request this package served must be one the hub could send, and its result one the hub
+// accepts.
+func crossValidate(t testing.TB, op, req string, out []byte) {
+	t.Helper()
+	ro, err := bridge.ParseObject([]byte(req))
+	if err != nil {
+		t.Fatalf("%s: request does not parse for the bridge: %v", op, err)
+	}
+	for k, v := range map[string]any{"protocolVersion": float64(1), "operation": op, "workspaceId": "primary"} {
+		if _, ok := ro.Get(k); !ok {
+			ro.Set(k, v)
+		}
+	}
+	wreq, err := bridge.ValidateWorkspaceRequest(ro)
+	if err != nil {
+		t.Fatalf("%s %s: served, but the bridge validator rejects the request: %v", op, clipUnits(req, 200), err)
+	}
+	res, err := bridge.ParseObject(out)
+	if err != nil {
+		t.Fatalf("%s: result does not parse for the bridge: %v", op, err)
+	}
+	env := &bridge.Object{}
+	env.Set("protocolVersion", float64(1))
+	env.Set("operation", op)
+	env.Set("workspaceId", "primary")
+	for _, m := range res.Members {
+		env.Set(m.Key, m.Value)
+	}
+	if !bridge.ValidateWorkspaceResult(wreq, env, true) {
+		t.Fatalf("%s %s: the bridge validator rejects the result %s", op, clipUnits(req, 200), clipUnits(string(out), 400))
+	}
 }
 
 // ok runs op and fails the test on error.
