@@ -184,9 +184,13 @@ func (h *Hub) rememberSession(sid, tenant string, out *outcome) {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for k, s := range h.sessions {
-		if now.Sub(s.lastUsed) > sessionIdle {
-			delete(h.sessions, k)
+	// Sweep idle sessions at most once a minute, not on every request.
+	if now.Sub(h.sessionSweep) > time.Minute {
+		h.sessionSweep = now
+		for k, s := range h.sessions {
+			if now.Sub(s.lastUsed) > sessionIdle {
+				delete(h.sessions, k)
+			}
 		}
 	}
 	h.sessions[sid] = &session{tenant: tenant, workerID: out.workerID, stateful: out.stateful, lastUsed: now}

@@ -112,7 +112,9 @@ type Hub struct {
 	changed  chan struct{} // closed and replaced on every state change
 	lastUsed map[string]time.Time
 	sessions map[string]*session
-	queues   map[string][]*waiter // tenant → FIFO of waiting client requests
+	// sessionSweep is when idle sessions were last collected.
+	sessionSweep time.Time
+	queues       map[string][]*waiter // tenant → FIFO of waiting client requests
 
 	closing   chan struct{}
 	closeOnce sync.Once
