@@ -296,3 +296,51 @@ func decodeExec(t testing.TB, r reply) map[string]any {
 	}
 	return m
 }
+
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return b, err
+}
+
+// stripSupported makes the hub look like an older one: registration replies lose every supported* list.
+func stripSupported(t testing.TB, h *testHub) func(w http.ResponseWriter, r *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.HasSuffix(r.URL.Path, "/workers/register") {
+			return false
+		}
+		rec := httptest.NewRecorder()
+		h.Hub.ServeHTTP(rec, r)
+		body := rec.Body.Bytes()
+		if rec.Code == 200 {
+			o, err := bridge.ParseObject(body)
+			if err != nil {
+				t.Error(err)
+				return false
+			}
+			for _, k := range []string{"supportedWorkspaceToolOperations", "supportedWorkspaceWriteFileModes", "supportedWorkspaceEditFileModes",
+				"supportedWorkspaceEditFileFeatures", "supportedWorkspaceListFileFeatures"} {
+				o.Delete(k)
+			}
+			body, _ = bridge.Canonical(o)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(body)
+		return true
+	}
+}
+
+// waitRegistered waits until this incarnation's first registration was accepted.
+func (r *running) waitRegistered(t testing.TB) {
+	t.Helper()
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		r.w.mu.Lock()
+		ok := r.w.negotiated
+		r.w.mu.Unlock()
+		if ok {
+			return
+		}
+	}
+	t.Fatal("worker never registered")
+}
