@@ -191,6 +191,7 @@ func (h *Hub) dispatch(ctx context.Context, d *dispatchReq) (*outcome, error) {
 	if d.deadline.Before(queueUntil) {
 		queueUntil = d.deadline
 	}
+outer:
 	for {
 		ch := h.changes()
 		cands, err := h.eligible(ctx, d)
@@ -222,7 +223,7 @@ func (h *Hub) dispatch(ctx context.Context, d *dispatchReq) (*outcome, error) {
 					continue
 				}
 				if errors.Is(err, errReassign) {
-					break // re-read the worker list from the top
+					continue outer // re-read the worker list from the top
 				}
 				return out, err
 			}
