@@ -43,6 +43,34 @@
 // program installs a handler. A writer at the head of a pipeline therefore
 // usually sees EPIPE instead of dying of SIGPIPE (e.g. `yes` exits 1 with
 // "Broken pipe"); the pipeline treats a non-zero exit after its downstream
-// finished as excused. SIGKILL from codellm (outside the namespace) always
-// works.
+// finished as excused. The same holds for signals from outside the
+// namespace except SIGKILL and SIGSTOP: a SIGTERM from codellm is ignored
+// by a PID-1 program that has no handler for it, so "terminate, then kill
+// after a grace" policies end in the SIGKILL (Process.Kill), which always
+// works and takes every process of the namespace with it.
+//
+// # Limits and defaults
+//
+// Per server (Config.Limits), overridable per run (NewRun):
+//
+//	memory      512 MiB  whole run, RAM+swap (cgroup memory / memory.memsw)
+//	pids        256      whole run, processes+threads (cgroup pids)
+//	cpu time    none     RLIMIT_CPU per process (soft = hard, SIGKILL)
+//	tmp size    64 MiB   each tmpfs: /tmp, /dev/shm, non-persistent workdir
+//	file size   64 MiB   RLIMIT_FSIZE
+//	open files  1024     RLIMIT_NOFILE
+//	network     off      empty network namespace + Landlock TCP deny
+//
+// Core dumps are always off (RLIMIT_CORE 0). Tmpfs pages are charged to
+// the run's memory cgroup too, so disk use inside the sandbox is bounded
+// twice.
+//
+// # Identity
+//
+// Code runs as uid/gid 1000 ("sandbox") inside a user namespace in which
+// that is the only mapped id: it maps to Config.HostUID (default 65534)
+// when codellm runs as root, and to codellm's own uid otherwise. When
+// running as root the workdir is chowned to that host uid before each block
+// (descriptor-relative walk, no symlink is followed) so the block can use
+// it.
 package sandbox

@@ -87,6 +87,7 @@ func helperMain() {
 			Group:   []byte(fmt.Sprintf("root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", sandboxUser, sandboxGID)),
 			Hosts:   []byte("127.0.0.1\tlocalhost " + sandboxHost + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
 			Staging: "/tmp",
+			Network: sp.Network,
 		})
 		if err != nil {
 			if errors.Is(err, mount.ErrWorkdirTooLarge) {

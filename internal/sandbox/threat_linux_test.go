@@ -863,3 +863,15 @@ if leaks: print("`+probeOK+`")
 		}
 	}
 }
+
+func TestE_NetworkEnabledHasResolver(t *testing.T) {
+	if _, err := os.Stat("/etc/resolv.conf"); err != nil {
+		t.Skip("host has no /etc/resolv.conf")
+	}
+	on := sandboxFor(t, ModeNative, true)
+	if !on.Report().Ready {
+		skipOrFail(t, "native sandbox unavailable: %v", on.Report().Missing)
+	}
+	probe := sh("test -r /etc/resolv.conf && echo " + probeOK)
+	differential(t, on, nativeSandbox(t), nil, probe)
+}

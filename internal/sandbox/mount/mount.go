@@ -34,6 +34,9 @@ type Options struct {
 	TmpSize int64
 	// Passwd, Group and Hosts are written to /etc.
 	Passwd, Group, Hosts []byte
+	// Network: the operator enabled the network, so the resolver
+	// configuration (/etc/resolv.conf, /etc/gai.conf) is bound too.
+	Network bool
 	// Staging is an existing host directory used as the mount point of the
 	// new root before pivot_root (it is only covered inside this namespace).
 	Staging string

@@ -46,7 +46,11 @@ func Setup(o Options) error {
 	if err := os.Mkdir(r+"/etc", 0o755); err != nil {
 		return err
 	}
-	for _, e := range EtcEntries {
+	etc := EtcEntries
+	if o.Network {
+		etc = append(append([]string{}, etc...), "resolv.conf", "gai.conf")
+	}
+	for _, e := range etc {
 		if err := mirror("/etc/"+e, r+"/etc/"+e, false); err != nil {
 			return err
 		}
