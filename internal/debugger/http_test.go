@@ -3,6 +3,8 @@ package debugger_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
 	"net/url"
 	"reflect"
 	"strings"
@@ -259,4 +261,47 @@ func TestRunBlockSlots(t *testing.T) {
 	}
 	release()
 	wantStatus(t, s.do(t, "POST", "/debug/run-block", map[string]any{"body": block("bash", "true"), "block": 0}), 200)
+}
+
+// TestShutdownKillsRunningStep: stopping the listener closes every session, so a step that would run for a
+// minute ends at once and Serve returns.
+func TestShutdownKillsRunningStep(t *testing.T) {
+	eng := newEngine(t, envOpts{})
+	d, err := debugger.New(debugger.Config{Engine: eng, KillGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx, ln) }()
+	s := &dbgServer{URL: "http://" + ln.Addr().String(), eng: eng, dbg: d}
+	id := s.do(t, "POST", "/debug/sessions", map[string]any{"body": block("bash", "sleep 60")}).obj(t)["id"].(string)
+	// Two steps race: the loser is refused at once, which shows the winner's block is running.
+	stepped := make(chan reply, 2)
+	for i := 0; i < 2; i++ {
+		go func() { stepped <- s.do(t, "POST", "/debug/sessions/"+id+"/step", nil) }()
+	}
+	wantError(t, <-stepped, 409, "step_in_progress", "")
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(50 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	wantError(t, <-stepped, 404, "session_not_found", "")
+	if time.Since(start) > 40*time.Second {
+		t.Fatal("the running step was not killed at shutdown")
+	}
+	if n := d.Sessions(); n != 0 {
+		t.Fatalf("%d sessions after shutdown", n)
+	}
+	http.DefaultClient.CloseIdleConnections()
 }

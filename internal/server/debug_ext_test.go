@@ -303,3 +303,17 @@ func TestG26Stream(t *testing.T) {
 		t.Fatalf("no finish_reason chunk: %s", raw)
 	}
 }
+
+// TestDebugSurfaceNotOnMainListener: nothing of the step debugger (§14) answers on the main listener, even
+// with the debug extension on.
+func TestDebugSurfaceNotOnMainListener(t *testing.T) {
+	ts := startServer(t, options{cfg: withDebugExtension})
+	for _, path := range []string{"/debug/blocks?body=x", "/debug/sessions", "/"} {
+		status, _, body := ts.get(t, path)
+		wantError(t, status, body, http.StatusNotFound, "not_found", "")
+	}
+	for _, path := range []string{"/debug/blocks", "/debug/run-block", "/debug/sessions"} {
+		status, _, body := ts.post(t, path, map[string]any{"body": block("bash", "echo hi"), "block": 0})
+		wantError(t, status, body, http.StatusNotFound, "not_found", "")
+	}
+}
