@@ -1,0 +1,522 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/runner"
+	"github.com/codellm/codellm/internal/server"
+	"github.com/codellm/codellm/internal/worker"
+	"github.com/codellm/codellm/internal/workspace"
+)
+
+// chatRuntimeLabel advertises codellm's chat pipeline to the hub (§13.2).
+const chatRuntimeLabel = "codellm.openai.chat.v1"
+
+// workerFlags are the settings of `codellm worker run` and its siblings (bridge-protocol.md §12). Each
+// flag reads CODELLM_<NAME> and then LIBRECHAT_CODE_<NAME>.
+type workerFlags struct {
+	url, workerID, token, identity         string
+	supervisor, endpoint, profile          string
+	runtimes, policy, workerDir            string
+	workspaceID, workspaceName, commandBox string
+	allowedDomains, markerFile             string
+	stateful, defaultWS, writes, commands  bool
+	requireReady, allowRemote              bool
+	leaseWait                              time.Duration
+}
+
+func (f *workerFlags) register(fs *flag.FlagSet, run bool) {
+	fs.StringVar(&f.url, "url", "", "hub base URL, e.g. https://hub.example.com/v1 (default: the identity's URL)")
+	fs.StringVar(&f.workerID, "worker-id", "", "worker ID (default: the identity's)")
+	fs.StringVar(&f.token, "worker-token", "", "static worker token: selects static mode (development)")
+	fs.StringVar(&f.identity, "identity", "", "identity file (default ~/.config/codellm/worker/<id>.json; also CODELLM_IDENTITY_FILE)")
+	fs.StringVar(&f.workerDir, "worker-dir", "", "register this directory as a workspace")
+	fs.BoolVar(&f.defaultWS, "default-workspace", false, "register codellm's default workspace directory")
+	fs.StringVar(&f.workspaceID, "workspace-id", "primary", "workspace ID")
+	fs.StringVar(&f.markerFile, "workspace-quarantine-file", "", "mutation quarantine marker path (default under ~/.local/state/codellm/worker)")
+	if !run {
+		return
+	}
+	fs.StringVar(&f.supervisor, "runtime-supervisor", "", "embedded (default) or endpoint")
+	fs.StringVar(&f.endpoint, "sandbox-endpoint", "", "loopback runner URL for the endpoint supervisor (may contain {runtimeSessionId})")
+	fs.BoolVar(&f.stateful, "stateful-workspace", false, "give each runtime session a persistent workspace")
+	fs.BoolVar(&f.allowRemote, "allow-remote-endpoint", false, "allow a non-loopback sandbox endpoint")
+	fs.StringVar(&f.profile, "sandbox-profile", "", "sandboxProfile capability label")
+	fs.StringVar(&f.runtimes, "runtimes", "", "comma-separated runtime labels (default: the enabled programs and the chat label)")
+	fs.StringVar(&f.policy, "policy", "default-deny", "policy text hashed into policyDigest")
+	fs.StringVar(&f.workspaceName, "workspace-name", "", "workspace display name (default: the directory's basename)")
+	fs.BoolVar(&f.writes, "allow-workspace-writes", false, "enable write_file, edit_file and preview_edit")
+	fs.BoolVar(&f.commands, "allow-workspace-commands", false, "enable execute_command (in codellm's sandbox)")
+	fs.StringVar(&f.commandBox, "command-sandbox", "embedded", "command sandbox: embedded (native-srt is an alias)")
+	fs.StringVar(&f.allowedDomains, "command-allowed-domains", "", "command egress allow-list (part of the policy digest)")
+	fs.BoolVar(&f.requireReady, "require-ready", false, "set requiresReadyConfirmation")
+	fs.DurationVar(&f.leaseWait, "lease-wait", 25*time.Second, "long-poll wait per lease (at most 30s)")
+}
+
+// workerAliases makes every flag answer to LIBRECHAT_CODE_<NAME> after CODELLM_<NAME>, and the identity
+// flag to CODELLM_IDENTITY_FILE as the spec names it.
+func workerAliases(fs *flag.FlagSet, stderr io.Writer) map[string][]string {
+	al := map[string][]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		suffix := strings.TrimPrefix(envName(f.Name), "CODELLM_")
+		names := []string{"LIBRECHAT_CODE_" + suffix}
+		switch f.Name {
+		case "identity":
+			names = []string{"CODELLM_IDENTITY_FILE", "LIBRECHAT_CODE_IDENTITY_FILE", "LIBRECHAT_CODE_IDENTITY"}
+		case "sandbox":
+			names = nil // CODELLM_SANDBOX is the sandbox mode; the alias namespace uses SANDBOX_* for other things
+		}
+		al[f.Name] = names
+		primary := append([]string{envName(f.Name)}, names...)
+		var seen, seenName string
+		for _, n := range primary {
+			if v, ok := os.LookupEnv(n); ok {
+				if seenName != "" && v != seen {
+					fmt.Fprintf(stderr, "codellm worker: warning: %s and %s differ; using %s\n", seenName, n, seenName)
+				}
+				if seenName == "" {
+					seen, seenName = v, n
+				}
+			}
+		}
+	})
+	return al
+}
+
+// parseInterspersed parses flags that may follow positional arguments, then applies the environment.
+func parseInterspersed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, int) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return nil, 0
+			}
+			return nil, 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if _, err := applyEnv(fs, workerAliases(fs, stderr)); err != nil {
+		fmt.Fprintf(stderr, "codellm worker: %v\n", err)
+		return nil, 2
+	}
+	return pos, -1
+}
+
+func cmdWorker(args []string, stdout, stderr io.Writer) int {
+	sub := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	switch sub {
+	case "pair":
+		return workerPair(args, stdout, stderr)
+	case "run":
+		return workerRun(args, stderr)
+	case "reset-workspace":
+		return workerReset(args, stdout, stderr)
+	case "clear-workspace-quarantine":
+		return workerClear(args, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "codellm worker: unknown command %q (pair, run, reset-workspace, clear-workspace-quarantine)\n", sub)
+	return 2
+}
+
+func workerFail(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "codellm worker: %v\n", err)
+	if code := worker.ExitCode(err); code != worker.ExitOK {
+		return code
+	}
+	return 1
+}
+
+func home() (string, error) {
+	h, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("%w: no home directory: %v", worker.ErrConfig, err)
+	}
+	return h, nil
+}
+
+func workerPair(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("worker pair", "worker pair <url> <code> --worker-id <id> [--identity <path>]", stderr)
+	var f workerFlags
+	f.register(fs, false)
+	pos, code := parseInterspersed(fs, args, stderr)
+	if code >= 0 {
+		return code
+	}
+	if len(pos) != 2 || f.workerID == "" {
+		fmt.Fprintln(stderr, "usage: codellm worker pair <url> <code> --worker-id <id> [--identity <path>]")
+		return 2
+	}
+	path := f.identity
+	if path == "" {
+		h, err := home()
+		if err != nil {
+			return workerFail(stderr, err)
+		}
+		path = worker.DefaultIdentityPath(h, f.workerID)
+	}
+	if _, err := worker.Pair(context.Background(), nil, pos[0], pos[1], f.workerID, path); err != nil {
+		fmt.Fprintf(stderr, "codellm worker: pairing failed: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "Paired worker %s. Identity saved to %s\n", f.workerID, path)
+	return 0
+}
+
+// resolved is the identity, URL and worker ID every subcommand starts from.
+type resolved struct {
+	home, url, workerID, identityPath string
+	identity                          *worker.Identity
+}
+
+func (f *workerFlags) resolve() (*resolved, error) {
+	h, err := home()
+	if err != nil {
+		return nil, err
+	}
+	r := &resolved{home: h, url: f.url, workerID: f.workerID}
+	if f.token == "" {
+		r.identityPath = f.identity
+		if r.identityPath == "" {
+			if f.workerID == "" {
+				return nil, fmt.Errorf("%w: --worker-id or --identity is required", worker.ErrConfig)
+			}
+			r.identityPath = worker.DefaultIdentityPath(h, f.workerID)
+		}
+		id, err := worker.LoadIdentity(r.identityPath, f.workerID)
+		if err != nil {
+			return nil, errors.Join(worker.ErrConfig, err)
+		}
+		r.identity, r.workerID = id, id.WorkerID
+		if r.url == "" {
+			r.url = id.CodeAPIURL
+		}
+	}
+	if r.workerID == "" || r.url == "" {
+		return nil, fmt.Errorf("%w: static mode needs --worker-id and --url", worker.ErrConfig)
+	}
+	r.url = strings.TrimRight(r.url, "/")
+	return r, nil
+}
+
+// workspaceRoot returns the registered directory ("" for none) and the marker path.
+func (f *workerFlags) workspaceRoot(r *resolved, create bool) (string, string, error) {
+	if f.workerDir != "" && f.defaultWS {
+		return "", "", fmt.Errorf("%w: --worker-dir and --default-workspace are mutually exclusive", worker.ErrConfig)
+	}
+	root := f.workerDir
+	if f.defaultWS {
+		sec := f.token
+		if r.identity != nil {
+			sec = r.identity.PublicKey
+		}
+		spec := workspace.DefaultSpec{HubURL: r.url, Secret: sec, WorkerID: r.workerID, WorkspaceID: f.workspaceID, Home: r.home}
+		var err error
+		if create {
+			root, err = workspace.EnsureDefault(spec)
+		} else {
+			root, err = workspace.DefaultRoot(spec)
+		}
+		if err != nil {
+			return "", "", errors.Join(worker.ErrConfig, err)
+		}
+	}
+	if root == "" {
+		return "", "", nil
+	}
+	marker := f.markerFile
+	if marker == "" {
+		var err error
+		if marker, err = worker.MarkerPath(r.home, r.url, r.workerID, root); err != nil {
+			return "", "", err
+		}
+	}
+	return root, marker, nil
+}
+
+// signalContexts: the first SIGINT/SIGTERM drains, the second aborts.
+func signalContexts() (drain, hard context.Context, stop func()) {
+	drain, dc := context.WithCancel(context.Background())
+	hard, hc := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-ch:
+				n++
+				if n == 1 {
+					dc()
+				} else {
+					hc()
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return drain, hard, func() { signal.Stop(ch); close(done); dc(); hc() }
+}
+
+func workerRun(args []string, stderr io.Writer) int {
+	fs := newFlagSet("worker run", "worker run [flags]", stderr)
+	var f workerFlags
+	f.register(fs, true)
+	var ef execFlags
+	ef.register(fs)
+	pos, code := parseInterspersed(fs, args, stderr)
+	if code >= 0 {
+		return code
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "codellm worker: unexpected argument %q\n", pos[0])
+		return 2
+	}
+	ef.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { ef.set[fl.Name] = true })
+	for _, n := range []string{"allowed-programs"} {
+		if _, ok := os.LookupEnv(envName(n)); ok {
+			ef.set[n] = true
+		}
+	}
+	r, err := f.resolve()
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	lockPath, err := worker.LockPath(r.home, r.url, r.workerID)
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	lock, err := worker.AcquireRunLock(lockPath)
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	defer lock.Release()
+
+	log, err := ef.logger(stderr)
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	sup := f.supervisor
+	if sup == "" {
+		sup = "embedded"
+		if f.endpoint != "" {
+			sup = "endpoint"
+		}
+	}
+	cfg := worker.Config{BaseURL: r.url, WorkerID: r.workerID, Identity: r.identity, IdentityPath: r.identityPath,
+		StaticToken: f.token, SandboxProfile: f.profile, RequireReady: f.requireReady, Log: stderr,
+		Timing: worker.Timing{LeaseWait: min(f.leaseWait, 30*time.Second)}}
+	var commandSandbox *workspace.Options
+	var runtimes []string
+	switch sup {
+	case "embedded":
+		ecfg, sb, err := ef.build(log)
+		if err != nil {
+			return workerFail(stderr, errors.Join(worker.ErrConfig, err))
+		}
+		rn, err := runner.New(runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
+			Logger: log, MaxRunTimeout: ecfg.Timeout})
+		if err != nil {
+			return workerFail(stderr, errors.Join(worker.ErrConfig, err))
+		}
+		defer rn.Close()
+		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: log, Version: version}, ecfg, sb)
+		if err != nil {
+			return workerFail(stderr, errors.Join(worker.ErrConfig, err))
+		}
+		// The sandbox self-test runs before registration; a failure is fatal (§11.2).
+		srv.SelfCheck(context.Background())
+		if rd := srv.Readiness(); !rd.Ready {
+			return workerFail(stderr, fmt.Errorf("%w: sandbox self-test failed: %s", worker.ErrConfig, rd.Reason))
+		}
+		cfg.Supervisor = worker.NewEmbedded(rn, srv.Handler(), f.stateful)
+		runtimes = append(ecfg.Programs.Names(), chatRuntimeLabel)
+		commandSandbox = &workspace.Options{Sandbox: sb}
+	case "endpoint":
+		ep := f.endpoint
+		if ep == "" {
+			ep = "http://127.0.0.1:2000/api/v2"
+		}
+		e, err := worker.NewEndpoint(ep, f.allowRemote, nil)
+		if err != nil {
+			return workerFail(stderr, err)
+		}
+		if f.stateful && !e.Stateful() {
+			return workerFail(stderr, fmt.Errorf("%w: --stateful-workspace needs {runtimeSessionId} in the sandbox endpoint", worker.ErrConfig))
+		}
+		cfg.Supervisor = e
+	default:
+		return workerFail(stderr, fmt.Errorf("%w: runtime supervisor %q is not available in this build (embedded, endpoint)", worker.ErrConfig, sup))
+	}
+	if f.runtimes != "" {
+		runtimes = nil
+		for _, l := range strings.Split(f.runtimes, ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				runtimes = append(runtimes, l)
+			}
+		}
+	}
+	cfg.Runtimes = runtimes
+	var domains []string
+	for _, d := range strings.Split(f.allowedDomains, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			domains = append(domains, d)
+		}
+	}
+
+	root, marker, err := f.workspaceRoot(r, true)
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	commandsOn := false
+	if root != "" {
+		if f.commandBox != "embedded" && f.commandBox != "native-srt" {
+			return workerFail(stderr, fmt.Errorf("%w: --command-sandbox %q is not available (embedded)", worker.ErrConfig, f.commandBox))
+		}
+		opts := workspace.Options{AllowWrites: f.writes, AllowCommands: f.commands, HomeDir: r.home,
+			ProtectedPaths: []string{r.identityPath, marker, lockPath}}
+		if f.commands && commandSandbox != nil {
+			opts.Sandbox = commandSandbox.Sandbox
+		}
+		ws, err := workspace.Open(root, opts)
+		if err != nil {
+			return workerFail(stderr, errors.Join(worker.ErrConfig, err))
+		}
+		defer ws.Close()
+		name := f.workspaceName
+		if name == "" {
+			name = filepath.Base(root)
+			if f.defaultWS {
+				name = f.workspaceID
+			}
+		}
+		cfg.Workspace, cfg.WorkspaceID, cfg.WorkspaceName, cfg.MarkerPath = ws, f.workspaceID, name, marker
+		for _, op := range ws.Operations() {
+			commandsOn = commandsOn || op == workspace.OpExecuteCommand
+		}
+	}
+	cfg.PolicyDigest = worker.PolicyDigest(f.policy, commandsOn, domains)
+	w, err := worker.New(cfg)
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	drain, hard, stop := signalContexts()
+	defer stop()
+	fmt.Fprintf(stderr, "codellm worker: %s running against %s (incarnation %s)\n", r.workerID, r.url, w.IncarnationID())
+	if err := w.Run(drain, hard); err != nil {
+		return worker.ExitCode(err)
+	}
+	return 0
+}
+
+func workerReset(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("worker reset-workspace", "worker reset-workspace <runtimeSessionId> [flags]", stderr)
+	var f workerFlags
+	f.register(fs, false)
+	pos, code := parseInterspersed(fs, args, stderr)
+	if code >= 0 {
+		return code
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "usage: codellm worker reset-workspace <runtimeSessionId>")
+		return 2
+	}
+	r, err := f.resolve()
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	lockPath, err := worker.LockPath(r.home, r.url, r.workerID)
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	lock, err := worker.AcquireRunLock(lockPath)
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	defer lock.Release()
+	// The embedded runner's session workspaces live only as long as the worker process that made them,
+	// so a stopped worker leaves nothing to delete locally; the hub's fence is what remains.
+	w, err := worker.New(worker.Config{BaseURL: r.url, WorkerID: r.workerID, Identity: r.identity, IdentityPath: r.identityPath,
+		StaticToken: f.token, Supervisor: noLocalState{}, Log: stderr})
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	if err := w.ResetWorkspace(context.Background(), pos[0]); err != nil {
+		return workerFail(stderr, err)
+	}
+	fmt.Fprintf(stdout, "reset acknowledged for %s\n", pos[0])
+	return 0
+}
+
+// noLocalState is the supervisor of reset-workspace: it never executes, and there is no local session
+// state to discard once the worker process is gone.
+type noLocalState struct{}
+
+func (noLocalState) Stateful() bool { return true }
+func (noLocalState) Label() string  { return "codellm-embedded" }
+func (noLocalState) Execute(context.Context, worker.RunnerCall) (*bridge.Object, error) {
+	return nil, &worker.RunError{Message: "reset-workspace does not execute", KnownClean: true}
+}
+func (noLocalState) Reset(context.Context, string) error      { return nil }
+func (noLocalState) Quarantine(context.Context, string) error { return nil }
+
+func workerClear(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("worker clear-workspace-quarantine", "worker clear-workspace-quarantine [--worker-dir D | --default-workspace] [--workspace-id ID]", stderr)
+	var f workerFlags
+	f.register(fs, false)
+	pos, code := parseInterspersed(fs, args, stderr)
+	if code >= 0 {
+		return code
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "codellm worker: unexpected argument %q\n", pos[0])
+		return 2
+	}
+	r, err := f.resolve()
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm worker: %v\n", err)
+		return 1
+	}
+	_, marker, err := f.workspaceRoot(r, false)
+	if err != nil || marker == "" {
+		fmt.Fprintf(stderr, "codellm worker: cannot resolve the quarantine marker (give --worker-dir or --default-workspace): %v\n", err)
+		return 1
+	}
+	lockPath, err := worker.LockPath(r.home, r.url, r.workerID)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm worker: %v\n", err)
+		return 1
+	}
+	lock, err := worker.AcquireRunLock(lockPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm worker: refusing while a worker is running: %v\n", err)
+		return 1
+	}
+	defer lock.Release()
+	if err := worker.RemoveMarker(marker); err != nil {
+		fmt.Fprintf(stderr, "codellm worker: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "cleared workspace mutation quarantine for %s\n", f.workspaceID)
+	return 0
+}
