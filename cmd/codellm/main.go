@@ -33,6 +33,8 @@ func commands() map[string]command {
 		"doctor":    {"probe the host's sandbox mechanisms and print a table", cmdDoctor},
 		"workspace": {"run one workspace tool operation on a directory (request JSON on stdin)", cmdWorkspace},
 		"version":   {"print the version", cmdVersion},
+		"worker":    {"run a bridge worker: pair, run, reset-workspace, clear-workspace-quarantine", cmdWorker},
+		"hub":       {"run the bridge hub or call its admin routes: serve, pair, revoke, status", cmdHub},
 	}
 }
 
