@@ -3,6 +3,7 @@ package hub
 import (
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -93,7 +94,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	raw, err := readBody(r, h.cfg.MaxBody)
 	if err != nil {
-		writeExecError(w, &clientError{status: http.StatusRequestEntityTooLarge, code: "body_too_large", message: "Request body is too large"})
+		writeExecError(w, bodyError(err))
 		return
 	}
 	var req execRequest
@@ -196,6 +197,14 @@ func (h *Hub) rememberSession(sid, tenant string, out *outcome) {
 	h.sessions[sid] = &session{tenant: tenant, workerID: out.workerID, stateful: out.stateful, lastUsed: now}
 }
 
+// bodyError distinguishes an oversized client body from an unreadable one.
+func bodyError(err error) *clientError {
+	if errors.Is(err, bridge.ErrBodyTooLarge) {
+		return &clientError{status: http.StatusRequestEntityTooLarge, code: "request_too_large", message: "Request body is too large"}
+	}
+	return &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "Unreadable request body"}
+}
+
 // assignmentRequest builds a sandbox assignment's {body, headers}.
 func assignmentRequest(body, headers *bridge.Object) []byte {
 	o := &bridge.Object{}
@@ -226,7 +235,7 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	raw, err := readBody(r, h.cfg.MaxBody)
 	if err != nil {
-		writeChatError(w, &clientError{status: http.StatusRequestEntityTooLarge, code: "request_too_large", message: "Request body is too large"})
+		writeChatError(w, bodyError(err))
 		return
 	}
 	if _, oerr := openai.DecodeChatRequest(raw); oerr != nil {

@@ -373,3 +373,11 @@ func TestQueueWakesOnRelease(t *testing.T) {
 		t.Fatalf("second: %d %s", r.status, r.body)
 	}
 }
+
+func TestClientBodyLimit(t *testing.T) {
+	h := newTestHub(t, func(c *Config) { c.MaxBody = 1024 })
+	r := h.client(t, "/v1/exec", `{"lang":"py","code":"`+strings.Repeat("x", 2048)+`"}`, nil)
+	if r.status != 413 || !bytes.Contains(r.body, []byte("request_too_large")) {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+}
