@@ -119,7 +119,21 @@ func (r *Runner) execute(ctx context.Context, sessionID string, req *ExecuteRequ
 		return nil, canceled(ctx)
 	}
 	defer release()
-	return r.run(ctx, s, dir, p)
+	resp, e := r.run(ctx, s, dir, p)
+	if e != nil {
+		r.log.Debug("runner: execute failed", "language", p.rt.Language, "session", sessionID != "", "status", e.Status, "err", e.Message)
+		return nil, e
+	}
+	r.log.Debug("runner: execute", "language", p.rt.Language, "session", sessionID != "",
+		"status", deref(resp.Run.Status), "wall_ms", resp.Run.WallTime, "files_out", len(resp.Files))
+	return resp, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "ok"
+	}
+	return *s
 }
 
 // run executes a prepared request in dir. The session (nil for one-off runs) is marked dirty whenever the
@@ -130,6 +144,9 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 			r.markDirty(s, what+" ("+err.Error()+")")
 		}
 		return sandboxFailed(what+": "+err.Error(), err)
+	}
+	if ctx.Err() != nil { // canceled while queued: nothing has touched the workspace yet
+		return nil, canceled(ctx)
 	}
 	if e, err := writeFiles(dir, p.files); e != nil {
 		return nil, e
