@@ -119,7 +119,14 @@ func (w *Workspace) ExecuteCommand(ctx context.Context, r *ExecuteCommandRequest
 	if err := w.acquireCommand(ctx); err != nil {
 		return nil, err
 	}
-	defer w.releaseCommand()
+	// The slot is normally released on return; runCommand takes it over when a process tree outlives the
+	// call, so that no new command starts while an old one may still be running.
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			w.releaseCommand()
+		}
+	}()
 	if err := w.checkRoot(); err != nil {
 		return nil, err
 	}
@@ -130,7 +137,7 @@ func (w *Workspace) ExecuteCommand(ctx context.Context, r *ExecuteCommandRequest
 	if !si.mode.IsDir() {
 		return nil, newErr(CodeInvalidPath, "cwd is not a directory: "+displayPath(cwd))
 	}
-	return w.runCommand(ctx, r.Command, cwd, time.Duration(timeoutMs)*time.Millisecond, maxOut)
+	return w.runCommand(ctx, r.Command, cwd, time.Duration(timeoutMs)*time.Millisecond, maxOut, &handedOff)
 }
 
 func (w *Workspace) acquireCommand(ctx context.Context) error {
@@ -145,7 +152,7 @@ func (w *Workspace) acquireCommand(ctx context.Context) error {
 
 func (w *Workspace) releaseCommand() { <-w.cmdSem }
 
-func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout time.Duration, maxOut int) (*ExecuteCommandResult, error) {
+func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout time.Duration, maxOut int, handedOff *bool) (*ExecuteCommandResult, error) {
 	sb := w.opts.Sandbox
 	// TMPDIR: in native mode /tmp is the block's own size-limited tmpfs and the wrapper creates a 0700
 	// directory in it; otherwise a fresh 0700 directory on the host, removed afterwards.
@@ -226,20 +233,20 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 		select {
 		case res = <-waited:
 		case <-time.After(reapGrace):
-			// The tree could not be confirmed dead: leave the cleanup running, report may-have-committed.
-			go func() { run.Close(); readers.Wait(); closeAll(outR, errR) }()
+			// The tree could not be confirmed dead: leave the cleanup running (holding the command slot until
+			// it is done), report may-have-committed.
+			*handedOff = true
+			go func() {
+				run.Close()
+				finishReaders(&readers, outR, errR)
+				w.releaseCommand()
+			}()
 			return nil, committedErr(CodeCommandTimeout, "the command's processes could not be confirmed reaped")
 		}
 	}
 	// SIGKILL whatever the command left behind, then collect the output that is still buffered in the pipes.
 	closeErr := run.Close()
-	if !waitTimeout(&readers, time.Second) {
-		// A writer outside the run still holds a pipe (only possible without a PID namespace): stop reading.
-		closeAll(outR, errR)
-		readers.Wait()
-	} else {
-		closeAll(outR, errR)
-	}
+	finishReaders(&readers, outR, errR)
 	if aborted {
 		return nil, committedErr(CodeExecutionAborted, "the command was cancelled")
 	}
@@ -275,6 +282,17 @@ func (w *Workspace) scrub(msg string) string {
 		msg = strings.ReplaceAll(msg, home, "<home>")
 	}
 	return clipUnits(msg, 1000)
+}
+
+// finishReaders lets the output readers drain what is buffered, then closes the pipes. If a writer outside the
+// run still holds a pipe (only possible without a PID namespace) reading stops after a second.
+func finishReaders(readers *sync.WaitGroup, outR, errR *os.File) {
+	if !waitTimeout(readers, time.Second) {
+		closeAll(outR, errR)
+		readers.Wait()
+		return
+	}
+	closeAll(outR, errR)
 }
 
 func closeAll(fs ...*os.File) {
