@@ -257,3 +257,28 @@ func TestExecuteJSON(t *testing.T) {
 		t.Fatalf("%d %s", status, body)
 	}
 }
+
+// TestCanceledWhileQueued: a caller that gives up while waiting for a slot leaves its session clean.
+func TestCanceledWhileQueued(t *testing.T) {
+	tr := newRunner(t, nil)
+	tr.exec("q", code("bash", "echo 1 > f"))
+	var releases []func()
+	for range tr.pool.Size() {
+		rel, _, err := tr.pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, rel)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := tr.Execute(ctx, "q", code("bash", "echo 2 > f")); !errors.Is(err, ErrCanceled) {
+		t.Fatalf("queued then canceled: %v", err)
+	}
+	for _, rel := range releases {
+		rel()
+	}
+	if out := tr.exec("q", code("bash", "cat f")).Run.Stdout; out != "1\n" {
+		t.Fatalf("after a canceled queued execute: %q", out)
+	}
+}
