@@ -1,0 +1,86 @@
+package sandbox
+
+import (
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRunKillAndCloseEndEveryBlock: several blocks of one run, started
+// concurrently, each with a background child; Run.Kill ends them all and
+// Close returns with nothing left (the cgroup is removable only when empty).
+func TestRunKillAndCloseEndEveryBlock(t *testing.T) {
+	for mode, s := range modes(t) {
+		t.Run(string(mode), func(t *testing.T) {
+			r, err := s.NewRun(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+			defer null.Close()
+			const n = 6
+			procs := make([]*Process, n)
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("sleep 300 & sleep 300"), Dir: workdir(t, nil), Stdout: null, Stderr: null})
+					if err != nil {
+						errs <- err
+						return
+					}
+					procs[i] = p
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			r.Kill()
+			for _, p := range procs {
+				done := make(chan Result, 1)
+				go func() { done <- p.Wait() }()
+				select {
+				case res := <-done:
+					if res.Signal != syscall.SIGKILL || res.Limit != LimitNone {
+						t.Errorf("block result %+v, want SIGKILL and no limit", res)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("Wait hangs after Run.Kill")
+				}
+			}
+			if err := r.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		})
+	}
+}
+
+// TestCloseWhileRunning: Close alone (no Kill, no Wait by the caller) ends
+// a running block.
+func TestCloseWhileRunning(t *testing.T) {
+	s := nativeSandbox(t)
+	r, err := s.NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer null.Close()
+	p, err := r.Start(Spec{Path: "/bin/sleep", Args: []string{"sleep", "300"}, Dir: workdir(t, nil), Stdout: null, Stderr: null})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := p.Pid()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+		t.Fatalf("block pid %d still exists after Close: %v", pid, err)
+	}
+}
