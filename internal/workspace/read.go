@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -89,7 +90,9 @@ func (w *Workspace) ReadFile(ctx context.Context, r *ReadFileRequest) (*ReadFile
 	deadline := time.Now().Add(toolDeadline)
 	win := lineWindow{start: start, maxLines: maxLines, budget: maxContentBytes, line: 1}
 	var dec decoder
-	raw := make([]byte, readChunk)
+	bufp := chunkPool.Get().(*[]byte)
+	defer chunkPool.Put(bufp)
+	raw := *bufp
 	var text []byte
 	src := io.LimitReader(f, si.size)
 	for !win.done {
@@ -216,6 +219,9 @@ func (l *lineWindow) finish() {
 		l.endLine()
 	}
 }
+
+// chunkPool recycles read_file's 64 KiB read buffers, which would otherwise dominate the cost of small reads.
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
 
 // toolDeadline is the §9 deadline of read_file, search_text and list_files (a variable so tests can expire it).
 var toolDeadline = 10 * time.Second
