@@ -282,3 +282,18 @@ func TestCanceledWhileQueued(t *testing.T) {
 		t.Fatalf("after a canceled queued execute: %q", out)
 	}
 }
+
+func TestExecutionDisabled(t *testing.T) {
+	progs, err := interp.Enable(interp.Builtin(), []string{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newRunner(t, func(c *Config) { c.Programs = progs })
+	if n := len(tr.Runtimes()); n != 0 {
+		t.Fatalf("%d runtimes listed with execution disabled", n)
+	}
+	_, err = tr.Execute(context.Background(), "", code("bash", "true"))
+	if !errors.Is(err, ErrUnknownRuntime) || !strings.Contains(err.Error(), "execution is disabled") {
+		t.Fatalf("%v", err)
+	}
+}

@@ -80,7 +80,11 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 	}
 	rt, ok := r.findRuntime(req.Language, req.Version)
 	if !ok {
-		return nil, unknownRuntime(fmt.Sprintf("%s-%s runtime is unknown", req.Language, req.Version))
+		msg := fmt.Sprintf("%s-%s runtime is unknown", req.Language, req.Version)
+		if r.cfg.Programs != nil && r.cfg.Programs.Disabled() {
+			msg += ": code execution is disabled (--allowed-programs is empty)"
+		}
+		return nil, unknownRuntime(msg)
 	}
 	p := &prepared{rt: rt}
 
