@@ -10,20 +10,27 @@
 //
 // Every block gets a fresh 0700 workdir holding exactly run<ext>, input.json and an empty tmp/. The blocks
 // are started in order, each through [sandbox.Run.Start], before any is waited for; one OS pipe joins
-// block i's stdout to block i+1's stdin, so bytes never pass through Go on an untapped edge, and the
-// parent closes its copies of the children's pipe ends right after each start so that EOF and EPIPE
-// propagate exactly as in a shell pipeline. The last block's stdout and every block's stderr are read by
+// block i's stdout to block i+1's stdin, so bytes never pass through Go on an untapped edge. The parent
+// closes its copies of the children's write ends right after each start, so a block's exit is its
+// downstream's EOF, and releases each read end as soon as it has seen that block exit (below), so the
+// upstream's next write fails with EPIPE. The last block's stdout and every block's stderr are read by
 // the parent, capped per §6.
 //
 // # Deciding outcomes
 //
-// A single coordinator goroutine receives each block's exit in the order the sandbox reaps them (that
-// order is what §5.3 means by "terminated before") and applies §5.2 and §5.3: the first failing block
-// cancels every sibling at once; a successful last block gives upstream blocks the kill grace before
-// they are killed as excused; an upstream that exits non-zero after its downstream finished ok or
-// excused is excused (in native mode the block is PID 1 of its namespace, which ignores SIGPIPE, so
-// `yes` exits 1 with EPIPE instead of dying of SIGPIPE); at the deadline everything still running is
+// A single coordinator goroutine receives each block's exit as the sandbox reaps it and applies §5.2 and
+// §5.3: the first failing block cancels every sibling at once; a successful last block gives upstream
+// blocks the kill grace before they are killed as excused; at the deadline everything still running is
 // killed and the run returns no later than deadline + kill grace whatever the processes do.
+//
+// "Exited non-zero after its downstream had terminated ok or excused" (§5.3) matters because in native
+// mode a block is PID 1 of its namespace, which ignores SIGPIPE: `yes` exits 1 with EPIPE instead of
+// dying of SIGPIPE. Two reapers racing cannot tell which block ended first, so the pipeline makes it a
+// fact it observes: the parent holds its copy of each block's stdin until it has processed that block's
+// exit, so an edge only breaks (the upstream's next write fails) after codellm has seen the downstream
+// end; at that moment it notes whether the upstream was still running (/proc: not exiting, not a
+// zombie). Only such an upstream can be excused for a non-zero exit; one that had already exited on its
+// own failed, however the reaps were ordered.
 //
 // # Taps
 //
