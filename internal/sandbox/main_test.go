@@ -11,5 +11,6 @@ import (
 // explicit Main call is needed here; calling it documents the contract.
 func TestMain(m *testing.M) {
 	Main()
-	goleak.VerifyTestMain(m)
+	// The spawner threads live for the whole process by design.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"))
 }

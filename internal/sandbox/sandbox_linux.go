@@ -512,7 +512,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	}
 
 	start := time.Now()
-	osp, err := os.StartProcess(p.helperPath, []string{"codellm-sandbox", helperMarker}, &os.ProcAttr{
+	osp, err := startOnStableThread(p.helperPath, []string{"codellm-sandbox", helperMarker}, &os.ProcAttr{
 		Env:   []string{},
 		Files: []*os.File{stdin, spec.Stdout, spec.Stderr, specR, statW, dirf},
 		Sys:   attr,
