@@ -297,3 +297,32 @@ func TestExecutionDisabled(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestTTLSparesBusySession: a session is never expired while an execute is using it, however long the
+// execute runs; the idle clock starts when it ends.
+func TestTTLSparesBusySession(t *testing.T) {
+	tr := newRunner(t, func(c *Config) { c.SessionTTL = 200 * time.Millisecond })
+	resp := tr.exec("long", code("bash", "echo kept > f; sleep 1; cat f"))
+	if resp.Run.Stdout != "kept\n" {
+		t.Fatalf("long execute: %+v", resp.Run)
+	}
+	tr.mu.Lock()
+	_, alive := tr.sessions["long"]
+	tr.mu.Unlock()
+	if !alive {
+		t.Fatal("session expired while (or right after) it was busy")
+	}
+}
+
+func TestDeleteSessionPath(t *testing.T) {
+	tr := newRunner(t, nil)
+	tr.exec("a/b", code("bash", "true"))
+	for _, p := range []string{SessionsPrefix, SessionsPrefix + "x/y", SessionsPrefix + "%zz"} {
+		if status, body, _ := tr.do(http.MethodDelete, p, nil, nil); status != 400 {
+			t.Errorf("DELETE %s: %d %v", p, status, body)
+		}
+	}
+	if status, _, _ := tr.do(http.MethodDelete, SessionsPrefix+"a%2Fb", nil, nil); status != 204 || tr.Sessions() != 0 {
+		t.Fatalf("DELETE escaped id: %d, %d sessions left", status, tr.Sessions())
+	}
+}
