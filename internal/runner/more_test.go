@@ -317,7 +317,7 @@ func TestTTLSparesBusySession(t *testing.T) {
 func TestDeleteSessionPath(t *testing.T) {
 	tr := newRunner(t, nil)
 	tr.exec("a/b", code("bash", "true"))
-	for _, p := range []string{SessionsPrefix, SessionsPrefix + "x/y", SessionsPrefix + "%zz"} {
+	for _, p := range []string{SessionsPrefix, SessionsPrefix + "x/y", SessionsPrefix + "a%00b"} {
 		if status, body, _ := tr.do(http.MethodDelete, p, nil, nil); status != 400 {
 			t.Errorf("DELETE %s: %d %v", p, status, body)
 		}
