@@ -66,7 +66,7 @@ for i in range(100):
     except OSError:
         break
     if pid == 0:
-        time.sleep(5); os._exit(0)
+        time.sleep(1); os._exit(0)
     n += 1
 print("forked", n)
 if n == 100: print("` + probeOK + `")
@@ -81,13 +81,21 @@ import threading, time
 n = 0
 try:
     for i in range(100):
-        threading.Thread(target=time.sleep, args=(3,), daemon=True).start(); n += 1
+        threading.Thread(target=time.sleep, args=(1,), daemon=True).start(); n += 1
 except RuntimeError:
     pass
 print("threads", n)
 if n == 100: print("` + probeOK + `")
 `
 	differential(t, offSandbox(t), s, lim, py(thr))
+	// A block that fails because it hit the run's pids limit is reported
+	// as such.
+	failing := strings.Replace(script, `print("forked", n)`, `print("forked", n)
+if n < 100: raise SystemExit(1)`, 1)
+	_, on = differential(t, offSandbox(t), s, lim, py(failing))
+	if on.ExitCode != 1 || on.Limit != LimitPids || on.LimitDesc != "pids limit 32" {
+		t.Fatalf("pids limit not attributed: %+v", on.Result)
+	}
 }
 
 func TestA_MemoryLimitWholeRun(t *testing.T) {
