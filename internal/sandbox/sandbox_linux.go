@@ -3,6 +3,8 @@
 package sandbox
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -203,7 +205,7 @@ func (s *Sandbox) trialSpawn() {
 		r := &Run{sb: s, lim: s.cfg.Limits, procs: map[*Process]struct{}{}}
 		var child *cgroup.Group
 		if use.has(mCgroup) {
-			g, err := p.cg.NewGroup(fmt.Sprintf("codellm-probe-%d-%d", os.Getpid(), runSeq.Add(1)),
+			g, err := p.cg.NewGroup(fmt.Sprintf("codellm-probe-%d-%s-%d", os.Getpid(), instanceID(), runSeq.Add(1)),
 				cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids})
 			if err == nil {
 				r.plat.group = g
@@ -317,6 +319,16 @@ func Probe(cfg Config) Report {
 
 var runSeq atomic.Uint64
 
+// instanceID distinguishes this process's cgroup names from those a
+// crashed predecessor with the same pid (PID 1 in a container) may have
+// left behind: the cgroup package never reuses an existing group, so a
+// name clash would refuse every run.
+var instanceID = sync.OnceValue(func() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+})
+
 // init creates the run's cgroup. Blocks get child groups (so each block's
 // peak memory and OOM kills are its own) while the limits sit on the run
 // group and so bound all blocks together.
@@ -330,7 +342,7 @@ func (r *Run) init() error {
 	if !r.plat.use.has(mCgroup) {
 		return nil
 	}
-	name := fmt.Sprintf("codellm-%d-%d", os.Getpid(), runSeq.Add(1))
+	name := fmt.Sprintf("codellm-%d-%s-%d", os.Getpid(), instanceID(), runSeq.Add(1))
 	g, err := p.cg.NewGroup(name, cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids})
 	if err != nil {
 		if s.cfg.Mode == ModeNative {
