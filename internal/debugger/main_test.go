@@ -17,5 +17,7 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		// The sandbox starts helpers from a few threads locked for the life of the process.
+		goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"),
 	)
 }
