@@ -326,3 +326,68 @@ func TestDeleteSessionPath(t *testing.T) {
 		t.Fatalf("DELETE escaped id: %d, %d sessions left", status, tr.Sessions())
 	}
 }
+
+// TestSweepDeadRunner: the directory of a runner that died without Close (its .lock no longer held) is
+// removed by the next runner on the same WorkRoot, with its workspace tmpfs unmounted; a live runner's
+// directory and unrelated directories are left alone.
+func TestSweepDeadRunner(t *testing.T) {
+	root, err := os.MkdirTemp("", "runner-sweep-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(root)
+	if err := os.Chmod(root, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	// A dead runner: lock taken and released (as when its process died), a session with a user's file.
+	dead := filepath.Join(root, "codellm-runner-dead")
+	ws := filepath.Join(dead, "sessions", "abc-1")
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "user.txt"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mounted := false
+	if os.Geteuid() == 0 && mountQuota(ws, 1<<20) == nil {
+		mounted = true
+		if err := os.WriteFile(filepath.Join(ws, "on-tmpfs.txt"), []byte("y"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lf, err := lockDir(dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf.Close()
+	// Not a runner's: no .lock, or not our prefix.
+	unlocked := filepath.Join(root, "codellm-runner-nolock")
+	other := filepath.Join(root, "something-else")
+	for _, d := range []string{unlocked, other} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	live := newRunner(t, func(c *Config) { c.WorkRoot = root })
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Fatalf("dead runner's directory survives: %v", err)
+	}
+	if mounted {
+		if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), dead) {
+			t.Fatal("dead runner's workspace tmpfs is still mounted")
+		}
+	}
+	for _, d := range []string{unlocked, other, live.dir} {
+		if _, err := os.Stat(d); err != nil {
+			t.Fatalf("%s was removed: %v", d, err)
+		}
+	}
+	// A second runner leaves the first (live) one alone, and the first keeps working.
+	second := newRunner(t, func(c *Config) { c.WorkRoot = root })
+	if _, err := os.Stat(live.dir); err != nil {
+		t.Fatalf("live runner's directory removed by a second runner: %v", err)
+	}
+	live.exec("s", code("bash", "true"))
+	second.exec("s", code("bash", "true"))
+}

@@ -90,9 +90,10 @@ type Runtime struct {
 type Runner struct {
 	cfg      Config
 	log      *slog.Logger
-	dir      string // private root: <WorkRoot>/codellm-runner-*
-	sessDir  string // <dir>/sessions
-	runsDir  string // <dir>/runs
+	dir      string   // private root: <WorkRoot>/codellm-runner-*
+	sessDir  string   // <dir>/sessions
+	runsDir  string   // <dir>/runs
+	lock     *os.File // flock on <dir>/.lock while the runner lives (see sweepStale)
 	runtimes []Runtime
 
 	reserved map[string]string // env name → why a request may not set it
@@ -177,7 +178,22 @@ func New(cfg Config) (*Runner, error) {
 			return nil, fmt.Errorf("runner: create work directory: %w", err)
 		}
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("runner: lock work directory: %w", err)
+	}
+	r.lock = lock
+	// Leftovers of runners that died without Close (crash, SIGKILL) hold users' files: remove them.
+	removed, errs := sweepStale(cfg.WorkRoot, dir)
+	for _, d := range removed {
+		lg.Info("runner: removed the work directory of a dead runner", "dir", d)
+	}
+	for _, e := range errs {
+		lg.Warn("runner: cannot remove the work directory of a dead runner", "err", e)
+	}
 	if err := checkSearchable(dir, cfg.Sandbox); err != nil {
+		r.unlock()
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -191,6 +207,7 @@ func New(cfg Config) (*Runner, error) {
 			}
 		}
 		if err != nil {
+			r.unlock()
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("runner: WorkspaceSize: %w", err)
 		}
@@ -223,6 +240,14 @@ func (r *Runner) Close() {
 	}
 	if err := os.RemoveAll(r.dir); err != nil {
 		r.log.Error("runner: remove work directory", "dir", r.dir, "err", err)
+	}
+	r.unlock()
+}
+
+func (r *Runner) unlock() {
+	if r.lock != nil {
+		r.lock.Close()
+		r.lock = nil
 	}
 }
 

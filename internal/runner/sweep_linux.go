@@ -1,0 +1,120 @@
+package runner
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockName is the file each live runner holds an exclusive flock on, inside its own directory. The
+// kernel drops the lock when the process dies, however it dies, which is what lets a later runner tell a
+// crashed runner's leftovers (workspaces with users' files, tmpfs mounts) from a live runner's.
+const lockName = ".lock"
+
+// lockDir creates and locks dir/.lock. The lock is taken on a temporary name that is then renamed into
+// place, so a sweeper never sees an unlocked .lock of a live runner.
+func lockDir(dir string) (*os.File, error) {
+	tmp := filepath.Join(dir, ".lock-new")
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, lockName)); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// sweepStale removes the directories of dead runners under root: codellm-runner-* directories whose
+// .lock exists and is not locked. Directories without a .lock are left alone (a runner between MkdirTemp
+// and lockDir, or one from before locks existed). Errors are logged by the caller, never fatal.
+func sweepStale(root, self string) (removed []string, errs []error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, []error{err}
+	}
+	for _, e := range entries {
+		dir := filepath.Join(root, e.Name())
+		if !strings.HasPrefix(e.Name(), "codellm-runner-") || !e.IsDir() || dir == self {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close() // held: a live runner
+			continue
+		}
+		if err := detachMountsUnder(dir); err != nil {
+			errs = append(errs, err)
+		} else if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		} else {
+			removed = append(removed, dir)
+		}
+		f.Close()
+	}
+	return removed, errs
+}
+
+// detachMountsUnder unmounts every mount below dir (workspace tmpfs of a crashed runner), deepest first,
+// so that RemoveAll never deletes through a mount point.
+func detachMountsUnder(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if strings.HasPrefix(mp, dir+"/") {
+			points = append(points, mp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		if err := unix.Unmount(points[i], unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+	}
+	return nil
+}
+
+// unescapeMountinfo decodes the octal escapes (\040 for space, …) of a mountinfo path.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
