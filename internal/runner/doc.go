@@ -64,6 +64,14 @@
 // Retry-After: 5); {"error","message"} with 409 session_workspace_dirty and 500 sandbox_execution_failed;
 // 503 while shutting down. In-process callers get *Error, which matches one sentinel (ErrBadRequest, …).
 //
+// # Lifetime
+//
+// New creates a private directory <WorkRoot>/codellm-runner-* (mode 0711: the sandbox user may traverse
+// it, nobody may list it) and holds an flock on its .lock for the life of the runner. Close kills what is
+// running and removes the directory. A runner that dies without Close leaves its directory, with users'
+// files, behind; the next New on the same WorkRoot removes every such directory whose lock is free, after
+// unmounting any workspace tmpfs inside it.
+//
 // # Known limits
 //
 // Workspaces are bind-mounted read-write into the sandbox (Persist), so files out and sessions can see
