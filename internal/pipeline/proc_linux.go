@@ -12,7 +12,9 @@ const pfExiting = 0x4
 
 // processEnded reports whether pid is exiting, a zombie or gone. A block whose process is past that point
 // has closed (or is closing) its pipes of its own accord: nothing done to its pipes afterwards caused its
-// exit.
+// exit. A pid /proc does not show counts as ended, which fails closed: on a /proc mounted with
+// hidepid (where codellm cannot see the sandbox uid's processes) an upstream's non-zero exit after its
+// reader finished is reported as failed rather than excused.
 func processEnded(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
