@@ -19,10 +19,20 @@ func BenchmarkExecuteEchoSession(b *testing.B) {
 	benchExecute(b, "bench")
 }
 
+// BenchmarkExecuteEchoOff is the one-off echo in sandbox mode off: the runner's own overhead plus a
+// plain fork/exec of bash, for comparison with the sandboxed figures.
+func BenchmarkExecuteEchoOff(b *testing.B) {
+	benchExecuteWith(b, "", func(c *Config) { c.Sandbox = offSandbox(b) })
+}
+
 func benchExecute(b *testing.B, session string) {
-	tr := newRunner(b, nil)
 	sb, err := testSandbox()
 	b.Logf("sandbox mode %s (native unavailable: %v)", sb.Mode(), err)
+	benchExecuteWith(b, session, nil)
+}
+
+func benchExecuteWith(b *testing.B, session string, mod func(*Config)) {
+	tr := newRunner(b, mod)
 	body, _ := json.Marshal(code("bash", "echo hello"))
 	b.ReportAllocs()
 	b.ResetTimer()
