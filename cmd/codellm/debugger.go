@@ -34,7 +34,7 @@ func registerDebugFlags(fs *flag.FlagSet) *debugFlags {
 }
 
 // startDebugger validates --debug-listen and starts the step debugger's listener. It returns a function
-// that waits for the listener to stop once ctx is done (nil when the debugger is off).
+// that stops the listener and waits for it (nil when the debugger is off); ctx ending stops it too.
 func startDebugger(ctx context.Context, f *debugFlags, srv *server.Server, log *slog.Logger) (func(), error) {
 	if f.listen == "" {
 		return nil, nil
@@ -62,14 +62,17 @@ func startDebugger(ctx context.Context, f *debugFlags, srv *server.Server, log *
 		return nil, fmt.Errorf("--debug-listen: %w", err)
 	}
 	log.Info("step debugger listening (loopback only, no authentication)", "debug_listen", ln.Addr().String())
+	// The debugger stops with ctx, or when serve calls the returned function because the main listener
+	// ended on its own (say, its port was taken): waiting alone would then block forever.
+	dctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := d.Serve(ctx, ln); err != nil {
+		if err := d.Serve(dctx, ln); err != nil {
 			log.Error("step debugger stopped", "err", err)
 		}
 	}()
-	return func() { <-done }, nil
+	return func() { stop(); <-done }, nil
 }
 
 // cmdDebug steps a markdown body in the terminal with the service's sandbox and limits: each block's
