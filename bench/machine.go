@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Machine identifies where the numbers came from; results from different machines are not comparable.
+type Machine struct {
+	CPUModel   string  `json:"cpu_model"`
+	Cores      int     `json:"cores"`
+	Kernel     string  `json:"kernel"`
+	MemMiB     int64   `json:"mem_mib"`
+	GoVersion  string  `json:"go_version"`
+	LoadBefore float64 `json:"load1_before"`
+	LoadAfter  float64 `json:"load1_after"`
+}
+
+func probeMachine() Machine {
+	m := Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), CPUModel: "unknown"}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
+	}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		m.MemMiB = int64(si.Totalram) * int64(si.Unit) >> 20
+	}
+	m.LoadBefore = load1()
+	return m
+}
+
+// load1 is the one-minute load average: on a shared machine it says how much of the noise is others'.
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}

@@ -1,0 +1,168 @@
+// Command bench is codellm's benchmark harness: it measures, in one run on one machine, what a fresh
+// sandbox per block costs against bare processes, unshare(1) and bubblewrap, what the HTTP service
+// sustains, how fast bytes move between blocks and what an interpreter block pays, and prints the rows
+// with their ratios and targets (BENCHMARKS.md holds the latest run).
+//
+//	go run ./bench                 # full run, several minutes
+//	go run ./bench --quick         # about two minutes
+//	go run ./bench --json out.json --markdown out.md
+//
+// It installs nothing: a missing bubblewrap or interpreter skips its row and says how to get it. The
+// binary imports internal/sandbox, whose init turns it into the sandbox's re-exec helper when it is
+// started as one, so no separate helper binary is needed.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/sandbox"
+)
+
+// Results is the JSON document written by --json.
+type Results struct {
+	Started  time.Time         `json:"started"`
+	Quick    bool              `json:"quick"`
+	Machine  Machine           `json:"machine"`
+	Spawn    *SpawnResult      `json:"spawn,omitempty"`
+	Service  *ServiceResult    `json:"service,omitempty"`
+	Pipeline *PipelineResult   `json:"pipeline,omitempty"`
+	Python   *InterpResult     `json:"python,omitempty"`
+	Node     *InterpResult     `json:"node,omitempty"`
+	Skipped  map[string]string `json:"skipped,omitempty"`
+	Targets  []Target          `json:"targets"`
+	Seconds  float64           `json:"seconds"`
+}
+
+// params sizes a run.
+type params struct {
+	spawnRuns  int
+	serviceDur time.Duration
+	pipeBytes  int64
+	pipeReps   int
+	interpRuns int
+}
+
+var allRows = []string{"spawn", "service", "pipeline", "interp"}
+
+func main() {
+	quick := flag.Bool("quick", false, "a run of about two minutes (fewer rounds, shorter load phases)")
+	jsonOut := flag.String("json", "", "write the results as JSON to `FILE`")
+	mdOut := flag.String("markdown", "", "write the results table as Markdown to `FILE`")
+	only := flag.String("rows", strings.Join(allRows, ","), "comma-separated rows to run: "+strings.Join(allRows, ", "))
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fatalf("unexpected arguments %q (see -h)", flag.Args())
+	}
+	rows := strings.Split(*only, ",")
+	for _, r := range rows {
+		if !slices.Contains(allRows, r) {
+			fatalf("--rows: unknown row %q (known: %s)", r, strings.Join(allRows, ", "))
+		}
+	}
+	p := params{spawnRuns: 1000, serviceDur: 30 * time.Second, pipeBytes: 1 << 30, pipeReps: 5, interpRuns: 150}
+	if *quick {
+		p = params{spawnRuns: 150, serviceDur: 8 * time.Second, pipeBytes: 1 << 30, pipeReps: 2, interpRuns: 30}
+	}
+	res, err := run(p, rows, *quick, logf)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	md := markdown(res)
+	fmt.Print(md)
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+	}
+	if *mdOut != "" {
+		if err := os.WriteFile(*mdOut, []byte(md), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+	}
+}
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+}
+
+func fatalf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...)
+	os.Exit(1)
+}
+
+// run measures the selected rows in a fixed order (the cheap, noise-sensitive spawn row first).
+func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Results, error) {
+	if runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("the harness measures Linux sandboxes; this is %s", runtime.GOOS)
+	}
+	t0 := time.Now()
+	res := &Results{Started: t0.UTC(), Quick: quick, Machine: probeMachine(), Skipped: map[string]string{}}
+	sb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeNative})
+	if err != nil {
+		return nil, fmt.Errorf("native sandbox: %w", err)
+	}
+	if rep := sb.Report(); !rep.Ready {
+		return nil, fmt.Errorf("native sandbox not available here (missing %v); run `go run ./cmd/codellm doctor`", rep.Missing)
+	}
+	work, err := os.MkdirTemp("", "codellm-bench-work-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	pcfg := pipeline.Config{Sandbox: sb, WorkRoot: work}
+	want := func(r string) bool { return slices.Contains(rows, r) }
+
+	if want("spawn") {
+		logf("spawn: %d interleaved rounds of bare, unshare, bwrap, codellm", p.spawnRuns)
+		if res.Spawn, err = measureSpawn(sb, p.spawnRuns, logf); err != nil {
+			return nil, err
+		}
+	}
+	if want("service") {
+		logf("service: building and starting codellm serve, %v per row", p.serviceDur)
+		if res.Service, err = measureService(p.serviceDur, logf); err != nil {
+			return nil, err
+		}
+	}
+	if want("pipeline") {
+		logf("pipeline: %d MiB through three cat blocks, %d reps", p.pipeBytes>>20, p.pipeReps)
+		if res.Pipeline, err = measurePipeline(pcfg, p.pipeBytes, p.pipeReps, logf); err != nil {
+			return nil, err
+		}
+	}
+	if want("interp") {
+		for _, in := range []struct {
+			prog, flag, code, ext string
+			dst                   **InterpResult
+			pkg                   string
+		}{
+			{"python3", "-c", "pass", ".py", &res.Python, "python3"},
+			{"node", "-e", "", ".js", &res.Node, "nodejs"},
+		} {
+			logf("interp: %s, %d interleaved runs", in.prog, p.interpRuns)
+			r, err := measureInterp(pcfg, in.prog, in.flag, in.code, in.ext, p.interpRuns)
+			if err != nil {
+				if _, lerr := lookInterp(in.prog); lerr != nil {
+					res.Skipped[in.prog] = fmt.Sprintf("not installed (apt-get install %s)", in.pkg)
+					logf("interp: %s skipped: %v", in.prog, lerr)
+					continue
+				}
+				return nil, err
+			}
+			*in.dst = r
+		}
+	}
+	res.Machine.LoadAfter = load1()
+	res.Targets = targets(res)
+	res.Seconds = round3(time.Since(t0).Seconds())
+	return res, nil
+}
