@@ -110,6 +110,9 @@ func decodeRequest(body []byte, er *ExecuteRequest) *Error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(er); err != nil {
 		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "env_vars" && te.Value != "object" {
+			return badRequest("env_vars values must be strings, got JSON " + te.Value)
+		}
 		if errors.As(err, &te) && te.Field != "" {
 			return badRequest(fmt.Sprintf("%s must be %s, got JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value))
 		}
