@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 )
 
@@ -110,7 +111,7 @@ func decodeRequest(body []byte, er *ExecuteRequest) *Error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(er); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field == "env_vars" && te.Value != "object" {
+		if errors.As(err, &te) && te.Field == "env_vars" && te.Type.Kind() == reflect.String {
 			return badRequest("env_vars values must be strings, got JSON " + te.Value)
 		}
 		if errors.As(err, &te) && te.Field != "" {

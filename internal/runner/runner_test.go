@@ -82,6 +82,7 @@ func TestErrors(t *testing.T) {
 		{"trailing data", `{` + ok + `} {}`, "", nil, 400, "trailing data", ""},
 		{"wrong type", `{"language":"bash","version":"*","files":[{"content":"echo"}],"run_timeout":"5"}`, "", nil, 400, "run_timeout must be an integer", ""},
 		{"env value type", `{` + ok + `,"env_vars":{"A":1}}`, "", nil, 400, "env_vars values must be strings, got JSON number", ""},
+		{"env type", `{` + ok + `,"env_vars":"A=1"}`, "", nil, 400, "env_vars must be an object, got JSON string", ""},
 		{"files type", `{"language":"bash","version":"*","files":{}}`, "", nil, 400, "files must be an array, got JSON object", ""},
 		{"missing language", `{"version":"*","files":[{"content":"echo"}]}`, "", nil, 400, "language is required", ""},
 		{"missing version", `{"language":"bash","files":[{"content":"echo"}]}`, "", nil, 400, "version is required", ""},
