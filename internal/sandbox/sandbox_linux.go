@@ -59,6 +59,7 @@ type procPlatform struct {
 	reaped  bool
 	pgKill  bool // kill the process group too (no PID namespace)
 	killed  bool // codellm sent SIGKILL (so a SIGKILL is not a limit's)
+	offMode bool // the group only serves Kill: no stats, no attribution
 	limits  Limits
 	started time.Time
 }
@@ -336,6 +337,15 @@ func (r *Run) init() error {
 	s := r.sb
 	p := &s.plat
 	if s.cfg.Mode == ModeOff {
+		// Off confines nothing, but where cgroups work a limit-less run
+		// group still lets Kill and Wait reach daemonised descendants that
+		// left the process group (contract §5.2 item 5).
+		if p.cg != nil {
+			name := fmt.Sprintf("codellm-%d-%s-%d", os.Getpid(), instanceID(), runSeq.Add(1))
+			if g, err := p.cg.NewGroup(name, cgroup.Limits{}); err == nil {
+				r.plat.group = g
+			}
+		}
 		return nil
 	}
 	r.plat.use = (p.want & p.avail) &^ p.disabled
@@ -377,7 +387,11 @@ func (r *Run) start(spec *Spec, seq int) (*Process, error) {
 	s := r.sb
 	p := &s.plat
 	if s.cfg.Mode == ModeOff {
-		return r.startOff(spec)
+		var child *cgroup.Group
+		if r.plat.group != nil {
+			child, _ = r.plat.group.NewChild("block-" + strconv.Itoa(seq))
+		}
+		return r.startOff(spec, child)
 	}
 	use := r.plat.use
 	if s.cfg.Mode == ModeNative {
@@ -511,7 +525,9 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 			attr.Cloneflags |= ns.flag
 		}
 	}
-	if !use.has(mMountNS) {
+	if !use.has(mMountNS) || !use.has(mPIDNS) {
+		// The private root needs its own mount namespace, and its /proc
+		// must be the block's PID namespace, never the host's.
 		use &^= mRootFS
 		hs.Mech = use
 	}
@@ -615,7 +631,10 @@ func (p *Process) reap() {
 	killed := pp.killed
 	pp.mu.Unlock()
 	res := buildResult(st, err, time.Since(pp.started), pp.limits, killed)
-	if pp.group != nil {
+	if pp.group != nil && pp.offMode {
+		_ = pp.group.Kill() // daemons that left the process group
+		_ = pp.group.WaitEmpty(cgroup.DefaultWait)
+	} else if pp.group != nil {
 		// The block is gone (its PID namespace with it); without a PID
 		// namespace, stragglers that left the process group still sit in
 		// the block's cgroup.

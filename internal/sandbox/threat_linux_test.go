@@ -206,25 +206,38 @@ if len(fds) == 500: print("` + probeOK + `")
 // ---------- B. Process lifetime ----------
 
 // TestB_DaemonDoesNotOutliveBlock: a setsid'ed, double-forked daemon is
-// dead when Wait returns in native mode; in off mode (process groups
-// only) it survives.
+// dead when Wait returns in native mode; with only process groups to go by
+// (PID namespace and cgroup switched off) it survives. Off mode uses a
+// limit-less cgroup where available, so it too kills the daemon then.
 func TestB_DaemonDoesNotOutliveBlock(t *testing.T) {
 	s := nativeSandbox(t)
 	for _, c := range []struct {
+		name    string
 		sb      *Sandbox
 		survive bool
-	}{{offSandbox(t), true}, {s, false}} {
+	}{
+		{"process-group-only", withDisabled(s, MechPIDNS, MechCgroup, MechCgroupNS), true},
+		{"native", s, false},
+		{"off-with-cgroup", offSandbox(t), false},
+	} {
+		if c.name == "off-with-cgroup" && (c.sb.plat.cg == nil || c.sb.plat.cg.Info().Version != 2) {
+			// v1 has no CLONE_INTO_CGROUP: an unconfined program joins its
+			// group just after it starts and may fork first (off mode is
+			// best effort); only v2 makes this deterministic.
+			t.Logf("off mode on cgroup v1: daemon kill is best effort, not asserted")
+			continue
+		}
 		tag := fmt.Sprintf("300.%d", time.Now().UnixNano()%1e9)
 		o := mustRun(t, c.sb, sh("(setsid sleep "+tag+" </dev/null >/dev/null 2>&1 &); sleep 0.2; echo done")...)
 		if o.ExitCode != 0 {
-			t.Fatalf("%s: %+v", c.sb.Mode(), o)
+			t.Fatalf("%s: %+v", c.name, o)
 		}
 		pids := findProcs(t, tag)
 		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL) // clean up the off-mode daemon
+			_ = syscall.Kill(pid, syscall.SIGKILL) // clean up the surviving daemon
 		}
 		if got := len(pids) > 0; got != c.survive {
-			t.Fatalf("mode %s: daemon survived = %v, want %v", c.sb.Mode(), got, c.survive)
+			t.Fatalf("%s: daemon survived = %v, want %v", c.name, got, c.survive)
 		}
 	}
 }
