@@ -172,8 +172,10 @@ func (s *server) stop() {
 
 // peakRSS is the server's high-water resident set (VmHWM) in MiB. The sandbox helpers are separate
 // processes and not part of it: this is the memory the service itself holds.
-func (s *server) peakRSS() (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+func (s *server) peakRSS() (float64, error) { return peakRSS(s.cmd.Process.Pid) }
+
+func peakRSS(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -193,11 +195,15 @@ func (s *server) peakRSS() (float64, error) {
 // every answer: a request that fails or answers something else stops the measurement with an error,
 // because a fast wrong answer is not a result.
 func (s *server) load(path, body, want string, conc int, d time.Duration) (*LoadResult, error) {
+	return load(s.base, path, body, want, conc, d)
+}
+
+func load(base, path, body, want string, conc int, d time.Duration) (*LoadResult, error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, DisableCompression: true}, Timeout: time.Minute}
 	defer client.CloseIdleConnections()
 	one := func() (time.Duration, error) {
 		t0 := time.Now()
-		resp, err := client.Post(s.base+path, "application/json", strings.NewReader(body))
+		resp, err := client.Post(base+path, "application/json", strings.NewReader(body))
 		if err != nil {
 			return 0, err
 		}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/sandbox"
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a test leaves a goroutine behind (load workers, HTTP connections).
+// The sandbox's spawner threads live for the whole process by design.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"))
+}
+
+func TestQuantileNearestRank(t *testing.T) {
+	var s sample
+	for i := 1; i <= 100; i++ {
+		s = append(s, time.Duration(101-i)*time.Millisecond) // unsorted on purpose
+	}
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{{0, time.Millisecond}, {0.5, 50 * time.Millisecond}, {0.99, 99 * time.Millisecond}, {1, 100 * time.Millisecond}} {
+		if got := s.quantile(c.q); got != c.want {
+			t.Errorf("quantile(%v) = %v, want %v", c.q, got, c.want)
+		}
+	}
+	if s[0] != 100*time.Millisecond {
+		t.Error("quantile sorted the caller's sample in place")
+	}
+	if (sample{}).p50() != 0 || ratio(1, 0) != 0 {
+		t.Error("empty sample or zero baseline must read as 0")
+	}
+}
+
+func TestTargetsMetAndMargin(t *testing.T) {
+	ts := targets(&Results{
+		Spawn:    &SpawnResult{BwrapP50: 4, OverBwrap: 0.5, OverheadMs: 6},
+		Service:  &ServiceResult{C1P50: 2, C4RPS: 200, RSSMiB: 30},
+		Pipeline: &PipelineResult{Ratio: 0.7},
+	})
+	want := map[string]struct {
+		met    bool
+		margin float64
+	}{
+		"spawn.codellm_over_bwrap":  {true, 1.6},
+		"spawn.codellm_overhead_ms": {false, 0.5},
+		"service.c1_p50_ms":         {true, 2},
+		"service.c4_rps":            {false, 0.5},
+		"service.rss_mib":           {true, 2},
+		"pipeline.ratio":            {true, 1},
+	}
+	if len(ts) != len(want) {
+		t.Fatalf("%d targets, want %d: %+v", len(ts), len(want), ts)
+	}
+	for _, tg := range ts {
+		w, ok := want[tg.Name]
+		if !ok || tg.Met != w.met || tg.Margin != w.margin {
+			t.Errorf("%s: met %v margin %v, want %+v", tg.Name, tg.Met, tg.Margin, w)
+		}
+	}
+	// Without bubblewrap there is no ratio to judge, so no bwrap target.
+	for _, tg := range targets(&Results{Spawn: &SpawnResult{OverheadMs: 1}}) {
+		if tg.Name == "spawn.codellm_over_bwrap" {
+			t.Error("bwrap target judged without a bwrap measurement")
+		}
+	}
+}
+
+// Every table row of the Markdown must have as many cells as its header: a shell pipe in a cell that is
+// not escaped would split it.
+func TestMarkdownTablesWellFormed(t *testing.T) {
+	r := &Results{
+		Spawn:    &SpawnResult{Runs: 3, BareP50: 1, BwrapP50: 4, Variants: map[string]VariantStats{"bare": {P50: 1}, "bwrap": {P50: 4, CPU: 2}, "codellm": {P50: 3, CPU: 1}}},
+		Service:  &ServiceResult{Rows: []LoadResult{{Endpoint: pathChat, Concurrency: 1, RPS: 10}}},
+		Pipeline: &PipelineResult{Bytes: 1 << 20, Reps: 1, CodellmMiB: 1, BashMiB: 1, Ratio: 1},
+		Python:   &InterpResult{Runs: 1},
+	}
+	r.Targets = targets(r)
+	cells := 0
+	for _, line := range strings.Split(markdown(r), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			cells = 0
+			continue
+		}
+		n := strings.Count(line, "|") - strings.Count(line, `\|`)
+		if cells == 0 {
+			cells = n
+		} else if n != cells {
+			t.Errorf("row has %d cell borders, header %d: %s", n, cells, line)
+		}
+	}
+}
+
+func TestBwrapArgsMirrorSystemDirs(t *testing.T) {
+	args := strings.Join(bwrapArgs("/w", "/usr/bin/true"), " ")
+	for _, want := range []string{"--unshare-all", "--die-with-parent", "--proc /proc", "--dev /dev", "--tmpfs /tmp", "--bind /w /w", "/usr /usr"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("bwrap args lack %q: %s", want, args)
+		}
+	}
+	if !strings.HasSuffix(args, " /usr/bin/true") {
+		t.Errorf("program is not last: %s", args)
+	}
+}
+
+// The load generator must refuse a wrong answer rather than count it: a fast wrong reply is not a result.
+func TestLoadChecksEveryAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), "good") {
+			io.WriteString(w, `{"ok":"yes"}`)
+			return
+		}
+		io.WriteString(w, `{"ok":"no"}`)
+	}))
+	defer srv.Close()
+	lr, err := load(srv.URL, "/x", `{"q":"good"}`, `"ok":"yes"`, 2, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr.Requests == 0 || lr.RPS <= 0 || lr.P50 <= 0 || lr.P99 < lr.P50 {
+		t.Errorf("implausible result %+v", lr)
+	}
+	if _, err := load(srv.URL, "/x", `{"q":"bad"}`, `"ok":"yes"`, 2, 100*time.Millisecond); err == nil {
+		t.Error("a wrong answer was counted as a result")
+	}
+}
+
+func TestPeakRSSOfSelf(t *testing.T) {
+	mib, err := peakRSS(os.Getpid())
+	if err != nil || mib <= 0 {
+		t.Fatalf("peakRSS(self) = %v, %v", mib, err)
+	}
+	if _, err := peakRSS(1 << 30); err == nil {
+		t.Error("peakRSS of a missing process succeeded")
+	}
+}
+
+func nativeSandbox(t *testing.T) *sandbox.Sandbox {
+	t.Helper()
+	sb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeNative})
+	if err == nil && !sb.Report().Ready {
+		err = os.ErrNotExist
+	}
+	if err != nil {
+		if os.Getenv("CODELLM_REQUIRE_SANDBOX") == "1" {
+			t.Fatalf("native sandbox unavailable: %v", err)
+		}
+		t.Skipf("native sandbox unavailable: %v", err)
+	}
+	return sb
+}
+
+// A few real rounds of the spawn row: every variant present and plausible (a sandboxed spawn cannot be
+// cheaper than forking at all).
+func TestSpawnSmoke(t *testing.T) {
+	res, err := measureSpawn(nativeSandbox(t), 3, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"bare", "codellm", "codellm-block"} {
+		v, ok := res.Variants[k]
+		if !ok || v.P50 <= 0 || v.P99 < v.P50 || v.Min > v.P50 || v.CPU <= 0 {
+			t.Errorf("%s: %+v (present %v)", k, v, ok)
+		}
+	}
+	if res.CodellmP50 <= 0 || res.OverheadMs != round3(res.CodellmP50-res.BareP50) {
+		t.Errorf("%+v", res)
+	}
+}
+
+// The pipeline row really moves the bytes through five sandboxed blocks (it checks wc -c's count).
+func TestPipelineSmoke(t *testing.T) {
+	cfg := pipeline.Config{Sandbox: nativeSandbox(t), WorkRoot: t.TempDir()}
+	if err := os.Chmod(cfg.WorkRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err := measurePipeline(cfg, 4<<20, 1, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes != 4<<20 || res.CodellmMiB <= 0 || res.BashMiB <= 0 || res.Ratio <= 0 {
+		t.Errorf("%+v", res)
+	}
+}
