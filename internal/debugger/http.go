@@ -187,7 +187,10 @@ func (d *Debugger) readObject(w http.ResponseWriter, r *http.Request, emptyOK bo
 			return nil, openai.NewError(http.StatusRequestEntityTooLarge, "request_too_large",
 				"request body exceeds %d bytes", d.cfg.MaxBodyBytes)
 		}
-		return nil, openai.NewError(499, "cancelled", "cannot read request body: %v", err)
+		if r.Context().Err() != nil {
+			return nil, openai.NewError(499, "cancelled", "the client went away")
+		}
+		return nil, openai.NewError(http.StatusBadRequest, "invalid_json", "cannot read request body: %v", err)
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		if emptyOK {
