@@ -192,3 +192,23 @@ func TestPipelineSmoke(t *testing.T) {
 		t.Errorf("%+v", res)
 	}
 }
+
+func TestProcCPUGrowsWithWork(t *testing.T) {
+	c0, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		c1, err := procCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c1 > c0 {
+			return
+		}
+		for i := 0; i < 1e6; i++ { // burn a little CPU
+			_ = strings.Repeat("x", i%7)
+		}
+	}
+	t.Error("procCPU never grew while this process was busy")
+}

@@ -66,6 +66,7 @@ func markdown(r *Results) string {
 		bw := s.Variants["bwrap"]
 		for _, v := range []struct{ key, name string }{
 			{"bare", "bare `true`"},
+			{"go-exec", "a Go binary (this harness, `--noop`): runtime start only"},
 			{"unshare", "`unshare -Urmpfn --mount-proc`"},
 			{"bwrap", "bubblewrap, codellm-like root"},
 			{"codellm", "codellm: new run + block + close"},
@@ -85,9 +86,9 @@ func markdown(r *Results) string {
 	}
 	if s := r.Service; s != nil {
 		b.WriteString("### 2. Service end to end (`codellm serve`, one bash `echo` block)\n\n")
-		b.WriteString("| endpoint | concurrency | requests | req/s | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| endpoint | concurrency | requests | req/s | p50 ms | p99 ms | server CPU ms/req | CPU-bound req/s |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range s.Rows {
-			fmt.Fprintf(&b, "| `%s` | %d | %d | %.1f | %.3f | %.3f |\n", l.Endpoint, l.Concurrency, l.Requests, l.RPS, l.P50, l.P99)
+			fmt.Fprintf(&b, "| `%s` | %d | %d | %.1f | %.3f | %.3f | %.2f | %.0f |\n", l.Endpoint, l.Concurrency, l.Requests, l.RPS, l.P50, l.P99, l.ServerCPU, l.CPUBoundRPS)
 		}
 		fmt.Fprintf(&b, "\nServer peak RSS (VmHWM): %.1f MiB.", s.RSSMiB)
 		if !s.Runner {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,11 @@ type LoadResult struct {
 	RPS         float64 `json:"rps"`
 	P50         float64 `json:"p50_ms"`
 	P99         float64 `json:"p99_ms"`
+	// ServerCPU is the CPU the server and the sandboxes it reaped used per request (from
+	// /proc/PID/stat utime+stime+cutime+cstime); CPUBoundRPS is cores·1000/ServerCPU, the rate the server
+	// could sustain if it had every core to itself. Both hold up under other load, unlike req/s.
+	ServerCPU   float64 `json:"server_cpu_ms_per_req"`
+	CPUBoundRPS float64 `json:"cpu_bound_rps"`
 }
 
 // ServiceResult is row 2: codellm serve as a real subprocess under a closed-loop load generator.
@@ -195,7 +201,52 @@ func peakRSS(pid int) (float64, error) {
 // every answer: a request that fails or answers something else stops the measurement with an error,
 // because a fast wrong answer is not a result.
 func (s *server) load(path, body, want string, conc int, d time.Duration) (*LoadResult, error) {
-	return load(s.base, path, body, want, conc, d)
+	c0, err := procCPU(s.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	lr, err := load(s.base, path, body, want, conc, d)
+	if err != nil {
+		return nil, err
+	}
+	c1, err := procCPU(s.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	// load counts only the measured phase's requests; the warm-up's (d/5 of the time) also used CPU.
+	all := float64(lr.Requests) * 1.2
+	if all > 0 && c1 > c0 {
+		lr.ServerCPU = round3(float64(c1-c0) / float64(time.Millisecond) / all)
+		lr.CPUBoundRPS = round3(float64(runtime.NumCPU()) * 1000 / lr.ServerCPU)
+	}
+	return lr, nil
+}
+
+// procCPU is the CPU time of pid and its reaped children from /proc/PID/stat (clock ticks of 1/100 s,
+// the fixed USER_HZ of Linux).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may contain spaces; the fields after its closing parenthesis do not.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc/PID/stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 { // f[0] is field 3; utime..cstime are fields 14..17
+		return 0, errors.New("short /proc/PID/stat")
+	}
+	var ticks int64
+	for _, x := range f[11:15] {
+		v, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
 func load(base, path, body, want string, conc int, d time.Duration) (*LoadResult, error) {

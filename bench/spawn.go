@@ -105,6 +105,11 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 		}
 	}
 	vs := []*variant{{name: "bare", run: proc(truePath, "true")}}
+	// go-exec: this Go binary started and exiting at once (--noop) — the floor any re-exec'd Go helper
+	// pays before it does any sandbox work; the gap to bare is the Go runtime start.
+	if self, err := os.Executable(); err == nil {
+		vs = append(vs, &variant{name: "go-exec", run: proc(self, "bench", "--noop")})
+	}
 	if u, err := exec.LookPath("unshare"); err == nil {
 		v := &variant{name: "unshare", run: proc(u, "unshare", "-Urmpfn", "--mount-proc", truePath)}
 		if _, err := v.run(); err != nil {
