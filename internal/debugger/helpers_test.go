@@ -45,6 +45,7 @@ type envOpts struct {
 	maxOutput   int64
 	maxSessions int
 	ttl         time.Duration
+	maxBody     int64
 	slots       *slots.Pool
 }
 
@@ -91,7 +92,8 @@ type dbgServer struct {
 func startDebugger(t testing.TB, o envOpts) *dbgServer {
 	t.Helper()
 	eng := newEngine(t, o)
-	d, err := debugger.New(debugger.Config{Engine: eng, MaxSessions: o.maxSessions, SessionTTL: o.ttl, KillGrace: time.Second})
+	d, err := debugger.New(debugger.Config{Engine: eng, MaxSessions: o.maxSessions, SessionTTL: o.ttl,
+		MaxBodyBytes: o.maxBody, KillGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -247,6 +247,15 @@ func TestRunBlock(t *testing.T) {
 	})
 }
 
+func TestBodyLimit(t *testing.T) {
+	s := startDebugger(t, envOpts{maxBody: 4096})
+	big := map[string]any{"body": block("bash", "echo "+strings.Repeat("x", 4096))}
+	for _, path := range []string{"/debug/blocks", "/debug/run-block", "/debug/sessions"} {
+		wantError(t, s.do(t, "POST", path, big), 413, "request_too_large", "4096")
+	}
+	wantStatus(t, s.do(t, "POST", "/debug/blocks", map[string]any{"body": block("bash", "echo small")}), 200)
+}
+
 func TestRunBlockSlots(t *testing.T) {
 	pool := slots.New(1, 50*time.Millisecond)
 	s := startDebugger(t, envOpts{slots: pool})
