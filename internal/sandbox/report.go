@@ -24,6 +24,7 @@ type Report struct {
 	// (native with a mechanism missing). doctor exits non-zero then.
 	Ready      bool              `json:"ready"`
 	Mode       Mode              `json:"mode"`
+	Kernel     string            `json:"kernel,omitempty"` // uname release, e.g. 6.18.44
 	Network    bool              `json:"network"`
 	Limits     ReportLimits      `json:"limits"`
 	Mechanisms []MechanismStatus `json:"mechanisms"`
@@ -66,7 +67,7 @@ func (r Report) JSON() []byte {
 // WriteTable prints the human table of `codellm doctor`.
 func (r Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "sandbox mode: %s\tnetwork: %s\tready: %s\n", r.Mode, onOff(r.Network), yesNo(r.Ready))
+	fmt.Fprintf(tw, "sandbox mode: %s\tnetwork: %s\tready: %s\tkernel: %s\n", r.Mode, onOff(r.Network), yesNo(r.Ready), dash(r.Kernel))
 	fmt.Fprintln(tw, "MECHANISM\tAVAILABLE\tVERSION\tUSED\tDETAIL")
 	for _, m := range r.Mechanisms {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, yesNo(m.Available), dash(m.Version), yesNo(m.Used), m.Detail)

@@ -264,7 +264,10 @@ func (s *Sandbox) trialSpawn() {
 func (s *Sandbox) buildReport() Report {
 	p := &s.plat
 	l := s.cfg.Limits
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
 	rep := Report{
+		Kernel:  unix.ByteSliceToString(uts.Release[:]),
 		Mode:    s.cfg.Mode,
 		Network: s.cfg.Network,
 		Limits: ReportLimits{
