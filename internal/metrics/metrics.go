@@ -85,3 +85,55 @@ func NewService(inFlight func() float64) *Service {
 func (m *Service) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
 }
+
+// Hub holds the metrics of `codellm hub`, the coordinator that hands client requests to paired workers.
+type Hub struct {
+	Registry *prometheus.Registry
+
+	WorkersOnline prometheus.GaugeFunc
+	Assignments   *prometheus.CounterVec   // state
+	LeaseWait     *prometheus.HistogramVec // result
+}
+
+// AssignmentStates are the values of codellm_hub_assignments_total{state}: every assignment is counted
+// once as "enqueued" and once more with how it ended.
+var AssignmentStates = []string{"enqueued", "fulfilled", "rejected", "expired", "withdrawn", "worker_offline", "failed"}
+
+// LeaseResults are the values of codellm_hub_lease_wait_seconds{result}.
+var LeaseResults = []string{"assignment", "empty"}
+
+// NewHub registers the hub metrics on a fresh registry. online counts the workers the store reports
+// online; it is called at scrape time, so it must be cheap and bounded (the hub gives it a timeout).
+func NewHub(online func() float64) *Hub {
+	r := prometheus.NewRegistry()
+	m := &Hub{
+		Registry: r,
+		WorkersOnline: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "codellm_hub_workers_online",
+			Help: "Workers whose registration is live in the hub's store (-1 when the store could not be read).",
+		}, online),
+		Assignments: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codellm_hub_assignments_total",
+			Help: "Assignments by state: enqueued when handed to a worker, then fulfilled, rejected, expired, withdrawn, worker_offline or failed.",
+		}, []string{"state"}),
+		LeaseWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "codellm_hub_lease_wait_seconds",
+			Help:    "How long a worker's lease long poll waited, by result (assignment or empty).",
+			Buckets: []float64{.001, .01, .05, .1, .5, 1, 2.5, 5, 10, 20, 30},
+		}, []string{"result"}),
+	}
+	r.MustRegister(m.WorkersOnline, m.Assignments, m.LeaseWait,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, s := range AssignmentStates {
+		m.Assignments.WithLabelValues(s)
+	}
+	for _, res := range LeaseResults {
+		m.LeaseWait.WithLabelValues(res)
+	}
+	return m
+}
+
+// Handler serves the Prometheus text exposition of the hub registry.
+func (m *Hub) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}
