@@ -86,10 +86,10 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 	}
 
 	res := &SpawnResult{Runs: runs}
-	proc := func(path string, argv ...string) func() (time.Duration, error) {
+	procEnv := func(env []string, path string, argv ...string) func() (time.Duration, error) {
 		return func() (time.Duration, error) {
 			t0 := time.Now()
-			p, err := os.StartProcess(path, argv, &os.ProcAttr{Dir: dir, Env: []string{}, Files: []*os.File{null, null, null}})
+			p, err := os.StartProcess(path, argv, &os.ProcAttr{Dir: dir, Env: env, Files: []*os.File{null, null, null}})
 			if err != nil {
 				return 0, err
 			}
@@ -104,11 +104,14 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 			return d, nil
 		}
 	}
+	proc := func(path string, argv ...string) func() (time.Duration, error) {
+		return procEnv([]string{}, path, argv...)
+	}
 	vs := []*variant{{name: "bare", run: proc(truePath, "true")}}
-	// go-exec: this Go binary started and exiting at once (--noop) — the floor any re-exec'd Go helper
-	// pays before it does any sandbox work; the gap to bare is the Go runtime start.
+	// go-exec: this Go binary started and exiting from its init (see noopEnv) — the floor any re-exec'd
+	// Go helper pays before it does any sandbox work; the gap to bare is the Go runtime start.
 	if self, err := os.Executable(); err == nil {
-		vs = append(vs, &variant{name: "go-exec", run: proc(self, "bench", "--noop")})
+		vs = append(vs, &variant{name: "go-exec", run: procEnv([]string{noopEnv + "=1"}, self, "bench")})
 	}
 	if u, err := exec.LookPath("unshare"); err == nil {
 		v := &variant{name: "unshare", run: proc(u, "unshare", "-Urmpfn", "--mount-proc", truePath)}
