@@ -896,3 +896,34 @@ func TestE_NetworkEnabledHasResolver(t *testing.T) {
 	probe := sh("test -r /etc/resolv.conf && echo " + probeOK)
 	differential(t, on, nativeSandbox(t), nil, probe)
 }
+
+// TestC_CodellmBinaryOutOfReach: the helper is a sealed in-memory copy
+// (no write can ever change it), and codellm's on-disk binary is not even
+// visible inside the sandbox.
+func TestC_CodellmBinaryOutOfReach(t *testing.T) {
+	s := nativeSandbox(t)
+	fd, err := strconv.Atoi(strings.TrimPrefix(s.plat.helperPath, "/proc/self/fd/"))
+	if err != nil {
+		t.Fatalf("helper path %q is not a sealed descriptor", s.plat.helperPath)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = unix.F_SEAL_SEAL | unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK
+	if seals&want != want {
+		t.Fatalf("helper seals %#x, want %#x", seals, want)
+	}
+	if _, err := unix.Pwrite(fd, []byte{0}, 0); err == nil {
+		t.Fatal("write to the sealed helper succeeded")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := py(fmt.Sprintf(`
+open(%q, "rb").read(4)
+print("`+probeOK+`")
+`, exe))
+	differential(t, offSandbox(t), s, nil, probe)
+}
