@@ -1009,3 +1009,35 @@ func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
 }
+
+// Every installed interpreter runs its code file (argv = cmd + the absolute path of run<ext>) and streams.
+func TestInterpretersStream(t *testing.T) {
+	type interp struct{ name, ext, code string }
+	all := []interp{
+		{"bash", ".sh", `printf 'one\ntwo\n'`},
+		{"perl", ".pl", `while (<STDIN>) { print uc $_ }`},
+		{"node", ".js", `let s = ""; process.stdin.on("data", d => s += d); process.stdin.on("end", () => process.stdout.write(s.split("\n").filter(Boolean).reverse().join("\n") + "\n"));`},
+		{"python3", ".py", "import sys\nprint(','.join(l.strip() for l in sys.stdin))"},
+	}
+	var steps []Step
+	var used []string
+	for _, in := range all {
+		p := lookProgram(in.name)
+		if p == "" {
+			t.Logf("%s not installed; left out", in.name)
+			continue
+		}
+		steps = append(steps, Step{Lang: in.name, Program: in.name, Path: p, Args: []string{in.name}, Ext: in.ext, Code: in.code})
+		used = append(used, in.name)
+	}
+	if len(steps) != len(all) {
+		t.Skipf("needs all of bash, perl, node, python3; have %v", used)
+	}
+	forModes(t, func(t *testing.T, h *harness) {
+		res := h.run(t, context.Background(), Request{Steps: steps})
+		wantOK(t, res)
+		if got := string(res.Stdout); got != "TWO,ONE\n" {
+			t.Fatalf("stdout %q", got)
+		}
+	})
+}
