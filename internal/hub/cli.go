@@ -20,6 +20,7 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/boltstore"
+	"github.com/codellm/codellm/internal/hub/redisstore"
 )
 
 // Env looks up a hub setting by its suffix ("HUB_LISTEN"): CODELLM_<s>
@@ -89,7 +90,7 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	case "pair", "revoke", "status":
 		return adminCLI(ctx, cmd, args, stdout, stderr, lookup)
 	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, "usage: codellm hub [serve] --listen ADDR --admin-token T --api-key K [--store PATH]\n       codellm hub pair <workerId> [--tenant T --principal type:id] | revoke <workerId> | status <workerId>")
+		fmt.Fprintln(stdout, "usage: codellm hub [serve] --listen ADDR --admin-token T --api-key K [--store PATH|redis://HOST:PORT/DB]\n       codellm hub pair <workerId> [--tenant T --principal type:id] | revoke <workerId> | status <workerId>")
 		return 0
 	}
 	fmt.Fprintf(stderr, "codellm hub: unknown command %q\n", cmd)
@@ -108,7 +109,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	listen := fs.String("listen", envOr("HUB_LISTEN", "127.0.0.1:8090"), "listen address")
 	adminToken := fs.String("admin-token", envOr("HUB_ADMIN_TOKEN", ""), "admin bearer token")
 	apiKey := fs.String("api-key", envOr("HUB_API_KEY", ""), "client API key (tenant \"default\")")
-	storePath := fs.String("store", "", "embedded store file (default $CODELLM_HUB_DATA_DIR/bridge.db)")
+	storePath := fs.String("store", "", "embedded store file (default $CODELLM_HUB_DATA_DIR/bridge.db), or redis://HOST:PORT/DB for the shared Redis store")
 	workerToken := fs.String("worker-token", envOr("HUB_WORKER_TOKEN", ""), "static-mode worker token (default: the admin token)")
 	authMode := fs.String("auth-mode", envOr("HUB_AUTH_MODE", AuthPaired), "paired or static")
 	keysFile := fs.String("client-keys-file", envOr("HUB_CLIENT_KEYS_FILE", ""), "JSON file of client keys")
@@ -178,10 +179,24 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 			*dst = n
 		}
 	}
-	if kind := envOr("HUB_STORE", "embedded"); kind != "embedded" {
-		return fail("store %q is not available in this build (only embedded)", kind)
+	// --store redis://… (or CODELLM_HUB_STORE=redis with CODELLM_HUB_REDIS_URL)
+	// selects the shared store that lets several replicas serve one fleet.
+	redisURL := ""
+	switch kind := envOr("HUB_STORE", "embedded"); {
+	case isRedisURL(*storePath):
+		redisURL = *storePath
+	case kind == "redis":
+		if *storePath != "" {
+			return fail("CODELLM_HUB_STORE=redis takes its URL from CODELLM_HUB_REDIS_URL or --store redis://…, not a path")
+		}
+		redisURL = envOr("HUB_REDIS_URL", "")
+		if !isRedisURL(redisURL) {
+			return fail("CODELLM_HUB_STORE=redis needs CODELLM_HUB_REDIS_URL=redis://HOST:PORT/DB (got %q)", redisURL)
+		}
+	case kind != "embedded":
+		return fail("store %q is not available (embedded or redis)", kind)
 	}
-	if *storePath == "" {
+	if redisURL == "" && *storePath == "" {
 		dir := envOr("HUB_DATA_DIR", "")
 		if dir == "" {
 			home, err := os.UserHomeDir()
@@ -198,14 +213,35 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	if !isLoopback(*listen) && *tlsCert == "" && !*behindProxy {
 		return fail("listening on non-loopback %s needs --tls-cert/--tls-key or --behind-proxy", *listen)
 	}
-	st, err := boltstore.Open(*storePath)
-	if err != nil {
-		return fail("%v", err)
+	var st Store
+	var feed *redisstore.Store
+	if redisURL != "" {
+		openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rs, err := redisstore.Open(openCtx, redisURL)
+		cancel()
+		if err != nil {
+			return fail("%v", err)
+		}
+		st, feed = rs, rs
+	} else {
+		bs, err := boltstore.Open(*storePath)
+		if err != nil {
+			return fail("%v", err)
+		}
+		st = bs
 	}
 	defer st.Close()
 	h, err := New(cfg, st)
 	if err != nil {
 		return fail("%v", err)
+	}
+	if feed != nil {
+		// Another replica's changes wake this replica's long polls and
+		// waiting clients at once instead of at the next poll tick.
+		feedCtx, stopFeed := context.WithCancel(ctx)
+		feedDone := make(chan struct{})
+		go func() { defer close(feedDone); _ = feed.WatchChanges(feedCtx, h.Notify) }()
+		defer func() { stopFeed(); <-feedDone }()
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -244,6 +280,15 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	<-errc
 	return 0
 }
+
+func isRedisURL(s string) bool {
+	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://")
+}
+
+// Notify wakes every waiting request (lease polls, queued clients) to
+// re-read the store. The hub calls it itself after its own changes; a shared
+// store's change feed calls it for changes made by other replicas.
+func (h *Hub) Notify() { h.notify() }
 
 func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {
 	envOr := func(suffix, def string) string {
