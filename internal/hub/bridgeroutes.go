@@ -460,6 +460,7 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 				resp.Assignment.ExecutionKind = a.ExecutionKind
 			}
 			resp.ServerElapsedMs = time.Since(start).Milliseconds()
+			h.metrics.LeaseWait.WithLabelValues("assignment").Observe(time.Since(start).Seconds())
 			writeValue(w, http.StatusOK, resp)
 			return nil
 		}
@@ -467,6 +468,7 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 			break
 		}
 	}
+	h.metrics.LeaseWait.WithLabelValues("empty").Observe(time.Since(start).Seconds())
 	writeValue(w, http.StatusOK, bridge.LeaseResponse{ProtocolVersion: 1, ServerElapsedMs: time.Since(start).Milliseconds()})
 	return nil
 }

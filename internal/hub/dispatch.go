@@ -262,11 +262,13 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 	if err != nil {
 		return nil, err
 	}
+	h.metrics.Assignments.WithLabelValues("enqueued").Inc()
 	h.mu.Lock()
 	h.lastUsed[c.WorkerID] = time.Now()
 	h.mu.Unlock()
 	h.notify() // wake the worker's lease poll
 	st, err := h.await(ctx, a)
+	h.metrics.Assignments.WithLabelValues(assignmentState(st, err)).Inc()
 	if err != nil {
 		return nil, err
 	}
@@ -289,6 +291,21 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 		out.errCode, _ = c.(string)
 	}
 	return out, nil
+}
+
+// assignmentState names how an enqueued assignment ended, for codellm_hub_assignments_total.
+func assignmentState(st *store.Settlement, err error) string {
+	switch {
+	case err == nil && st != nil && (st.Status == bridge.StatusFulfilled || st.Status == bridge.StatusRejected):
+		return st.Status
+	case errors.Is(err, errReassign):
+		return "withdrawn"
+	case errors.Is(err, bridge.ErrAssignmentExpired):
+		return "expired"
+	case errors.Is(err, bridge.ErrWorkerOffline):
+		return "worker_offline"
+	}
+	return "failed"
 }
 
 // await waits for the settlement of a until its deadline (§7.3 step 4). A

@@ -21,6 +21,7 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/store"
+	"github.com/codellm/codellm/internal/metrics"
 )
 
 // Store is the hub's state interface (see package store).
@@ -118,6 +119,8 @@ type Hub struct {
 
 	closing   chan struct{}
 	closeOnce sync.Once
+
+	metrics *metrics.Hub
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -137,10 +140,48 @@ func New(cfg Config, st Store) (*Hub, error) {
 			return nil, errors.Join(ErrConfig, errors.New("client keys need a key and a valid tenantId"))
 		}
 	}
-	return &Hub{
+	h := &Hub{
 		cfg: cfg, store: st, changed: make(chan struct{}), lastUsed: map[string]time.Time{},
 		sessions: map[string]*session{}, queues: map[string][]*waiter{}, closing: make(chan struct{}),
-	}, nil
+	}
+	h.metrics = metrics.NewHub(h.onlineWorkers)
+	return h, nil
+}
+
+// Metrics returns the hub's metrics (served on GET /metrics behind the admin token).
+func (h *Hub) Metrics() *metrics.Hub { return h.metrics }
+
+// onlineWorkers counts online workers for a scrape. The store may be remote (Redis), so the read is
+// bounded; a failed read reports -1 rather than a plausible-looking 0.
+func (h *Hub) onlineWorkers() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	all, err := h.store.Workers(ctx)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, w := range all {
+		if w.Online {
+			n++
+		}
+	}
+	return float64(n)
+}
+
+// serveMetrics exposes the hub metrics to holders of the admin token only: worker counts and
+// assignment rates reveal tenant activity, and the hub is usually reachable by every worker.
+func (h *Hub) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		bridge.WriteError(w, errMethod)
+		return
+	}
+	if err := h.authAdmin(r); err != nil {
+		bridge.WriteError(w, err)
+		return
+	}
+	h.metrics.Handler().ServeHTTP(w, r)
 }
 
 // Close wakes every waiting request: lease polls answer empty and waiting
@@ -190,6 +231,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case path == "/healthz":
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+	case path == "/metrics":
+		h.serveMetrics(w, r)
 	case path == "/v1/exec":
 		h.handleExec(w, r)
 	case path == "/v1/chat/completions":

@@ -1,0 +1,98 @@
+package hub
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/codellm/codellm/internal/bridge"
+)
+
+// /metrics on the hub is for the operator only: without the admin token a scrape is refused, with it
+// the exposition counts the online worker, the assignment it ran and the lease that delivered it.
+func TestHubMetrics(t *testing.T) {
+	h := newTestHub(t, nil)
+	scrape := func(tok string) reply {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, h.srv.URL+"/metrics", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		return doHTTP(t, req)
+	}
+	if r := scrape(""); r.status != http.StatusUnauthorized {
+		t.Fatalf("anonymous scrape: %d %s", r.status, r.body)
+	}
+	if r := scrape(apiKey); r.status != http.StatusUnauthorized {
+		t.Fatalf("client-key scrape: %d %s", r.status, r.body)
+	}
+	r := scrape(adminToken)
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), "codellm_hub_workers_online 0\n") {
+		t.Fatalf("empty hub scrape: %d %s", r.status, r.body)
+	}
+
+	w := newWorker(t, h, "m-worker")
+	w.pair(h)
+	w.mustRegister()
+	stop := w.serve(func(a *bridge.Assignment) bridge.Settlement { return runnerReply(a, w.incarnation) })
+	res := h.client(t, "/v1/exec", `{"lang":"py","code":"print(1)"}`, nil)
+	stop()
+	if res.status != http.StatusOK {
+		t.Fatalf("exec: %d %s", res.status, res.body)
+	}
+	r = scrape(adminToken)
+	if r.status != http.StatusOK {
+		t.Fatalf("scrape: %d %s", r.status, r.body)
+	}
+	body := string(r.body)
+	for _, want := range []string{
+		"codellm_hub_workers_online 1\n",
+		`codellm_hub_assignments_total{state="enqueued"} 1` + "\n",
+		`codellm_hub_assignments_total{state="fulfilled"} 1` + "\n",
+		`codellm_hub_lease_wait_seconds_count{result="assignment"} 1` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	if r := doHTTP(t, mustReq(t, http.MethodPost, h.srv.URL+"/metrics", adminToken)); r.status != http.StatusMethodNotAllowed {
+		t.Errorf("POST /metrics: %d", r.status)
+	}
+}
+
+// A hub without an admin token has no operator, so its metrics stay closed (fail closed).
+func TestHubMetricsNoAdminToken(t *testing.T) {
+	h := newTestHub(t, func(c *Config) { c.AdminToken = ""; c.WorkerToken = "w"; c.AuthMode = AuthStatic })
+	r := doHTTP(t, mustReq(t, http.MethodGet, h.srv.URL+"/metrics", ""))
+	if r.status != http.StatusServiceUnavailable {
+		t.Fatalf("scrape without admin token configured: %d %s", r.status, r.body)
+	}
+}
+
+func TestAssignmentState(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{errReassign, "withdrawn"},
+		{bridge.ErrAssignmentExpired, "expired"},
+		{bridge.ErrWorkerOffline, "worker_offline"},
+		{errUnavailable("x"), "failed"},
+	} {
+		if got := assignmentState(nil, c.err); got != c.want {
+			t.Errorf("assignmentState(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}
+
+func mustReq(t *testing.T, method, url, tok string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return req
+}
