@@ -109,6 +109,10 @@ type BlockResult struct {
 	// PipeBuffer is the tap of the edge after this block (Tap only, intermediate blocks).
 	PipeBuffer    []byte
 	PipeTruncated bool
+
+	// Setup is how long the sandbox took to start the block, up to its program being exec'd (0 when it
+	// never started); it feeds codellm_sandbox_setup_seconds.
+	Setup time.Duration
 }
 
 // Error codes, as mapped by the server to 422 codes (cancelled: no reply).

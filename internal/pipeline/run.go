@@ -33,6 +33,7 @@ type block struct {
 
 	// coordinator state
 	started    bool
+	setup      time.Duration // how long sandbox Start took (it returns once the program is exec'd)
 	startErr   error
 	exited     bool
 	res        sandbox.Result
@@ -312,6 +313,7 @@ func (r *run) startBlocks() {
 		if envf == nil {
 			envf = DefaultEnv
 		}
+		setupStart := time.Now()
 		p, err := r.sb.Start(sandbox.Spec{
 			Path:   b.step.Path,
 			Args:   args,
@@ -335,6 +337,7 @@ func (r *run) startBlocks() {
 			return
 		}
 		b.started = true
+		b.setup = time.Since(setupStart)
 		b.proc.Store(p)
 		if i == r.n-1 {
 			// The program runs from inside Start, so the capture may overflow before the process is
@@ -619,7 +622,7 @@ func (r *run) result() *Result {
 	res := &Result{Blocks: make([]BlockResult, r.n)}
 	for i, b := range r.blocks {
 		br := BlockResult{Index: i, Lang: b.step.Lang, Program: b.step.Program, Outcome: b.outcome,
-			Stderr: b.errTail.bytes()}
+			Stderr: b.errTail.bytes(), Setup: b.setup}
 		if b.exited {
 			br.Duration, br.CPU, br.MaxRSS, br.Limit = b.res.Wall, b.res.CPU, b.res.MaxRSS, b.res.LimitDesc
 			if b.res.Signal != 0 {
