@@ -1,0 +1,193 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub"
+	"github.com/codellm/codellm/internal/hub/redisstore"
+)
+
+// replica is one in-process hub on the shared Redis keyspace.
+type replica struct {
+	h    *hub.Hub
+	srv  *httptest.Server
+	root string // http://addr
+	base string // http://addr/v1
+}
+
+// newReplica starts a hub over its own Store on prefix. With feed, the
+// store's change feed wakes the hub (as RunCLI wires it).
+func newReplica(t *testing.T, prefix string, feed bool, mod func(*hub.Config)) *replica {
+	t.Helper()
+	st, err := redisstore.Open(context.Background(), needRedis(t), redisstore.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A poll interval far beyond every deadline in these tests: whatever
+	// reaches a replica in time got there through the change feed.
+	cfg := hub.Config{AdminToken: adminToken, ClientKeys: []hub.ClientKey{{Key: apiKey, TenantID: "default"}}, PollInterval: time.Minute}
+	if mod != nil {
+		mod(&cfg)
+	}
+	h, err := hub.New(cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	if feed {
+		go func() { defer close(done); _ = st.WatchChanges(ctx, h.Notify) }()
+	} else {
+		close(done)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		h.Close()
+		srv.Close()
+		cancel()
+		<-done
+		_ = st.Close()
+	})
+	return &replica{h: h, srv: srv, root: srv.URL, base: srv.URL + "/v1"}
+}
+
+// A worker long-polling on replica A executes work submitted to replica B
+// at once: the client's deadline (2 s) is far shorter than the lease wait
+// (20 s) and the poll interval (1 min), so only the change feed can deliver
+// it in time. Without the feed the same request expires — the differential.
+func TestCrossReplicaWake(t *testing.T) {
+	for _, feed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("feed=%v", feed), func(t *testing.T) {
+			prefix := freshPrefix()
+			short := func(c *hub.Config) { c.ExecTimeout = 2 * time.Second }
+			a := newReplica(t, prefix, feed, short)
+			b := newReplica(t, prefix, feed, short)
+			w := newSigWorker(t, "wake-vm", a.base)
+			defer w.close()
+			w.pair(b.base)
+			if r := w.register(context.Background()); r.status != 200 {
+				t.Fatalf("register: %d %s", r.status, r.body)
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			leased := make(chan *bridge.Assignment, 1)
+			go func() {
+				// One long poll on A; it answers when work arrives or at 20 s.
+				r, as := w.lease(ctx, 20000)
+				if r.status != 200 && ctx.Err() == nil {
+					t.Errorf("lease: %d %s", r.status, r.body)
+				}
+				leased <- as
+			}()
+			// Let the poll start and block on A before submitting on B.
+			time.Sleep(200 * time.Millisecond)
+			type result struct {
+				out string
+				r   reply
+			}
+			res := make(chan result, 1)
+			go func() { out, r := execOn(ctx, b.root, "print('wake')"); res <- result{out, r} }()
+
+			if !feed {
+				got := <-res
+				if got.r.status == 200 {
+					t.Fatalf("without the change feed the work arrived anyway: %s", got.r.body)
+				}
+				cancel() // end the long poll
+				<-leased
+				return
+			}
+			as := <-leased
+			if as == nil {
+				t.Fatal("the long poll on A returned empty")
+			}
+			if r := w.ack(ctx, as); r.status != 200 {
+				t.Fatalf("ack: %d %s", r.status, r.body)
+			}
+			if r := w.settle(ctx, as); r.status != 200 {
+				t.Fatalf("settle: %d %s", r.status, r.body)
+			}
+			got := <-res
+			if got.r.status != 200 || got.out != "ran:print('wake')" {
+				t.Fatalf("exec on B: %d %s", got.r.status, got.r.body)
+			}
+		})
+	}
+}
+
+// 200 assignments through two replicas and three workers: every client
+// gets its own result and every assignment is leased and settled exactly
+// once.
+func TestConcurrentAssignments(t *testing.T) {
+	prefix := freshPrefix()
+	reps := []*replica{newReplica(t, prefix, true, nil), newReplica(t, prefix, true, nil)}
+
+	var mu sync.Mutex
+	settled := map[string]int{}
+	var stops []func()
+	for i := range 3 {
+		// Each worker polls one replica and falls back to the other.
+		w := newSigWorker(t, fmt.Sprintf("conc-%d", i), reps[i%2].base, reps[(i+1)%2].base)
+		defer w.close()
+		w.pair(reps[(i+1)%2].base)
+		stops = append(stops, w.serve(5000, func(a *bridge.Assignment, r reply) {
+			mu.Lock()
+			defer mu.Unlock()
+			if r.status != 200 {
+				t.Errorf("settle %s: %d %s", a.AssignmentID, r.status, r.body)
+				return
+			}
+			settled[a.AssignmentID]++
+		}))
+	}
+	defer func() {
+		for _, s := range stops {
+			s()
+		}
+	}()
+
+	const n, parallel = 200, 8
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				code := fmt.Sprintf("print(%d)", i)
+				out, r := execOn(ctx, reps[i%2].root, code)
+				if r.status != 200 || out != "ran:"+code {
+					t.Errorf("exec %d on replica %d: %d %s", i, i%2, r.status, r.body)
+				}
+			}
+		}()
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	for _, s := range stops {
+		s()
+	}
+	stops = nil
+	mu.Lock()
+	defer mu.Unlock()
+	if len(settled) != n {
+		t.Fatalf("%d assignments settled, want %d", len(settled), n)
+	}
+	for id, c := range settled {
+		if c != 1 {
+			t.Fatalf("assignment %s settled %d times", id, c)
+		}
+	}
+}
