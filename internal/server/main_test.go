@@ -17,5 +17,8 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		// The sandbox starts helpers from a few threads locked for the life of the process (parent-death
+		// signals follow the parent thread); those goroutines are permanent by design.
+		goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"),
 	)
 }

@@ -617,6 +617,9 @@ func (s *Server) observeRun(res *pipeline.Result, info engine.RunInfo, rl *reqLo
 		if reason := KillReason(b); reason != "" {
 			s.metrics.Kills.WithLabelValues(reason).Inc()
 		}
+		if b.Setup > 0 { // zero: the block never started, so there is no setup time to report
+			s.metrics.SandboxSetup.Observe(b.Setup.Seconds())
+		}
 	}
 }
 
