@@ -424,7 +424,7 @@ func workerRun(args []string, stderr io.Writer) int {
 	defer stop()
 	fmt.Fprintf(stderr, "codellm worker: %s running against %s (incarnation %s)\n", r.workerID, r.url, w.IncarnationID())
 	if err := w.Run(drain, hard); err != nil {
-		return worker.ExitCode(err)
+		return workerFail(stderr, err)
 	}
 	return 0
 }

@@ -279,7 +279,6 @@ func (w *Worker) Run(drain, hard context.Context) error {
 			continue
 		}
 		if f := fatal(err); f != nil {
-			w.logf("%v", f)
 			return f
 		}
 		if drain.Err() != nil || hard.Err() != nil {
@@ -453,6 +452,7 @@ func (w *Worker) register(ctx context.Context, heartbeat bool) error {
 		w.mu.Lock()
 		w.negotiated = true
 		w.mu.Unlock()
+		w.logf("registered incarnation %s (registration generation %d)", w.incarnation, rr.RegistrationGeneration)
 	} else {
 		rr, err = w.registerOnce(ctx, active)
 		if err != nil && statusOf(err) == http.StatusBadRequest && !capsEqual(active, w.compat) {
