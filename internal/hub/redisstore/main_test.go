@@ -24,6 +24,11 @@ func run(m *testing.M) int {
 			defer stop()
 		}
 	}
+	defer func() {
+		if binDir != "" {
+			_ = os.RemoveAll(binDir)
+		}
+	}()
 	// The server's reaper goroutine lives for the whole run.
 	ignore := goleak.IgnoreCurrent()
 	if code := m.Run(); code != 0 {
