@@ -13,7 +13,10 @@
 //     mechanism and how to fix it; native never downgrades silently.
 //   - besteffort: the same, minus what the host lacks; each missing
 //     mechanism is logged once and listed in Report.
-//   - off: a plain exec in its own process group. Explicit and warned about.
+//   - off: a plain exec in its own process group, confining nothing. Where
+//     cgroups work, a limit-less run cgroup still lets Kill reach daemonised
+//     descendants (atomic on v2, best effort on v1). Explicit and warned
+//     about.
 //
 // # The re-exec helper
 //
