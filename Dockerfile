@@ -1,0 +1,56 @@
+# syntax=docker/dockerfile:1
+#
+# codellm container image: a static Go binary on a slim Debian with the interpreters blocks run under.
+#
+#   docker build -t codellm .
+#   docker run --rm -p 8080:8080 -e CODELLM_API_KEY=<secret> \
+#     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+#     --security-opt systempaths=unconfined --cgroupns=private codellm
+#
+# The native sandbox creates user, PID, mount and network namespaces, mounts a fresh /proc and tmpfs and
+# pivot_roots inside them. Docker's default seccomp profile refuses unshare/clone with namespace flags to
+# a process without CAP_SYS_ADMIN, its default AppArmor profile refuses mount, and its masked /proc paths
+# make the kernel refuse the fresh /proc mount; hence the three --security-opt above (none of them adds a
+# capability or makes the container privileged). Per-run cgroup limits additionally need a writable
+# cgroup, which Docker gives only to privileged containers: without one, native mode refuses to run code
+# (fail closed; /readyz is 503). Then choose explicitly: run codellm on the host under systemd
+# (deploy/systemd), or pass -e CODELLM_SANDBOX=besteffort, which logs every missing mechanism and leaves
+# the container's own limits as the bound of all runs together. `docker run … codellm doctor` prints
+# what the container provides. Details: docs/operator.md, "Containers".
+
+ARG GO_VERSION=1.26
+
+FROM golang:${GO_VERSION}-trixie AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/codellm ./cmd/codellm
+
+FROM debian:trixie-slim AS runtime
+# Interpreters for code blocks (python3, node, perl, bash) and ripgrep for the workspace search tool.
+# Nothing else: no compiler, no curl, no shell tools beyond what bash and coreutils bring.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 nodejs perl bash ripgrep ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+# A fixed non-root uid so Kubernetes runAsNonRoot can verify it and volumes can be chowned to it.
+RUN groupadd --system --gid 10001 codellm \
+ && useradd --system --uid 10001 --gid codellm --home-dir /var/lib/codellm --create-home --shell /usr/sbin/nologin codellm \
+ && install -d -o codellm -g codellm -m 0700 /var/lib/codellm/work
+COPY --from=build /out/codellm /usr/local/bin/codellm
+USER 10001:10001
+WORKDIR /var/lib/codellm
+# A container is reached from outside its loopback, so listen on all interfaces; serve then refuses to
+# start without CODELLM_API_KEY (or --client-ca, or an explicit --insecure-public).
+ENV CODELLM_LISTEN=0.0.0.0:8080 \
+    CODELLM_WORK_DIR=/var/lib/codellm/work \
+    CODELLM_LOG_FORMAT=json
+EXPOSE 8080
+# /readyz is 200 only when the sandbox self-test and the interpreter checks pass. bash's /dev/tcp keeps
+# the image free of an HTTP client.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8080 && printf 'GET /readyz HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && head -n1 <&3 | grep -q ' 200 '"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/codellm"]
+CMD ["serve"]
