@@ -165,7 +165,10 @@ func TestAmbiguousAck(t *testing.T) {
 // Static-token mode (development): the worker authenticates with the shared bearer token; a wrong token is
 // refused and the worker exits 3.
 func TestStaticMode(t *testing.T) {
-	h := newTestHub(t, func(c *hub.Config) { c.AuthMode = hub.AuthStatic; c.WorkerToken = "static-worker-token-0123456789abcdef" })
+	h := newTestHub(t, func(c *hub.Config) {
+		c.AuthMode = hub.AuthStatic
+		c.WorkerToken = "static-worker-token-0123456789abcdef"
+	})
 	cfg := Config{BaseURL: h.base, WorkerID: "dev", StaticToken: "static-worker-token-0123456789abcdef",
 		Supervisor: newEmbedded(t, false), Runtimes: []string{"python"}, Timing: fastTiming}
 	r := start(t, cfg)
