@@ -78,3 +78,22 @@ func TestVectors(t *testing.T) {
 	}
 	_ = http.StatusOK
 }
+
+// The first stop request drains: no new lease, but the running assignment still completes and settles.
+func TestDrainFinishesRunningAssignment(t *testing.T) {
+	h := newTestHub(t, nil)
+	id, path := h.pair(t, "drain")
+	r := start(t, baseConfig(h, id, path, newEmbedded(t, false)))
+	h.waitReady(t, "drain")
+	got := make(chan reply, 1)
+	go func() { got <- h.exec(t, "bash", "sleep 2; echo finished", nil) }()
+	time.Sleep(700 * time.Millisecond)
+	r.drain()
+	rep := <-got
+	if m := decodeExec(t, rep); rep.status != 200 || m["stdout"] != "finished\n" {
+		t.Fatalf("drained assignment: %d %s", rep.status, rep.body)
+	}
+	if err := r.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+}
