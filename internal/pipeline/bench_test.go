@@ -101,3 +101,66 @@ func BenchmarkTappedCat(b *testing.B) {
 		}
 	})
 }
+
+// edgeBytes is large enough that the fixed cost of a run (workdirs, sandbox starts) does not dominate.
+const edgeBytes = 256 << 20
+
+// BenchmarkPipelineEdges is BenchmarkPipelineCat with the last block discarding its input, against
+// BenchmarkShellEdges: it measures the edges between blocks (plain OS pipes) without the capture of a
+// large stdout, which production caps at 1 MiB anyway.
+func BenchmarkPipelineEdges(b *testing.B) {
+	bash := lookProgram("bash")
+	if bash == "" {
+		b.Skip("bash not installed")
+	}
+	in := bytes.Repeat([]byte("0123456789abcdef"), edgeBytes/16)
+	cat := Step{Lang: "bash", Program: "bash", Path: bash, Args: []string{"bash"}, Ext: ".sh", Code: "exec cat"}
+	sink := cat
+	sink.Code = "exec cat >/dev/null"
+	benchModes(b, func(b *testing.B, cfg Config) {
+		b.SetBytes(edgeBytes)
+		for b.Loop() {
+			res := Run(context.Background(), cfg, Request{Steps: []Step{cat, cat, sink}, Stdin: in, Timeout: time.Minute})
+			if res.Err != nil {
+				b.Fatal(res.Err)
+			}
+		}
+	})
+}
+
+// BenchmarkShellEdges is the baseline for BenchmarkPipelineEdges.
+func BenchmarkShellEdges(b *testing.B) {
+	bash := lookProgram("bash")
+	if bash == "" {
+		b.Skip("bash not installed")
+	}
+	in := bytes.Repeat([]byte("0123456789abcdef"), edgeBytes/16)
+	b.SetBytes(edgeBytes)
+	for b.Loop() {
+		cmd := exec.Command(bash, "-c", "cat|cat|cat >/dev/null")
+		cmd.Stdin, cmd.Stderr = bytes.NewReader(in), os.Stderr
+		if err := cmd.Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkShellInBlock runs `cat|cat|cat >/dev/null` as ONE block: the shell's own pipeline inside the
+// same sandbox, cgroup and stdin feed as BenchmarkPipelineEdges. The ratio of the two is the cost of the
+// pipeline's edges alone; the ratio to BenchmarkShellEdges adds what the sandbox costs.
+func BenchmarkShellInBlock(b *testing.B) {
+	bash := lookProgram("bash")
+	if bash == "" {
+		b.Skip("bash not installed")
+	}
+	in := bytes.Repeat([]byte("0123456789abcdef"), edgeBytes/16)
+	shell := Step{Lang: "bash", Program: "bash", Path: bash, Args: []string{"bash"}, Ext: ".sh", Code: "cat|cat|cat >/dev/null"}
+	benchModes(b, func(b *testing.B, cfg Config) {
+		b.SetBytes(edgeBytes)
+		for b.Loop() {
+			if res := Run(context.Background(), cfg, Request{Steps: []Step{shell}, Stdin: in, Timeout: time.Minute}); res.Err != nil {
+				b.Fatal(res.Err)
+			}
+		}
+	})
+}
