@@ -60,6 +60,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	var runnerSessions int
 	fs.DurationVar(&runnerTTL, "runner-session-ttl", 30*time.Minute, "idle time after which a runner API session (X-Runtime-Session-Id) is deleted")
 	fs.IntVar(&runnerSessions, "runner-max-sessions", 64, "maximum live runner API sessions")
+	var runnerWorkspace byteSize
+	fs.Var(&runnerWorkspace, "runner-workspace-size", "make each runner API workspace a tmpfs of this size (root only; 0: plain directories bounded per file)")
 	set, code := parse(fs, args, nil)
 	if code >= 0 {
 		return code
@@ -101,6 +103,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		MaxBodyBytes:   int64(maxBody),
 		SessionTTL:     runnerTTL,
 		MaxSessions:    runnerSessions,
+		WorkspaceSize:  int64(runnerWorkspace),
 		Logger:         log,
 	})
 	if err != nil {
