@@ -21,6 +21,11 @@ type PipelineResult struct {
 	CodellmMiB float64 `json:"codellm_mib_s"`
 	BashMiB    float64 `json:"bash_mib_s"`
 	Ratio      float64 `json:"ratio"`
+	// CPU seconds of the best rep of each side (user+sys of every block / of bash and its children), and
+	// bash's over codellm's: the share of the gap that is work rather than waiting for a core.
+	CodellmCPU float64 `json:"codellm_cpu_s"`
+	BashCPU    float64 `json:"bash_cpu_s"`
+	CPURatio   float64 `json:"cpu_ratio"`
 }
 
 // measurePipeline moves n bytes from a generator block through three `cat` blocks into a counting block,
@@ -39,7 +44,7 @@ func measurePipeline(cfg pipeline.Config, n int64, reps int, logf func(string, .
 	steps := []pipeline.Step{step(gen), step("exec cat"), step("exec cat"), step("exec cat"), step("exec wc -c")}
 	want := strconv.FormatInt(n, 10)
 
-	var bestC, bestB time.Duration
+	var bestC, bestB, cpuC, cpuB time.Duration
 	for i := range reps {
 		t0 := time.Now()
 		res := pipeline.Run(context.Background(), cfg, pipeline.Request{Steps: steps, Timeout: 5 * time.Minute})
@@ -61,11 +66,16 @@ func measurePipeline(cfg pipeline.Config, n int64, reps int, logf func(string, .
 		if got := string(bytes.TrimSpace(out)); got != want {
 			return nil, fmt.Errorf("pipeline: bash moved %s bytes, want %s", got, want)
 		}
+		var cc time.Duration
+		for _, b := range res.Blocks {
+			cc += b.CPU
+		}
+		cb := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 		if i == 0 || dc < bestC {
-			bestC = dc
+			bestC, cpuC = dc, cc
 		}
 		if i == 0 || db < bestB {
-			bestB = db
+			bestB, cpuB = db, cb
 		}
 		logf("pipeline: rep %d/%d codellm %v bash %v", i+1, reps, dc.Round(time.Millisecond), db.Round(time.Millisecond))
 	}
@@ -73,5 +83,7 @@ func measurePipeline(cfg pipeline.Config, n int64, reps int, logf func(string, .
 	r := &PipelineResult{Bytes: n, Reps: reps,
 		CodellmMiB: round3(mib / bestC.Seconds()), BashMiB: round3(mib / bestB.Seconds())}
 	r.Ratio = ratio(r.CodellmMiB, r.BashMiB)
+	r.CodellmCPU, r.BashCPU = round3(cpuC.Seconds()), round3(cpuB.Seconds())
+	r.CPURatio = ratio(r.BashCPU, r.CodellmCPU)
 	return r, nil
 }

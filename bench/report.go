@@ -98,10 +98,10 @@ func markdown(r *Results) string {
 	}
 	if p := r.Pipeline; p != nil {
 		fmt.Fprintf(&b, "### 3. Pipeline throughput (%d MiB through three `cat` blocks, best of %d)\n\n", p.Bytes>>20, p.Reps)
-		b.WriteString("| variant | MiB/s |\n|---|---:|\n")
-		fmt.Fprintf(&b, "| codellm: `head -c` → cat → cat → cat → `wc -c`, 5 sandboxed blocks | %.0f |\n", p.CodellmMiB)
-		fmt.Fprintf(&b, "| `bash -c 'head -c … \\| cat \\| cat \\| cat \\| wc -c'` | %.0f |\n", p.BashMiB)
-		fmt.Fprintf(&b, "| ratio | %.3f |\n\n", p.Ratio)
+		b.WriteString("| variant | MiB/s | CPU s |\n|---|---:|---:|\n")
+		fmt.Fprintf(&b, "| codellm: `head -c` → cat → cat → cat → `wc -c`, 5 sandboxed blocks | %.0f | %.3f |\n", p.CodellmMiB, p.CodellmCPU)
+		fmt.Fprintf(&b, "| `bash -c 'head -c … \\| cat \\| cat \\| cat \\| wc -c'` | %.0f | %.3f |\n", p.BashMiB, p.BashCPU)
+		fmt.Fprintf(&b, "| ratio (codellm/bash throughput; bash/codellm CPU) | %.3f | %.3f |\n\n", p.Ratio, p.CPURatio)
 	}
 	if r.Python != nil || r.Node != nil {
 		b.WriteString("### 4. Interpreter latency (empty program; one-block pipeline vs bare interpreter)\n\n")
