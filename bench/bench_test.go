@@ -11,6 +11,7 @@ import (
 
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/sandbox/seccomp"
 	"go.uber.org/goleak"
 )
 
@@ -211,4 +212,16 @@ func TestProcCPUGrowsWithWork(t *testing.T) {
 		}
 	}
 	t.Error("procCPU never grew while this process was busy")
+}
+
+// BenchmarkSeccompProgram is the cost of assembling the sandbox's seccomp filter, which the helper does
+// once per block before exec (a candidate for building once in the server and handing the raw program
+// over with the spec).
+func BenchmarkSeccompProgram(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := seccomp.Program(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
