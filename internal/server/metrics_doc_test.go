@@ -1,0 +1,136 @@
+package server_test
+
+import (
+	"bufio"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// documentedMetric is one row of the metrics tables in docs/operator.md.
+type documentedMetric struct {
+	name, typ string
+	labels    []string
+}
+
+var docRow = regexp.MustCompile("^\\| `(codellm_[a-z0-9_]+)` \\| (counter|gauge|histogram|summary) \\| ([^|]*) \\|")
+
+// documentedMetrics parses the metric tables of docs/operator.md, so that the operator's list and the
+// exposition cannot drift apart.
+func documentedMetrics(t *testing.T) []documentedMetric {
+	t.Helper()
+	f, err := os.Open("../../docs/operator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []documentedMetric
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := docRow.FindStringSubmatch(sc.Text())
+		if m == nil {
+			if strings.HasPrefix(sc.Text(), "| `codellm_") {
+				t.Fatalf("docs/operator.md: metric row not in the form | `name` | type | labels | meaning |: %q", sc.Text())
+			}
+			continue
+		}
+		d := documentedMetric{name: m[1], typ: m[2]}
+		for _, l := range strings.Split(m[3], ",") {
+			if l = strings.Trim(strings.TrimSpace(l), "`"); l != "" && l != "—" {
+				d.labels = append(d.labels, l)
+			}
+		}
+		out = append(out, d)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// exposition indexes a Prometheus text exposition: TYPE per family and the label names seen per family.
+func exposition(body string) (types map[string]string, labels map[string][]string) {
+	types, labels = map[string]string{}, map[string][]string{}
+	sample := regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})? `)
+	label := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
+	for _, line := range strings.Split(body, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			types[f[2]] = f[3]
+			continue
+		}
+		m := sample.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		family := m[1]
+		for _, suf := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(family, suf); ok && types[base] == "histogram" {
+				family = base
+			}
+		}
+		for _, l := range label.FindAllStringSubmatch(m[2], -1) {
+			if l[1] != "le" && !slices.Contains(labels[family], l[1]) {
+				labels[family] = append(labels[family], l[1])
+			}
+		}
+	}
+	return types, labels
+}
+
+// After a real run, /metrics exposes every service metric docs/operator.md lists, with the documented
+// type and labels, and exposes no codellm_ metric the document does not list. The hub's table is checked
+// the same way by the hub's tests.
+func TestDocumentedMetricsExposed(t *testing.T) {
+	docs := documentedMetrics(t)
+	var service []documentedMetric
+	for _, d := range docs {
+		if !strings.HasPrefix(d.name, "codellm_hub_") {
+			service = append(service, d)
+		}
+	}
+	if len(service) < 8 {
+		t.Fatalf("docs/operator.md lists %d service metrics; the contract (§1.3) names 8", len(service))
+	}
+
+	ts := startServer(t, options{})
+	status, _, body := ts.post(t, "/v1/chat/completions", chat(block("bash", "echo '{\"answer\":\"ok\"}'")))
+	if status != 200 {
+		t.Fatalf("chat: %d %s", status, body)
+	}
+	status, _, body = ts.get(t, "/metrics")
+	if status != 200 {
+		t.Fatalf("/metrics: %d %s", status, body)
+	}
+	types, labels := exposition(string(body))
+	for _, d := range service {
+		if got := types[d.name]; got != d.typ {
+			t.Errorf("%s: exposed as %q, documented as %q", d.name, got, d.typ)
+			continue
+		}
+		got := slices.Clone(labels[d.name])
+		want := slices.Clone(d.labels)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: labels %v exposed, %v documented", d.name, got, want)
+		}
+	}
+	for name := range types {
+		if strings.HasPrefix(name, "codellm_") && !slices.ContainsFunc(service, func(d documentedMetric) bool { return d.name == name }) {
+			t.Errorf("%s is exposed but not documented in docs/operator.md", name)
+		}
+	}
+	// The run was observed, not just registered: one block, one setup time, one run duration.
+	for _, want := range []string{
+		"codellm_sandbox_setup_seconds_count 1\n",
+		"codellm_run_blocks_count 1\n",
+		`codellm_run_duration_seconds_count{outcome="ok"} 1` + "\n",
+		`codellm_http_requests_total{code="",route="chat",status="200"} 1` + "\n",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics after one run lacks %q:\n%s", want, grepLines(string(body), "codellm_"))
+		}
+	}
+}
