@@ -56,11 +56,19 @@ type hubProc struct {
 	done chan struct{}
 }
 
-func startHub(t *testing.T, storeURL string) *hubProc {
+// startHub starts `codellm hub serve` on storeURL, given as --store or,
+// with viaEnv, as CODELLM_HUB_STORE=redis and CODELLM_HUB_REDIS_URL.
+func startHub(t *testing.T, storeURL string, viaEnv bool) *hubProc {
 	t.Helper()
-	cmd := exec.Command(codellmBinary(t), "hub", "serve", "--listen", "127.0.0.1:0", "--admin-token", adminToken,
-		"--api-key", apiKey, "--store", storeURL)
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	args := []string{"hub", "serve", "--listen", "127.0.0.1:0", "--admin-token", adminToken, "--api-key", apiKey}
+	env := append(os.Environ(), "HOME="+t.TempDir())
+	if viaEnv {
+		env = append(env, "CODELLM_HUB_STORE=redis", "CODELLM_HUB_REDIS_URL="+storeURL)
+	} else {
+		args = append(args, "--store", storeURL)
+	}
+	cmd := exec.Command(codellmBinary(t), args...)
+	cmd.Env = env
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +145,7 @@ func storeDB(t *testing.T, db int) string {
 // on B, B is killed, and its settlement lands on a fresh replica A'.
 func TestHubProcessesFailover(t *testing.T) {
 	storeURL := storeDB(t, 3)
-	a, b := startHub(t, storeURL), startHub(t, storeURL)
+	a, b := startHub(t, storeURL, false), startHub(t, storeURL, false)
 	w := newSigWorker(t, "failover-vm", a.root+"/v1", b.root+"/v1")
 	defer w.close()
 	w.pair(b.root + "/v1")
@@ -204,7 +212,7 @@ func TestHubProcessesFailover(t *testing.T) {
 	nothingMore()
 
 	// 2. Killed while the worker holds an assignment.
-	a2 := startHub(t, storeURL)
+	a2 := startHub(t, storeURL, true)
 	w.mu.Lock()
 	w.bases[0] = a2.root + "/v1"
 	w.mu.Unlock()
