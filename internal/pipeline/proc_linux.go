@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
 
 // pfExiting is the kernel's PF_EXITING task flag: set at the very start of exit, before the task's
@@ -34,4 +36,13 @@ func processEnded(pid int) bool {
 	}
 	flags, err := strconv.ParseUint(string(f[6]), 10, 64)
 	return err == nil && flags&pfExiting != 0
+}
+
+// growPipe asks the kernel for a pipe buffer of at least size bytes, best effort (the kernel caps it at
+// /proc/sys/fs/pipe-max-size, and an unprivileged user over pipe-user-pages-soft keeps the default).
+// Used for the pipe codellm itself reads the last stdout from: every refill of that pipe is a wakeup of a
+// sandboxed writer, which costs far more than the copy, so a buffer the size of the cap lets a block
+// write its whole captured output in one go.
+func growPipe(f *os.File, size int) {
+	_, _ = unix.FcntlInt(f.Fd(), unix.F_SETPIPE_SZ, size)
 }

@@ -244,6 +244,7 @@ func (r *run) preparePipes() (err error) {
 	if err != nil {
 		return err
 	}
+	growPipe(r.blocks[r.n-1].stdout, int(min(r.cfg.MaxOutputBytes+1, maxCapturePipe)))
 	// The children's ends must be in blocking mode (the Go runtime opens pipes non-blocking, and a
 	// program handed a non-blocking stdout fails with EAGAIN); Fd() switches them.
 	for _, b := range r.blocks {
@@ -255,6 +256,10 @@ func (r *run) preparePipes() (err error) {
 	}
 	return nil
 }
+
+// maxCapturePipe bounds the buffer asked for the captured-stdout pipe (see growPipe): one per run, so even
+// many concurrent runs stay far below the kernel's per-user pipe budget.
+const maxCapturePipe = 1 << 20
 
 // startIO starts the parent-side goroutines in the same order preparePipes appended r.parent.
 func (r *run) startIO() {
