@@ -1,7 +1,10 @@
 package hub
 
 import (
+	"bufio"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -55,6 +58,7 @@ func TestHubMetrics(t *testing.T) {
 			t.Errorf("scrape lacks %q", want)
 		}
 	}
+	checkDocumented(t, body)
 	if r := doHTTP(t, mustReq(t, http.MethodPost, h.srv.URL+"/metrics", adminToken)); r.status != http.StatusMethodNotAllowed {
 		t.Errorf("POST /metrics: %d", r.status)
 	}
@@ -95,4 +99,48 @@ func mustReq(t *testing.T, method, url, tok string) *http.Request {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	return req
+}
+
+// checkDocumented compares the hub rows of docs/operator.md's metric tables with a live exposition:
+// every documented hub metric is exposed with its type and labels, and nothing named codellm_ is
+// exposed undocumented.
+func checkDocumented(t *testing.T, body string) {
+	t.Helper()
+	f, err := os.Open("../../docs/operator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	row := regexp.MustCompile("^\\| `(codellm_hub_[a-z0-9_]+)` \\| (counter|gauge|histogram) \\| ([^|]*) \\|")
+	documented := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := row.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		name, typ := m[1], m[2]
+		documented[name] = true
+		if !strings.Contains(body, "# TYPE "+name+" "+typ+"\n") {
+			t.Errorf("%s is documented as a %s but not exposed as one", name, typ)
+		}
+		for _, l := range strings.Split(m[3], ",") {
+			l = strings.Trim(strings.TrimSpace(l), "`")
+			if l == "" || l == "—" {
+				continue
+			}
+			series := regexp.MustCompile("(?m)^" + regexp.QuoteMeta(name) + `(_bucket|_sum|_count)?\{([^}]*,)?` + l + `="`)
+			if !series.MatchString(body) {
+				t.Errorf("%s: documented label %q not exposed", name, l)
+			}
+		}
+	}
+	if len(documented) < 3 {
+		t.Fatalf("docs/operator.md documents %d hub metrics, want online workers, assignments and lease wait", len(documented))
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[1] == "TYPE" && strings.HasPrefix(f[2], "codellm_") && !documented[f[2]] {
+			t.Errorf("%s is exposed by the hub but not documented in docs/operator.md", f[2])
+		}
+	}
 }
