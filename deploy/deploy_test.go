@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -520,4 +521,27 @@ func verify(t *testing.T, paths ...string) string {
 		t.Fatalf("systemd-analyze verify: %v", err)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// ---- operator docs -------------------------------------------------------------------------------
+
+// The guides shipped with the deployment artefacts link to files that exist (relative links only).
+func TestDocsLinksResolve(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
+	for _, doc := range []string{"operator.md", "role-authors.md", "fleet.md", "librechat.md"} {
+		path := filepath.Join("..", "docs", doc)
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(raw), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(path), target)); err != nil {
+				t.Errorf("%s links to %s: %v", doc, target, err)
+			}
+		}
+	}
 }
