@@ -127,13 +127,29 @@ func TestEndpointSupervisor(t *testing.T) {
 		t.Fatalf("same session: %d %s", rep.status, rep.body)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	want := "/s/" + bridge.EscapeWorkerID(sid) + "/api/v2/execute " + sid
 	if len(seen) != 2 || seen[0] != want || seen[1] != want {
 		t.Fatalf("runner saw %q, want %q twice", seen, want)
 	}
-	if err := r.stop(t); err != nil {
-		t.Fatal(err)
+	mu.Unlock()
+
+	// E30: the runner's session becomes dirty behind the worker's back (a run killed at its
+	// run_timeout); the next assignment for it gets 409 session_workspace_dirty, which is not
+	// known-clean: the worker quarantines the session, sends no settlement and exits 5.
+	dirty, _ := http.NewRequest(http.MethodPost, rs.URL+"/s/"+bridge.EscapeWorkerID(sid)+"/api/v2/execute",
+		strings.NewReader(`{"language":"bash","version":"*","files":[{"content":"sleep 5"}],"run_timeout":200}`))
+	dirty.Header.Set("Content-Type", "application/json")
+	dirty.Header.Set("X-Runtime-Session-Id", sid)
+	if rep := doHTTP(t, dirty); rep.status != 200 || !strings.Contains(string(rep.body), `"status":"TO"`) {
+		t.Fatalf("dirtying run: %d %s", rep.status, rep.body)
+	}
+	b, _ = json.Marshal(map[string]string{"lang": "py", "code": "print(2)", "session_id": sid})
+	rep = h.client(t, context.Background(), "/v1/exec", string(b), map[string]string{"X-Codellm-Timeout-Ms": "2000"})
+	if rep.status != 504 {
+		t.Fatalf("exec in a dirty session: %d %s", rep.status, rep.body)
+	}
+	if err := r.wait(t, 10*time.Second); ExitCode(err) != ExitQuarantined || !strings.Contains(err.Error(), "session_workspace_dirty") {
+		t.Fatalf("worker after a dirty session: exit %d (%v)", ExitCode(err), err)
 	}
 }
 
