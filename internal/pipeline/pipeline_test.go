@@ -708,13 +708,8 @@ print(json.dumps({
 			t.Errorf("host workdir mode %o, want 700", hostMode)
 		}
 		if got.Mode != "0o700" {
-			// §5.1 asks for 0700 as the program sees it; in native mode that is the sandbox's private
-			// tmpfs, whose mode the sandbox chooses.
-			if h.mode == sandbox.ModeOff {
-				t.Errorf("workdir mode %s inside the block, want 0o700", got.Mode)
-			} else {
-				t.Logf("KNOWN GAP (sandbox): workdir mode %s inside the block, §5.1 wants 0o700", got.Mode)
-			}
+			// §5.1 asks for 0700 as the program sees it; in native mode that is the sandbox's private tmpfs.
+			t.Errorf("workdir mode %s inside the block, want 0o700", got.Mode)
 		}
 		if fmt.Sprint(got.Listing) != "[input.json run.py tmp]" || len(got.Tmp) != 0 {
 			t.Errorf("listing %v tmp %v mode %s", got.Listing, got.Tmp, got.Mode)

@@ -43,6 +43,10 @@ func apiError(err error, retryAfter time.Duration) *openai.Error {
 	case errors.As(err, &su):
 		return openai.NewError(http.StatusUnprocessableEntity, "sandbox_unavailable", "%s", su.Error())
 	case errors.As(err, &pe):
+		if pe.Code == pipeline.CodeInvalid {
+			// The engine built a pipeline the pipeline refuses: a codellm bug, not the caller's.
+			return openai.NewError(http.StatusInternalServerError, "internal_error", "internal error")
+		}
 		return openai.NewError(http.StatusUnprocessableEntity, pe.Code, "%s", pe.Message)
 	case errors.As(err, &bo):
 		return openai.NewError(http.StatusUnprocessableEntity, "bad_output", "%s", bo.Error())

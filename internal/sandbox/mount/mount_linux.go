@@ -218,7 +218,7 @@ func setupWorkdir(r string, o Options) error {
 		}
 		return remount(dst, unix.MS_NOSUID|unix.MS_NODEV)
 	}
-	if err := mountTmpfs(dst, o.TmpSize, "0755"); err != nil {
+	if err := mountTmpfs(dst, o.TmpSize, "0700"); err != nil {
 		return fmt.Errorf("mount workdir tmpfs: %w", err)
 	}
 	if err := copyTree(o.DirFD, dst, 0); err != nil {
