@@ -89,7 +89,7 @@ func TestAssignmentState(t *testing.T) {
 	}
 }
 
-func mustReq(t *testing.T, method, url, tok string) *http.Request {
+func mustReq(t testing.TB, method, url, tok string) *http.Request {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
@@ -141,6 +141,23 @@ func checkDocumented(t *testing.T, body string) {
 	for _, line := range strings.Split(body, "\n") {
 		if f := strings.Fields(line); len(f) == 4 && f[1] == "TYPE" && strings.HasPrefix(f[2], "codellm_") && !documented[f[2]] {
 			t.Errorf("%s is exposed by the hub but not documented in docs/operator.md", f[2])
+		}
+	}
+}
+
+// BenchmarkHubMetricsScrape is the cost of one /metrics scrape of a hub with ten online workers on the
+// embedded store (the online count is read from the store at scrape time).
+func BenchmarkHubMetricsScrape(b *testing.B) {
+	h := newTestHub(b, nil)
+	for i := range 10 {
+		w := newWorker(b, h, "bench-"+string(rune('a'+i)))
+		w.pair(h)
+		w.mustRegister()
+	}
+	req := mustReq(b, http.MethodGet, h.srv.URL+"/metrics", adminToken)
+	for b.Loop() {
+		if r := doHTTP(b, req); r.status != http.StatusOK || !strings.Contains(string(r.body), "codellm_hub_workers_online 10\n") {
+			b.Fatalf("scrape: %d", r.status)
 		}
 	}
 }
