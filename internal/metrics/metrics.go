@@ -46,7 +46,9 @@ func NewService(inFlight func() float64) *Service {
 		SandboxSetup: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "codellm_sandbox_setup_seconds",
 			Help:    "Time from starting a block's sandbox until its program was exec'd.",
-			Buckets: []float64{.0005, .001, .002, .003, .005, .01, .025, .05, .1, .5},
+			// From sub-millisecond (bare metal, cgroup v2) to the 50–500 ms measured on a small VM with cgroup
+			// v1, so that both ends keep resolution.
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .2, .3, .5, 1, 2.5},
 		}),
 		RunBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "codellm_run_blocks",
