@@ -44,8 +44,8 @@ func NewService(inFlight func() float64) *Service {
 			Buckets: []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"outcome"}),
 		SandboxSetup: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "codellm_sandbox_setup_seconds",
-			Help:    "Time from starting a block's sandbox until its program was exec'd.",
+			Name: "codellm_sandbox_setup_seconds",
+			Help: "Time from starting a block's sandbox until its program was exec'd.",
 			// From sub-millisecond (bare metal, cgroup v2) to the 50–500 ms measured on a small VM with cgroup
 			// v1, so that both ends keep resolution.
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .2, .3, .5, 1, 2.5},
