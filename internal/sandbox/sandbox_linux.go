@@ -5,7 +5,6 @@ package sandbox
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/sandbox/cgroup"
+	"github.com/codellm/codellm/internal/sandbox/hook"
 	"github.com/codellm/codellm/internal/sandbox/landlock"
 	"github.com/codellm/codellm/internal/sandbox/seccomp"
 	"golang.org/x/sys/unix"
@@ -449,11 +449,10 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 			return nil, fmt.Errorf("%w: prepare workdir: %v", ErrInvalidSpec, err)
 		}
 	}
-	hs := helperSpec{
+	hs := &hook.Spec{
 		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir, Persist: spec.Persist,
-		Mech: use, Network: s.cfg.Network,
-		TmpSize: r.lim.TmpSize, FileSize: r.lim.FileSize, OpenFiles: r.lim.OpenFiles,
-		ProbeOnly: probe,
+		Network: s.cfg.Network, TmpSize: r.lim.TmpSize, FileSize: r.lim.FileSize,
+		OpenFiles: int64(r.lim.OpenFiles), ProbeOnly: probe, CapLastCap: capLastCap(),
 	}
 	if r.lim.CPUTime > 0 {
 		hs.CPUSeconds = uint64((r.lim.CPUTime + time.Second - 1) / time.Second)
@@ -532,19 +531,32 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		// The private root needs its own mount namespace, and its /proc
 		// must be the block's PID namespace, never the host's.
 		use &^= mRootFS
-		hs.Mech = use
 	}
-	if child != nil {
-		if fd, ok := child.FD(); ok {
-			attr.UseCgroupFD, attr.CgroupFD = true, fd // v2: born inside, no race
+	if child == nil {
+		use &^= mCgroupNS // nothing to root a cgroup namespace at
+	} else if fd, ok := child.FD(); ok {
+		attr.UseCgroupFD, attr.CgroupFD = true, fd // v2: born inside, no race
+	}
+	hs.Mech = uint32(use)
+	if use.has(mRootFS) {
+		rootContents(hs)
+	}
+	if use.has(mLandlock) {
+		landlockPlan(hs, p.landlockABI, use.has(mRootFS))
+	}
+	if use.has(mSeccomp) {
+		prog, err := seccompProgram()
+		if err != nil {
+			specR.Close()
+			statW.Close()
+			return nil, &UnavailableError{Mechanism: MechSeccomp, Reason: err.Error(), Fix: mechFix(mSeccomp)}
 		}
-	} else {
-		hs.Mech &^= mCgroupNS // nothing to root a cgroup namespace at
+		hs.Seccomp = prog
 	}
 
 	start := time.Now()
-	osp, err := startOnStableThread(p.helperPath, []string{"codellm-sandbox", helperMarker}, &os.ProcAttr{
-		Env:   []string{},
+	osp, err := startOnStableThread(p.helperPath, []string{"codellm-sandbox", hook.Marker}, &os.ProcAttr{
+		Env:   helperEnv,
 		Files: []*os.File{stdin, spec.Stdout, spec.Stderr, specR, statW, dirf},
 		Sys:   attr,
 	})
@@ -565,16 +577,13 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 			return nil, &UnavailableError{Mechanism: MechCgroup, Reason: "join block cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
 		}
 	}
-	b, err := json.Marshal(hs)
-	if err == nil {
-		_, err = specW.Write(b)
-	}
+	_, err = specW.Write(hs.Encode())
 	specW.Close()
 	_ = err // a write error means the helper died; the status pipe says why
 
 	_ = statR.SetReadDeadline(time.Now().Add(statusTimeout))
 	msg, rerr := io.ReadAll(io.LimitReader(statR, 64<<10))
-	if rerr != nil || len(msg) == 0 || msg[0] != startedByte || len(msg) > 1 {
+	if rerr != nil || len(msg) == 0 || msg[0] != hook.Started || len(msg) > 1 {
 		_ = osp.Kill()
 		st, _ := osp.Wait()
 		return nil, helperFailure(msg, rerr, st)
@@ -595,12 +604,12 @@ func startError(use mechSet, err error) error {
 }
 
 func helperFailure(msg []byte, rerr error, st *os.ProcessState) error {
-	if len(msg) > 0 && msg[0] == startedByte {
-		msg = msg[1:]
-	}
-	var he helperError
-	if len(msg) > 0 && json.Unmarshal(msg, &he) == nil && he.Mechanism != "" {
-		return &UnavailableError{Mechanism: he.Mechanism, Reason: he.Reason, Fix: he.Fix}
+	if _, failed, mech, reason, ok := hook.ParseStatus(msg); ok && failed {
+		if mech == hook.MExec {
+			return &UnavailableError{Mechanism: "exec", Reason: reason,
+				Fix: "the program must exist inside the sandbox (under /usr, /bin, /sbin or /lib*) and be executable"}
+		}
+		return &UnavailableError{Mechanism: mechName(mechSet(mech)), Reason: reason, Fix: mechFix(mechSet(mech))}
 	}
 	reason := "helper exited before exec"
 	if rerr != nil {

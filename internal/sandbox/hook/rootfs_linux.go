@@ -1,0 +1,451 @@
+//go:build linux
+
+package hook
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// ErrWorkdirTooLargeText is the reason given when the workdir does not fit
+// in its private tmpfs; package mount's ErrWorkdirTooLarge says the same.
+const ErrWorkdirTooLargeText = "workdir does not fit in the private tmpfs"
+
+// setupRoot builds the block's root (see package mount for what is in it)
+// and pivots into it; on return the root is the new tmpfs (read-only) and
+// the working directory is "/". It runs in a private mount namespace with
+// CAP_SYS_ADMIN there, in the PID namespace whose /proc it should show.
+func setupRoot(sp *Spec) error {
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return wrap("build root filesystem: make / private", err)
+	}
+	dirFD, isTree := DirFD, sp.DirIsTree
+	if sp.Persist && !isTree {
+		// Take a detached copy of the workdir mount now, by path, before
+		// the staging root covers it (it may live under /tmp). The server
+		// is unprivileged in this case, so our uid (its uid) can traverse
+		// the workdir's parents.
+		fd, err := openTree(sp.Dir)
+		if err != nil {
+			return wrap("build root filesystem: open_tree workdir", err)
+		}
+		defer syscall.Close(fd)
+		dirFD = fd
+	}
+	r := sp.Staging
+	if err := syscall.Mount("tmpfs", r, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755"); err != nil {
+		return wrap("build root filesystem: mount root tmpfs on "+r, err)
+	}
+	for _, d := range sp.SystemDirs {
+		if err := mirror(d, r+d, true); err != nil {
+			return err
+		}
+	}
+	if err := mkdir(r+"/etc", 0o755); err != nil {
+		return err
+	}
+	for _, e := range sp.EtcEntries {
+		if err := mirror("/etc/"+e, r+"/etc/"+e, false); err != nil {
+			return err
+		}
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{"passwd", sp.Passwd}, {"group", sp.Group}, {"hosts", sp.Hosts}, {"hostname", sp.Hostname}} {
+		if err := writeFile(r+"/etc/"+f.name, f.data, 0o644); err != nil {
+			return wrap("build root filesystem: write /etc/"+f.name, err)
+		}
+	}
+	if err := setupDev(r, sp); err != nil {
+		return err
+	}
+	if err := mkdir(r+"/proc", 0o555); err != nil {
+		return err
+	}
+	if err := syscall.Mount("proc", r+"/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC|syscall.MS_RDONLY, ""); err != nil {
+		return wrap("build root filesystem: mount /proc", err)
+	}
+	if err := mkdir(r+"/tmp", 0o1777); err != nil {
+		return err
+	}
+	if err := mountTmpfs(r+"/tmp", sp.TmpSize, "1777"); err != nil {
+		return wrap("build root filesystem: mount /tmp", err)
+	}
+	if err := setupWorkdir(r, sp, dirFD); err != nil {
+		return err
+	}
+	// Make the root itself read-only: nothing outside the workdir, /tmp and
+	// /dev/shm is writable.
+	if err := syscall.Mount("", r, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
+		return wrap("build root filesystem: remount root read-only", err)
+	}
+	if err := syscall.Chdir(r); err != nil {
+		return wrap("build root filesystem: chdir "+r, err)
+	}
+	// pivot_root(".", ".") stacks the old root under the new one at "/";
+	// detaching it leaves only the new root, without needing a directory
+	// for the old root inside the (read-only) new one.
+	if err := syscall.PivotRoot(".", "."); err != nil {
+		return wrap("build root filesystem: pivot_root", err)
+	}
+	if err := syscall.Unmount(".", syscall.MNT_DETACH); err != nil {
+		return wrap("build root filesystem: detach old root", err)
+	}
+	return wrap("build root filesystem: chdir /", syscall.Chdir("/"))
+}
+
+func mkdir(path string, mode uint32) error {
+	return wrap("build root filesystem: mkdir "+path, syscall.Mkdir(path, mode))
+}
+
+func writeFile(path string, data []byte, mode uint32) error {
+	fd, err := syscall.Open(path, syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY|syscall.O_CLOEXEC, mode)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	return writeAll(fd, data)
+}
+
+func writeAll(fd int, data []byte) error {
+	for len(data) > 0 {
+		n, err := syscall.Write(fd, data)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+func mountTmpfs(target string, size int64, mode string) error {
+	return syscall.Mount("tmpfs", target, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV,
+		"size="+itoa(size)+",mode="+mode)
+}
+
+// mirror recreates host path src at dst: symlinks as symlinks, directories
+// and files as read-only bind mounts. A missing src is skipped.
+func mirror(src, dst string, dirsOnly bool) error {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(src, &st); err != nil {
+		if err == syscall.ENOENT {
+			return nil
+		}
+		return wrap("build root filesystem: stat "+src, err)
+	}
+	switch st.Mode & syscall.S_IFMT {
+	case syscall.S_IFLNK:
+		target, err := readlinkat(-100, src) // AT_FDCWD
+		if err != nil {
+			return wrap("build root filesystem: readlink "+src, err)
+		}
+		return wrap("build root filesystem: symlink "+dst, syscall.Symlink(target, dst))
+	case syscall.S_IFDIR:
+		if err := mkdir(dst, 0o755); err != nil {
+			return err
+		}
+	case syscall.S_IFREG:
+		if dirsOnly {
+			return nil
+		}
+		if err := writeFile(dst, nil, 0o644); err != nil {
+			return wrap("build root filesystem: create "+dst, err)
+		}
+	default:
+		return nil
+	}
+	return bindRO(src, dst)
+}
+
+// bindRO bind-mounts src on dst and remounts it read-only and nosuid,
+// keeping the flags the kernel locks on mounts inherited from a more
+// privileged namespace (dropping a locked flag would fail with EPERM).
+func bindRO(src, dst string) error {
+	if err := syscall.Mount(src, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return wrap("build root filesystem: bind "+src, err)
+	}
+	return remount(dst, syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV)
+}
+
+// statvfs flags (ST_*), which package syscall does not name.
+const (
+	stRdonly     = 0x1
+	stNosuid     = 0x2
+	stNodev      = 0x4
+	stNoexec     = 0x8
+	stNoatime    = 0x400
+	stNodiratime = 0x800
+	stRelatime   = 0x1000
+)
+
+func remount(dst string, extra uintptr) error {
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(dst, &sfs); err != nil {
+		return wrap("build root filesystem: statfs "+dst, err)
+	}
+	flags := uintptr(syscall.MS_REMOUNT|syscall.MS_BIND) | extra
+	for _, m := range [][2]uintptr{
+		{stRdonly, syscall.MS_RDONLY}, {stNosuid, syscall.MS_NOSUID}, {stNodev, syscall.MS_NODEV},
+		{stNoexec, syscall.MS_NOEXEC}, {stNoatime, syscall.MS_NOATIME}, {stNodiratime, syscall.MS_NODIRATIME},
+		{stRelatime, syscall.MS_RELATIME},
+	} {
+		if uintptr(sfs.Flags)&m[0] != 0 {
+			flags |= m[1]
+		}
+	}
+	if err := syscall.Mount("", dst, "", flags, ""); err != nil {
+		return wrap("build root filesystem: remount "+dst, err)
+	}
+	return nil
+}
+
+func setupDev(r string, sp *Spec) error {
+	dev := r + "/dev"
+	if err := mkdir(dev, 0o755); err != nil {
+		return err
+	}
+	for _, n := range sp.DevNodes {
+		if err := writeFile(dev+"/"+n, nil, 0o666); err != nil {
+			return wrap("build root filesystem: create "+dev+"/"+n, err)
+		}
+		if err := syscall.Mount("/dev/"+n, dev+"/"+n, "", syscall.MS_BIND, ""); err != nil {
+			return wrap("build root filesystem: bind /dev/"+n, err)
+		}
+		if err := remount(dev+"/"+n, syscall.MS_NOSUID|syscall.MS_NOEXEC); err != nil {
+			return err
+		}
+	}
+	for _, l := range [][2]string{
+		{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
+	} {
+		if err := syscall.Symlink(l[1], dev+"/"+l[0]); err != nil {
+			return wrap("build root filesystem: symlink /dev/"+l[0], err)
+		}
+	}
+	if err := mkdir(dev+"/shm", 0o1777); err != nil {
+		return err
+	}
+	return wrap("build root filesystem: mount /dev/shm", mountTmpfs(dev+"/shm", sp.TmpSize, "1777"))
+}
+
+// setupWorkdir makes sp.Dir appear at the same path inside the new root.
+// Parent directories are created 0755 in whichever filesystem holds them
+// (the private /tmp when Dir is under /tmp).
+func setupWorkdir(r string, sp *Spec, dirFD int) error {
+	dst := r + sp.Dir
+	if err := mkdirAll(dst); err != nil {
+		return wrap("build root filesystem: create workdir mount point", err)
+	}
+	if sp.Persist {
+		const moveMountFEmptyPath = 0x4
+		p, err := syscall.BytePtrFromString("")
+		if err != nil {
+			return err
+		}
+		d, err := syscall.BytePtrFromString(dst)
+		if err != nil {
+			return err
+		}
+		if _, _, e := syscall.Syscall6(sysMoveMount, uintptr(dirFD), uintptr(unsafe.Pointer(p)), ^uintptr(99) /* AT_FDCWD */, uintptr(unsafe.Pointer(d)), moveMountFEmptyPath, 0); e != 0 {
+			return wrap("build root filesystem: attach workdir", e)
+		}
+		return remount(dst, syscall.MS_NOSUID|syscall.MS_NODEV)
+	}
+	if err := mountTmpfs(dst, sp.TmpSize, "0755"); err != nil {
+		return wrap("build root filesystem: mount workdir tmpfs", err)
+	}
+	if err := copyTree(dirFD, dst, 0); err != nil {
+		if isENOSPC(err) {
+			return &herr{ErrWorkdirTooLargeText + " (" + err.Error() + ")", nil}
+		}
+		return wrap("build root filesystem: copy workdir", err)
+	}
+	return nil
+}
+
+func isENOSPC(err error) bool {
+	for err != nil {
+		if err == syscall.ENOSPC {
+			return true
+		}
+		h, ok := err.(*herr)
+		if !ok {
+			return false
+		}
+		err = h.err
+	}
+	return false
+}
+
+func mkdirAll(path string) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err == nil {
+		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			return nil
+		}
+		return syscall.ENOTDIR
+	}
+	i := len(path)
+	for i > 0 && path[i-1] == '/' {
+		i--
+	}
+	j := i
+	for j > 0 && path[j-1] != '/' {
+		j--
+	}
+	if j > 1 {
+		if err := mkdirAll(path[:j-1]); err != nil {
+			return err
+		}
+	}
+	if err := syscall.Mkdir(path, 0o755); err != nil && err != syscall.EEXIST {
+		return err
+	}
+	return nil
+}
+
+func openTree(path string) (int, error) {
+	p, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return -1, err
+	}
+	const openTreeClone = 1
+	fd, _, e := syscall.Syscall(sysOpenTree, ^uintptr(99) /* AT_FDCWD */, uintptr(unsafe.Pointer(p)), openTreeClone|syscall.O_CLOEXEC)
+	if e != 0 {
+		return -1, e
+	}
+	return int(fd), nil
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	p, err := syscall.BytePtrFromString(name)
+	if err != nil {
+		return "", err
+	}
+	buf := make([]byte, 4096)
+	n, _, e := syscall.Syscall6(syscall.SYS_READLINKAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0)
+	if e != 0 {
+		return "", e
+	}
+	return string(buf[:n]), nil
+}
+
+func fstatat(dirfd int, name string, st *syscall.Stat_t) error {
+	p, err := syscall.BytePtrFromString(name)
+	if err != nil {
+		return err
+	}
+	const atSymlinkNofollow = 0x100
+	if _, _, e := syscall.Syscall6(sysFstatat, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(st)), atSymlinkNofollow, 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// copyTree copies the directory open at fd into dst: regular files,
+// directories and symlinks (as links; they resolve inside the sandbox, so
+// a link to a host file shows nothing of the host). Other types are
+// skipped.
+func copyTree(fd int, dst string, depth int) error {
+	if depth > 64 {
+		return &herr{"workdir nests deeper than 64 levels", nil}
+	}
+	names, err := readDirNames(fd)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		var st syscall.Stat_t
+		if err := fstatat(fd, n, &st); err != nil {
+			return wrap("stat "+n, err)
+		}
+		target := dst + "/" + n
+		perm := st.Mode & 0o777
+		switch st.Mode & syscall.S_IFMT {
+		case syscall.S_IFREG:
+			if err := copyFile(fd, n, target, perm); err != nil {
+				return err
+			}
+		case syscall.S_IFDIR:
+			if err := syscall.Mkdir(target, perm|0o700); err != nil {
+				return wrap("mkdir "+target, err)
+			}
+			sub, err := syscall.Openat(fd, n, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+			if err != nil {
+				return wrap("open "+n, err)
+			}
+			err = copyTree(sub, target, depth+1)
+			syscall.Close(sub)
+			if err != nil {
+				return err
+			}
+		case syscall.S_IFLNK:
+			l, err := readlinkat(fd, n)
+			if err != nil {
+				return wrap("readlink "+n, err)
+			}
+			if err := syscall.Symlink(l, target); err != nil {
+				return wrap("symlink "+target, err)
+			}
+		}
+	}
+	return nil
+}
+
+// readDirNames lists the directory open at fd from its start, through a
+// duplicate so the caller's offset is left alone for the next reader.
+func readDirNames(fd int) ([]string, error) {
+	d, err := syscall.Openat(fd, ".", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, wrap("open directory", err)
+	}
+	defer syscall.Close(d)
+	var names []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := syscall.ReadDirent(d, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, wrap("read directory", err)
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = syscall.ParseDirent(buf[:n], -1, names)
+	}
+}
+
+func copyFile(dirfd int, name, dst string, perm uint32) error {
+	sfd, err := syscall.Openat(dirfd, name, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return wrap("open "+name, err)
+	}
+	defer syscall.Close(sfd)
+	out, err := syscall.Open(dst, syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY|syscall.O_CLOEXEC, perm|0o600)
+	if err != nil {
+		return wrap("create "+dst, err)
+	}
+	defer syscall.Close(out)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := syscall.Read(sfd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return wrap("copy "+name, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if err := writeAll(out, buf[:n]); err != nil {
+			return wrap("copy "+dst[1:], err)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package hook
+
+// Marker is argv[1] of the re-executed helper. It is not a flag any codellm
+// command accepts, so the helper can never be entered by accident.
+const Marker = "\x01codellm-sandbox-helper"
+
+// EnvMarker is set (to "1") in the helper's own environment, never the
+// program's. The helper check reads the environment first because it costs
+// no syscall, so ordinary codellm processes pay nothing for the hook.
+const EnvMarker = "CODELLM_SANDBOX_HELPER"
+
+// Descriptor numbers in the helper: 0-2 are the block's stdio, the spec
+// arrives on SpecFD and setup errors leave on StatusFD.
+const (
+	SpecFD   = 3
+	StatusFD = 4
+	// DirFD is the workdir opened by the server: the helper's uid may not be
+	// allowed to traverse the workdir's parent directories on the host.
+	DirFD = 5
+)
+
+// Started is written on the status pipe right before execve: EOF after it
+// means the program runs; anything after it is a failure report; EOF
+// without it means the helper died during setup.
+const Started = 'X'
+
+// failTag starts a failure report: failTag, the mechanism bit (4 bytes
+// little-endian; 0 for the exec of the program), then the reason text.
+const failTag = 'E'
+
+// Mechanism bits; package sandbox's mechSet uses the same values (a test
+// there checks it).
+const (
+	MHelper uint32 = 1 << iota
+	MUserNS
+	MPIDNS
+	MMountNS
+	MNetNS
+	MIPCNS
+	MUTSNS
+	MCgroupNS
+	MRootFS
+	MLandlock
+	MSeccomp
+	MCgroup
+	MRlimit
+	MNoNewPrivs
+	MCaps
+)
+
+// MExec marks a failure of the final execve of the user's program.
+const MExec uint32 = 0
+
+// LandlockRule grants Access beneath Path (a path inside the new root). A
+// missing Optional path is skipped; a missing required one fails the block.
+type LandlockRule struct {
+	Path     string
+	Access   uint64
+	Optional bool
+}
+
+// Spec is everything the helper needs, computed by the server.
+type Spec struct {
+	Path      string
+	Args, Env []string
+	Dir       string
+	Persist   bool
+	DirIsTree bool // DirFD is a detached mount (open_tree) to attach
+	Mech      uint32
+	Network   bool
+	ProbeOnly bool // apply everything, then exit 0 instead of exec'ing
+
+	TmpSize, FileSize int64
+	OpenFiles         int64
+	CPUSeconds        uint64
+
+	// Root filesystem contents.
+	SystemDirs, EtcEntries, DevNodes []string
+	Passwd, Group, Hosts, Hostname   []byte // generated /etc files
+	Staging                          string // host dir to mount the new root on
+	UTSName                          string // hostname inside (Mech has MUTSNS)
+
+	// Landlock (applied when Mech has MLandlock).
+	LandlockABI                   int64
+	HandledFS, HandledNet, Scoped uint64
+	Rules                         []LandlockRule
+
+	// Seccomp: the assembled classic-BPF program, 8 bytes per sock_filter
+	// in native byte order (applied when Mech has MSeccomp).
+	Seccomp []byte
+
+	// CapLastCap is /proc/sys/kernel/cap_last_cap of the host.
+	CapLastCap int64
+}
