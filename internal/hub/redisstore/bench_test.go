@@ -83,6 +83,19 @@ func BenchmarkAssignmentCycleParallel(b *testing.B) {
 	wg.Wait()
 }
 
+// The most frequent operation: a waiting worker's poll finding nothing.
+func BenchmarkLeaseEmpty(b *testing.B) {
+	s := openStore(b)
+	defer s.Close()
+	register(b, s, "idle")
+	ctx := context.Background()
+	for b.Loop() {
+		if a, err := s.Lease(ctx, "idle", incA, ""); err != nil || a != nil {
+			b.Fatal(a, err)
+		}
+	}
+}
+
 func BenchmarkUseNonce(b *testing.B) {
 	s := openStore(b)
 	defer s.Close()
