@@ -152,7 +152,6 @@ type outcome struct {
 	result    *bridge.Object
 	errMsg    string
 	errCode   string
-	clean     bool // a rejection that provably changed nothing (stateful sandbox work)
 	ambiguous bool // state may have changed and the outcome cannot be reported: quarantine
 }
 
@@ -324,15 +323,15 @@ func (w *Worker) runSandbox(ctx context.Context, a *bridge.Assignment) outcome {
 		}
 	}
 	if !ok {
-		return outcome{errMsg: "Invalid sandbox assignment request", clean: true}
+		return outcome{errMsg: "Invalid sandbox assignment request"}
 	}
 	stateful := a.RuntimeSessionID != ""
 	if stateful && !w.cfg.Supervisor.Stateful() {
-		return outcome{errMsg: "Runtime supervisor does not keep stateful workspaces", clean: true}
+		return outcome{errMsg: "Runtime supervisor does not keep stateful workspaces"}
 	}
 	raw, err := bridge.Canonical(body)
 	if err != nil {
-		return outcome{errMsg: "Invalid sandbox assignment body", clean: true}
+		return outcome{errMsg: "Invalid sandbox assignment body"}
 	}
 	res, err := w.cfg.Supervisor.Execute(ctx, RunnerCall{SessionID: a.RuntimeSessionID, Body: raw, Headers: headers})
 	aborted := ctx.Err() != nil
@@ -349,7 +348,7 @@ func (w *Worker) runSandbox(ctx context.Context, a *bridge.Assignment) outcome {
 	if stateful && !re.KnownClean {
 		return outcome{ambiguous: true, errMsg: re.Message}
 	}
-	return outcome{errMsg: re.Message, clean: re.KnownClean}
+	return outcome{errMsg: re.Message}
 }
 
 // runWorkspace checks a workspace request against the active registration, arms the marker for
