@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every hub store backend must
-// pass (spec §7.4): the embedded bbolt store runs it now, and a Redis store
-// will run the same Run with its own factory.
+// pass (spec §7.4): the embedded bbolt store (internal/hub/boltstore) and
+// the Redis store (internal/hub/redisstore) run the same Run with their own
+// factories, so their behaviour cannot drift apart.
 package storetest
 
 import (
