@@ -97,3 +97,24 @@ func TestDrainFinishesRunningAssignment(t *testing.T) {
 		t.Fatalf("drain: %v", err)
 	}
 }
+
+// requiresReadyConfirmation: the worker confirms every registration generation with /ready, so the hub
+// dispatches to it.
+func TestReadyConfirmation(t *testing.T) {
+	h := newTestHub(t, nil)
+	id, path := h.pair(t, "rdy")
+	cfg := baseConfig(h, id, path, newEmbedded(t, false))
+	cfg.RequireReady = true
+	r := start(t, cfg)
+	st := h.waitReady(t, "rdy")
+	if caps, _ := st.Capabilities.Canonical(); !strings.Contains(string(caps), `"requiresReadyConfirmation":true`) {
+		t.Fatalf("capabilities %s", caps)
+	}
+	rep := h.exec(t, "bash", "echo confirmed", nil)
+	if m := decodeExec(t, rep); rep.status != 200 || m["stdout"] != "confirmed\n" {
+		t.Fatalf("exec: %d %s", rep.status, rep.body)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
