@@ -185,11 +185,15 @@ func TestPipelineSmoke(t *testing.T) {
 	if err := os.Chmod(cfg.WorkRoot, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	res, err := measurePipeline(cfg, 4<<20, 1, t.Logf)
+	osb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeOff})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Bytes != 4<<20 || res.CodellmMiB <= 0 || res.BashMiB <= 0 || res.Ratio <= 0 {
+	res, err := measurePipeline(cfg, &pipeline.Config{Sandbox: osb, WorkRoot: cfg.WorkRoot}, 4<<20, 1, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes != 4<<20 || res.CodellmMiB <= 0 || res.BashMiB <= 0 || res.OffMiB <= 0 || res.Ratio <= 0 || res.OffRatio <= 0 {
 		t.Errorf("%+v", res)
 	}
 }

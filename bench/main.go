@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"slices"
@@ -146,7 +147,11 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 	}
 	if want("pipeline") {
 		logf("pipeline: %d MiB through three cat blocks, %d reps", p.pipeBytes>>20, p.pipeReps)
-		if res.Pipeline, err = measurePipeline(pcfg, p.pipeBytes, p.pipeReps, logf); err != nil {
+		var off *pipeline.Config
+		if osb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeOff, Logger: slog.New(slog.DiscardHandler)}); err == nil {
+			off = &pipeline.Config{Sandbox: osb, WorkRoot: work}
+		}
+		if res.Pipeline, err = measurePipeline(pcfg, off, p.pipeBytes, p.pipeReps, logf); err != nil {
 			return nil, err
 		}
 	}

@@ -100,6 +100,9 @@ func markdown(r *Results) string {
 		fmt.Fprintf(&b, "### 3. Pipeline throughput (%d MiB through three `cat` blocks, best of %d)\n\n", p.Bytes>>20, p.Reps)
 		b.WriteString("| variant | MiB/s | CPU s |\n|---|---:|---:|\n")
 		fmt.Fprintf(&b, "| codellm: `head -c` → cat → cat → cat → `wc -c`, 5 sandboxed blocks | %.0f | %.3f |\n", p.CodellmMiB, p.CodellmCPU)
+		if p.OffMiB > 0 {
+			fmt.Fprintf(&b, "| the same pipeline with `--sandbox off` (plain processes, same pipes) | %.0f | %.3f |\n", p.OffMiB, p.OffCPU)
+		}
 		fmt.Fprintf(&b, "| `bash -c 'head -c … \\| cat \\| cat \\| cat \\| wc -c'` | %.0f | %.3f |\n", p.BashMiB, p.BashCPU)
 		fmt.Fprintf(&b, "| ratio (codellm/bash throughput; bash/codellm CPU) | %.3f | %.3f |\n\n", p.Ratio, p.CPURatio)
 	}
