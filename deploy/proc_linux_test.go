@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -142,4 +143,64 @@ func TestUnitHardeningKeepsSandbox(t *testing.T) {
 	if got := missing(t, "hardened"); len(got) > 0 {
 		t.Fatalf("with the unit's mount hardening the sandbox lacks %v", got)
 	}
+}
+
+// The identity codellm.service gives the process — an unprivileged uid (DynamicUser=), an empty
+// capability bounding set (CapabilityBoundingSet=) and no_new_privs (NoNewPrivileges=) — still builds
+// every part of a block's sandbox; only the cgroup needs the unit's Delegate=yes, which a process
+// started outside systemd cannot have.
+func TestUnitIdentityKeepsSandbox(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start the probe as another user")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv (util-linux) not installed")
+	}
+	if base := missing(t, "plain"); len(base) > 0 {
+		t.Skipf("the native sandbox is incomplete on this host even as root (missing %v)", base)
+	}
+	// The helper re-executes the binary, so uid 65534 must be able to read it: copy it out of the
+	// private build directory.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "probe")
+	raw, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups",
+		"--bounding-set", "-all", "--inh-caps", "-all", "--no-new-privs", bin)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), probeEnv+"=plain")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("probe as uid 65534: %v\n%s", err, out)
+	}
+	var got []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MISSING="); ok && rest != "" {
+			got = strings.Split(rest, ",")
+		}
+	}
+	if !strings.Contains(string(out), "MISSING=") {
+		t.Fatalf("probe printed no result:\n%s", out)
+	}
+	for _, m := range got {
+		if m != "cgroup" {
+			t.Errorf("as an unprivileged uid without capabilities the sandbox lacks %s (all missing: %v)", m, got)
+		}
+	}
+	t.Logf("missing as uid 65534 with no capabilities and no_new_privs: %v", got)
 }
