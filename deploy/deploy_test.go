@@ -441,6 +441,12 @@ func TestSystemdUnits(t *testing.T) {
 					t.Errorf("%s=%q, want %q", k, last(vs), v)
 				}
 			}
+			if strings.Contains(file, "worker") {
+				// Exit codes a restart cannot fix (bridge-protocol.md §12) must stop the unit.
+				if got := strings.Fields(last(s["RestartPreventExitStatus"])); !slices.Equal(got, []string{"3", "4", "5"}) {
+					t.Errorf("RestartPreventExitStatus=%v, want 3 4 5 (auth, fenced, quarantined)", got)
+				}
+			}
 			if u := last(s["User"]); u == "root" || u == "0" {
 				t.Errorf("User=%s", u)
 			}
