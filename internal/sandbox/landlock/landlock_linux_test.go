@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -25,6 +26,10 @@ func TestMain(m *testing.M) {
 // child restricts itself (unless mode is "none") to ReadWrite=$ALLOWED,
 // then reports which probes worked on stdout.
 func child(mode string) int {
+	// Restrict confines only the calling thread (the helper execs right
+	// after); the probes must run on that same thread, or a probe that
+	// lands on another thread escapes the domain and the test flakes.
+	runtime.LockOSThread()
 	allowed, outside, addr := os.Getenv("ALLOWED"), os.Getenv("OUTSIDE"), os.Getenv("ADDR")
 	if mode == "restrict" {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
