@@ -255,7 +255,7 @@ func setupWorkdir(r string, sp *Spec, dirFD int) error {
 		}
 		return remount(dst, syscall.MS_NOSUID|syscall.MS_NODEV)
 	}
-	if err := mountTmpfs(dst, sp.TmpSize, "0755"); err != nil {
+	if err := mountTmpfs(dst, sp.TmpSize, "0700"); err != nil {
 		return wrap("build root filesystem: mount workdir tmpfs", err)
 	}
 	if err := copyTree(dirFD, dst, 0); err != nil {
