@@ -29,10 +29,26 @@
 // exec'd, so an ambiguous exit status of the user's program is never
 // mistaken for a sandbox error.
 //
-// This package's init function runs the helper when the marker is present,
-// so every binary that imports the package — cmd/codellm and every test
-// binary — is a valid helper without further wiring. [Main] may be called
-// first thing in main as well; it is idempotent and documents the intent.
+// The helper's body lives in package hook, which imports only runtime,
+// syscall and unsafe. Go initialises packages in dependency order, lowest
+// import path first among the ready ones, so hook's init runs right after
+// package syscall's and takes over before the ~130 other initialisers of
+// the codellm binary (prometheus, protobuf, go-seccomp-bpf's tables, the
+// bridge, ...). Everything that needs a library is therefore computed by
+// the server and sent in the spec: the seccomp program as raw sock_filter
+// bytes (assembled once per process), the Landlock access masks for the
+// kernel's ABI and the paths they apply to, the /etc/passwd, group and
+// hosts text and the lists of what to bind. The spec is a flat binary
+// record (hook.Spec.Encode/Decode), not JSON, for the same reason. The
+// helper recognises itself by an environment marker (free to check) plus
+// the argv marker; its own environment also sets GOGC=off and GOMAXPROCS=1
+// and never reaches the program, whose environment comes from the spec.
+//
+// Because package sandbox imports hook, every binary that imports sandbox
+// — cmd/codellm and every test binary — is a valid helper without further
+// wiring. [Main] may be called first thing in main as well; it is
+// idempotent, documents the intent and catches a helper whose environment
+// marker was lost. PERF.md has the measurements behind this design.
 //
 // # PID 1 semantics
 //

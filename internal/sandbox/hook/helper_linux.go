@@ -10,12 +10,14 @@ import (
 
 // init runs the helper when this process was started as one, right after
 // package syscall is initialised and before any heavier package (see the
-// package comment). LockOSThread pins the main goroutine to the main
-// thread, whose per-thread state (capabilities, no_new_privs, Landlock,
-// seccomp) is what execve passes on.
+// package comment). The runtime keeps the main goroutine locked to the
+// main thread for the whole of package initialisation, so the per-thread
+// state the helper sets (capabilities, no_new_privs, Landlock, seccomp)
+// is on the thread that execs without runtime.LockOSThread, whose first
+// call would start the runtime's template thread for nothing.
 func init() {
 	if IsHelper() {
-		Run()
+		run()
 	}
 }
 
@@ -55,12 +57,19 @@ func splitNUL(b []byte) []string {
 	return out
 }
 
-// Run confines the process step by step, each step only possible before
+// Run is the helper for callers outside package initialisation (see
+// sandbox.Main): it locks the goroutine to its thread, then runs the
+// helper. It never returns.
+func Run() {
+	runtime.LockOSThread()
+	run()
+}
+
+// run confines the process step by step, each step only possible before
 // the next (mounts need capabilities, Landlock must see the final paths,
 // capabilities go before seccomp, seccomp is last), then execs. It never
 // returns.
-func Run() {
-	runtime.LockOSThread()
+func run() {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, StatusFD, syscall.F_SETFD, syscall.FD_CLOEXEC); e != 0 {
 		syscall.Exit(126) // no status channel: the parent sees EOF without Started
 	}
