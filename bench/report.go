@@ -66,7 +66,7 @@ func markdown(r *Results) string {
 		bw := s.Variants["bwrap"]
 		for _, v := range []struct{ key, name string }{
 			{"bare", "bare `true`"},
-			{"go-exec", "a Go binary (this harness, `--noop`): runtime start only"},
+			{"go-exec", "a Go binary exiting from its init (runtime start only)"},
 			{"unshare", "`unshare -Urmpfn --mount-proc`"},
 			{"bwrap", "bubblewrap, codellm-like root"},
 			{"codellm", "codellm: new run + block + close"},
