@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -19,6 +20,10 @@ type Machine struct {
 	GoVersion  string  `json:"go_version"`
 	LoadBefore float64 `json:"load1_before"`
 	LoadAfter  float64 `json:"load1_after"`
+	// Cgo says whether this harness binary links the C runtime. The spawn row uses the harness itself as
+	// the sandbox helper, so a cgo build adds the dynamic loader to every codellm spawn; the release
+	// binary is static (CGO_ENABLED=0), and so should the harness be when spawn numbers are quoted.
+	Cgo bool `json:"cgo"`
 }
 
 func probeMachine() Machine {
@@ -42,6 +47,13 @@ func probeMachine() Machine {
 		m.MemMiB = int64(si.Totalram) * int64(si.Unit) >> 20
 	}
 	m.LoadBefore = load1()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, st := range bi.Settings {
+			if st.Key == "CGO_ENABLED" && st.Value == "1" {
+				m.Cgo = true
+			}
+		}
+	}
 	return m
 }
 

@@ -118,6 +118,10 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 	}
 	t0 := time.Now()
 	res := &Results{Started: t0.UTC(), Quick: quick, Machine: probeMachine(), Skipped: map[string]string{}}
+	if res.Machine.Cgo {
+		logf("note: this harness is a cgo build, so its sandbox helper pays the dynamic loader on every spawn; " +
+			"run `CGO_ENABLED=0 go run ./bench` to measure spawns like the static release binary")
+	}
 	sb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeNative})
 	if err != nil {
 		return nil, fmt.Errorf("native sandbox: %w", err)

@@ -60,6 +60,9 @@ func markdown(r *Results) string {
 	fmt.Fprintf(&b, "Run %s (%s, %.0f s). Machine: %s, %d cores, %s, %d MiB RAM, %s. Load average (1 min) %.2f before, %.2f after.\n\n",
 		r.Started.Format("2006-01-02 15:04 UTC"), map[bool]string{true: "--quick", false: "full"}[r.Quick], r.Seconds,
 		m.CPUModel, m.Cores, m.Kernel, m.MemMiB, m.GoVersion, m.LoadBefore, m.LoadAfter)
+	if m.Cgo {
+		b.WriteString("The harness was a cgo build: its spawn rows include the dynamic loader in codellm's helper (the release binary is static).\n\n")
+	}
 	if s := r.Spawn; s != nil {
 		fmt.Fprintf(&b, "### 1. Sandbox spawn (`true`, %d interleaved rounds)\n\n", s.Runs)
 		b.WriteString("| variant | p50 ms | p99 ms | min ms | CPU ms | p50 / bare | p50 / bwrap | CPU / bwrap |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")

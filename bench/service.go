@@ -97,8 +97,11 @@ func buildCodellm(dir string) (string, error) {
 		return "", errors.New("not inside the codellm module: run the harness from the repository (go run ./bench)")
 	}
 	bin := filepath.Join(dir, "codellm")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/codellm")
+	// Built like the Makefile builds the release binary: static, so the sandbox helper (this same binary,
+	// re-executed per block) pays no dynamic loader.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/codellm")
 	cmd.Dir = filepath.Dir(gomod)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/codellm: %v\n%s", err, out)
 	}
