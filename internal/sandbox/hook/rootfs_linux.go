@@ -334,18 +334,6 @@ func readlinkat(dirfd int, name string) (string, error) {
 	return string(buf[:n]), nil
 }
 
-func fstatat(dirfd int, name string, st *syscall.Stat_t) error {
-	p, err := syscall.BytePtrFromString(name)
-	if err != nil {
-		return err
-	}
-	const atSymlinkNofollow = 0x100
-	if _, _, e := syscall.Syscall6(sysFstatat, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(st)), atSymlinkNofollow, 0, 0); e != 0 {
-		return e
-	}
-	return nil
-}
-
 // copyTree copies the directory open at fd into dst: regular files,
 // directories and symlinks (as links; they resolve inside the sandbox, so
 // a link to a host file shows nothing of the host). Other types are

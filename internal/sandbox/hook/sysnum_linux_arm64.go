@@ -2,9 +2,21 @@
 
 package hook
 
-import "syscall"
-
-const (
-	sysFstatat = syscall.SYS_FSTATAT
-	sysSeccomp = 277
+import (
+	"syscall"
+	"unsafe"
 )
+
+const sysSeccomp = 277
+
+func fstatat(dirfd int, name string, st *syscall.Stat_t) error {
+	p, err := syscall.BytePtrFromString(name)
+	if err != nil {
+		return err
+	}
+	const atSymlinkNofollow = 0x100
+	if _, _, e := syscall.Syscall6(syscall.SYS_FSTATAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(st)), atSymlinkNofollow, 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
