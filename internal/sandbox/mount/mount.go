@@ -8,6 +8,13 @@
 // /proc of the block's PID namespace, a size-limited /tmp and the workdir.
 // Everything else of the host — /root, /home, /etc/shadow, /var, other
 // runs' workdirs, codellm's own files, /sys — simply does not exist inside.
+//
+// The lists below are the policy and are what the server sends the helper.
+// The helper itself builds the root with package hook's raw-syscall copy of
+// Setup (it must not import this package's dependencies, see
+// internal/sandbox/PERF.md); Setup remains the readable reference and is
+// tested on its own, and the sandbox's threat tests check the helper's
+// root.
 package mount
 
 import "errors"
