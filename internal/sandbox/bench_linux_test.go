@@ -4,8 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/codellm/codellm/internal/sandbox/hook"
 )
 
 // BenchmarkSpawn measures starting and reaping /bin/true: bare (no helper),
@@ -142,4 +145,44 @@ func reportP50(b *testing.B, durs []time.Duration) {
 	// The minimum approximates the cost on an idle machine when the
 	// benchmark shares a loaded host.
 	b.ReportMetric(float64(durs[0].Nanoseconds()), "min-ns/op")
+}
+
+// BenchmarkHelperStart measures what a helper costs before its first
+// syscall of its own: the runtime start of this binary plus the package
+// inits that run first. "early" is the real helper (package hook's init
+// takes over after ~13 inits); "all-inits" is the same binary reaching the
+// helper only through Main, after every init — the cost the early hook
+// removes. Both exit at once (no status pipe); child CPU is the number to
+// compare on a loaded machine. Build the test binary with CGO_ENABLED=0 to
+// match codellm's static build (see PERF.md).
+func BenchmarkHelperStart(b *testing.B) {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, v := range []struct {
+		name string
+		env  []string
+	}{
+		{"early", helperEnv},
+		{"all-inits", []string{"GOGC=off", "GOMAXPROCS=1"}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			var cpu time.Duration
+			var faults int64
+			for b.Loop() {
+				cmd := &exec.Cmd{Path: exe, Args: []string{"codellm-sandbox", hook.Marker}, Env: v.env}
+				if err := cmd.Run(); err == nil {
+					b.Fatal("helper without a spec exited 0")
+				}
+				st := cmd.ProcessState
+				cpu += st.UserTime() + st.SystemTime()
+				if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+					faults += ru.Minflt + ru.Majflt
+				}
+			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "child-cpu-ns/op")
+			b.ReportMetric(float64(faults)/float64(b.N), "faults/op")
+		})
+	}
 }
