@@ -1,0 +1,346 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/codellm/codellm/internal/sandbox"
+)
+
+// binary builds codellm once per test binary: the end-to-end tests below run it as a real process, the
+// way operators and role authors do.
+var binary = func() func(t *testing.T) string {
+	var path string
+	var err error
+	built := false
+	return func(t *testing.T) string {
+		t.Helper()
+		if !built {
+			built = true
+			dir, e := os.MkdirTemp("", "codellm-bin-")
+			if e != nil {
+				t.Fatal(e)
+			}
+			path = filepath.Join(dir, "codellm")
+			out, e := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
+			if e != nil {
+				err = fmt.Errorf("go build: %v\n%s", e, out)
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+}()
+
+// requireNative skips where the host cannot run the default sandbox (a failure under CODELLM_REQUIRE_SANDBOX=1).
+func requireNative(t *testing.T) {
+	t.Helper()
+	if rep := sandbox.Probe(sandbox.Config{Mode: sandbox.ModeNative}); !rep.Ready {
+		if os.Getenv("CODELLM_REQUIRE_SANDBOX") == "1" {
+			t.Fatalf("native sandbox unavailable (missing %v) and CODELLM_REQUIRE_SANDBOX=1", rep.Missing)
+		}
+		t.Skipf("native sandbox unavailable here (missing %v)", rep.Missing)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type syncBuffer struct {
+	mu  chan struct{}
+	buf bytes.Buffer
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.Write(p)
+}
+func (b *syncBuffer) String() string {
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.buf.String()
+}
+
+const fleetBody = "Keep index/changed.md in sync with the changed files.\n\n```python\nimport json, os\nbag = json.load(open(os.environ[\"FLEET_INPUT\"]))\nfor f in bag.get(\"changed_files\") or []:\n    print(f[\"path\"])\n```\n\n```python\nimport json, sys\npaths = [l.strip() for l in sys.stdin if l.strip()]\nlinks = \"\".join(\"- [[%s]]\\n\" % p for p in paths)\nprint(json.dumps({\"changes\": [\n    {\"path\": \"index/changed.md\", \"content\": \"# Changed\\n\" + links},\n    {\"path\": \"index/log.md\", \"find\": \"<!-- next -->\", \"replace\": \"<!-- next -->\\n\" + links}],\n  \"answer\": \"indexed %d file(s)\" % len(paths)}))\n```\n"
+
+const fleetBag = `{"changed_files":[{"path":"notes/a.md","event":"update","path_id":11,"version":4,"title":"A","content":"…"},{"path":"notes/b.md","event":"create","path_id":12,"version":1,"title":"B","content":"…"}],"change_file":null,"attached_notes":null,"depth":1}`
+
+// The issue's "done when": `codellm serve` with its defaults (native sandbox) answers a python block, a
+// bash→python pipeline and a fleet-shaped request exactly as the contract says, then stops cleanly on SIGTERM.
+func TestServeDefaultsEndToEnd(t *testing.T) {
+	requireNative(t)
+	bin := binary(t)
+	addr := freeAddr(t)
+	// The runner API's workspaces are bind-mounted for the sandbox's unprivileged uid: the work root and its
+	// parents must be searchable (t.TempDir's parent is 0700).
+	workDir, err := os.MkdirTemp("", "codellm-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(workDir)
+	os.Chmod(workDir, 0o711)
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--work-dir", workDir)
+	cmd.Env = append(os.Environ(), "CODELLM_API_KEY=e2e-key")
+	logs := newSyncBuffer()
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-exited
+	}()
+	base := "http://" + addr
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			var rd struct {
+				Ready   bool   `json:"ready"`
+				Sandbox string `json:"sandbox"`
+			}
+			json.NewDecoder(resp.Body).Decode(&rd)
+			resp.Body.Close()
+			if rd.Ready {
+				if rd.Sandbox != "native" {
+					t.Fatalf("default sandbox %q, want native", rd.Sandbox)
+				}
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("serve exited early (%v); logs:\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready within 60s; logs:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	post := func(body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer e2e-key")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	calls := func(body string) []string {
+		t.Helper()
+		status, out := post(body)
+		if status != 200 {
+			t.Fatalf("status %d: %s", status, out)
+		}
+		var c struct {
+			Choices []struct {
+				Message struct {
+					ToolCalls []struct {
+						Function struct{ Name, Arguments string } `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(out), &c); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, tc := range c.Choices[0].Message.ToolCalls {
+			got = append(got, tc.Function.Name+" "+tc.Function.Arguments)
+		}
+		return got
+	}
+	msg := func(role, content string) map[string]any { return map[string]any{"role": role, "content": content} }
+	req := func(msgs ...map[string]any) string {
+		b, _ := json.Marshal(map[string]any{"model": "codellm", "messages": msgs})
+		return string(b)
+	}
+
+	got := calls(req(msg("user", "```python\nprint('{\"answer\": \"py\"}')\n```")))
+	if fmt.Sprint(got) != `[finish {"answer":"py"}]` {
+		t.Fatalf("python block: %v", got)
+	}
+	got = calls(req(msg("user", "```bash\nprintf hello\n```\n```python\nimport sys, json\nprint(json.dumps({'changes': [{'path': 'n.md', 'content': sys.stdin.read()}]}))\n```")))
+	if fmt.Sprint(got) != `[write_note {"path":"n.md","content":"hello"} finish {"answer":""}]` {
+		t.Fatalf("bash→python: %v", got)
+	}
+	bag := msg("system", fleetBag)
+	bag["name"] = "fleet_input"
+	got = calls(req(msg("system", "<wrapper>\n\nInstruction:\n"+fleetBody), bag, msg("user", "Begin.")))
+	want := []string{
+		`write_note {"path":"index/changed.md","content":"# Changed\n- [[notes/a.md]]\n- [[notes/b.md]]\n"}`,
+		`patch_note {"path":"index/log.md","find":"<!-- next -->","replace":"<!-- next -->\n- [[notes/a.md]]\n- [[notes/b.md]]\n"}`,
+		`finish {"answer":"indexed 2 file(s)"}`,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("fleet request:\n got  %q\n want %q", got, want)
+	}
+	if status, _ := post(`{}`); status != 400 {
+		t.Fatalf("bad request: %d", status)
+	}
+
+	// Graceful shutdown: an in-flight run finishes, then the process exits 0 leaving no workdir.
+	slow := make(chan string, 1)
+	go func() {
+		status, out := post(req(msg("user", "```bash\nsleep 2; echo '{\"answer\":\"late\"}'\n```")))
+		slow <- fmt.Sprint(status, " ", out)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case out := <-slow:
+		if !strings.HasPrefix(out, "200 ") || !strings.Contains(out, "late") {
+			t.Fatalf("in-flight request during shutdown: %s", out)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("in-flight request did not finish")
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Fatalf("serve exited with %v; logs:\n%s", err, logs.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+	if entries, _ := os.ReadDir(workDir); len(entries) != 0 {
+		t.Fatalf("workdirs left behind: %v", entries)
+	}
+	if strings.Contains(logs.String(), "e2e-key") {
+		t.Fatal("the API key reached the log")
+	}
+}
+
+func TestServeListenerRule(t *testing.T) {
+	bin := binary(t)
+	out, err := exec.Command(bin, "serve", "--sandbox", "off", "--listen", "0.0.0.0:0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--insecure-public") || !strings.Contains(string(out), "--api-key") {
+		t.Fatalf("public listener without auth: err %v, output %s", err, out)
+	}
+}
+
+// codellm run / blocks: the role author's local loop, through the same pipeline and sandbox.
+func TestRunAndBlocksCommands(t *testing.T) {
+	requireNative(t)
+	bin := binary(t)
+	dir := t.TempDir()
+	role := filepath.Join(dir, "role.md")
+	os.WriteFile(role, []byte(fleetBody), 0o644)
+	bagFile := filepath.Join(dir, "bag.json")
+	os.WriteFile(bagFile, []byte(fleetBag), 0o644)
+
+	out, err := exec.Command(bin, "run", "--input", bagFile, role).Output()
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	var calls []struct {
+		ID       string                           `json:"id"`
+		Function struct{ Name, Arguments string } `json:"function"`
+	}
+	if err := json.Unmarshal(out, &calls); err != nil || len(calls) != 3 || calls[2].Function.Name != "finish" ||
+		calls[2].Function.Arguments != `{"answer":"indexed 2 file(s)"}` || calls[0].ID != "call_0" {
+		t.Fatalf("run output %s (%v)", out, err)
+	}
+	out, err = exec.Command(bin, "run", "--changes", "--input", bagFile, role).Output()
+	if err != nil || !strings.Contains(string(out), `"changes"`) || !strings.Contains(string(out), "indexed 2 file(s)") {
+		t.Fatalf("run --changes: %v %s", err, out)
+	}
+	// A failing block: exit 1 and the contract's message on stderr.
+	bad := filepath.Join(dir, "bad.md")
+	os.WriteFile(bad, []byte("```bash\necho boom >&2; exit 3\n```\n"), 0o644)
+	cmd := exec.Command(bin, "run", bad)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), "block 1/1: non-zero exit (code 3): boom") {
+		t.Fatalf("failing run: %v %s", err, stderr.String())
+	}
+	// Flags from the environment: CODELLM_MAX_BLOCKS=1 refuses two blocks.
+	cmd = exec.Command(bin, "run", role)
+	cmd.Env = append(os.Environ(), "CODELLM_MAX_BLOCKS=1")
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), "2 code blocks exceed the limit of 1") {
+		t.Fatalf("CODELLM_MAX_BLOCKS: %v %s", err, stderr.String())
+	}
+	// blocks lists programs and errors.
+	mixed := filepath.Join(dir, "mixed.md")
+	os.WriteFile(mixed, []byte("```py\npass\n```\n```kotlin\nx\n```\n"), 0o644)
+	out, err = exec.Command(bin, "blocks", "--json", mixed).Output()
+	if err == nil {
+		t.Fatal("blocks with an unknown language exited 0")
+	}
+	var listing struct {
+		Blocks []struct{ Lang, Program, Error string } `json:"blocks"`
+	}
+	if e := json.Unmarshal(out, &listing); e != nil || len(listing.Blocks) != 2 || listing.Blocks[0].Program != "python" ||
+		!strings.Contains(listing.Blocks[1].Error, `language "kotlin" is not supported`) {
+		t.Fatalf("blocks output %s (%v)", out, e)
+	}
+}
+
+func TestDoctorCommand(t *testing.T) {
+	requireNative(t)
+	bin := binary(t)
+	out, err := exec.Command(bin, "doctor").CombinedOutput()
+	if err != nil {
+		t.Fatalf("doctor: %v\n%s", err, out)
+	}
+	for _, mech := range []string{"userns", "pidns", "landlock", "seccomp", "cgroup"} {
+		if !strings.Contains(string(out), mech) {
+			t.Errorf("doctor output lacks %s:\n%s", mech, out)
+		}
+	}
+	out, err = exec.Command(bin, "doctor", "--json").Output()
+	var rep struct {
+		Ready bool `json:"ready"`
+	}
+	if err != nil || json.Unmarshal(out, &rep) != nil || !rep.Ready {
+		t.Fatalf("doctor --json: %v %s", err, out)
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	bin := binary(t)
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "codellm ") {
+		t.Fatalf("version: %v %q", err, out)
+	}
+	for _, sub := range []string{"serve", "run", "blocks", "doctor", "debug", "worker", "hub", "workspace"} {
+		out, _ := exec.Command(bin, sub, "--help").CombinedOutput()
+		if !strings.Contains(strings.ToLower(string(out)), "usage") {
+			t.Errorf("%s --help: %s", sub, out)
+		}
+	}
+	if err := exec.Command(bin, "nope").Run(); err == nil {
+		t.Fatal("unknown command exited 0")
+	}
+}
