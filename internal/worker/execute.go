@@ -34,12 +34,14 @@ type job struct {
 	abort context.CancelCauseFunc // aborts the running execution, if any
 }
 
-// newJob starts the heartbeat, counted from lastRegister.
+// newJob starts the heartbeat, counted from lastRegister, and the credential upkeep; both run until stop,
+// after the settlement.
 func (w *Worker) newJob(hard context.Context, a *bridge.Assignment, lastRegister time.Time) *job {
 	ctx, cancel := context.WithCancel(hard)
 	j := &job{w: w, a: a, ctx: ctx, cancel: cancel}
-	j.wg.Add(1)
+	j.wg.Add(2)
 	go j.heartbeat(lastRegister)
+	go j.upkeep(ctx)
 	return j
 }
 
@@ -100,7 +102,12 @@ func (j *job) heartbeat(last time.Time) {
 }
 
 // upkeep refreshes the credential when it is due, retrying transient errors until the credential expires.
+// It runs for the whole job, settlement included: a settlement retried until deadline + grace must not
+// outlive the credential it is signed with. A refresh that was sent is seen through to its reply even when
+// ctx ends meanwhile (see rotate), and a fatal outcome (401/403, a rotation that could not be persisted)
+// is recorded even then: the in-memory credential may be dead.
 func (j *job) upkeep(ctx context.Context) {
+	defer j.wg.Done()
 	w := j.w
 	if w.cfg.StaticToken != "" {
 		return
@@ -113,12 +120,12 @@ func (j *job) upkeep(ctx context.Context) {
 			return
 		}
 		for {
-			err := w.refresh(ctx)
+			err := w.refreshIfDue(ctx)
 			if err == nil {
 				break
 			}
-			if ctx.Err() != nil {
-				return
+			if ctx.Err() != nil && fatal(err) == nil {
+				return // the job is over and the credential is not known to be dead
 			}
 			if !transient(err) || !time.Now().Before(exp) {
 				w.logf("credential refresh failed: %v", err)
@@ -168,7 +175,7 @@ func (w *Worker) execute(hard context.Context, a *bridge.Assignment, remaining t
 	// Credential, bounded by the deadline.
 	if w.refreshDue() {
 		rctx, cancel := context.WithDeadline(j.ctx, localDeadline)
-		err := w.refresh(rctx)
+		err := w.refreshIfDue(rctx)
 		cancel()
 		if err != nil {
 			j.recovery.Store(true)
@@ -194,9 +201,8 @@ func (w *Worker) execute(hard context.Context, a *bridge.Assignment, remaining t
 	}
 	tasks, stopTasks := context.WithCancel(ectx)
 	var tw sync.WaitGroup
-	tw.Add(2)
+	tw.Add(1)
 	go func() { defer tw.Done(); j.pollCancellation(tasks, abort) }()
-	go func() { defer tw.Done(); j.upkeep(tasks) }()
 
 	var out outcome
 	var mutation bool

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,18 +89,27 @@ func TestProofRejections(t *testing.T) {
 
 // The credential rotates in the middle of a long assignment: the new one is persisted before use, the
 // assignment still settles, and the old credential is dead.
+//
+// Timing: with TTL 5 s and a 2.5 s refresh window the worker rotates every ~2.5 s, so the 5 s run spans at
+// least one rotation, while each refresh has 2.5 s to get through (and its reply 2.5 s to clear the
+// refresh threshold) on a loaded machine. Narrower margins (TTL 3 s, window 1.5 s) made the test measure
+// scheduler latency instead of the protocol.
 func TestCredentialRotationDuringAssignment(t *testing.T) {
-	h := newTestHub(t, func(c *hub.Config) { c.CredentialTTL = 3 * time.Second })
+	h := newTestHub(t, func(c *hub.Config) { c.CredentialTTL = 5 * time.Second })
 	id, path := h.pair(t, "rot")
 	old := id.Credential
 	cfg := baseConfig(h, id, path, newEmbedded(t, false))
-	cfg.Timing.RefreshWindow = 1500 * time.Millisecond
+	cfg.Timing.RefreshWindow = 2500 * time.Millisecond
 	cfg.Timing.InitialClockOffset = -1
 	r := start(t, cfg)
 	h.waitReady(t, "rot")
+	before := strings.Count(r.logs.String(), "credential rotated")
 	rep := h.exec(t, "py", "import time\nfor i in range(5):\n    time.sleep(1)\nprint('survived')", nil)
 	if m := decodeExec(t, rep); rep.status != 200 || m["stdout"] != "survived\n" {
 		t.Fatalf("exec: %d %s", rep.status, rep.body)
+	}
+	if n := strings.Count(r.logs.String(), "credential rotated") - before; n < 1 {
+		t.Fatalf("no rotation during the 5 s run:\n%s", r.logs.String())
 	}
 	cur := r.w.Credential()
 	if cur == old {
@@ -109,7 +120,7 @@ func TestCredentialRotationDuringAssignment(t *testing.T) {
 		t.Fatalf("identity on disk %v does not hold the credential in use", err)
 	}
 	if n := strings.Count(r.logs.String(), "credential rotated"); n < 2 {
-		t.Fatalf("expected several rotations (TTL 3 s over a 5 s run), saw %d:\n%s", n, r.logs.String())
+		t.Fatalf("expected several rotations (TTL 5 s, pairing to the end of a 5 s run), saw %d:\n%s", n, r.logs.String())
 	}
 	stale := *id
 	stale.Credential = old
@@ -120,6 +131,81 @@ func TestCredentialRotationDuringAssignment(t *testing.T) {
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// gateSupervisor holds an execution until released, so a test can place a hub event inside the run.
+type gateSupervisor struct {
+	constSupervisor
+	running chan struct{} // closed when Execute starts
+	release chan struct{} // Execute returns once this is closed
+}
+
+func (g *gateSupervisor) Execute(ctx context.Context, call RunnerCall) (*bridge.Object, error) {
+	close(g.running)
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return nil, &RunError{Message: "aborted", KnownClean: true}
+	}
+	return g.constSupervisor.Execute(ctx, call)
+}
+
+// A credential refresh is still in flight when the run ends (a slow hub on a loaded machine). The hub
+// has already rotated, so the old credential is dead: the worker must wait for the refresh reply instead
+// of abandoning it with the run's tasks, or it settles with a dead credential (CREDENTIAL_INVALID, exit 3)
+// and the client never gets its result. Deterministic: the hub's reply is held until the run has ended.
+func TestCredentialRotationInFlightWhenRunEnds(t *testing.T) {
+	h := newTestHub(t, func(c *hub.Config) { c.CredentialTTL = 3 * time.Second })
+	id, path := h.pair(t, "inflight")
+	reply, _ := bridge.ParseObject([]byte(`{"run":{"stdout":"done\n","stderr":"","code":0,"signal":null,"output":"done\n"},"language":"python","version":"3"}`))
+	sup := &gateSupervisor{constSupervisor: constSupervisor{reply: reply}, running: make(chan struct{}), release: make(chan struct{})}
+	var held atomic.Bool
+	h.setFault(func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.HasSuffix(r.URL.Path, "/credentials/refresh") || !isClosed(sup.running) || !held.CompareAndSwap(false, true) {
+			return false
+		}
+		rec := httptest.NewRecorder()
+		h.Hub.ServeHTTP(rec, r) // the rotation is committed: the old credential is dead from here on
+		close(sup.release)      // the run ends while this refresh is unanswered
+		select {                // a worker that abandons the refresh hangs up; one that waits gets the reply
+		case <-r.Context().Done():
+		case <-time.After(time.Second):
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return true
+	})
+	cfg := baseConfig(h, id, path, sup)
+	cfg.Timing.RefreshWindow = 1500 * time.Millisecond
+	cfg.Timing.InitialClockOffset = -1
+	r := start(t, cfg)
+	h.waitReady(t, "inflight")
+	rep := h.exec(t, "py", "print('done')", map[string]string{"X-Codellm-Timeout-Ms": "20000"})
+	if m := decodeExec(t, rep); rep.status != 200 || m["stdout"] != "done\n" {
+		t.Fatalf("exec: %d %s", rep.status, rep.body)
+	}
+	if !held.Load() {
+		t.Fatal("no credential refresh happened during the run")
+	}
+	onDisk, err := LoadIdentity(path, "inflight")
+	if err != nil || onDisk.Credential != r.w.Credential() {
+		t.Fatalf("identity on disk %v does not hold the credential in use", err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 

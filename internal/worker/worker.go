@@ -319,24 +319,43 @@ func (w *Worker) refreshDue() bool {
 	w.credMu.RLock()
 	exp := w.expiresAt
 	w.credMu.RUnlock()
+	return w.dueAt(exp)
+}
+
+// dueAt is §4.2's refresh condition for a credential expiring at exp.
+func (w *Worker) dueAt(exp time.Time) bool {
 	return !exp.After(time.Now().Add(w.clockOffset() + w.cfg.Timing.RefreshWindow))
 }
 
+// refreshIfDue rotates the credential when it is due. The condition is checked again under the write
+// lock, so callers that race (the main loop, the pre-run step, the upkeep task) rotate only once.
 func (w *Worker) refreshIfDue(ctx context.Context) error {
 	if !w.refreshDue() {
 		return nil
 	}
-	return w.refresh(ctx)
+	return w.rotate(ctx, true)
 }
 
-// refresh rotates the credential (§4.2): the new identity is persisted before the new credential is used,
+// rotate is §4.2's credential refresh: the new identity is persisted before the new credential is used,
 // and a malformed reply or a failed write is fatal (exit 3), because the old credential is already dead.
-func (w *Worker) refresh(ctx context.Context) error {
+//
+// The hub kills the old credential the moment it commits the rotation, so a refresh request, once sent,
+// must be seen through to its reply: abandoning it (because the run it was keeping alive ended, a deadline
+// passed or the worker is draining) would leave the worker holding a dead credential, and its next request
+// (typically the settlement) would fail with CREDENTIAL_INVALID. ctx therefore decides only whether a
+// refresh starts; the request itself is bounded by the request timeout alone.
+func (w *Worker) rotate(ctx context.Context, onlyIfDue bool) error {
 	w.credMu.Lock()
 	defer w.credMu.Unlock()
+	if onlyIfDue && !w.dueAt(w.expiresAt) {
+		return nil // a concurrent caller rotated first
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("credential refresh not started: %w", err)
+	}
 	body, _ := bridge.Marshal(bridge.RefreshRequest{ProtocolVersion: 1})
 	var cr bridge.CredentialResponse
-	if err := w.send(ctx, bridge.PathRefresh(w.cfg.WorkerID), body, w.cfg.Timing.RequestTimeout, &cr, w.credential); err != nil {
+	if err := w.send(context.WithoutCancel(ctx), bridge.PathRefresh(w.cfg.WorkerID), body, w.cfg.Timing.RequestTimeout, &cr, w.credential); err != nil {
 		if errors.Is(err, ErrProtocol) {
 			return errors.Join(ErrAuth, err)
 		}
