@@ -333,7 +333,7 @@ func (w *Worker) refreshIfDue(ctx context.Context) error {
 	if !w.refreshDue() {
 		return nil
 	}
-	return w.rotate(ctx, true)
+	return w.rotate(ctx)
 }
 
 // rotate is §4.2's credential refresh: the new identity is persisted before the new credential is used,
@@ -344,10 +344,10 @@ func (w *Worker) refreshIfDue(ctx context.Context) error {
 // passed or the worker is draining) would leave the worker holding a dead credential, and its next request
 // (typically the settlement) would fail with CREDENTIAL_INVALID. ctx therefore decides only whether a
 // refresh starts; the request itself is bounded by the request timeout alone.
-func (w *Worker) rotate(ctx context.Context, onlyIfDue bool) error {
+func (w *Worker) rotate(ctx context.Context) error {
 	w.credMu.Lock()
 	defer w.credMu.Unlock()
-	if onlyIfDue && !w.dueAt(w.expiresAt) {
+	if !w.dueAt(w.expiresAt) {
 		return nil // a concurrent caller rotated first
 	}
 	if err := ctx.Err(); err != nil {
