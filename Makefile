@@ -19,7 +19,7 @@ test:
 	$(GO) test -count=1 -timeout 25m ./...
 
 bench:
-	$(GO) run ./bench --quick
+	CGO_ENABLED=0 $(GO) run ./bench --quick
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
