@@ -26,6 +26,12 @@ const (
 // reapGrace is how long after timeoutMs the process tree may take to be confirmed gone (§9.8: timeoutMs + 5 s).
 var reapGrace = 5 * time.Second
 
+// waitReaped returns once the sandbox confirms that the command's process tree is gone (sandbox.Process.Wait
+// returns only when the block and every descendant have been reaped). It is the one source of that
+// confirmation, so tests can withhold it and drive the COMMAND_TIMEOUT path without depending on how fast a
+// killed process dies.
+var waitReaped = func(p *sandbox.Process) sandbox.Result { return p.Wait() }
+
 // ExecuteCommandRequest is the §9.2 execute_command request.
 type ExecuteCommandRequest struct {
 	envelope
@@ -214,7 +220,8 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 	go func() { defer readers.Done(); stderr.drain(errR, budget) }()
 
 	waited := make(chan sandbox.Result, 1)
-	go func() { waited <- proc.Wait() }()
+	confirm := waitReaped
+	go func() { waited <- confirm(proc) }()
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -228,11 +235,15 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 		aborted = true
 	}
 	if timedOut || aborted {
+		// The grace runs from the timeout (or the cancellation), not from the end of the kill calls, so that the
+		// whole wait stays within timeoutMs + 5 s.
+		grace := time.NewTimer(reapGrace)
+		defer grace.Stop()
 		proc.Kill()
 		run.Kill()
 		select {
 		case res = <-waited:
-		case <-time.After(reapGrace):
+		case <-grace.C:
 			// The tree could not be confirmed dead: leave the cleanup running (holding the command slot until
 			// it is done), report may-have-committed.
 			*handedOff = true

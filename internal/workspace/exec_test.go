@@ -454,7 +454,7 @@ func TestSignalNameAndScrub(t *testing.T) {
 func syscallSignal(n int) syscall.Signal { return syscall.Signal(n) }
 
 func TestCommandFailures(t *testing.T) {
-	defer func() { writeHook = nil; reapGrace = 5 * time.Second }()
+	defer func() { writeHook = nil }()
 	e := newEnv(t, Options{AllowCommands: true, Sandbox: offSandbox(t), AllowUnconfinedCommands: true})
 	// The sandbox cannot start the command (its workdir vanished after the checks): COMMAND_UNAVAILABLE,
 	// atomic because nothing ran.
@@ -471,19 +471,50 @@ func TestCommandFailures(t *testing.T) {
 	os.Rename(e.root+".gone", e.root)
 
 	// The process tree is not confirmed reaped within the grace after the timeout: COMMAND_TIMEOUT, may have
-	// committed. A negative grace makes "not confirmed" certain without waiting.
-	reapGrace = -1
-	we = e.fail(OpExecuteCommand, `{"command":"sleep 1003","timeoutMs":50}`, CodeCommandTimeout)
+	// committed. The sandbox's confirmation is withheld until the call has answered, so the outcome does not
+	// depend on how fast the killed command dies. The 20 s fallback only keeps a broken implementation (one that
+	// waits for the confirmation whatever the grace) from hanging: it then answers with a result and fails here.
+	marker := fmt.Sprintf("1003.%d%06d", os.Getpid(), time.Now().UnixNano()%1000000)
+	release, confirmed := make(chan struct{}), make(chan struct{})
+	savedGrace, savedWait := reapGrace, waitReaped
+	restore := func() { reapGrace, waitReaped = savedGrace, savedWait }
+	defer restore()
+	reapGrace = 100 * time.Millisecond
+	waitReaped = func(p *sandbox.Process) sandbox.Result {
+		defer close(confirmed)
+		r := p.Wait()
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+		return r
+	}
+	start := time.Now()
+	we = e.fail(OpExecuteCommand, js(map[string]any{"command": "sleep " + marker, "timeoutMs": 50}), CodeCommandTimeout)
 	if !we.MayHaveCommitted {
 		t.Errorf("COMMAND_TIMEOUT must be may-have-committed")
 	}
-	reapGrace = 5 * time.Second
-	// The background cleanup still kills it.
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("COMMAND_TIMEOUT took %v: the grace was not applied", d)
+	}
+	close(release)
+	select {
+	case <-confirmed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command was never reaped after COMMAND_TIMEOUT")
+	}
+	restore()
+	// The background cleanup still kills it, and gives the command slot back once it is done.
 	deadline := time.Now().Add(10 * time.Second)
-	for len(findProcs("sleep 1003")) > 0 {
+	for len(findProcs("sleep "+marker)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("command not cleaned up after COMMAND_TIMEOUT")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.ws.ExecuteCommand(ctx, &ExecuteCommandRequest{Command: "true"}); err != nil {
+		t.Errorf("a command after COMMAND_TIMEOUT's cleanup: %v", err)
 	}
 }
