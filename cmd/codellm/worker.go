@@ -98,6 +98,13 @@ func workerAliases(fs *flag.FlagSet, stderr io.Writer) map[string][]string {
 func parseInterspersed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, int) {
 	var pos []string
 	for {
+		// A positional argument may itself begin with "-": pairing codes are base64url, so about one in 64
+		// starts with a dash. Only an argument naming a defined flag is a flag; anything else is positional.
+		if len(args) > 0 && isUndefinedDashArg(fs, args[0]) {
+			pos = append(pos, args[0])
+			args = args[1:]
+			continue
+		}
 		if err := fs.Parse(args); err != nil {
 			if err == flag.ErrHelp {
 				return nil, 0
@@ -115,6 +122,19 @@ func parseInterspersed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]str
 		return nil, 2
 	}
 	return pos, -1
+}
+
+// isUndefinedDashArg reports whether a starts with "-" but names no flag of fs (nor -h/-help, nor the "--"
+// terminator).
+func isUndefinedDashArg(fs *flag.FlagSet, a string) bool {
+	if len(a) < 2 || a[0] != '-' || a == "--" {
+		return false
+	}
+	name := strings.TrimLeft(a, "-")
+	if i := strings.IndexByte(name, '='); i >= 0 {
+		name = name[:i]
+	}
+	return name != "h" && name != "help" && fs.Lookup(name) == nil
 }
 
 func cmdWorker(args []string, stdout, stderr io.Writer) int {

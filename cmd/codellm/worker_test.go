@@ -36,6 +36,11 @@ func TestWorkerFlagPrecedence(t *testing.T) {
 	if f.workerID != "from-flag" || len(pos) != 2 || pos[0] != "sess-1" || pos[1] != "extra" {
 		t.Fatalf("flag: %q %q", f.workerID, pos)
 	}
+	// A pairing code may start with a dash (base64url): it is still a positional argument.
+	f, pos, _ = parseWith("http://hub/v1", "-bHUOsthj9x", "--worker-id", "w1")
+	if f.workerID != "w1" || len(pos) != 2 || pos[1] != "-bHUOsthj9x" {
+		t.Fatalf("dash-leading code: %q %q", f.workerID, pos)
+	}
 	if code := cmdWorker([]string{"reset-workspace"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
 		t.Fatalf("reset-workspace without a session: exit %d", code)
 	}
