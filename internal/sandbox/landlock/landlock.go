@@ -1,26 +1,18 @@
-// Package landlock confines the sandbox helper (and the program it execs)
-// with the Landlock LSM: which files may be read, written or executed,
-// whether TCP bind/connect is allowed, and — where the ABI has it — IPC
-// scoping of abstract Unix sockets and signals to the sandbox's own domain.
+// Package landlock detects the kernel's Landlock LSM for the sandbox: which
+// ABI the running kernel offers ([ABI]) and the newest one codellm uses
+// ([MaxABI]).
 //
 // Landlock is a second, independent wall behind the mount namespace: if a
 // mount is ever misconfigured (a host path bound by mistake), Landlock still
-// denies access to anything outside the listed hierarchies.
+// denies access to anything outside the listed hierarchies. The rules
+// themselves — the handled-access masks reduced to the detected ABI and the
+// (path, access) list of every block — are computed by package sandbox
+// (landlockPlan in plan_linux.go) and applied by the helper, package hook,
+// with the three raw landlock syscalls; the sandbox's differential threat
+// tests (internal/sandbox/threat_linux_test.go) check them end to end.
 package landlock
 
-import "errors"
-
-// ErrUnsupported is returned when the kernel has no Landlock.
-var ErrUnsupported = errors.New("landlock is not supported by this kernel")
-
-// Policy lists what the confined program may touch. Paths are resolved when
-// Restrict is called, so it must run after pivot_root.
-type Policy struct {
-	ReadExec  []string // hierarchies readable and executable (system dirs)
-	ReadOnly  []string // hierarchies readable, not executable (/proc)
-	ReadWrite []string // hierarchies fully writable (workdir, /tmp)
-	RWFiles   []string // single files readable and writable (/dev/null, ...)
-	ListRoot  bool     // allow listing "/" itself
-	DenyTCP   bool     // handle TCP bind/connect with no allowed port
-	Scope     bool     // restrict abstract Unix sockets and signals to the domain
-}
+// MaxABI is the newest Landlock ABI codellm asks for. Newer kernels are
+// used at this level; on older ones the handled rights are reduced to what
+// the kernel knows (best effort), and package sandbox reports the level.
+const MaxABI = 7

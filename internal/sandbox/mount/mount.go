@@ -1,53 +1,23 @@
-// Package mount builds the minimal root filesystem of one sandboxed block
-// inside its fresh mount namespace and pivots into it.
+// Package mount lists what the minimal root filesystem of a sandboxed
+// block contains: the host system directories, /etc entries and device
+// nodes that are bound into it read-only.
 //
-// The new root is a small tmpfs holding read-only binds of what
-// interpreters need (/usr, /lib*, /bin, /sbin, a handful of /etc entries),
-// generated identity files, device nodes bound from the host (/dev/null,
-// zero, full, random, urandom — a user namespace cannot mknod), a private
-// /proc of the block's PID namespace, a size-limited /tmp and the workdir.
-// Everything else of the host — /root, /home, /etc/shadow, /var, other
-// runs' workdirs, codellm's own files, /sys — simply does not exist inside.
+// These lists are the policy. Package sandbox sends them to the helper in
+// the spec (and bases the Landlock read rules on SystemDirs); the helper,
+// package hook, builds the root from them with raw syscalls inside the
+// block's mount namespace and pivots into it. Besides these binds the root
+// holds generated /etc/passwd, group, hosts and hostname files, /dev/fd
+// and the stdio links, a private /proc of the block's PID namespace,
+// size-limited /tmp and /dev/shm tmpfs and the workdir (bound read-write
+// when persistent, otherwise copied into a private tmpfs). Everything else
+// of the host — /root, /home, /etc/shadow, /var, other runs' workdirs,
+// codellm's own files, /sys — simply does not exist inside. The sandbox's
+// threat tests (internal/sandbox/threat_linux_test.go) check the root the
+// helper actually builds.
 //
-// The lists below are the policy and are what the server sends the helper.
-// The helper itself builds the root with package hook's raw-syscall copy of
-// Setup (it must not import this package's dependencies, see
-// internal/sandbox/PERF.md); Setup remains the readable reference and is
-// tested on its own, and the sandbox's threat tests check the helper's
-// root.
+// The package has no code and no dependencies on purpose: the benchmark
+// harness (bench/) reads the same lists.
 package mount
-
-import "errors"
-
-// ErrWorkdirTooLarge means the workdir did not fit in its private tmpfs.
-var ErrWorkdirTooLarge = errors.New("workdir does not fit in the private tmpfs")
-
-// Options describes the root to build.
-type Options struct {
-	// Dir is the absolute workdir path, the same inside and outside.
-	Dir string
-	// DirFD is a directory descriptor (O_RDONLY|O_DIRECTORY) of the host
-	// workdir, opened before any mount could hide it (Dir may well live
-	// under the host's /tmp, which the private /tmp covers).
-	DirFD int
-	// DirIsTree says DirFD is a detached mount (open_tree(OPEN_TREE_CLONE)
-	// by a privileged server) to attach for Persist, instead of a plain
-	// directory to bind.
-	DirIsTree bool
-	// Persist binds the workdir read-write; otherwise its files are copied
-	// into a private tmpfs of TmpSize bytes so writes never reach the host.
-	Persist bool
-	// TmpSize bounds /tmp, /dev/shm and the non-persistent workdir.
-	TmpSize int64
-	// Passwd, Group and Hosts are written to /etc.
-	Passwd, Group, Hosts []byte
-	// Network: the operator enabled the network, so the resolver
-	// configuration (/etc/resolv.conf, /etc/gai.conf) is bound too.
-	Network bool
-	// Staging is an existing host directory used as the mount point of the
-	// new root before pivot_root (it is only covered inside this namespace).
-	Staging string
-}
 
 // SystemDirs are bound read-only when they exist (symlinks, as on
 // merged-/usr systems, are recreated as symlinks).
@@ -56,12 +26,14 @@ var SystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 // EtcEntries are bound read-only from the host /etc when they exist:
 // the dynamic linker cache, TLS configuration and certificates, the
 // alternatives symlink farm (/usr/bin/node and friends may point into it),
-// timezone and resolver-independent name service configuration.
+// timezone and resolver-independent name service configuration. When the
+// operator enables the network, /etc/resolv.conf and /etc/gai.conf are
+// bound too.
 var EtcEntries = []string{
 	"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates",
 	"ca-certificates.conf", "pki", "alternatives", "localtime", "timezone",
 	"nsswitch.conf", "host.conf", "mime.types", "protocols", "services",
 }
 
-// DevNodes are bound from the host /dev.
+// DevNodes are bound from the host /dev (a user namespace cannot mknod).
 var DevNodes = []string{"null", "zero", "full", "random", "urandom"}

@@ -1,7 +1,16 @@
-// Package seccomp builds and installs codellm's seccomp-bpf deny list: the
-// last layer of the sandbox, installed immediately before the user program
-// is exec'd, which takes away kernel attack surface that the namespaces,
-// Landlock and dropped capabilities do not already remove.
+// Package seccomp assembles codellm's seccomp-bpf deny list: the last layer
+// of the sandbox, which takes away kernel attack surface that the
+// namespaces, Landlock and dropped capabilities do not already remove.
+//
+// [Program] assembles the complete filter (architecture check, terminal
+// injection check and go-seccomp-bpf's program for [Policy]) as raw BPF.
+// Package sandbox calls it once per process and sends the bytes to the
+// helper in the spec; the helper, package hook, installs them with the raw
+// seccomp syscall immediately before it execs the user program (it must not
+// import go-seccomp-bpf, whose syscall tables are costly to initialise: see
+// internal/sandbox/PERF.md). This package's tests run the assembled filter
+// in a BPF interpreter; the sandbox's threat tests check the installed
+// filter end to end.
 //
 // The policy is a deny list (default allow) rather than an allow list on
 // purpose: codellm runs arbitrary interpreters (python, node, perl, shells)

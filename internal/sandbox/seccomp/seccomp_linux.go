@@ -5,7 +5,6 @@ package seccomp
 import (
 	"fmt"
 	"runtime"
-	"unsafe"
 
 	bpfseccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
@@ -15,13 +14,6 @@ import (
 
 // Supported reports whether the kernel accepts seccomp filters.
 func Supported() bool { return bpfseccomp.Supported() }
-
-// Mode returns the seccomp mode of the calling thread as /proc shows it
-// (0 disabled, 1 strict, 2 filter).
-func Mode() (int, error) {
-	m, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
-	return m, err
-}
 
 func errnoAction(e unix.Errno) bpfseccomp.Action {
 	return bpfseccomp.ActionErrno | bpfseccomp.Action(e)
@@ -89,27 +81,4 @@ func Program() ([]bpf.RawInstruction, error) {
 		return nil, fmt.Errorf("seccomp: assemble BPF: %w", err)
 	}
 	return raw, nil
-}
-
-// Install loads the filter on the calling thread. The caller must hold
-// runtime.LockOSThread and have set no_new_privs on that thread (or hold
-// CAP_SYS_ADMIN); the filter is inherited by the program it execs next.
-// It is deliberately not synchronised to other threads: the helper execs
-// right after, which destroys every other thread.
-func Install() error {
-	raw, err := Program()
-	if err != nil {
-		return err
-	}
-	filt := make([]unix.SockFilter, len(raw))
-	for i, in := range raw {
-		filt[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
-	}
-	prog := unix.SockFprog{Len: uint16(len(filt)), Filter: &filt[0]}
-	_, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog)))
-	runtime.KeepAlive(filt)
-	if e != 0 {
-		return fmt.Errorf("seccomp: install filter: %w", e)
-	}
-	return nil
 }
