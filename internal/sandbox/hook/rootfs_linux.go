@@ -8,7 +8,7 @@ import (
 )
 
 // ErrWorkdirTooLargeText is the reason given when the workdir does not fit
-// in its private tmpfs; package mount's ErrWorkdirTooLarge says the same.
+// in its private tmpfs (the server names the tmp-size limit to raise).
 const ErrWorkdirTooLargeText = "workdir does not fit in the private tmpfs"
 
 // setupRoot builds the block's root (see package mount for what is in it)
