@@ -230,8 +230,11 @@ func stringOrNull(raw json.RawMessage) (s string, ok bool) {
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
-// kind names a JSON value's type for error messages.
-func kind(raw json.RawMessage) string {
+func kind(raw []byte) string { return JSONKind(raw) }
+
+// JSONKind names a JSON value's type for error messages ("object", "array", "string", "boolean", "null",
+// "number", or "nothing" for empty input). internal/openai uses it too, so both name types alike.
+func JSONKind(raw []byte) string {
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 {
 		return "nothing"

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/codellm/codellm/internal/contract"
 	"github.com/codellm/codellm/internal/markdown"
 )
 
@@ -390,27 +391,7 @@ func str(raw json.RawMessage, dst *string) bool {
 
 func isNull(raw json.RawMessage) bool { return kind(raw) == "null" }
 
-// kind names a JSON value's type for error messages.
-func kind(raw []byte) string {
-	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 {
-		return "nothing"
-	}
-	switch trimmed[0] {
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	default:
-		return "number"
-	}
-}
+func kind(raw []byte) string { return contract.JSONKind(raw) }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.
 func truncate(s string, n int) string {
