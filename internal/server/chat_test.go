@@ -93,36 +93,36 @@ func oaiClient(ts *testServer) oai.Client {
 	return oai.NewClient(option.WithBaseURL(ts.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
 }
 
-func goCalls(t *testing.T, tcs []goopenai.ToolCall) []call {
+// toCalls parses n tool calls given by get, checking their ids; it serves both clients' types.
+func toCalls(t *testing.T, n int, get func(i int) (id, name, args string)) []call {
 	t.Helper()
 	var out []call
-	for i, tc := range tcs {
-		if tc.ID != fmt.Sprintf("call_%d", i) {
-			t.Fatalf("call %d id %q", i, tc.ID)
+	for i := 0; i < n; i++ {
+		id, name, raw := get(i)
+		if id != fmt.Sprintf("call_%d", i) {
+			t.Fatalf("call %d id %q", i, id)
 		}
 		var args map[string]any
-		if err := json.Unmarshal([]byte(tc.Function.Arguments), &args); err != nil {
+		if err := json.Unmarshal([]byte(raw), &args); err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, call{tc.Function.Name, args})
+		out = append(out, call{name, args})
 	}
 	return out
 }
 
+func goCalls(t *testing.T, tcs []goopenai.ToolCall) []call {
+	t.Helper()
+	return toCalls(t, len(tcs), func(i int) (string, string, string) {
+		return tcs[i].ID, tcs[i].Function.Name, tcs[i].Function.Arguments
+	})
+}
+
 func oaiCalls(t *testing.T, tcs []oai.ChatCompletionMessageToolCallUnion) []call {
 	t.Helper()
-	var out []call
-	for i, tc := range tcs {
-		if tc.ID != fmt.Sprintf("call_%d", i) {
-			t.Fatalf("call %d id %q", i, tc.ID)
-		}
-		var args map[string]any
-		if err := json.Unmarshal([]byte(tc.Function.Arguments), &args); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, call{tc.Function.Name, args})
-	}
-	return out
+	return toCalls(t, len(tcs), func(i int) (string, string, string) {
+		return tcs[i].ID, tcs[i].Function.Name, tcs[i].Function.Arguments
+	})
 }
 
 func sameCalls(t *testing.T, got, want []call) {
