@@ -54,40 +54,8 @@ func WithLockTimeout(d time.Duration) Option { return func(s *Store) { s.lockTim
 // WithClock replaces time.Now (tests of expiry).
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
-// workerRec is the persistent part of one worker's state.
-type workerRec struct {
-	WorkerID          string `json:"workerId"`
-	PairingGeneration int64  `json:"pairingGeneration"`
-
-	PendingCode    string          `json:"pendingCode,omitempty"`
-	PendingExpires time.Time       `json:"pendingExpires,omitzero"`
-	PendingBinding *bridge.Binding `json:"pendingBinding,omitempty"`
-	PendingGen     int64           `json:"pendingGen,omitempty"`
-
-	IdentityID        string          `json:"identityId,omitempty"`
-	PublicKey         string          `json:"publicKey,omitempty"`
-	Binding           *bridge.Binding `json:"binding,omitempty"`
-	CredentialHash    string          `json:"credentialHash,omitempty"`
-	CredentialExpires time.Time       `json:"credentialExpires,omitzero"`
-
-	RegGeneration int64  `json:"registrationGeneration"`
-	RegOwner      string `json:"registrationOwner,omitempty"`
-	// AssignGeneration is a persisted ceiling: generations up to it may
-	// have been issued. It is reserved in blocks so that a dispatch does not
-	// cost an fsync, and a restart continues above it (monotonic, §7.1).
-	AssignGeneration int64 `json:"assignmentGeneration"`
-
-	Fenced          map[string]time.Time `json:"fenced,omitempty"`
-	Quarantined     map[string]time.Time `json:"quarantined,omitempty"`
-	WorkspaceFences map[string]string    `json:"workspaceFences,omitempty"`
-}
-
-func (r *workerRec) clone() *workerRec {
-	b, _ := json.Marshal(r)
-	var c workerRec
-	_ = json.Unmarshal(b, &c)
-	return &c
-}
+// workerRec is the persistent part of one worker's state, shared with the Redis store.
+type workerRec = store.WorkerRecord
 
 type lockRec struct {
 	assignmentID  string
@@ -260,7 +228,7 @@ func (s *Store) save(rec *workerRec, putCodes map[string]string, delCodes []stri
 
 func (s *Store) record(workerID string) *workerRec {
 	if r, ok := s.workers[workerID]; ok {
-		return r.clone()
+		return r.Clone()
 	}
 	return &workerRec{WorkerID: workerID}
 }
@@ -424,7 +392,7 @@ func (s *Store) RefreshCredential(ctx context.Context, workerID, oldHash, newHas
 	if !ok || cur.CredentialHash == "" || cur.CredentialHash != oldHash || !s.now().Before(cur.CredentialExpires) {
 		return bridge.ErrCredentialInvalid
 	}
-	rec := cur.clone()
+	rec := cur.Clone()
 	rec.CredentialHash, rec.CredentialExpires = newHash, expiresAt
 	return s.save(rec, nil, nil)
 }

@@ -69,32 +69,9 @@ func WithGrace(d time.Duration) Option { return func(s *Store) { s.grace = d } }
 // WithPrefix replaces the key namespace (tests isolate stores this way).
 func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 
-// workerRec is the permanent part of one worker's state (same fields as
-// boltstore's record, minus the generation block reservation: Redis
-// increments the counter itself inside the transaction).
-type workerRec struct {
-	WorkerID          string `json:"workerId"`
-	PairingGeneration int64  `json:"pairingGeneration"`
-
-	PendingCode    string          `json:"pendingCode,omitempty"`
-	PendingExpires time.Time       `json:"pendingExpires,omitzero"`
-	PendingBinding *bridge.Binding `json:"pendingBinding,omitempty"`
-	PendingGen     int64           `json:"pendingGen,omitempty"`
-
-	IdentityID        string          `json:"identityId,omitempty"`
-	PublicKey         string          `json:"publicKey,omitempty"`
-	Binding           *bridge.Binding `json:"binding,omitempty"`
-	CredentialHash    string          `json:"credentialHash,omitempty"`
-	CredentialExpires time.Time       `json:"credentialExpires,omitzero"`
-
-	RegGeneration    int64  `json:"registrationGeneration"`
-	RegOwner         string `json:"registrationOwner,omitempty"`
-	AssignGeneration int64  `json:"assignmentGeneration"`
-
-	Fenced          map[string]time.Time `json:"fenced,omitempty"`
-	Quarantined     map[string]time.Time `json:"quarantined,omitempty"`
-	WorkspaceFences map[string]string    `json:"workspaceFences,omitempty"`
-}
+// workerRec is the permanent part of one worker's state, the same record as boltstore's (Redis increments
+// AssignGeneration itself inside the transaction instead of reserving blocks).
+type workerRec = store.WorkerRecord
 
 type lockRec struct {
 	AssignmentID  string    `json:"assignmentId"`

@@ -7,6 +7,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"time"
 
@@ -207,4 +208,41 @@ type Store interface {
 	ResetWorkspace(ctx context.Context, workerID, incarnationID, runtimeSessionID string) error
 
 	Close() error
+}
+
+// WorkerRecord is the persistent part of one worker's state (§7.1), encoded as JSON by every store
+// backend so that their records cannot drift apart.
+type WorkerRecord struct {
+	WorkerID          string `json:"workerId"`
+	PairingGeneration int64  `json:"pairingGeneration"`
+
+	PendingCode    string          `json:"pendingCode,omitempty"`
+	PendingExpires time.Time       `json:"pendingExpires,omitzero"`
+	PendingBinding *bridge.Binding `json:"pendingBinding,omitempty"`
+	PendingGen     int64           `json:"pendingGen,omitempty"`
+
+	IdentityID        string          `json:"identityId,omitempty"`
+	PublicKey         string          `json:"publicKey,omitempty"`
+	Binding           *bridge.Binding `json:"binding,omitempty"`
+	CredentialHash    string          `json:"credentialHash,omitempty"`
+	CredentialExpires time.Time       `json:"credentialExpires,omitzero"`
+
+	RegGeneration int64  `json:"registrationGeneration"`
+	RegOwner      string `json:"registrationOwner,omitempty"`
+	// AssignGeneration is a persisted ceiling: generations up to it may
+	// have been issued (the embedded store reserves it in blocks so that a
+	// dispatch does not cost an fsync; monotonic, §7.1).
+	AssignGeneration int64 `json:"assignmentGeneration"`
+
+	Fenced          map[string]time.Time `json:"fenced,omitempty"`
+	Quarantined     map[string]time.Time `json:"quarantined,omitempty"`
+	WorkspaceFences map[string]string    `json:"workspaceFences,omitempty"`
+}
+
+// Clone returns a deep copy (the maps included).
+func (r *WorkerRecord) Clone() *WorkerRecord {
+	b, _ := json.Marshal(r)
+	var c WorkerRecord
+	_ = json.Unmarshal(b, &c)
+	return &c
 }
