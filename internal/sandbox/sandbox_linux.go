@@ -79,6 +79,7 @@ func (s *Sandbox) init() error {
 		p.hostUID, p.hostGID = p.euid, os.Getegid()
 	}
 	p.avail = probeStatic(p, err)
+	s.sweepStaleGroups()
 	switch s.cfg.Mode {
 	case ModeOff:
 		p.want = 0

@@ -53,3 +53,6 @@ func (g *Group) Stats() (Stats, error) { return Stats{}, ErrUnavailable }
 
 // Remove has nothing to remove off Linux.
 func (g *Group) Remove() error { return nil }
+
+// SweepStale has nothing to sweep off Linux.
+func (h *Host) SweepStale(stale func(name string) bool) (int, error) { return 0, h.err }
