@@ -168,7 +168,58 @@ func bindRO(src, dst string) error {
 	if err := syscall.Mount(src, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
 		return wrap("build root filesystem: bind "+src, err)
 	}
-	return remount(dst, syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV)
+	return restrict(dst, mountAttrRdonly|mountAttrNosuid|mountAttrNodev)
+}
+
+// mount_setattr(2) attributes (MOUNT_ATTR_*).
+const (
+	mountAttrRdonly = 0x1
+	mountAttrNosuid = 0x2
+	mountAttrNodev  = 0x4
+	mountAttrNoexec = 0x8
+)
+
+// noMountSetattr records that mount_setattr returned ENOSYS (kernel before
+// 5.12, or a seccomp profile that does not know it), so later mounts go
+// straight to the statfs + remount path.
+var noMountSetattr bool
+
+// restrict adds the MOUNT_ATTR_* flags attr to the mount at dst (that mount
+// only, like a bind remount). mount_setattr sets them in one call: it only
+// adds flags, so the ones the kernel locks stay as they are without reading
+// them first. Without it, remount does the same with statfs + MS_REMOUNT.
+func restrict(dst string, attr uint64) error {
+	if !noMountSetattr {
+		err := mountSetattr(-100 /* AT_FDCWD */, dst, 0, attr)
+		if err != syscall.ENOSYS {
+			return wrap("build root filesystem: mount_setattr "+dst, err)
+		}
+		noMountSetattr = true
+	}
+	var extra uintptr
+	for _, m := range [][2]uintptr{
+		{mountAttrRdonly, syscall.MS_RDONLY}, {mountAttrNosuid, syscall.MS_NOSUID},
+		{mountAttrNodev, syscall.MS_NODEV}, {mountAttrNoexec, syscall.MS_NOEXEC},
+	} {
+		if uintptr(attr)&m[0] != 0 {
+			extra |= m[1]
+		}
+	}
+	return remount(dst, extra)
+}
+
+// mountSetattr calls mount_setattr(dirfd, path, flags, &{attr_set: set},
+// MOUNT_ATTR_SIZE_VER0); it returns nil or a syscall.Errno.
+func mountSetattr(dirfd int, path string, flags uintptr, set uint64) error {
+	p, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return err
+	}
+	attr := struct{ set, clr, propagation, usernsFD uint64 }{set: set}
+	if _, _, e := syscall.Syscall6(sysMountSetattr, uintptr(dirfd), uintptr(unsafe.Pointer(p)), flags, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0); e != 0 {
+		return e
+	}
+	return nil
 }
 
 // statvfs flags (ST_*), which package syscall does not name.
@@ -215,7 +266,7 @@ func setupDev(r string, sp *Spec) error {
 		if err := syscall.Mount("/dev/"+n, dev+"/"+n, "", syscall.MS_BIND, ""); err != nil {
 			return wrap("build root filesystem: bind /dev/"+n, err)
 		}
-		if err := remount(dev+"/"+n, syscall.MS_NOSUID|syscall.MS_NOEXEC); err != nil {
+		if err := restrict(dev+"/"+n, mountAttrNosuid|mountAttrNoexec); err != nil {
 			return err
 		}
 	}
@@ -253,7 +304,7 @@ func setupWorkdir(r string, sp *Spec, dirFD int) error {
 		if _, _, e := syscall.Syscall6(sysMoveMount, uintptr(dirFD), uintptr(unsafe.Pointer(p)), ^uintptr(99) /* AT_FDCWD */, uintptr(unsafe.Pointer(d)), moveMountFEmptyPath, 0); e != 0 {
 			return wrap("build root filesystem: attach workdir", e)
 		}
-		return remount(dst, syscall.MS_NOSUID|syscall.MS_NODEV)
+		return restrict(dst, mountAttrNosuid|mountAttrNodev)
 	}
 	if err := mountTmpfs(dst, sp.TmpSize, "0700"); err != nil {
 		return wrap("build root filesystem: mount workdir tmpfs", err)

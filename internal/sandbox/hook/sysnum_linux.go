@@ -8,6 +8,7 @@ const (
 	sysOpenTree              = 428
 	sysMoveMount             = 429
 	sysCloseRange            = 436
+	sysMountSetattr          = 442
 	sysLandlockCreateRuleset = 444
 	sysLandlockAddRule       = 445
 	sysLandlockRestrictSelf  = 446
