@@ -689,7 +689,7 @@ func buildResult(st *os.ProcessState, err error, wall time.Duration, lim Limits,
 	}
 	if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
 		res.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		res.MaxRSS = ru.Maxrss * 1024
+		res.MaxRSS = int64(ru.Maxrss) * 1024 // Maxrss is int32 on 32-bit platforms
 	}
 	switch {
 	// RLIMIT_CPU's SIGKILL at the hard limit: CPU accounting lags the
