@@ -236,6 +236,18 @@ func (f *workerFlags) resolve() (*resolved, error) {
 	return r, nil
 }
 
+// lock takes the run lock of this worker identity (one process per worker ID and hub), which run, reset
+// and clear all need before touching local state.
+func (r *resolved) lock() (*worker.RunLock, error) {
+	lockPath, err := r.lockPath()
+	if err != nil {
+		return nil, err
+	}
+	return worker.AcquireRunLock(lockPath)
+}
+
+func (r *resolved) lockPath() (string, error) { return worker.LockPath(r.home, r.url, r.workerID) }
+
 // workspaceRoot returns the registered directory ("" for none) and the marker path.
 func (f *workerFlags) workspaceRoot(r *resolved, create bool) (string, string, error) {
 	if f.workerDir != "" && f.defaultWS {
@@ -322,11 +334,7 @@ func workerRun(args []string, stderr io.Writer) int {
 	if err != nil {
 		return workerFail(stderr, err)
 	}
-	lockPath, err := worker.LockPath(r.home, r.url, r.workerID)
-	if err != nil {
-		return workerFail(stderr, err)
-	}
-	lock, err := worker.AcquireRunLock(lockPath)
+	lock, err := r.lock()
 	if err != nil {
 		return workerFail(stderr, err)
 	}
@@ -413,6 +421,10 @@ func workerRun(args []string, stderr io.Writer) int {
 		if f.commandBox != "embedded" && f.commandBox != "native-srt" {
 			return workerFail(stderr, fmt.Errorf("%w: --command-sandbox %q is not available (embedded)", worker.ErrConfig, f.commandBox))
 		}
+		lockPath, err := r.lockPath()
+		if err != nil {
+			return workerFail(stderr, err)
+		}
 		opts := workspace.Options{AllowWrites: f.writes, AllowCommands: f.commands, HomeDir: r.home,
 			ProtectedPaths: []string{r.identityPath, marker, lockPath}}
 		if f.commands && commandSandbox != nil {
@@ -465,11 +477,7 @@ func workerReset(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return workerFail(stderr, err)
 	}
-	lockPath, err := worker.LockPath(r.home, r.url, r.workerID)
-	if err != nil {
-		return workerFail(stderr, err)
-	}
-	lock, err := worker.AcquireRunLock(lockPath)
+	lock, err := r.lock()
 	if err != nil {
 		return workerFail(stderr, err)
 	}
@@ -522,12 +530,7 @@ func workerClear(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm worker: cannot resolve the quarantine marker (give --worker-dir or --default-workspace): %v\n", err)
 		return 1
 	}
-	lockPath, err := worker.LockPath(r.home, r.url, r.workerID)
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm worker: %v\n", err)
-		return 1
-	}
-	lock, err := worker.AcquireRunLock(lockPath)
+	lock, err := r.lock()
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm worker: refusing while a worker is running: %v\n", err)
 		return 1
