@@ -14,6 +14,7 @@ import (
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/seal"
 	"github.com/codellm/codellm/internal/slots"
 )
 
@@ -128,6 +129,10 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 	exposed, err := interp.Exposed(os.Environ(), f.exposeEnv, f.exposePrefix, reg)
 	if err != nil {
 		return ecfg, nil, err
+	}
+	if what, covers := seal.CoversKey(f.exposeEnv, f.exposePrefix); covers {
+		return ecfg, nil, fmt.Errorf("%s would hand the seal key (%s) to every block, letting any role open any sealed secret",
+			what, seal.DefaultKeyEnv)
 	}
 	if f.timeout <= 0 {
 		return ecfg, nil, fmt.Errorf("--timeout must be positive, got %v", f.timeout)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/markdown"
 	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/seal"
+	"github.com/codellm/codellm/internal/server"
 )
 
 // readBody reads a markdown body from a file or "-" (stdin).
@@ -72,6 +73,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm run: %v\n", err)
 		return 1
 	}
+	bag, secrets, err := seal.Unseal(bag, os.Getenv, seal.ExposedIn(ecfg.Exposed))
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm run: %v (unseal_error)\n", err)
+		return 1
+	}
 	eng := engine.New(ecfg, nil)
 	resolved, err := eng.Plan([]markdown.Source{{Message: 0, Text: body}})
 	if err != nil {
@@ -85,6 +91,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm run: %v\n", err)
 		return 1
 	}
+	server.RedactResult(res, secrets)
 	if res.Err != nil {
 		printStderrs(stderr, res)
 		fmt.Fprintf(stderr, "codellm run: %s (%s)\n", res.Err.Message, res.Err.Code)
@@ -92,7 +99,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if *changes {
 		if _, err := contract.Parse(res.Stdout); err != nil {
-			fmt.Fprintf(stderr, "codellm run: %v\n", err)
+			fmt.Fprintf(stderr, "codellm run: %s\n", seal.Redact(err.Error(), secrets))
 			return 1
 		}
 		stdout.Write(res.Stdout)
@@ -100,12 +107,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	calls, err := engine.Answer(res.Stdout, nil)
 	if err != nil {
-		var bo *contract.BadOutputError
-		if errors.As(err, &bo) {
-			fmt.Fprintf(stderr, "codellm run: %v\n", err)
-			return 1
-		}
-		fmt.Fprintf(stderr, "codellm run: %v\n", err)
+		fmt.Fprintf(stderr, "codellm run: %s\n", seal.Redact(err.Error(), secrets))
 		return 1
 	}
 	return writeJSON(stdout, toolCallsJSON(calls))

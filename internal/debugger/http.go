@@ -35,6 +35,8 @@ func (d *Debugger) match(path string) (route, string) {
 		return route{http.MethodPost: d.handleRunBlock}, ""
 	case "/debug/sessions":
 		return route{http.MethodPost: d.handleCreate}, ""
+	case SealPath:
+		return route{http.MethodGet: d.handleSeal, http.MethodPost: d.handleSeal}, ""
 	}
 	rest, ok := strings.CutPrefix(path, sessionsPrefix)
 	if !ok || rest == "" {
@@ -206,11 +208,15 @@ func (d *Debugger) readObject(w http.ResponseWriter, r *http.Request, emptyOK bo
 		}
 		return nil, openai.NewError(http.StatusBadRequest, "invalid_json", "%s", msg)
 	}
-	if _, ok := f["role"]; ok {
-		return nil, errRoleLookup()
-	}
-	if _, ok := f["path"]; ok {
-		return nil, errRoleLookup()
+	// fleet's debug client always sends "role" (and may send "path"); empty or null means "the body is
+	// inline", anything else is a lookup codellm cannot do.
+	for _, k := range []string{"role", "path"} {
+		if raw, ok := f[k]; ok {
+			if v := string(bytes.TrimSpace(raw)); v != `""` && v != "null" {
+				return nil, errRoleLookup()
+			}
+			delete(f, k)
+		}
 	}
 	for k := range f {
 		if !contains(known, k) {
@@ -243,10 +249,11 @@ func (f fields) body() (string, *openai.Error) {
 	return s, nil
 }
 
-// input returns the bag as compact JSON (nil when absent: the pipeline writes "{}").
+// input returns the bag as compact JSON (nil when absent or null — fleet sends "input": null without a
+// bag — so the pipeline writes "{}").
 func (f fields) input() []byte {
 	raw, ok := f["input"]
-	if !ok {
+	if !ok || string(bytes.TrimSpace(raw)) == "null" {
 		return nil
 	}
 	var buf bytes.Buffer
@@ -324,15 +331,13 @@ func (d *Debugger) handleRunBlock(w http.ResponseWriter, r *http.Request, _ stri
 		fail(w, e)
 		return
 	}
-	raw, ok := f["block"]
-	if !ok {
-		fail(w, openai.NewError(http.StatusBadRequest, "invalid_json", "block is required: the 0-based index of the block to run"))
-		return
-	}
-	var index int
-	if err := json.Unmarshal(raw, &index); err != nil {
-		fail(w, openai.NewError(http.StatusBadRequest, "invalid_json", "block must be an integer, got %s", truncate(string(raw), 40)))
-		return
+	// A missing block is block 0: fleet's client omits the field at its zero value.
+	index := 0
+	if raw, ok := f["block"]; ok && string(bytes.TrimSpace(raw)) != "null" {
+		if err := json.Unmarshal(raw, &index); err != nil {
+			fail(w, openai.NewError(http.StatusBadRequest, "invalid_json", "block must be an integer, got %s", truncate(string(raw), 40)))
+			return
+		}
 	}
 	stdin, _, e := f.bytesField("stdin")
 	if e != nil {

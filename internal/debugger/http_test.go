@@ -226,7 +226,8 @@ func TestRunBlock(t *testing.T) {
 		wantError(t, s.do(t, "POST", "/debug/run-block", map[string]any{"body": two, "block": -1}), 400, "block_out_of_range", "")
 		wantError(t, s.do(t, "POST", "/debug/run-block", map[string]any{"body": "prose", "block": 0}), 400, "block_out_of_range",
 			"have 0 blocks")
-		wantError(t, s.do(t, "POST", "/debug/run-block", map[string]any{"body": two}), 400, "invalid_json", "block is required")
+		wantError(t, s.do(t, "POST", "/debug/run-block", map[string]any{"body": two, "block": 1, "role": "indexer"}), 400,
+			"role_lookup_unsupported", "")
 		wantError(t, s.do(t, "POST", "/debug/run-block", map[string]any{"body": two, "block": 1.5}), 400, "invalid_json", "integer")
 		wantError(t, s.do(t, "POST", "/debug/run-block", map[string]any{"body": two, "block": "0"}), 400, "invalid_json", "integer")
 		wantError(t, s.do(t, "POST", "/debug/run-block", map[string]any{"block": 0}), 400, "invalid_messages", "")

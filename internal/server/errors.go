@@ -13,6 +13,7 @@ import (
 	"github.com/codellm/codellm/internal/markdown"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/seal"
 	"github.com/codellm/codellm/internal/slots"
 )
 
@@ -28,10 +29,13 @@ func apiError(err error, retryAfter time.Duration) *openai.Error {
 		pe *pipeline.Error
 		bo *contract.BadOutputError
 		mt *contract.MissingToolError
+		se *seal.Error
 	)
 	switch {
 	case errors.As(err, &oe):
 		return oe
+	case errors.As(err, &se):
+		return openai.NewError(http.StatusUnprocessableEntity, "unseal_error", "%s", se.Error())
 	case errors.As(err, &ue):
 		return openai.NewError(http.StatusUnprocessableEntity, "unclosed_fence", "%s", ue.Error())
 	case errors.As(err, &tm):

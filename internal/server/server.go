@@ -31,6 +31,7 @@ import (
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/seal"
 )
 
 // Config holds the service's own settings; execution settings live in engine.Config.
@@ -516,6 +517,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rl *reqLog) 
 		s.fail(w, rl, oe)
 		return
 	}
+	// trip2g's sealed secrets: the bag's declared frontmatter fields open with codellm's own SEAL_KEY
+	// into bag.secrets before anything runs; from here on every error and debug byte is redacted.
+	bag, secrets, err := seal.Unseal(bag, os.Getenv, seal.ExposedIn(s.eng.Config().Exposed))
+	if err != nil {
+		s.fail(w, rl, apiError(err, 0))
+		return
+	}
 	resolved, err := s.eng.Plan(req.Sources())
 	if err != nil {
 		s.fail(w, rl, apiError(err, 0))
@@ -540,6 +548,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rl *reqLog) 
 		return
 	}
 	rl.run = info.Duration
+	RedactResult(res, secrets)
 	s.observeRun(res, info, rl)
 	var extra map[string]any
 	if tap {
@@ -556,7 +565,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rl *reqLog) 
 	}
 	calls, err := engine.Answer(res.Stdout, req.Tools)
 	if err != nil {
-		s.failExtra(w, rl, apiError(err, 0), extra)
+		e := apiError(err, 0)
+		e.Message = seal.Redact(e.Message, secrets) // bad_output quotes the stdout, which may print the bag
+		s.failExtra(w, rl, e, extra)
 		return
 	}
 	s.reply(w, rl, req, model, created, calls, extra)
@@ -673,4 +684,23 @@ func DebugObject(res *pipeline.Result) map[string]any {
 		blocks = append(blocks, m)
 	}
 	return map[string]any{"blocks": blocks}
+}
+
+// RedactResult removes opened secrets from everything of a run that can reach a caller or an operator
+// besides the parsed tool calls: each block's captures (the x_codellm_debug object) and the error message
+// (which quotes stderr). res.Stdout, which becomes the tool calls, is the role's own output and is left
+// alone; replacing the captures never aliases it.
+func RedactResult(res *pipeline.Result, secrets []string) {
+	if len(secrets) == 0 || res == nil {
+		return
+	}
+	for i := range res.Blocks {
+		b := &res.Blocks[i]
+		b.Stdout = seal.RedactBytes(b.Stdout, secrets)
+		b.Stderr = seal.RedactBytes(b.Stderr, secrets)
+		b.PipeBuffer = seal.RedactBytes(b.PipeBuffer, secrets)
+	}
+	if res.Err != nil {
+		res.Err.Message = seal.Redact(res.Err.Message, secrets)
+	}
 }
