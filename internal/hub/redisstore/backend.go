@@ -1,0 +1,305 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/codellm/codellm/internal/hub/store"
+)
+
+// maxAttempts bounds optimistic retries of one operation. Transactions are
+// per worker, so contention comes only from concurrent requests about the
+// same worker; a few attempts settle it.
+const maxAttempts = 64
+
+// backend implements store.Backend on Redis.
+type backend struct {
+	rdb    *redis.Client
+	prefix string
+	now    func() time.Time
+	closed atomic.Bool
+}
+
+var _ store.Backend = (*backend)(nil)
+
+func (b *backend) key(k string) string    { return b.prefix + k }
+func (b *backend) changesChannel() string { return b.prefix + "changes" }
+func (b *backend) epochKey() string       { return b.prefix + "epoch" }
+func (b *backend) Now() time.Time         { return b.now() }
+func (b *backend) fail(err error) error   { return store.Unavailable(fmt.Errorf("redisstore: %w", err)) }
+func (b *backend) keys(ks []string) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = b.key(k)
+	}
+	return out
+}
+
+// Close releases the connection pool.
+func (b *backend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	return b.rdb.Close()
+}
+
+func values(raw []any) [][]byte {
+	out := make([][]byte, len(raw))
+	for i, v := range raw {
+		if s, ok := v.(string); ok {
+			out[i] = []byte(s)
+		}
+	}
+	return out
+}
+
+// Read implements store.Backend with one MGET (atomic).
+func (b *backend) Read(ctx context.Context, keys ...string) ([][]byte, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	raw, err := b.rdb.MGet(ctx, b.keys(keys)...).Result()
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	return values(raw), nil
+}
+
+// Members implements store.Backend.
+func (b *backend) Members(ctx context.Context, set string) ([]string, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	m, err := b.rdb.SMembers(ctx, b.key(set)).Result()
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	return m, nil
+}
+
+// epochScript creates the epoch (the server's time in ms) if absent and
+// returns the stored one.
+var epochScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local t = redis.call('TIME')
+  redis.call('SET', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+end
+return redis.call('GET', KEYS[1])`)
+
+// Epoch implements store.Backend: the keyspace's birth time.
+func (b *backend) Epoch(ctx context.Context, create bool) (string, error) {
+	if b.closed.Load() {
+		return "", ErrClosed
+	}
+	var v string
+	var err error
+	if create {
+		v, err = epochScript.Run(ctx, b.rdb, []string{b.epochKey()}).Text()
+	} else {
+		v, err = b.rdb.Get(ctx, b.epochKey()).Result()
+	}
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", b.fail(err)
+	}
+	return v, nil
+}
+
+// insertScript: KEYS[1] epoch, KEYS[2] key; ARGV[1] notBefore (ms), ARGV[2]
+// TTL (ms). Returns 1 when the key is new and now recorded. A missing epoch
+// means the data was lost: it is re-created, so older proofs fail.
+var insertScript = redis.NewScript(`
+local e = redis.call('GET', KEYS[1])
+if not e then
+  local t = redis.call('TIME')
+  e = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('SET', KEYS[1], e)
+end
+if tonumber(ARGV[1]) < tonumber(e) then return 0 end
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 1 end
+return 0`)
+
+// InsertNew implements store.Backend: SET NX PX, refused for a notBefore
+// older than the keyspace.
+func (b *backend) InsertNew(ctx context.Context, key string, ttl time.Duration, notBefore time.Time) (bool, error) {
+	if b.closed.Load() {
+		return false, ErrClosed
+	}
+	ok, err := insertScript.Run(ctx, b.rdb, []string{b.epochKey(), b.key(key)}, notBefore.UnixMilli(),
+		max(ttl.Milliseconds(), 1)).Int()
+	if err != nil {
+		return false, b.fail(err)
+	}
+	return ok == 1, nil
+}
+
+// Update implements store.Backend: WATCH what fn reads, MULTI/EXEC what it
+// writes, rerun when a watched key changed meanwhile.
+func (b *backend) Update(ctx context.Context, fn func(store.Txn) error) error {
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for attempt := range maxAttempts {
+		var ferr error
+		aborted := false
+		err := b.rdb.Watch(ctx, func(tx *redis.Tx) error {
+			t := &txn{b: b, ctx: ctx, tx: tx, now: b.now(), writes: map[string]*write{}}
+			ferr = fn(t)
+			if t.failed != nil {
+				aborted, ferr = true, t.failed
+				return errAborted
+			}
+			if cause, abort := store.IsAbort(ferr); abort {
+				aborted, ferr = true, cause
+				return errAborted
+			}
+			return t.commit()
+		})
+		switch {
+		case aborted:
+			return ferr
+		case errors.Is(err, redis.TxFailedErr):
+			// Lost the race; back off a little, randomised so that two
+			// replicas do not retry in lockstep.
+			d := time.Duration(rand.IntN(1+min(attempt, 10))) * time.Millisecond
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		case err != nil:
+			if b.closed.Load() {
+				return ErrClosed
+			}
+			if errors.Is(err, context.Canceled) {
+				return err
+			}
+			return b.fail(err)
+		}
+		return ferr
+	}
+	return store.Unavailable(ErrContention)
+}
+
+var errAborted = errors.New("redisstore: transaction aborted")
+
+type write struct {
+	val []byte
+	exp time.Time
+}
+
+// txn is one optimistic transaction.
+type txn struct {
+	b      *backend
+	ctx    context.Context
+	tx     *redis.Tx
+	now    time.Time
+	writes map[string]*write // nil: delete
+	order  []string
+	sets   []func(p redis.Pipeliner)
+	pub    bool
+	failed error
+}
+
+func (t *txn) Get(keys ...string) ([][]byte, error) {
+	out := make([][]byte, len(keys))
+	var fetch []string
+	var at []int
+	for i, k := range keys {
+		if w, ok := t.writes[k]; ok {
+			if w != nil {
+				out[i] = w.val
+			}
+			continue
+		}
+		fetch, at = append(fetch, t.b.key(k)), append(at, i)
+	}
+	if len(fetch) == 0 {
+		return out, nil
+	}
+	if err := t.tx.Watch(t.ctx, fetch...).Err(); err != nil {
+		t.failed = t.b.fail(err)
+		return nil, t.failed
+	}
+	raw, err := t.tx.MGet(t.ctx, fetch...).Result()
+	if err != nil {
+		t.failed = t.b.fail(err)
+		return nil, t.failed
+	}
+	for j, v := range values(raw) {
+		out[at[j]] = v
+	}
+	return out, nil
+}
+
+func (t *txn) set(key string, w *write) {
+	if _, ok := t.writes[key]; !ok {
+		t.order = append(t.order, key)
+	}
+	t.writes[key] = w
+}
+
+func (t *txn) Put(key string, value []byte, _ store.Class, expiresAt time.Time) {
+	t.set(key, &write{val: value, exp: expiresAt})
+}
+
+func (t *txn) Delete(key string) { t.set(key, nil) }
+
+func (t *txn) SetAdd(set, member string) {
+	k := t.b.key(set)
+	t.sets = append(t.sets, func(p redis.Pipeliner) { p.SAdd(t.ctx, k, member) })
+}
+
+func (t *txn) SetRemove(set, member string) {
+	k := t.b.key(set)
+	t.sets = append(t.sets, func(p redis.Pipeliner) { p.SRem(t.ctx, k, member) })
+}
+
+func (t *txn) Publish()       { t.pub = true }
+func (t *txn) Now() time.Time { return t.now }
+
+// commit writes everything in one MULTI/EXEC (nothing when nothing changed).
+func (t *txn) commit() error {
+	if len(t.order) == 0 && len(t.sets) == 0 && !t.pub {
+		return nil
+	}
+	_, err := t.tx.TxPipelined(t.ctx, func(p redis.Pipeliner) error {
+		for _, k := range t.order {
+			w, key := t.writes[k], t.b.key(k)
+			switch {
+			case w == nil:
+				p.Del(t.ctx, key)
+			case w.exp.IsZero():
+				p.Set(t.ctx, key, w.val, 0)
+			case w.exp.Sub(t.now) < time.Millisecond:
+				// go-redis treats a zero TTL as "no expiry".
+				p.Del(t.ctx, key)
+			default:
+				p.Set(t.ctx, key, w.val, w.exp.Sub(t.now))
+			}
+		}
+		for _, f := range t.sets {
+			f(p)
+		}
+		if t.pub {
+			p.Publish(t.ctx, t.b.changesChannel(), "1")
+		}
+		return nil
+	})
+	return err
+}

@@ -1,0 +1,280 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/codellm/codellm/internal/bridge"
+)
+
+// Enqueue implements Store (§7.3 dispatch steps 1–3).
+func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, error) {
+	var out Assignment
+	err := p.update(ctx, ep.WorkerID, func(t *wtx) error {
+		if !t.isReady() {
+			return bridge.ErrWorkerOffline
+		}
+		rec := t.rec
+		if ep.RuntimeSessionID != "" && !t.reg.Capabilities.StatefulWorkspace {
+			return bridge.ErrWorkerMismatch
+		}
+		if ep.RuntimeSessionID != "" && rec.WorkspaceFences[sessionKey(ep.RuntimeSessionID)] != "" {
+			return bridge.ErrWorkspaceQuarantined
+		}
+		if t.lock != nil {
+			return bridge.ErrWorkerBusy
+		}
+		if dup, err := t.tx.Get(ownerKey(ep.AssignmentID)); err != nil {
+			return Abort(err)
+		} else if dup[0] != nil {
+			return bridge.ErrAssignmentInvalid
+		}
+		gen := t.nextGeneration()
+		if ep.RuntimeSessionID != "" {
+			if rec.WorkspaceFences == nil {
+				rec.WorkspaceFences = map[string]string{}
+			}
+			rec.WorkspaceFences[sessionKey(ep.RuntimeSessionID)] = ep.AssignmentID
+			t.recDirty = true
+		}
+		inc := t.reg.IncarnationID
+		a := Assignment{
+			ID: ep.AssignmentID, WorkerID: ep.WorkerID, IncarnationID: inc, Generation: gen,
+			LeaseToken: ep.LeaseToken, LeaseTokenHash: ep.LeaseTokenHash, IdentityID: t.reg.IdentityID, ExpiresAt: ep.ExpiresAt,
+			RuntimeSessionID: ep.RuntimeSessionID, ExecutionKind: ep.ExecutionKind, Request: slices.Clone(ep.Request),
+		}
+		gc := ep.ExpiresAt.Add(p.grace)
+		t.lock, t.lockDirty = &lockRec{AssignmentID: a.ID, IncarnationID: inc, Until: gc}, true
+		t.q.Queues[inc] = append(t.q.Queues[inc], a.ID)
+		t.qDirty = true
+		t.putAsg(&asgRec{A: a, GCAt: gc})
+		t.putUntil(ownerKey(a.ID), []byte(ep.WorkerID), gc)
+		t.tx.Publish()
+		out = a
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// nextGeneration issues the next assignment generation (monotonic, §7.1):
+// the persisted ceiling in the worker record is raised a block at a time.
+func (t *wtx) nextGeneration() int64 {
+	issued := t.q.Issued
+	if issued == 0 {
+		issued = t.rec.AssignGeneration
+	}
+	gen := issued + 1
+	if gen > t.rec.AssignGeneration {
+		t.rec.AssignGeneration = gen + t.p.block - 1
+		t.recDirty = true
+	}
+	t.q.Issued, t.qDirty = gen, true
+	return gen
+}
+
+// Lease implements Store (§7.3 lease).
+func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityID string) (*Assignment, error) {
+	// Fast path for the common empty poll (every waiting worker, every poll
+	// tick, on every replica): one read instead of a transaction.
+	if empty, err := p.leaseEmpty(ctx, workerID, incarnationID); err != nil || empty {
+		return nil, err
+	}
+	var out *Assignment
+	err := p.update(ctx, workerID, func(t *wtx) error {
+		out = nil
+		rec := t.rec
+		if _, f := rec.Fenced[incarnationID]; f || (rec.RegOwner != "" && rec.RegOwner != incarnationID) {
+			return bridge.ErrWorkerFenced
+		}
+		for {
+			id, ok := t.claim(incarnationID)
+			if !ok {
+				return nil
+			}
+			a, err := t.asg(id)
+			if err != nil {
+				return err
+			}
+			if a == nil || a.A.WorkerID != workerID || a.A.IncarnationID != incarnationID ||
+				(identityID != "" && a.A.IdentityID != identityID) || a.Finished || a.Settlement != nil {
+				delete(t.q.Claims, incarnationID)
+				t.qDirty = true
+				continue
+			}
+			if !t.now.Before(a.A.ExpiresAt) {
+				delete(t.q.Claims, incarnationID)
+				t.qDirty = true
+				if !a.Acked {
+					t.clearFenceIfNamed(&a.A)
+				}
+				continue
+			}
+			o := a.A
+			out = &o
+			return nil
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// claim returns the incarnation's claimed assignment, or claims the next
+// queued one.
+func (t *wtx) claim(inc string) (string, bool) {
+	if id, claimed := t.q.Claims[inc]; claimed {
+		return id, true
+	}
+	q := t.q.Queues[inc]
+	if len(q) == 0 {
+		return "", false
+	}
+	if len(q) == 1 {
+		delete(t.q.Queues, inc)
+	} else {
+		t.q.Queues[inc] = q[1:]
+	}
+	t.q.Claims[inc] = q[0]
+	t.qDirty = true
+	return q[0], true
+}
+
+// leaseEmpty reports, from one snapshot, that the incarnation has neither a
+// claim nor queued work; fencing is checked on the same snapshot.
+func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID string) (bool, error) {
+	vals, err := p.b.Read(ctx, recKey(workerID), queueKey(workerID))
+	if err != nil {
+		return false, readErr(err)
+	}
+	rec, err := decode[WorkerRecord](vals[0], "worker record")
+	if err != nil {
+		return false, err
+	}
+	if rec != nil {
+		if _, f := rec.Fenced[incarnationID]; f || (rec.RegOwner != "" && rec.RegOwner != incarnationID) {
+			return false, bridge.ErrWorkerFenced
+		}
+	}
+	q, err := decode[queueRec](vals[1], "queues")
+	if err != nil || q == nil {
+		return err == nil, err
+	}
+	_, claimed := q.Claims[incarnationID]
+	return !claimed && len(q.Queues[incarnationID]) == 0, nil
+}
+
+// Ack implements Store (§3.6).
+func (p *Protocol) Ack(ctx context.Context, ap AckParams) error {
+	return p.update(ctx, ap.WorkerID, func(t *wtx) error {
+		a, err := t.asg(ap.AssignmentID)
+		if err != nil {
+			return err
+		}
+		if a == nil || a.Finished || a.A.IncarnationID != ap.IncarnationID || t.rec.RegOwner != ap.IncarnationID ||
+			a.A.Generation != ap.Generation || a.A.LeaseTokenHash != ap.LeaseTokenHash || t.q.Claims[ap.IncarnationID] != ap.AssignmentID {
+			return bridge.ErrAssignmentFenced
+		}
+		if !a.Acked {
+			a.Acked = true
+			t.putAsg(a)
+		}
+		return nil
+	})
+}
+
+// Cancelled implements Store: true when the assignment is gone, fenced or
+// cancelled.
+func (p *Protocol) Cancelled(ctx context.Context, workerID, incarnationID, assignmentID string) (bool, error) {
+	vals, err := p.b.Read(ctx, recKey(workerID), asgKey(workerID, assignmentID))
+	if err != nil {
+		return false, readErr(err)
+	}
+	rec, err := decode[WorkerRecord](vals[0], "worker record")
+	if err != nil {
+		return false, err
+	}
+	a, err := decode[asgRec](vals[1], "assignment")
+	if err != nil {
+		return false, err
+	}
+	return rec == nil || a == nil || a.A.IncarnationID != incarnationID || rec.RegOwner != incarnationID || a.Cancelled, nil
+}
+
+// Cancel implements Store.
+func (p *Protocol) Cancel(ctx context.Context, workerID, assignmentID string) error {
+	return p.update(ctx, workerID, func(t *wtx) error {
+		a, err := t.asg(assignmentID)
+		if err != nil || a == nil || a.Cancelled {
+			return err
+		}
+		a.Cancelled = true
+		t.putAsg(a)
+		return nil
+	})
+}
+
+// Settlement implements Store.
+func (p *Protocol) Settlement(ctx context.Context, workerID, assignmentID string) (*Settlement, error) {
+	vals, err := p.b.Read(ctx, asgKey(workerID, assignmentID))
+	if err != nil {
+		return nil, readErr(err)
+	}
+	a, err := decode[asgRec](vals[0], "assignment")
+	if err != nil || a == nil {
+		return nil, err
+	}
+	return a.Settlement, nil
+}
+
+// Withdraw implements Store.
+func (p *Protocol) Withdraw(ctx context.Context, workerID, assignmentID string) error {
+	return p.update(ctx, workerID, func(t *wtx) error {
+		a, err := t.asg(assignmentID)
+		if err != nil {
+			return err
+		}
+		if a == nil || a.Finished {
+			return bridge.ErrAssignmentNotFound
+		}
+		if a.Acked || a.Settlement != nil {
+			return bridge.ErrAssignmentFenced
+		}
+		t.clearFenceIfNamed(&a.A)
+		t.releaseLock(assignmentID)
+		t.dropAsg(assignmentID)
+		t.tx.Publish()
+		return nil
+	})
+}
+
+// ResetWorkspace implements Store (§3.7).
+func (p *Protocol) ResetWorkspace(ctx context.Context, workerID, incarnationID, runtimeSessionID string) error {
+	return p.update(ctx, workerID, func(t *wtx) error {
+		if _, f := t.rec.Fenced[incarnationID]; f || t.rec.RegOwner != incarnationID {
+			return bridge.ErrWorkerFenced
+		}
+		if t.lock != nil {
+			return bridge.ErrWorkerBusy
+		}
+		k := sessionKey(runtimeSessionID)
+		if _, ok := t.rec.WorkspaceFences[k]; !ok {
+			return nil
+		}
+		delete(t.rec.WorkspaceFences, k)
+		t.recDirty = true
+		t.tx.Publish()
+		return nil
+	})
+}
+
+// isProtocolErr reports whether err is one of the bridge sentinels (a rule
+// refused) rather than a storage failure.
+func isProtocolErr(err error) bool {
+	var be *bridge.Error
+	return errors.As(err, &be)
+}

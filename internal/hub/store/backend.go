@@ -1,0 +1,131 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Backend is the storage below the hub's protocol: a few atomic primitives
+// over opaque records, which the embedded bbolt store and the Redis store
+// each implement. The protocol rules (Protocol) are written once over it, and
+// other hub state (idempotency records, file indexes) can use it the same
+// way: a record per key, read and written in one transaction, with a
+// lifetime.
+//
+// Keys are plain strings chosen by the caller. A key may contain a hash tag
+// ("{w:<id>}") so that a sharded backend can keep one worker's records
+// together; backends may prefix keys with their own namespace.
+type Backend interface {
+	// Update runs fn as one atomic transaction: the records fn reads with
+	// Txn.Get are watched, and the writes it makes are applied together
+	// when fn returns, or not at all. fn may run more than once (optimistic
+	// backends rerun it when a watched record changed meanwhile), so it must
+	// not have side effects outside the Txn. The writes are applied when fn
+	// returns nil or a plain error (a protocol refusal that still records,
+	// for example, a burned pairing code); when fn returns Abort(err) or a
+	// Txn.Get failed, nothing is written and Update returns the cause.
+	Update(ctx context.Context, fn func(Txn) error) error
+	// Read returns one consistent snapshot of several records (nil for an
+	// absent or expired one), without a transaction.
+	Read(ctx context.Context, keys ...string) ([][]byte, error)
+	// Members lists a set written with Txn.SetAdd.
+	Members(ctx context.Context, set string) ([]string, error)
+	// InsertNew records key for at least ttl (a backend may keep it up to
+	// twice as long) unless it is already recorded, reporting whether it
+	// inserted. It also reports false when the backend's memory of such keys
+	// may have begun after notBefore (it restarted or lost its data since),
+	// so that a caller treating a false as "seen before" fails closed.
+	InsertNew(ctx context.Context, key string, ttl time.Duration, notBefore time.Time) (bool, error)
+	// Epoch returns the identity of this store's data: a value written when
+	// the data was created and lost with it ("" when absent). With create it
+	// writes a new one if there is none and returns whichever is stored.
+	Epoch(ctx context.Context, create bool) (string, error)
+	// Now is the backend's clock (tests replace it).
+	Now() time.Time
+	Close() error
+}
+
+// Txn is one transaction of Backend.Update.
+type Txn interface {
+	// Get reads records (nil for an absent or expired one) and watches
+	// them. Writes made earlier in the same transaction are visible.
+	Get(keys ...string) ([][]byte, error)
+	// Put writes value, which expires at expiresAt (zero: never).
+	Put(key string, value []byte, class Class, expiresAt time.Time)
+	// Delete removes a record of any class.
+	Delete(key string)
+	// SetAdd and SetRemove change a set of short strings (Volatile class).
+	SetAdd(set, member string)
+	SetRemove(set, member string)
+	// Publish tells other hub replicas, after the commit, that dispatchable
+	// state changed (a no-op for a single-process backend).
+	Publish()
+	// Now is the transaction's clock reading.
+	Now() time.Time
+}
+
+// Class says what a record must survive.
+type Class uint8
+
+const (
+	// Durable records (identities, credentials, generations, fences)
+	// survive a restart of the hub with any backend.
+	Durable Class = iota
+	// Volatile records (registrations, locks, queues, assignments) are
+	// in-flight state: the embedded backend keeps them in memory only, so
+	// a restart ends in-flight work ASSIGNMENT_EXPIRED (spec §7.4).
+	Volatile
+)
+
+var (
+	// ErrUnavailable is matched (errors.Is) by every error that means the
+	// store could not be reached or could not write: the hub answers 503
+	// store_unavailable and the caller may retry.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrCorrupt is wrapped when a stored record cannot be decoded; the
+	// operation fails closed without writing.
+	ErrCorrupt = errors.New("store: corrupt record")
+)
+
+// Unavailable wraps a backend failure so that it matches ErrUnavailable
+// while keeping its own text and cause.
+func Unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return &unavailableError{err: err}
+}
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string        { return e.err.Error() }
+func (e *unavailableError) Unwrap() error        { return e.err }
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Abort marks an error returned by an Update function as one that must
+// discard the transaction's writes.
+func Abort(err error) error {
+	if err == nil {
+		return nil
+	}
+	var a *abortError
+	if errors.As(err, &a) {
+		return err
+	}
+	return &abortError{err: err}
+}
+
+// IsAbort reports whether err came from Abort, returning the cause.
+func IsAbort(err error) (error, bool) {
+	var a *abortError
+	if errors.As(err, &a) {
+		return a.err, true
+	}
+	return err, false
+}
+
+type abortError struct{ err error }
+
+func (e *abortError) Error() string { return e.err.Error() }
+func (e *abortError) Unwrap() error { return e.err }

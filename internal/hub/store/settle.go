@@ -1,0 +1,159 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/codellm/codellm/internal/bridge"
+)
+
+// Settle implements Store (§7.3 settle). A settlement is stored once: a
+// resend of the same canonical bytes is an idempotent success, different
+// bytes are fenced.
+func (p *Protocol) Settle(ctx context.Context, sp SettleParams) error {
+	ok := ownerKey(sp.AssignmentID)
+	vals, err := p.b.Read(ctx, ok)
+	if err != nil {
+		return readErr(err)
+	}
+	owner := string(vals[0])
+	if owner == "" {
+		return bridge.ErrAssignmentNotFound
+	}
+	return p.update(ctx, owner, func(t *wtx) error {
+		if cur, err := t.tx.Get(ok); err != nil {
+			return Abort(err)
+		} else if string(cur[0]) != owner {
+			return bridge.ErrAssignmentNotFound
+		}
+		a, err := t.asg(sp.AssignmentID)
+		if err != nil {
+			return err
+		}
+		if a == nil {
+			return bridge.ErrAssignmentNotFound
+		}
+		if err := t.settleChecks(a, owner, sp); errors.Is(err, errAlreadySettled) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if sid := a.A.RuntimeSessionID; sid != "" && sp.Status == bridge.StatusRejected {
+			t.clearFenceIfNamed(&a.A)
+		}
+		a.Settlement = &Settlement{Status: sp.Status, Canonical: slices.Clone(sp.Canonical)}
+		if t.q.Claims[sp.IncarnationID] == a.A.ID {
+			delete(t.q.Claims, sp.IncarnationID)
+			t.qDirty = true
+		}
+		a.Acked = false
+		t.putAsg(a)
+		if a.Finished {
+			// The dispatcher gave up already; a late settlement frees the worker.
+			t.releaseLock(a.A.ID)
+		}
+		t.tx.Publish()
+		return nil
+	})
+}
+
+// errAlreadySettled is settleChecks' verdict for an identical resend.
+var errAlreadySettled = errors.New("already settled with these bytes")
+
+// settleChecks applies steps 1–6 of §7.3 settle.
+func (t *wtx) settleChecks(a *asgRec, owner string, sp SettleParams) error {
+	// 1. Idempotency on the canonical bytes.
+	if a.Settlement != nil {
+		if string(a.Settlement.Canonical) == string(sp.Canonical) {
+			return errAlreadySettled
+		}
+		return bridge.ErrAssignmentFenced
+	}
+	// 3. Another worker's assignment.
+	if owner != sp.WorkerID {
+		return bridge.ErrWorkerMismatch
+	}
+	// 4. Fencing fields.
+	if a.A.IncarnationID != sp.IncarnationID || t.rec.RegOwner != sp.IncarnationID || a.A.Generation != sp.Generation ||
+		a.A.LeaseTokenHash != sp.LeaseTokenHash || (sp.IdentityID != "" && a.A.IdentityID != sp.IdentityID) {
+		return bridge.ErrAssignmentFenced
+	}
+	// 5. Deadline.
+	if sp.Status == bridge.StatusFulfilled && !t.now.Before(a.A.ExpiresAt) {
+		return bridge.ErrAssignmentExpired
+	}
+	// 6. Workspace fence of a stateful assignment.
+	if sid := a.A.RuntimeSessionID; sid != "" && t.rec.WorkspaceFences[sessionKey(sid)] != a.A.ID {
+		return bridge.ErrWorkspaceQuarantined
+	}
+	return nil
+}
+
+// Complete implements Store (§7.3 dispatch steps 4, 6 and 7) as one
+// transaction. When finalising a stateful result cannot be stored, the
+// fence stays (the session remains quarantined) and the incarnation is
+// quarantined (§10.3, fail closed).
+func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) (*Settlement, error) {
+	var out *Settlement
+	var commitsSession bool
+	var inc string
+	err := p.update(ctx, workerID, func(t *wtx) error {
+		out, commitsSession = nil, false
+		a, err := t.asg(assignmentID)
+		if err != nil {
+			return err
+		}
+		if a == nil || a.Finished {
+			return bridge.ErrAssignmentExpired
+		}
+		inc = a.A.IncarnationID
+		a.Finished = true
+		t.putAsg(a)
+		t.unqueue(inc, assignmentID)
+		t.tx.Publish()
+		if a.Settlement != nil {
+			return t.completeSettled(a, &out, &commitsSession)
+		}
+		// Expired without a settlement.
+		a.Cancelled = true
+		if t.q.Claims[inc] == assignmentID && !a.Acked {
+			delete(t.q.Claims, inc)
+			t.qDirty = true
+		}
+		if a.Acked {
+			// Acked but never settled: the worker may still be running it,
+			// so the fence and the lock stay until they expire.
+			return bridge.ErrAssignmentExpired
+		}
+		t.clearFenceIfNamed(&a.A)
+		t.releaseLock(assignmentID)
+		t.dropAsg(assignmentID)
+		return bridge.ErrAssignmentExpired
+	})
+	if err != nil && !isProtocolErr(err) {
+		if commitsSession {
+			p.quarantine(context.WithoutCancel(ctx), workerID, inc)
+		}
+		return nil, err
+	}
+	if err != nil && !errors.Is(err, bridge.ErrWorkspaceQuarantined) {
+		return nil, err
+	}
+	return out, err
+}
+
+// completeSettled finishes a settled assignment; the record stays until
+// deadline + grace so that a resent settlement still gets its idempotent 200.
+func (t *wtx) completeSettled(a *asgRec, out **Settlement, commitsSession *bool) error {
+	st := *a.Settlement
+	*out = &st
+	t.releaseLock(a.A.ID)
+	if st.Status == bridge.StatusFulfilled && a.A.RuntimeSessionID != "" {
+		*commitsSession = true
+		if !t.clearFenceIfNamed(&a.A) {
+			return bridge.ErrWorkspaceQuarantined
+		}
+	}
+	return nil
+}

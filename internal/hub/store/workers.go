@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+)
+
+// Register implements Store (§7.2).
+func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registration, error) {
+	var out Registration
+	err := p.update(ctx, rp.WorkerID, func(t *wtx) error {
+		rec, inc := t.rec, rp.IncarnationID
+		// 1. A revoke or re-pairing raced this request.
+		if rp.Auth.CredentialHash != "" {
+			if rec.PairingGeneration != rp.Auth.PairingGeneration || rec.CredentialHash != rp.Auth.CredentialHash {
+				return bridge.ErrWorkerFenced
+			}
+			if rec.IdentityID != rp.Auth.IdentityID {
+				return bridge.ErrWorkerUnauthorized
+			}
+		}
+		// 2. This incarnation's own marks.
+		if err := t.marks(inc); err != nil {
+			return err
+		}
+		// 3. One active incarnation.
+		if t.lock != nil {
+			if (t.reg != nil && t.reg.IncarnationID != inc) || (t.reg == nil && t.lock.IncarnationID != inc) {
+				return bridge.ErrWorkerBusy
+			}
+		}
+		// 4. Fence the previous incarnation; advance the generation.
+		if rec.RegOwner != inc {
+			t.takeOver(inc)
+		}
+		// 5. Store the registration.
+		t.reg = &Registration{
+			WorkerID: rp.WorkerID, IncarnationID: inc, Generation: rec.RegGeneration, RegisteredAt: t.now,
+			ExpiresAt: t.now.Add(p.leaseTTL), LeaseTTL: p.leaseTTL, Capabilities: rp.Capabilities,
+			CapabilitiesJSON: slices.Clone(rp.CapabilitiesJSON), IdentityID: rp.Auth.IdentityID, Binding: rp.Auth.Binding,
+		}
+		t.regDirty = true
+		// The index only lists candidates; Workers checks each registration.
+		t.tx.SetAdd(WorkersSet, rp.WorkerID)
+		out = *t.reg
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// takeOver makes inc the registration owner: the previous owner is fenced,
+// the generation advances, work queued for other incarnations (by
+// construction neither acked nor settled) is dropped, and readiness resets.
+func (t *wtx) takeOver(inc string) {
+	rec := t.rec
+	if rec.RegOwner != "" {
+		if rec.Fenced == nil {
+			rec.Fenced = map[string]time.Time{}
+		}
+		rec.Fenced[rec.RegOwner] = t.now
+		for k, ft := range rec.Fenced {
+			if t.now.Sub(ft) > DefaultFenceRetention {
+				delete(rec.Fenced, k)
+			}
+		}
+	}
+	rec.RegGeneration++
+	rec.RegOwner = inc
+	t.recDirty = true
+	for qi := range t.q.Queues {
+		if qi != inc {
+			delete(t.q.Queues, qi)
+			t.qDirty = true
+		}
+	}
+	if t.ready != "" {
+		t.ready, t.readyDirty = "", true
+	}
+	t.tx.Publish()
+}
+
+// Ready implements Store (§3.4).
+func (p *Protocol) Ready(ctx context.Context, workerID, incarnationID string, gen int64) error {
+	return p.update(ctx, workerID, func(t *wtx) error {
+		if err := t.marks(incarnationID); err != nil {
+			return err
+		}
+		if t.reg == nil {
+			return bridge.ErrWorkerOffline
+		}
+		if t.reg.IncarnationID != incarnationID || t.reg.Generation != gen {
+			return bridge.ErrWorkerFenced
+		}
+		t.ready, t.readyDirty = readyMark(incarnationID, gen), true
+		t.tx.Publish()
+		return nil
+	})
+}
+
+// Worker implements Store.
+func (p *Protocol) Worker(ctx context.Context, workerID string) (*WorkerState, error) {
+	sts, err := p.states(ctx, []string{workerID})
+	if err != nil {
+		return nil, err
+	}
+	return &sts[0], nil
+}
+
+// states reads several workers' snapshots in one consistent read.
+func (p *Protocol) states(ctx context.Context, ids []string) ([]WorkerState, error) {
+	keys := make([]string, 0, 4*len(ids))
+	for _, w := range ids {
+		keys = append(keys, recKey(w), regKey(w), readyKey(w), lockKey(w))
+	}
+	vals, err := p.b.Read(ctx, keys...)
+	if err != nil {
+		return nil, readErr(err)
+	}
+	out := make([]WorkerState, len(ids))
+	for i, w := range ids {
+		v := vals[4*i : 4*i+4]
+		rec, err := decode[WorkerRecord](v[0], "worker record")
+		if err != nil {
+			return nil, err
+		}
+		reg, err := decode[Registration](v[1], "registration")
+		if err != nil {
+			return nil, err
+		}
+		if reg != nil && p.locallyQuarantined(w, reg.IncarnationID) {
+			reg = nil
+		}
+		st := WorkerState{WorkerID: w, Online: reg != nil, Ready: isReady(reg, string(v[2])), Busy: v[3] != nil, Registration: reg}
+		if rec != nil {
+			st.Binding = rec.Binding
+		}
+		out[i] = st
+	}
+	return out, nil
+}
+
+// Workers implements Store: every worker with a live registration.
+func (p *Protocol) Workers(ctx context.Context) ([]WorkerState, error) {
+	ids, err := p.b.Members(ctx, WorkersSet)
+	if err != nil {
+		return nil, readErr(err)
+	}
+	sort.Strings(ids)
+	all, err := p.states(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var out []WorkerState
+	for _, st := range all {
+		if st.Online {
+			out = append(out, st)
+			continue
+		}
+		// Keep the index small: drop workers whose registration expired,
+		// atomically so that a concurrent Register is not lost.
+		_ = p.b.Update(ctx, func(tx Txn) error {
+			v, err := tx.Get(regKey(st.WorkerID))
+			if err == nil && v[0] == nil {
+				tx.SetRemove(WorkersSet, st.WorkerID)
+			}
+			return err
+		})
+	}
+	return out, nil
+}
