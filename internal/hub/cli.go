@@ -20,6 +20,7 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/boltstore"
+	"github.com/codellm/codellm/internal/hub/filestore"
 	"github.com/codellm/codellm/internal/hub/redisstore"
 )
 
@@ -153,7 +154,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	}
 	for suffix, dst := range map[string]*time.Duration{
 		"HUB_CREDENTIAL_TTL": &cfg.CredentialTTL, "HUB_PAIRING_TTL": &cfg.PairingTTL, "HUB_EXEC_TIMEOUT": &cfg.ExecTimeout,
-		"HUB_CHAT_TIMEOUT": &cfg.ChatTimeout, "HUB_MAX_TIMEOUT": &cfg.MaxTimeout, "HUB_QUEUE_TIMEOUT": &cfg.QueueTimeout,
+		"HUB_CHAT_TIMEOUT": &cfg.ChatTimeout, "HUB_FILE_TTL": &cfg.FileLimits.TTL, "HUB_MAX_TIMEOUT": &cfg.MaxTimeout, "HUB_QUEUE_TIMEOUT": &cfg.QueueTimeout,
 	} {
 		if v, ok := Env(lookup, suffix); ok {
 			d, err := time.ParseDuration(v)
@@ -170,7 +171,9 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 		}
 		cfg.QueueMax = n
 	}
-	for suffix, dst := range map[string]*int64{"HUB_MAX_BODY": &cfg.MaxBody, "HUB_MAX_SETTLE_BODY": &cfg.MaxSettleBody} {
+	for suffix, dst := range map[string]*int64{"HUB_MAX_BODY": &cfg.MaxBody, "HUB_MAX_SETTLE_BODY": &cfg.MaxSettleBody,
+		"HUB_MAX_FILE_BYTES": &cfg.FileLimits.MaxFileBytes, "HUB_MAX_SESSION_FILE_BYTES": &cfg.FileLimits.MaxSessionBytes,
+		"HUB_MAX_FILE_STORE_BYTES": &cfg.FileLimits.MaxTotalBytes, "HUB_MAX_EXEC_INPUT_BYTES": &cfg.MaxExecInputBytes} {
 		if v, ok := Env(lookup, suffix); ok {
 			n, err := parseSize(v)
 			if err != nil {
@@ -231,6 +234,12 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 		st = bs
 	}
 	defer st.Close()
+	files, err := openFiles(ctx, redisURL, *storePath, cfg.FileLimits)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer files.Close()
+	cfg.Files = files
 	h, err := New(cfg, st)
 	if err != nil {
 		return fail("%v", err)
@@ -279,6 +288,17 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	}
 	<-errc
 	return 0
+}
+
+// openFiles opens the file store that goes with the state store: the same Redis for replicas, or the
+// directory "files" beside the embedded store's file.
+func openFiles(ctx context.Context, redisURL, storePath string, l filestore.Limits) (filestore.Store, error) {
+	if redisURL != "" {
+		openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return filestore.OpenRedis(openCtx, redisURL, l)
+	}
+	return filestore.OpenDir(filepath.Join(filepath.Dir(storePath), "files"), l)
 }
 
 func isRedisURL(s string) bool {

@@ -1,11 +1,13 @@
 package hub
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
@@ -107,78 +109,144 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "lang must be one of py js ts c cpp java php rs go d f90 r bash, and code a string"})
 		return
 	}
-	if len(req.Files) > 0 {
-		// Input files need the hub's file store, which is not part of
-		// this hub yet; refusing is better than running without them.
-		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "file references are not supported by this hub"})
-		return
-	}
 	deadline, err := h.deadline(r, h.cfg.ExecTimeout)
 	if err != nil {
 		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: err.Error()})
 		return
 	}
 	d := &dispatchReq{caller: key, kind: bridge.KindSandbox, deadline: deadline, pinned: r.Header.Get("X-Codellm-Worker-Id")}
-	sid := req.SessionID
-	if sid != "" {
-		h.mu.Lock()
-		s, ok := h.sessions[sid]
-		if ok && s.tenant == key.TenantID {
-			d.affinity, d.stateful = s.workerID, s.stateful
-		}
-		h.mu.Unlock()
-		if !ok || s.tenant != key.TenantID {
-			writeExecError(w, &clientError{status: http.StatusNotFound, code: "session_not_found"})
-			return
-		}
-	} else {
-		sid = newSessionID()
+	if ce := h.execSession(r.Context(), d, req.SessionID); ce != nil {
+		writeExecError(w, ce)
+		return
 	}
-	d.sessionID = sid
-
-	body := &bridge.Object{}
-	body.Set("language", lang[0])
-	body.Set("version", "*")
-	file := &bridge.Object{}
-	file.Set("name", lang[1])
-	file.Set("content", *req.Code)
-	body.Set("files", []any{file})
-	args := []any{}
-	for _, a := range req.Args {
-		args = append(args, a)
+	inputs, ce := h.execInputs(r.Context(), key, req.Files, lang[1])
+	if ce != nil {
+		writeExecError(w, ce)
+		return
 	}
-	body.Set("args", args)
-	body.Set("session_id", sid)
-	d.request = assignmentRequest(body, &bridge.Object{})
-
+	d.request = assignmentRequest(execBody(lang, *req.Code, req.Args, inputs, d.sessionID, deadline), &bridge.Object{})
 	out, err := h.dispatch(r.Context(), d)
 	if err != nil {
 		writeExecError(w, h.fail(err))
 		return
 	}
-	h.rememberSession(sid, key.TenantID, out)
+	h.rememberSession(d.sessionID, key.TenantID, out)
+	if h.cfg.Files != nil {
+		// Other hub replicas learn the session (and its owner) from the shared file store.
+		if err := h.cfg.Files.Touch(context.WithoutCancel(r.Context()), key.TenantID, d.sessionID); err != nil {
+			h.cfg.Logger.Printf("file store: touch session: %v", err)
+		}
+	}
 	if out.status != bridge.StatusFulfilled {
-		writeExecError(w, &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg})
+		writeExecError(w, rejectionError(out))
 		return
 	}
+	writeValue(w, http.StatusOK, h.execReply(r.Context(), key, d.sessionID, out.result))
+}
+
+// execSession resolves the request's session_id (this replica's memory first, then the shared file
+// store, which knows sessions other replicas created) or mints a new one.
+func (h *Hub) execSession(ctx context.Context, d *dispatchReq, sid string) *clientError {
+	if sid == "" {
+		d.sessionID = newSessionID()
+		return nil
+	}
+	d.sessionID = sid
+	h.mu.Lock()
+	s, ok := h.sessions[sid]
+	if ok && s.tenant == d.caller.TenantID {
+		d.affinity, d.stateful = s.workerID, s.stateful
+	}
+	h.mu.Unlock()
+	if ok && s.tenant == d.caller.TenantID {
+		return nil
+	}
+	if !ok && h.cfg.Files != nil {
+		if owner, err := h.cfg.Files.Owner(ctx, sid); err == nil && owner == d.caller.TenantID {
+			return nil
+		}
+	}
+	return &clientError{status: http.StatusNotFound, code: "session_not_found"}
+}
+
+// execBody builds the runner request of §13.1. run_timeout leaves the hub time to collect the result
+// before its own deadline, so a program that never ends comes back with its partial output and a
+// timeout status instead of expiring the assignment.
+func execBody(lang [2]string, code string, args []string, inputs []any, sid string, deadline time.Time) *bridge.Object {
+	body := &bridge.Object{}
+	body.Set("language", lang[0])
+	body.Set("version", "*")
+	file := &bridge.Object{}
+	file.Set("name", lang[1])
+	file.Set("content", code)
+	body.Set("files", append([]any{file}, inputs...))
+	a := []any{}
+	for _, s := range args {
+		a = append(a, s)
+	}
+	body.Set("args", a)
+	body.Set("session_id", sid)
+	body.Set("run_timeout", float64(runTimeout(time.Until(deadline)).Milliseconds()))
+	return body
+}
+
+// runTimeout is the run budget within a remaining deadline: a margin of a tenth (at least 1 s, at most
+// 5 s) is kept for delivery, compilation overheads and the settlement.
+func runTimeout(remaining time.Duration) time.Duration {
+	margin := min(max(remaining/10, time.Second), 5*time.Second)
+	return max(remaining-margin, 100*time.Millisecond)
+}
+
+// execReply maps a runner result to LibreChat's {session_id, stdout, stderr, files?}: compile output
+// first, then run output; a run that codellm stopped (timeout, output cap, signal) says why on stderr.
+func (h *Hub) execReply(ctx context.Context, key *ClientKey, sid string, result *bridge.Object) *bridge.Object {
 	stdout, stderr := "", ""
 	for _, part := range []string{"compile", "run"} {
-		v, _ := out.result.Get(part)
-		if o, ok := v.(*bridge.Object); ok {
-			so, _ := o.Get("stdout")
-			se, _ := o.Get("stderr")
-			s1, _ := so.(string)
-			s2, _ := se.(string)
-			stdout += s1
-			stderr += s2
+		v, _ := result.Get(part)
+		o, ok := v.(*bridge.Object)
+		if !ok {
+			continue
 		}
+		so, _ := o.Get("stdout")
+		se, _ := o.Get("stderr")
+		s1, _ := so.(string)
+		s2, _ := se.(string)
+		stdout += s1
+		stderr += s2
+		st, _ := o.Get("status")
+		msg, _ := o.Get("message")
+		if m, ok := msg.(string); ok && m != "" && st != "RE" && st != nil {
+			stderr = appendLine(stderr, part+": "+m)
+		}
+	}
+	refs, notes := h.keepOutputs(ctx, key, sid, result)
+	for _, n := range notes {
+		stderr = appendLine(stderr, n)
 	}
 	resp := &bridge.Object{}
 	resp.Set("session_id", sid)
 	resp.Set("stdout", stdout)
 	resp.Set("stderr", stderr)
-	b, _ := bridge.Canonical(resp)
-	writeJSON(w, http.StatusOK, b)
+	if len(refs) > 0 {
+		resp.Set("files", refs)
+	}
+	return resp
+}
+
+func appendLine(s, line string) string {
+	if s != "" && !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	return s + line + "\n"
+}
+
+// rejectionError maps a rejected exec: a request the runner refused as invalid (unknown language or
+// version, a bad file) is the caller's 400 — retrying cannot help — and anything else a 502.
+func rejectionError(out *outcome) *clientError {
+	if strings.Contains(out.errMsg, "runtime is unknown") || strings.HasPrefix(out.errMsg, "files[") {
+		return &clientError{status: http.StatusBadRequest, code: "invalid_request", message: out.errMsg}
+	}
+	return &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg}
 }
 
 func (h *Hub) rememberSession(sid, tenant string, out *outcome) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/boltstore"
+	"github.com/codellm/codellm/internal/hub/filestore"
 )
 
 func TestMain(m *testing.M) {
@@ -51,6 +52,14 @@ func newTestHub(t testing.TB, mod func(*Config), opts ...boltstore.Option) *test
 	cfg := Config{AdminToken: adminToken, ClientKeys: []ClientKey{{Key: apiKey, TenantID: "default"}}, PollInterval: 20 * time.Millisecond}
 	if mod != nil {
 		mod(&cfg)
+	}
+	if cfg.Files == nil {
+		fs, err := filestore.OpenDir(filepath.Join(t.TempDir(), "files"), cfg.FileLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = fs.Close() })
+		cfg.Files = fs
 	}
 	h, err := New(cfg, st)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/filestore"
 	"github.com/codellm/codellm/internal/hub/store"
 	"github.com/codellm/codellm/internal/metrics"
 )
@@ -61,6 +62,11 @@ type Config struct {
 	QueueTimeout     time.Duration
 	MaxBody          int64
 	MaxSettleBody    int64
+	// Files keeps uploads and generated files (nil: the file routes answer 501 and /v1/exec refuses
+	// file references). FileLimits must be the limits Files was opened with.
+	Files             filestore.Store
+	FileLimits        filestore.Limits
+	MaxExecInputBytes int64 // input files of one /v1/exec together; default 10 MiB
 	// PollInterval is how often waiting requests re-read the store when no
 	// in-process notification wakes them (≤ 100 ms per §3.5).
 	PollInterval time.Duration
@@ -95,6 +101,10 @@ func (c *Config) defaults() {
 	}
 	if c.MaxSettleBody <= 0 {
 		c.MaxSettleBody = 32 << 20
+	}
+	c.FileLimits = c.FileLimits.WithDefaults()
+	if c.MaxExecInputBytes <= 0 {
+		c.MaxExecInputBytes = DefaultMaxExecInputBytes
 	}
 	if c.Logger == nil {
 		c.Logger = log.New(io.Discard, "", 0)
@@ -242,7 +252,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(path, "/v1/bridge/"):
 		h.serveBridge(w, r, strings.TrimPrefix(path, "/v1/bridge/"))
 	default:
-		writeJSON(w, http.StatusNotFound, []byte(`{"error":"Not found"}`))
+		if !h.fileRoute(w, r, path) {
+			writeJSON(w, http.StatusNotFound, []byte(`{"error":"Not found"}`))
+		}
 	}
 }
 

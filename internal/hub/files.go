@@ -1,0 +1,456 @@
+package hub
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/filestore"
+)
+
+// The Code API file surface as LibreChat's client calls it (api/server/services/Files/Code/crud.js and
+// process.js in danny-avila/LibreChat, CodeExecutor.ts in danny-avila/agents):
+//
+//   - POST /v1/upload, multipart/form-data with one or more "file" parts and an optional "entity_id"
+//     field → {"message":"success","session_id","files":[{"fileId","filename"}]}; LibreChat keeps
+//     "<session_id>/<fileId>" as the file's identifier. Each upload starts a new session unless the form
+//     names one of the caller's sessions in "session_id".
+//   - GET /v1/files/{session_id}?detail=summary → [{"name":"<session_id>/<fileId>","lastModified"}]
+//     (LibreChat re-uploads a file whose lastModified is 23 hours old or that is missing); without detail
+//     each entry also has id, session_id, filename, size, contentType and metadata.
+//   - GET /v1/download/{session_id}/{fileId} → the bytes as stored.
+//   - POST /v1/exec with files: [{id, name, session_id}] → written into the run's working directory
+//     (/mnt/data) under name; the files the run creates come back as [{id, name, path, session_id}].
+//
+// A session or file of another tenant answers exactly like an unknown one.
+
+// execOutputPath is where a run's working directory is inside the sandbox (LibreChat's tool description
+// tells models to save files there).
+const execOutputPath = "/mnt/data/"
+
+// Default caps of the file surface beyond filestore.Limits.
+const (
+	DefaultMaxExecInputBytes = 10 << 20 // input files of one /v1/exec, all together (§13.1)
+	maxUploadParts           = 64
+)
+
+func fileError(status int, code, msg string) *clientError {
+	return &clientError{status: status, code: code, message: msg}
+}
+
+// storeError maps a file store failure to the client's error.
+func (h *Hub) storeError(err error) *clientError {
+	switch {
+	case errors.Is(err, filestore.ErrFileTooLarge):
+		return fileError(http.StatusRequestEntityTooLarge, "file_too_large", err.Error())
+	case errors.Is(err, filestore.ErrTooManyFiles):
+		return fileError(http.StatusRequestEntityTooLarge, "too_many_files", err.Error())
+	case errors.Is(err, filestore.ErrSessionFull):
+		return fileError(http.StatusRequestEntityTooLarge, "session_quota_exceeded", err.Error())
+	case errors.Is(err, filestore.ErrStoreFull):
+		return fileError(http.StatusInsufficientStorage, "storage_full", "The hub's file store is full")
+	case errors.Is(err, filestore.ErrInvalid):
+		return fileError(http.StatusBadRequest, "invalid_request", strings.TrimPrefix(err.Error(), "filestore: invalid request: "))
+	case errors.Is(err, filestore.ErrNotFound):
+		return fileError(http.StatusNotFound, "file_not_found", "No such session or file")
+	}
+	h.cfg.Logger.Printf("file store: %v", err)
+	return fileError(http.StatusInternalServerError, "internal_error", "File store failure")
+}
+
+// fileRoute serves /v1/upload, /v1/files/… and /v1/download/…; it reports false for other paths.
+func (h *Hub) fileRoute(w http.ResponseWriter, r *http.Request, p string) bool {
+	var want string
+	var serve func(*ClientKey) *clientError
+	switch {
+	case p == "/v1/upload":
+		want, serve = http.MethodPost, func(k *ClientKey) *clientError { return h.handleUpload(w, r, k) }
+	case strings.HasPrefix(p, "/v1/files/"):
+		sid, ok := pathIDs(strings.TrimPrefix(p, "/v1/files/"), 1)
+		if !ok {
+			return false
+		}
+		want, serve = http.MethodGet, func(k *ClientKey) *clientError { return h.handleList(w, r, k, sid[0]) }
+	case strings.HasPrefix(p, "/v1/download/"):
+		ids, ok := pathIDs(strings.TrimPrefix(p, "/v1/download/"), 2)
+		if !ok {
+			return false
+		}
+		want, serve = http.MethodGet, func(k *ClientKey) *clientError { return h.handleDownload(w, r, k, ids[0], ids[1]) }
+	default:
+		return false
+	}
+	if r.Method != want {
+		w.Header().Set("Allow", want)
+		writeExecError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed"})
+		return true
+	}
+	key := h.clientKey(r)
+	if key == nil {
+		writeExecError(w, &clientError{status: http.StatusUnauthorized, code: "unauthorized", message: "Missing or invalid API key"})
+		return true
+	}
+	if h.cfg.Files == nil {
+		writeExecError(w, fileError(http.StatusNotImplemented, "files_unavailable", "This hub has no file store"))
+		return true
+	}
+	if e := serve(key); e != nil {
+		writeExecError(w, e)
+	}
+	return true
+}
+
+// pathIDs splits n slash-separated, unescaped path segments. Ids of the wrong shape are kept (they are
+// answered 404 like unknown ones), but the segment count must match.
+func pathIDs(rest string, n int) ([]string, bool) {
+	parts := strings.Split(rest, "/")
+	if len(parts) != n {
+		return nil, false
+	}
+	for i, s := range parts {
+		u, err := url.PathUnescape(s)
+		if err != nil || u == "" {
+			return nil, false
+		}
+		parts[i] = u
+	}
+	return parts, true
+}
+
+// handleUpload is POST /v1/upload. Every part is read (bounded) before anything is stored, and the
+// batch is stored all or nothing.
+func (h *Hub) handleUpload(w http.ResponseWriter, r *http.Request, key *ClientKey) *clientError {
+	mr, ce := multipartReader(r)
+	if ce != nil {
+		return ce
+	}
+	limits := h.cfg.FileLimits
+	// The whole body may not exceed what one session can hold, plus room for the part headers.
+	r.Body = http.MaxBytesReader(w, r.Body, limits.MaxSessionBytes+1<<20)
+	var uploads []filestore.Upload
+	entity, sid := "", ""
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return uploadReadError(err)
+		}
+		if len(uploads) >= maxUploadParts {
+			return fileError(http.StatusRequestEntityTooLarge, "too_many_files", fmt.Sprintf("At most %d files per upload", maxUploadParts))
+		}
+		switch field := part.FormName(); {
+		case field == "entity_id" || field == "session_id":
+			v, err := io.ReadAll(io.LimitReader(part, 257))
+			if err != nil {
+				return uploadReadError(err)
+			}
+			if len(v) > 256 {
+				return fileError(http.StatusBadRequest, "invalid_request", field+" is longer than 256 bytes")
+			}
+			if field == "entity_id" {
+				entity = string(v)
+			} else {
+				sid = string(v)
+			}
+		case part.FileName() != "" || field == "file" || field == "files":
+			name := uploadName(part.FileName())
+			if msg := filestore.CheckName(name); msg != "" || strings.Contains(name, "/") {
+				if msg == "" {
+					msg = "must not contain a slash"
+				}
+				return fileError(http.StatusBadRequest, "invalid_file_name", fmt.Sprintf("File name %q %s", name, msg))
+			}
+			data, err := io.ReadAll(io.LimitReader(part, limits.MaxFileBytes+1))
+			if err != nil {
+				return uploadReadError(err)
+			}
+			if int64(len(data)) > limits.MaxFileBytes {
+				return fileError(http.StatusRequestEntityTooLarge, "file_too_large", fmt.Sprintf("%q is larger than %d bytes", name, limits.MaxFileBytes))
+			}
+			uploads = append(uploads, filestore.Upload{Name: name, Data: data})
+		}
+		part.Close()
+	}
+	if len(uploads) == 0 {
+		return fileError(http.StatusBadRequest, "invalid_request", `No file: send multipart/form-data with a "file" part`)
+	}
+	for i := range uploads {
+		uploads[i].EntityID = entity
+	}
+	if sid == "" {
+		sid = filestore.NewID()
+	} else if !filestore.ValidID(sid) {
+		return fileError(http.StatusBadRequest, "invalid_request", "session_id must be 21 characters of [A-Za-z0-9_-]")
+	}
+	stored, err := h.cfg.Files.Put(r.Context(), key.TenantID, sid, uploads)
+	if err != nil {
+		return h.storeError(err)
+	}
+	files := make([]any, 0, len(stored))
+	for _, f := range stored {
+		o := &bridge.Object{}
+		o.Set("fileId", f.ID)
+		o.Set("filename", f.Name)
+		files = append(files, o)
+	}
+	resp := &bridge.Object{}
+	resp.Set("message", "success")
+	resp.Set("session_id", sid)
+	resp.Set("files", files)
+	writeValue(w, http.StatusOK, resp)
+	return nil
+}
+
+// uploadName takes the last path element of a client's file name (browsers on some systems send a
+// full path).
+func uploadName(n string) string {
+	if i := strings.LastIndexAny(n, `/\`); i >= 0 {
+		n = n[i+1:]
+	}
+	return n
+}
+
+func uploadReadError(err error) *clientError {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return fileError(http.StatusRequestEntityTooLarge, "request_too_large", "The upload is larger than a session may hold")
+	}
+	return fileError(http.StatusBadRequest, "invalid_request", "Malformed multipart body: "+err.Error())
+}
+
+// multipartReader accepts multipart/form-data with a boundary parameter, and — as LibreChat's client
+// overrides the header with a bare "multipart/form-data" — without one, taking the boundary from the
+// body's first line.
+func multipartReader(r *http.Request) (*multipart.Reader, *clientError) {
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "multipart/form-data" {
+		return nil, fileError(http.StatusUnsupportedMediaType, "unsupported_media_type", "Send multipart/form-data")
+	}
+	if b := params["boundary"]; b != "" {
+		return multipart.NewReader(r.Body, b), nil
+	}
+	br := bufio.NewReaderSize(r.Body, 256)
+	line, err := br.Peek(74)
+	if err != nil && len(line) == 0 {
+		return nil, fileError(http.StatusBadRequest, "invalid_request", "Empty multipart body")
+	}
+	if i := bytes.IndexByte(line, '\r'); i > 2 && bytes.HasPrefix(line, []byte("--")) {
+		r.Body = io.NopCloser(br)
+		return multipart.NewReader(br, string(line[2:i])), nil
+	}
+	return nil, fileError(http.StatusBadRequest, "invalid_request", "multipart/form-data without a boundary")
+}
+
+// handleList is GET /v1/files/{session_id}[?detail=summary].
+func (h *Hub) handleList(w http.ResponseWriter, r *http.Request, key *ClientKey, sid string) *clientError {
+	files, err := h.cfg.Files.List(r.Context(), key.TenantID, sid)
+	if err != nil {
+		return h.storeError(err)
+	}
+	summary := r.URL.Query().Get("detail") == "summary"
+	out := make([]any, 0, len(files))
+	for _, f := range files {
+		o := &bridge.Object{}
+		o.Set("name", f.SessionID+"/"+f.ID)
+		o.Set("lastModified", f.Created.UTC().Format(time.RFC3339Nano))
+		if !summary {
+			o.Set("id", f.ID)
+			o.Set("session_id", f.SessionID)
+			o.Set("filename", f.Name)
+			o.Set("size", float64(f.Size))
+			o.Set("contentType", contentType(f.Name))
+			md := &bridge.Object{}
+			md.Set("original-filename", f.Name)
+			if f.EntityID != "" {
+				md.Set("entity_id", f.EntityID)
+			}
+			o.Set("metadata", md)
+		}
+		out = append(out, o)
+	}
+	b, err := bridge.Canonical(out)
+	if err != nil {
+		return h.storeError(err)
+	}
+	writeJSON(w, http.StatusOK, b)
+	return nil
+}
+
+func contentType(name string) string {
+	if t := mime.TypeByExtension(path.Ext(name)); t != "" {
+		return t
+	}
+	return "application/octet-stream"
+}
+
+// handleDownload is GET /v1/download/{session_id}/{fileId}: the stored bytes, as an attachment.
+func (h *Hub) handleDownload(w http.ResponseWriter, r *http.Request, key *ClientKey, sid, fid string) *clientError {
+	f, data, err := h.cfg.Files.Get(r.Context(), key.TenantID, sid, fid)
+	if err != nil {
+		return h.storeError(err)
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", contentType(f.Name))
+	hd.Set("Content-Length", strconv.Itoa(len(data)))
+	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(f.Name)}))
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Last-Modified", f.Created.UTC().Format(http.TimeFormat))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(data)
+	}
+	return nil
+}
+
+// fileRef is one entry of /v1/exec's files.
+type fileRef struct {
+	ID               string `json:"id"`
+	Name             string `json:"name"`
+	SessionID        string `json:"session_id"`
+	StorageSessionID string `json:"storage_session_id"` // newer clients' spelling of session_id
+}
+
+// execInputs resolves /v1/exec's file references into runner files {name, content, encoding:"base64"}.
+// Names follow LibreChat's runner: a leading "./" is dropped, and a later file of the same name replaces
+// an earlier one; entry is the code file's name, which no input may replace.
+func (h *Hub) execInputs(ctx context.Context, key *ClientKey, raw []json.RawMessage, entry string) ([]any, *clientError) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if h.cfg.Files == nil {
+		return nil, fileError(http.StatusBadRequest, "invalid_request", "file references need a hub file store")
+	}
+	type input struct {
+		name string
+		data []byte
+	}
+	var inputs []input
+	var total int64
+	for i, m := range raw {
+		var ref fileRef
+		if err := json.Unmarshal(m, &ref); err != nil {
+			return nil, fileError(http.StatusBadRequest, "invalid_request", fmt.Sprintf("files[%d] must be {id, name, session_id}", i))
+		}
+		if ref.SessionID == "" {
+			ref.SessionID = ref.StorageSessionID
+		}
+		f, data, err := h.cfg.Files.Get(ctx, key.TenantID, ref.SessionID, ref.ID)
+		if errors.Is(err, filestore.ErrNotFound) {
+			return nil, fileError(http.StatusBadRequest, "file_not_found", fmt.Sprintf("files[%d]: no file %q in session %q", i, ref.ID, ref.SessionID))
+		}
+		if err != nil {
+			return nil, h.storeError(err)
+		}
+		name := ref.Name
+		if name == "" {
+			name = f.Name
+		}
+		for strings.HasPrefix(name, "./") {
+			name = name[2:]
+		}
+		name = strings.TrimPrefix(name, execOutputPath)
+		if msg := filestore.CheckName(name); msg != "" {
+			return nil, fileError(http.StatusBadRequest, "invalid_file_name", fmt.Sprintf("files[%d]: name %q %s", i, name, msg))
+		}
+		if name == entry {
+			return nil, fileError(http.StatusBadRequest, "invalid_file_name", fmt.Sprintf("files[%d]: %q is the name of the code file", i, name))
+		}
+		if total += int64(len(data)); total > h.cfg.MaxExecInputBytes {
+			return nil, fileError(http.StatusRequestEntityTooLarge, "files_too_large", fmt.Sprintf("input files exceed %d bytes in total", h.cfg.MaxExecInputBytes))
+		}
+		for j := range inputs {
+			if inputs[j].name == name {
+				inputs = append(inputs[:j], inputs[j+1:]...)
+				break
+			}
+		}
+		inputs = append(inputs, input{name, data})
+	}
+	out := make([]any, 0, len(inputs))
+	for _, in := range inputs {
+		o := &bridge.Object{}
+		o.Set("name", in.name)
+		o.Set("content", base64.StdEncoding.EncodeToString(in.data))
+		o.Set("encoding", "base64")
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// skipOutput reports whether a generated file is an interpreter byproduct or hidden: a component
+// starting with ".", __pycache__, or compiled Python.
+func skipOutput(name string) bool {
+	for _, c := range strings.Split(name, "/") {
+		if strings.HasPrefix(c, ".") || c == "__pycache__" || c == "node_modules" {
+			return true
+		}
+	}
+	return strings.HasSuffix(name, ".pyc") || strings.HasSuffix(name, ".pyo")
+}
+
+// keepOutputs stores the files a run reported (runner "files": {name, encoding:"base64", content}) in
+// the exec session and returns their references. Files the runner could not return (content_omitted),
+// or that the session cannot hold, are named in notes instead.
+func (h *Hub) keepOutputs(ctx context.Context, key *ClientKey, sid string, result *bridge.Object) (refs []any, notes []string) {
+	v, _ := result.Get("files")
+	list, _ := v.([]any)
+	if h.cfg.Files == nil || len(list) == 0 {
+		return nil, nil
+	}
+	var uploads []filestore.Upload
+	for _, item := range list {
+		o, ok := item.(*bridge.Object)
+		if !ok {
+			continue
+		}
+		nv, _ := o.Get("name")
+		name, _ := nv.(string)
+		if name == "" || skipOutput(name) || filestore.CheckName(name) != "" {
+			continue
+		}
+		cv, _ := o.Get("content")
+		content, ok := cv.(string)
+		if !ok {
+			notes = append(notes, fmt.Sprintf("%s was not kept: it is larger than the worker returns", name))
+			continue
+		}
+		data, err := base64.StdEncoding.DecodeString(content)
+		if ev, _ := o.Get("encoding"); ev != "base64" || err != nil {
+			continue
+		}
+		uploads = append(uploads, filestore.Upload{Name: name, Data: data})
+	}
+	if len(uploads) == 0 {
+		return nil, notes
+	}
+	stored, err := h.cfg.Files.Put(ctx, key.TenantID, sid, uploads)
+	if err != nil {
+		ce := h.storeError(err)
+		return nil, append(notes, fmt.Sprintf("%d generated file(s) were not kept: %s", len(uploads), ce.message))
+	}
+	for _, f := range stored {
+		o := &bridge.Object{}
+		o.Set("id", f.ID)
+		o.Set("name", f.Name)
+		o.Set("path", execOutputPath+f.Name)
+		o.Set("session_id", sid)
+		refs = append(refs, o)
+	}
+	return refs, nil
+}

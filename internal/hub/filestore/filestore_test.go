@@ -1,0 +1,326 @@
+package filestore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+var (
+	redisURL  string
+	redisSkip string
+)
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if u := os.Getenv("CODELLM_TEST_REDIS_URL"); u != "" {
+			redisURL = u
+		} else if u, stop, err := startRedis(); err != nil {
+			redisSkip = err.Error()
+		} else {
+			redisURL = u
+			defer stop()
+		}
+		ignore := goleak.IgnoreCurrent()
+		if c := m.Run(); c != 0 {
+			return c
+		}
+		if err := goleak.Find(ignore); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+		return 0
+	}()
+	os.Exit(code)
+}
+
+// startRedis runs a private redis-server on a free loopback port.
+func startRedis() (string, func(), error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, fmt.Errorf("redis-server not found (apt-get install -y redis-server): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "codellm-fs-redis-")
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--maxmemory-policy", "noeviction")
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() { _ = cmd.Process.Kill(); <-exited; _ = os.RemoveAll(dir) }
+	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	opt, _ := redis.ParseURL(url)
+	c := redis.NewClient(opt)
+	defer c.Close()
+	for i := 0; i < 200; i++ {
+		if c.Ping(context.Background()).Err() == nil {
+			return url, stop, nil
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	stop()
+	return "", nil, fmt.Errorf("redis-server on port %d did not answer", port)
+}
+
+// clock is a settable time source shared by a store under test.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type opener func(t *testing.T, l Limits, c *clock) Store
+
+func openDir(t *testing.T, l Limits, c *clock) Store {
+	d, err := OpenDir(filepath.Join(t.TempDir(), "files"), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.now = c.now
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+var prefixSeq int
+
+func openRedis(t *testing.T, l Limits, c *clock) Store {
+	if redisURL == "" {
+		if os.Getenv("CODELLM_REQUIRE_SANDBOX") == "1" {
+			t.Fatal(redisSkip)
+		}
+		t.Skip(redisSkip)
+	}
+	opt, _ := redis.ParseURL(redisURL)
+	rdb := redis.NewClient(opt)
+	prefixSeq++
+	r := NewRedis(rdb, fmt.Sprintf("test:%s:%d:", t.Name(), prefixSeq), l)
+	r.now = c.now
+	t.Cleanup(func() { _ = r.Close(); _ = rdb.Close() })
+	return r
+}
+
+func backends() map[string]opener { return map[string]opener{"dir": openDir, "redis": openRedis} }
+
+func TestConformance(t *testing.T) {
+	for name, open := range backends() {
+		t.Run(name, func(t *testing.T) {
+			t.Run("roundtrip", func(t *testing.T) { testRoundtrip(t, open) })
+			t.Run("tenants", func(t *testing.T) { testTenants(t, open) })
+			t.Run("limits", func(t *testing.T) { testLimits(t, open) })
+			t.Run("expiry", func(t *testing.T) { testExpiry(t, open) })
+		})
+	}
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func testRoundtrip(t *testing.T, open opener) {
+	ctx := context.Background()
+	s := open(t, Limits{}, newClock())
+	sid := NewID()
+	bin := []byte{0, 1, 2, 0xff, '\n', '\r'}
+	files, err := s.Put(ctx, "acme", sid, []Upload{{Name: "data.csv", Data: []byte("a,b\n1,2\n"), EntityID: "asst_1"}, {Name: "out/x.bin", Data: bin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 || !ValidID(files[0].ID) || !ValidID(files[1].ID) || files[0].ID == files[1].ID {
+		t.Fatalf("files = %+v", files)
+	}
+	f, b, err := s.Get(ctx, "acme", sid, files[1].ID)
+	if err != nil || !bytes.Equal(b, bin) || f.Name != "out/x.bin" || f.Size != int64(len(bin)) || f.SessionID != sid {
+		t.Fatalf("Get = %+v %q %v", f, b, err)
+	}
+	more, err := s.Put(ctx, "acme", sid, []Upload{{Name: "data.csv", Data: []byte("v2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List(ctx, "acme", sid)
+	if err != nil || len(list) != 3 || list[2].ID != more[0].ID || list[0].EntityID != "asst_1" {
+		t.Fatalf("List = %+v %v", list, err)
+	}
+	if owner, err := s.Owner(ctx, sid); err != nil || owner != "acme" {
+		t.Fatalf("Owner = %q %v", owner, err)
+	}
+	if _, _, err := s.Get(ctx, "acme", sid, NewID()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown file: %v", err)
+	}
+	if _, err := s.Owner(ctx, NewID()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown session: %v", err)
+	}
+	for _, bad := range []string{"", "../x", "/etc/passwd", "a//b", "a\\b", "x\n", "./a"} {
+		if _, err := s.Put(ctx, "acme", sid, []Upload{{Name: bad, Data: []byte("x")}}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("name %q: %v", bad, err)
+		}
+	}
+	if _, err := s.Put(ctx, "acme", "short", []Upload{{Name: "a", Data: nil}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad session id: %v", err)
+	}
+}
+
+func testTenants(t *testing.T, open opener) {
+	ctx := context.Background()
+	s := open(t, Limits{}, newClock())
+	sid := NewID()
+	files, err := s.Put(ctx, "acme", sid, []Upload{{Name: "secret.txt", Data: []byte("s3cret")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(ctx, "evil", sid, files[0].ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("foreign Get: %v", err)
+	}
+	if l, err := s.List(ctx, "evil", sid); err != nil || len(l) != 0 {
+		t.Fatalf("foreign List: %v %v", l, err)
+	}
+	if _, err := s.Put(ctx, "evil", sid, []Upload{{Name: "planted.txt", Data: []byte("x")}}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("foreign Put: %v", err)
+	}
+	if err := s.Touch(ctx, "evil", sid); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("foreign Touch: %v", err)
+	}
+	if l, _ := s.List(ctx, "acme", sid); len(l) != 1 {
+		t.Fatalf("the foreign Put stored something: %+v", l)
+	}
+	// Touch creates an empty session that then belongs to its tenant.
+	empty := NewID()
+	if err := s.Touch(ctx, "evil", empty); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.Owner(ctx, empty); err != nil || o != "evil" {
+		t.Fatalf("Owner after Touch = %q %v", o, err)
+	}
+	if _, err := s.Put(ctx, "acme", empty, []Upload{{Name: "a", Data: []byte("x")}}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Put into a touched foreign session: %v", err)
+	}
+}
+
+func testLimits(t *testing.T, open opener) {
+	ctx := context.Background()
+	l := Limits{MaxFileBytes: 10, MaxSessionBytes: 20, MaxSessionFiles: 3, MaxTotalBytes: 30}
+	s := open(t, l, newClock())
+	a, b := NewID(), NewID()
+	cases := []struct {
+		sid   string
+		files []Upload
+		want  error
+	}{
+		{a, []Upload{{Name: "big", Data: make([]byte, 11)}}, ErrFileTooLarge},
+		{a, []Upload{{Name: "1", Data: make([]byte, 10)}, {Name: "2", Data: make([]byte, 10)}, {Name: "3", Data: []byte("x")}}, ErrSessionFull},
+		{a, []Upload{{Name: "1"}, {Name: "2"}, {Name: "3"}, {Name: "4"}}, ErrTooManyFiles},
+		{a, []Upload{{Name: "1", Data: make([]byte, 10)}, {Name: "2", Data: make([]byte, 9)}}, nil}, // 19 of 20
+		{a, []Upload{{Name: "3", Data: make([]byte, 2)}}, ErrSessionFull},
+		{a, []Upload{{Name: "3", Data: make([]byte, 1)}}, nil},           // 20 of 20, 3 files
+		{a, []Upload{{Name: "4"}}, ErrTooManyFiles},                      // a 4th, even empty
+		{b, []Upload{{Name: "x", Data: make([]byte, 10)}}, ErrStoreFull}, // 20 + 10 > 30? no: = 30
+	}
+	cases[len(cases)-1].want = nil
+	for i, c := range cases {
+		_, err := s.Put(ctx, "acme", c.sid, c.files)
+		if (c.want == nil && err != nil) || (c.want != nil && !errors.Is(err, c.want)) {
+			t.Fatalf("case %d: err = %v, want %v", i, err, c.want)
+		}
+	}
+	if _, err := s.Put(ctx, "acme", NewID(), []Upload{{Name: "one", Data: []byte("x")}}); !errors.Is(err, ErrStoreFull) {
+		t.Fatalf("over the total: %v", err)
+	}
+	if la, _ := s.List(ctx, "acme", a); len(la) != 3 {
+		t.Fatalf("session a has %d files, want 3 (refused batches stored something)", len(la))
+	}
+	if _, err := s.Owner(ctx, NewID()); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+}
+
+func testExpiry(t *testing.T, open opener) {
+	ctx := context.Background()
+	c := newClock()
+	s := open(t, Limits{MaxTotalBytes: 10, TTL: time.Hour}, c)
+	sid := NewID()
+	files, err := s.Put(ctx, "acme", sid, []Upload{{Name: "a", Data: make([]byte, 10)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.add(59 * time.Minute)
+	if err := s.Touch(ctx, "acme", sid); err != nil { // extends the life to 1h59m
+		t.Fatal(err)
+	}
+	c.add(59 * time.Minute)
+	if _, _, err := s.Get(ctx, "acme", sid, files[0].ID); err != nil {
+		t.Fatalf("touched session expired early: %v", err)
+	}
+	c.add(2 * time.Minute)
+	if _, _, err := s.Get(ctx, "acme", sid, files[0].ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("expired file: %v", err)
+	}
+	if _, err := s.Owner(ctx, sid); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("expired session: %v", err)
+	}
+	// Its bytes no longer count against the total, and a new owner may take the id.
+	if _, err := s.Put(ctx, "other", sid, []Upload{{Name: "b", Data: make([]byte, 10)}}); err != nil {
+		t.Fatalf("the expired session still counts: %v", err)
+	}
+	if l, _ := s.List(ctx, "other", sid); len(l) != 1 || l[0].Name != "b" {
+		t.Fatalf("re-created session lists %+v", l)
+	}
+}
+
+func TestDirReopen(t *testing.T) {
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "files")
+	d, err := OpenDir(root, Limits{MaxTotalBytes: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := NewID()
+	files, err := d.Put(ctx, "acme", sid, []Upload{{Name: "a.txt", Data: []byte("12345")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = d.Close()
+	// A blob no meta.json lists (a crash between the two writes) is removed at open.
+	stray := filepath.Join(root, sid, NewID())
+	if err := os.WriteFile(stray, []byte("junk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err = OpenDir(root, Limits{MaxTotalBytes: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, b, err := d.Get(ctx, "acme", sid, files[0].ID); err != nil || string(b) != "12345" {
+		t.Fatalf("after reopen: %q %v", b, err)
+	}
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Fatalf("stray blob kept: %v", err)
+	}
+	if _, err := d.Put(ctx, "acme", NewID(), []Upload{{Name: "b", Data: []byte("1234")}}); !errors.Is(err, ErrStoreFull) {
+		t.Fatalf("the total was not rebuilt at open: %v", err)
+	}
+}
