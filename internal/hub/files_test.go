@@ -248,8 +248,8 @@ func TestExecFileReferences(t *testing.T) {
 		`{"id":"` + other.Files[0].FileID + `","name":"data.csv","session_id":"` + other.SessionID + `"}]`
 	r := h.client(t, "/v1/exec", `{"lang":"py","code":"print(1)","files":`+refs+`}`, nil)
 	var res struct {
-		SessionID string `json:"session_id"`
-		Stdout    string `json:"stdout"`
+		SessionID string                                       `json:"session_id"`
+		Stdout    string                                       `json:"stdout"`
 		Files     []struct{ ID, Name, Path, SessionID string } `json:"files"`
 	}
 	if r.status != 200 || json.Unmarshal(r.body, &res) != nil {
