@@ -277,15 +277,16 @@ func TestSettlementIdempotency(t *testing.T) {
 	}
 }
 
-// An assignment whose deadline is shorter than the run: the worker aborts at the deadline, the client gets
-// 504, and the worker is free again at once.
+// An exec whose deadline is shorter than the run: the hub's run_timeout (below its deadline) stops the
+// program, the client gets 200 with the partial output and why it stopped, and the worker is free again
+// at once.
 func TestExpiryAbortsRun(t *testing.T) {
 	h := newTestHub(t, nil)
 	id, path := h.pair(t, "exp")
 	r := start(t, baseConfig(h, id, path, newEmbedded(t, false)))
 	h.waitReady(t, "exp")
-	rep := h.exec(t, "bash", "sleep 30; echo late", map[string]string{"X-Codellm-Timeout-Ms": "1500"})
-	if rep.status != 504 {
+	rep := h.exec(t, "bash", "echo early; sleep 30; echo late", map[string]string{"X-Codellm-Timeout-Ms": "1500"})
+	if m := decodeExec(t, rep); rep.status != 200 || m["stdout"] != "early\n" || !strings.Contains(m["stderr"].(string), "timed out") {
 		t.Fatalf("expired exec: %d %s", rep.status, rep.body)
 	}
 	// Not a timing assertion: a worker still running `sleep 30` would leave this one queued behind it
