@@ -145,6 +145,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	post := func(body string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer e2e-key")
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

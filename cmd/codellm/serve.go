@@ -56,6 +56,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	var maxBody byteSize = 10 << 20
 	fs.Var(&maxBody, "max-body-bytes", "maximum request body (default 10MiB)")
 	dbgFlags := registerDebugFlags(fs)
+	lf := registerListenerFlags(fs, &cfg)
 	var runnerTTL time.Duration
 	var runnerSessions int
 	fs.DurationVar(&runnerTTL, "runner-session-ttl", 30*time.Minute, "idle time after which a runner API session (X-Runtime-Session-Id) is deleted")
@@ -82,6 +83,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.MaxBodyBytes = int64(maxBody)
+	lf.apply(&cfg)
 	cfg.Logger = log
 	cfg.Version = version
 	cfg.Network = ef.network

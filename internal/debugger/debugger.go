@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/listen"
 )
 
@@ -127,12 +128,9 @@ func (d *Debugger) ListenAndServe(ctx context.Context, addr string) error {
 func (d *Debugger) Serve(ctx context.Context, ln net.Listener) error {
 	runCtx, cancelRuns := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRuns()
-	hs := &http.Server{
-		Handler:           d.handler,
-		ReadHeaderTimeout: 30 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return runCtx },
-		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
-	}
+	ln = httpguard.Limits{}.Listener(ln, true, d.log)
+	hs := httpguard.Limits{}.Server(d.handler, d.log)
+	hs.BaseContext = func(net.Listener) context.Context { return runCtx }
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -7,14 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
-	"net"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/codellm/codellm/internal/listen"
+	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/server"
 )
@@ -69,9 +67,8 @@ func (d *Debugger) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		d.log.Debug("debug request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
 			"duration_ms", time.Since(start).Milliseconds())
 	}()
-	if !loopbackHost(r.Host) {
-		fail(sw, openai.NewError(http.StatusForbidden, "bad_host",
-			"Host %q is not localhost or a loopback IP literal (the debug surface refuses other names to defeat DNS rebinding)", r.Host))
+	if ref := debugGuard.Check(r); ref != nil {
+		fail(sw, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
 		return
 	}
 	rt, id := d.match(r.URL.Path)
@@ -94,9 +91,8 @@ func (d *Debugger) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(sw, e.WithHeader("Allow", strings.Join(allow, ", ")))
 		return
 	}
-	if (r.Method == http.MethodPost || r.Method == http.MethodPut) && !jsonContentType(r.Header.Get("Content-Type")) {
-		fail(sw, openai.NewError(http.StatusUnsupportedMediaType, "unsupported_media_type",
-			"%s needs Content-Type: application/json (got %q)", r.Method, r.Header.Get("Content-Type")))
+	if ref := httpguard.CheckContentType(r); ref != nil {
+		fail(sw, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
 		return
 	}
 	if q := r.URL.Query(); q.Has("path") || q.Has("role") {
@@ -110,19 +106,9 @@ func errRoleLookup() *openai.Error {
 	return openai.NewError(http.StatusBadRequest, "role_lookup_unsupported", "role lookup is not supported; post the rendered body")
 }
 
-// loopbackHost accepts "localhost" and loopback IP literals, with or without a port.
-func loopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	return host != "" && listen.IsLoopbackHost(host)
-}
-
-func jsonContentType(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && mt == "application/json"
-}
+// debugGuard is the debugger's request policy: loopback Host names only (it never has operator names)
+// and no foreign Origin.
+var debugGuard = &httpguard.Policy{CheckHost: true}
 
 type statusWriter struct {
 	http.ResponseWriter

@@ -84,8 +84,14 @@ func TestRequestHygiene(t *testing.T) {
 		if got := r.Header.Get("Allow"); got != "POST" {
 			t.Fatalf("Allow = %q", got)
 		}
-		// A CORS preflight is never granted.
+		// A CORS preflight is never granted: a foreign origin is refused outright, and even a same-origin
+		// OPTIONS finds no such method.
 		r = s.do(t, "OPTIONS", "/debug/sessions", nil, "Origin", "http://evil.example", "Access-Control-Request-Method", "POST")
+		wantError(t, r, 403, "bad_origin", "")
+		if r.Header.Get("Access-Control-Allow-Origin") != "" {
+			t.Fatal("preflight granted")
+		}
+		r = s.do(t, "OPTIONS", "/debug/sessions", nil, "Access-Control-Request-Method", "POST")
 		wantError(t, r, 405, "method_not_allowed", "")
 		if r.Header.Get("Access-Control-Allow-Origin") != "" {
 			t.Fatal("preflight granted")

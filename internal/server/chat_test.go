@@ -518,6 +518,7 @@ func TestG20NothingSurvives(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	raw, _ := json.Marshal(chat(block("bash", "sleep "+marker2)))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/chat/completions", strings.NewReader(string(raw)))
+	req.Header.Set("Content-Type", "application/json")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

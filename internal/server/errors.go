@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/codellm/codellm/internal/contract"
 	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/markdown"
 	"github.com/codellm/codellm/internal/openai"
@@ -46,6 +48,12 @@ func apiError(err error, retryAfter time.Duration) *openai.Error {
 		return openai.NewError(http.StatusUnprocessableEntity, re.Code, "%s", re.Message)
 	case errors.As(err, &su):
 		return openai.NewError(http.StatusUnprocessableEntity, "sandbox_unavailable", "%s", su.Error())
+	case errors.As(err, &pe) && pe.Code == pipeline.CodeSandboxUnavailable && httpguard.DescriptorExhausted(pe.Cause):
+		// Out of descriptors is the server's load, not a sandbox defect: 503 with Retry-After.
+		e := openai.NewError(http.StatusServiceUnavailable, "descriptors_exhausted",
+			"%sthe server is out of file descriptors (EMFILE/ENFILE), not a sandbox defect; retry later", blockPrefix(pe.Message))
+		e.Header = http.Header{"Retry-After": []string{"5"}}
+		return e
 	case errors.As(err, &pe):
 		if pe.Code == pipeline.CodeInvalid {
 			// The engine built a pipeline the pipeline refuses: a codellm bug, not the caller's.
@@ -74,3 +82,11 @@ func apiError(err error, retryAfter time.Duration) *openai.Error {
 }
 
 var errShuttingDown = errors.New("shutting down")
+
+// blockPrefix is the "block i/n: " prefix of a pipeline message ("" when it has none).
+func blockPrefix(msg string) string {
+	if i := strings.Index(msg, ": "); i > 0 && strings.HasPrefix(msg, "block ") {
+		return msg[:i+2]
+	}
+	return ""
+}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/codellm/codellm/internal/contract"
 	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/metrics"
@@ -49,6 +50,11 @@ type Config struct {
 	Logger         *slog.Logger
 	Version        string
 	Network        bool // reported by /readyz
+	// AllowedHosts and AllowedOrigins extend the Host and Origin rules (--allowed-hosts,
+	// --allowed-origins); Limits are the listener's timeouts and connection cap (httpguard).
+	AllowedHosts   []string
+	AllowedOrigins []string
+	Limits         httpguard.Limits
 }
 
 // Server is one codellm service instance.
@@ -60,6 +66,7 @@ type Server struct {
 	metrics  *metrics.Service
 	log      *slog.Logger
 	handler  http.Handler
+	guard    *httpguard.Policy
 
 	draining atomic.Bool
 	check    atomic.Pointer[selfCheck]
@@ -108,7 +115,8 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	if err := listen.CheckPublic(cfg.Listen, cfg.APIKey != "" || cfg.ClientCA != "", cfg.InsecurePublic); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, sb: sb, programs: ecfg.Programs, log: cfg.Logger}
+	s := &Server{cfg: cfg, sb: sb, programs: ecfg.Programs, log: cfg.Logger,
+		guard: httpguard.ForListener(cfg.Listen, cfg.AllowedHosts, cfg.AllowedOrigins)}
 	s.check.Store(&selfCheck{reason: "startup self-check has not finished"})
 	s.eng = engine.New(ecfg, s.sandboxReady)
 	if ecfg.Slots != nil {
@@ -225,6 +233,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.HTTPRequests.WithLabelValues(rl.route, fmt.Sprint(rl.status), rl.code).Inc()
 		s.logRequest(r, rl, time.Since(start))
 	}()
+	if ref := s.guard.Check(r); ref != nil && !s.probeExempt(r) {
+		s.fail(sw, rl, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
+		return
+	}
 	methods, ok := s.lookup(r.URL.Path)
 	if !ok {
 		s.fail(sw, rl, openai.NewError(http.StatusNotFound, "not_found", "no route for %s %s", r.Method, r.URL.Path))
@@ -247,6 +259,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rl.route = rh.name
+	if ref := httpguard.CheckContentType(r); ref != nil {
+		s.fail(sw, rl, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
+		return
+	}
 	if rh.auth && !s.authorized(r) {
 		e := openai.NewError(http.StatusUnauthorized, "invalid_api_key", "missing or invalid API key (send Authorization: Bearer <key>)")
 		e.Header = http.Header{"Www-Authenticate": []string{"Bearer"}}
@@ -254,6 +270,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rh.h(sw, r, rl)
+}
+
+// probeExempt lets health and readiness probes of a public listener through the Host rule: orchestrators
+// probe by pod IP, and the probes are unauthenticated anyway. A loopback listener exempts nothing.
+func (s *Server) probeExempt(r *http.Request) bool {
+	if listen.IsLoopback(s.cfg.Listen) || r.Header.Get("Origin") != "" {
+		return false
+	}
+	return r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
 }
 
 // authorized checks the bearer key in constant time. Without a key the header is ignored (mTLS, if
@@ -430,17 +455,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return err
 	}
+	ln = s.cfg.Limits.Listener(ln, tc == nil, s.log)
 	if tc != nil {
 		ln = tls.NewListener(ln, tc)
 	}
 	runCtx, cancelRuns := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRuns()
-	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 30 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return runCtx },
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
+	hs := s.cfg.Limits.Server(s.handler, s.log)
+	hs.BaseContext = func(net.Listener) context.Context { return runCtx }
 	go s.SelfCheck(runCtx)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

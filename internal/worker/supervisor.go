@@ -126,7 +126,7 @@ func (e *Embedded) Execute(ctx context.Context, call RunnerCall) (*bridge.Object
 		}
 		h, path = e.Chat, "/v1/chat/completions"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://embedded"+path, bytes.NewReader(call.Body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost"+path, bytes.NewReader(call.Body)) // a loopback Host: the server's Host rule applies in-process too
 	if err != nil {
 		return nil, &RunError{Message: err.Error(), KnownClean: true}
 	}
