@@ -108,8 +108,13 @@ func (e *Engine) CheckSandbox() error {
 	return nil
 }
 
-// Steps converts resolved blocks into pipeline steps.
+// Steps converts resolved blocks into pipeline steps with the operator's whole exposure.
 func (e *Engine) Steps(resolved []interp.Resolved) []pipeline.Step {
+	return e.steps(resolved, e.cfg.Exposed)
+}
+
+// steps converts resolved blocks into pipeline steps whose blocks see exposed.
+func (e *Engine) steps(resolved []interp.Resolved, exposed []string) []pipeline.Step {
 	steps := make([]pipeline.Step, len(resolved))
 	for i, r := range resolved {
 		in := r.Interp
@@ -121,7 +126,7 @@ func (e *Engine) Steps(resolved []interp.Resolved) []pipeline.Step {
 			Ext:     in.Ext,
 			Code:    r.Block.Code,
 			Env: func(dir string) []string {
-				return interp.Env(dir, in, e.cfg.Exposed)
+				return interp.Env(dir, in, exposed)
 			},
 		}
 	}
@@ -161,6 +166,11 @@ type RunInfo struct {
 // never nil when err is nil; its Err field carries execution failures.
 func (e *Engine) Run(ctx context.Context, rr RunRequest) (*pipeline.Result, RunInfo, error) {
 	var info RunInfo
+	// trip2g's per-role env: the bag's env_passthrough/env_prefix narrow the operator's exposure.
+	exposed, err := interp.Narrow(e.cfg.Exposed, rr.Input)
+	if err != nil {
+		return nil, info, err
+	}
 	if e.cfg.Slots != nil {
 		release, waited, err := e.cfg.Slots.Acquire(ctx)
 		info.QueueWait = waited
@@ -175,7 +185,7 @@ func (e *Engine) Run(ctx context.Context, rr RunRequest) (*pipeline.Result, RunI
 	}
 	start := time.Now()
 	res := pipeline.Run(ctx, e.cfg.Pipeline, pipeline.Request{
-		Steps:   e.Steps(rr.Resolved),
+		Steps:   e.steps(rr.Resolved, exposed),
 		Input:   rr.Input,
 		Stdin:   rr.Stdin,
 		Timeout: timeout,

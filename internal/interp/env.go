@@ -1,6 +1,8 @@
 package interp
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -124,4 +126,64 @@ func Exposed(environ []string, names, prefixes []string, r *Registry) ([]string,
 		out[i] = name + "=" + chosen[name]
 	}
 	return out, nil
+}
+
+// BagEnvError is a delivery bag whose env_passthrough or env_prefix is not a list of strings (400
+// invalid_fleet_input). trip2g ignores such a value, which would leave the role seeing the operator's whole
+// exposure; codellm refuses it instead, so a declaration can only ever narrow.
+type BagEnvError struct{ Field string }
+
+func (e *BagEnvError) Error() string {
+	return fmt.Sprintf("fleet_input %s must be a list of strings", e.Field)
+}
+
+// Narrow applies a role's own env declaration (trip2g's bag fields env_passthrough: exact names,
+// env_prefix: name prefixes) to the operator's exposure: a block sees an exposed variable only when the
+// role names it or it starts with one of the role's prefixes. It never widens — a name the operator did
+// not expose stays unset whatever the role asks — and a role that declares neither (or sends empty
+// lists, or a bag that is not a JSON object) keeps the whole exposure, as on trip2g. exposed holds
+// "NAME=value" entries (from Exposed); the result is a subset in the same order.
+func Narrow(exposed []string, bag []byte) ([]string, error) {
+	names, err := bagStrings(bag, "env_passthrough")
+	if err != nil {
+		return nil, err
+	}
+	prefixes, err := bagStrings(bag, "env_prefix")
+	if err != nil {
+		return nil, err
+	}
+	if len(names) == 0 && len(prefixes) == 0 {
+		return exposed, nil
+	}
+	out := []string{}
+	for _, kv := range exposed {
+		name, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(names, name) || slices.ContainsFunc(prefixes, func(p string) bool {
+			return p != "" && strings.HasPrefix(name, p)
+		}) {
+			out = append(out, kv)
+		}
+	}
+	return out, nil
+}
+
+// bagStrings reads a list-of-strings field of a JSON-object bag; absent, null or a non-object bag is nil.
+func bagStrings(bag []byte, field string) ([]string, error) {
+	t := bytes.TrimSpace(bag)
+	if len(t) == 0 || t[0] != '{' {
+		return nil, nil
+	}
+	var doc map[string]json.RawMessage
+	if json.Unmarshal(t, &doc) != nil {
+		return nil, nil
+	}
+	raw, ok := doc[field]
+	if !ok || string(bytes.TrimSpace(raw)) == "null" {
+		return nil, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, &BagEnvError{Field: field}
+	}
+	return list, nil
 }

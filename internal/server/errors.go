@@ -32,10 +32,13 @@ func apiError(err error, retryAfter time.Duration) *openai.Error {
 		bo *contract.BadOutputError
 		mt *contract.MissingToolError
 		se *seal.Error
+		be *interp.BagEnvError
 	)
 	switch {
 	case errors.As(err, &oe):
 		return oe
+	case errors.As(err, &be):
+		return openai.NewError(http.StatusBadRequest, "invalid_fleet_input", "%s", be.Error())
 	case errors.As(err, &se):
 		return openai.NewError(http.StatusUnprocessableEntity, "unseal_error", "%s", se.Error())
 	case errors.As(err, &ue):
