@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -44,20 +47,25 @@ func TestQuantileNearestRank(t *testing.T) {
 
 func TestTargetsMetAndMargin(t *testing.T) {
 	ts := targets(&Results{
-		Spawn:    &SpawnResult{BwrapP50: 4, OverBwrap: 0.5, OverheadMs: 6},
-		Service:  &ServiceResult{C1P50: 2, C4RPS: 200, RSSMiB: 30},
+		Spawn: &SpawnResult{BwrapP50: 4, OverBwrap: 0.5, OverheadMs: 6},
+		Service: &ServiceResult{RSSMiB: 30, RSSConc: 16, Ratios: []PeerRatio{
+			{Endpoint: pathExecute, Lang: "bash", C1P50: 0.5, C4RPS: 0.5},
+			{Endpoint: pathChat, Lang: "python", C1P50: 2, C4RPS: 2},
+		}},
 		Pipeline: &PipelineResult{Ratio: 0.7},
 	})
 	want := map[string]struct {
 		met    bool
 		margin float64
 	}{
-		"spawn.codellm_over_bwrap":  {true, 1.6},
-		"spawn.codellm_overhead_ms": {false, 0.5},
-		"service.c1_p50_ms":         {true, 2},
-		"service.c4_rps":            {false, 0.5},
-		"service.rss_mib":           {true, 2},
-		"pipeline.ratio":            {true, 1},
+		"spawn.codellm_over_bwrap":               {true, 1.6},
+		"spawn.codellm_overhead_ms":              {false, 0.5},
+		"service.execute.bash.c1_p50_vs_gojudge": {true, 2},
+		"service.execute.bash.c4_rps_vs_gojudge": {false, 0.5},
+		"service.chat.python.c1_p50_vs_gojudge":  {false, 0.5},
+		"service.chat.python.c4_rps_vs_gojudge":  {true, 2},
+		"service.rss_mib":                        {true, 2},
+		"pipeline.ratio":                         {true, 1},
 	}
 	if len(ts) != len(want) {
 		t.Fatalf("%d targets, want %d: %+v", len(ts), len(want), ts)
@@ -80,8 +88,9 @@ func TestTargetsMetAndMargin(t *testing.T) {
 // not escaped would split it.
 func TestMarkdownTablesWellFormed(t *testing.T) {
 	r := &Results{
-		Spawn:    &SpawnResult{Runs: 3, BareP50: 1, BwrapP50: 4, Variants: map[string]VariantStats{"bare": {P50: 1}, "bwrap": {P50: 4, CPU: 2}, "codellm": {P50: 3, CPU: 1}}},
-		Service:  &ServiceResult{Rows: []LoadResult{{Endpoint: pathChat, Concurrency: 1, RPS: 10}}},
+		Spawn: &SpawnResult{Runs: 3, BareP50: 1, BwrapP50: 4, Variants: map[string]VariantStats{"bare": {P50: 1}, "bwrap": {P50: 4, CPU: 2}, "codellm": {P50: 3, CPU: 1}}},
+		Service: &ServiceResult{Peer: "go-judge", Rows: []LoadResult{{System: "codellm", Endpoint: pathChat, Lang: "bash", Concurrency: 1, RPS: 10}},
+			Ratios: []PeerRatio{{Endpoint: pathChat, Lang: "bash", C1P50: 1}}},
 		Pipeline: &PipelineResult{Bytes: 1 << 20, Reps: 1, CodellmMiB: 1, BashMiB: 1, Ratio: 1},
 		Python:   &InterpResult{Runs: 1},
 	}
@@ -134,6 +143,77 @@ func TestLoadChecksEveryAnswer(t *testing.T) {
 	if _, err := load(srv.URL, "/x", `{"q":"bad"}`, `"ok":"yes"`, 2, 100*time.Millisecond); err == nil {
 		t.Error("a wrong answer was counted as a result")
 	}
+}
+
+// The peer ratios divide codellm's row by go-judge's row of the same program and concurrency, and a row
+// without its counterpart yields no ratio.
+func TestPeerRatios(t *testing.T) {
+	rows := []LoadResult{
+		{System: "go-judge", Endpoint: pathGoJudge, Lang: "bash", Concurrency: 1, P50: 4, ServerCPU: 2},
+		{System: "go-judge", Endpoint: pathGoJudge, Lang: "bash", Concurrency: 4, RPS: 300, P50: 12, CPUBoundRPS: 400},
+		{System: "codellm", Endpoint: pathExecute, Lang: "bash", Concurrency: 1, P50: 6, ServerCPU: 3},
+		{System: "codellm", Endpoint: pathExecute, Lang: "bash", Concurrency: 4, RPS: 150, P50: 24, CPUBoundRPS: 100},
+		{System: "codellm", Endpoint: pathExecute, Lang: "python", Concurrency: 1, P50: 6},
+		{System: "codellm", Endpoint: pathExecute, Lang: "python", Concurrency: 4, RPS: 1},
+	}
+	got := peerRatios(rows)
+	want := []PeerRatio{{Endpoint: pathExecute, Lang: "bash", C1P50: 1.5, C4RPS: 0.5, C1CPU: 1.5, C4P50: 2, CPUBoundC4: 0.25}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("peerRatios = %+v, want %+v", got, want)
+	}
+}
+
+// The three request shapes carry the same program and parse as JSON; go-judge's copies it in as the file
+// its command line names.
+func TestProgramBodies(t *testing.T) {
+	for _, p := range programs {
+		var ex struct {
+			Language string
+			Files    []struct{ Content string }
+		}
+		if err := json.Unmarshal([]byte(p.executeBody()), &ex); err != nil || ex.Language != p.lang || len(ex.Files) != 1 || ex.Files[0].Content != p.code {
+			t.Errorf("%s: execute body %+v (%v)", p.lang, ex, err)
+		}
+		var gj struct {
+			Cmd []struct {
+				Args   []string
+				CopyIn map[string]struct{ Content string }
+			}
+		}
+		_ = json.Unmarshal([]byte(p.goJudgeBody()), &gj)
+		if len(gj.Cmd) != 1 || gj.Cmd[0].CopyIn[gj.Cmd[0].Args[1]].Content != p.code {
+			t.Errorf("%s: go-judge body does not copy in the program it runs: %+v", p.lang, gj)
+		}
+		var chat struct{ Messages []struct{ Content string } }
+		_ = json.Unmarshal([]byte(p.chatBody()), &chat)
+		if want := "```" + p.label + "\n" + p.code + "\n```"; len(chat.Messages) != 1 || chat.Messages[0].Content != want {
+			t.Errorf("%s: chat message %+v, want %q", p.lang, chat, want)
+		}
+	}
+}
+
+// treeCPU includes what a child process burns, which procCPU of the parent alone shows only once the
+// child is reaped.
+func TestTreeCPUCountsLiveChildren(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	t0, err := treeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		t1, err := treeCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if t1-t0 >= 50*time.Millisecond {
+			return
+		}
+	}
+	t.Error("treeCPU never grew while a child was spinning")
 }
 
 func TestPeakRSSOfSelf(t *testing.T) {

@@ -44,11 +44,12 @@ type Results struct {
 
 // params sizes a run.
 type params struct {
-	spawnRuns  int
-	serviceDur time.Duration
-	pipeBytes  int64
-	pipeReps   int
-	interpRuns int
+	spawnRuns     int
+	serviceRounds int
+	serviceDur    time.Duration
+	pipeBytes     int64
+	pipeReps      int
+	interpRuns    int
 }
 
 var allRows = []string{"spawn", "service", "pipeline", "interp"}
@@ -79,9 +80,9 @@ func main() {
 			fatalf("--rows: unknown row %q (known: %s)", r, strings.Join(allRows, ", "))
 		}
 	}
-	p := params{spawnRuns: 1000, serviceDur: 30 * time.Second, pipeBytes: 1 << 30, pipeReps: 5, interpRuns: 150}
+	p := params{spawnRuns: 1000, serviceRounds: 3, serviceDur: 10 * time.Second, pipeBytes: 1 << 30, pipeReps: 5, interpRuns: 150}
 	if *quick {
-		p = params{spawnRuns: 150, serviceDur: 8 * time.Second, pipeBytes: 1 << 30, pipeReps: 2, interpRuns: 30}
+		p = params{spawnRuns: 150, serviceRounds: 2, serviceDur: 3 * time.Second, pipeBytes: 1 << 30, pipeReps: 3, interpRuns: 30}
 	}
 	res, err := run(p, rows, *quick, logf)
 	if err != nil {
@@ -144,8 +145,8 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 		}
 	}
 	if want("service") {
-		logf("service: building and starting codellm serve, %v per row", p.serviceDur)
-		if res.Service, err = measureService(p.serviceDur, logf); err != nil {
+		logf("service: building and starting codellm serve and go-judge, %d rounds of %v per row", p.serviceRounds, p.serviceDur)
+		if res.Service, err = measureService(p.serviceRounds, p.serviceDur, logf); err != nil {
 			return nil, err
 		}
 	}

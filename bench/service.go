@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,45 +19,85 @@ import (
 	"time"
 )
 
-// LoadResult is one (endpoint, concurrency) row of the service measurement.
+// LoadResult is one (system, endpoint, program, concurrency) row of the service measurement, summed over
+// the run's interleaved rounds.
 type LoadResult struct {
+	System      string  `json:"system"` // codellm or go-judge
 	Endpoint    string  `json:"endpoint"`
+	Lang        string  `json:"lang"`
 	Concurrency int     `json:"concurrency"`
 	Requests    int     `json:"requests"`
 	Seconds     float64 `json:"seconds"`
 	RPS         float64 `json:"rps"`
 	P50         float64 `json:"p50_ms"`
 	P99         float64 `json:"p99_ms"`
-	// ServerCPU is the CPU the server and the sandboxes it reaped used per request (from
-	// /proc/PID/stat utime+stime+cutime+cstime); CPUBoundRPS is cores·1000/ServerCPU, the rate the server
-	// could sustain if it had every core to itself. Both hold up under other load, unlike req/s.
+	// ServerCPU is the CPU the server's whole process tree used per request (itself, its live
+	// descendants and everything they reaped: the sandboxed programs, go-judge's container processes),
+	// warm-up requests included in the count; CPUBoundRPS is cores·1000/ServerCPU, the rate the server
+	// could sustain with every core to itself. Both hold up under other load, unlike req/s.
 	ServerCPU   float64 `json:"server_cpu_ms_per_req"`
 	CPUBoundRPS float64 `json:"cpu_bound_rps"`
 }
 
-// ServiceResult is row 2: codellm serve as a real subprocess under a closed-loop load generator.
-type ServiceResult struct {
-	C1P50     float64      `json:"c1_p50_ms"`
-	C1P99     float64      `json:"c1_p99_ms"`
-	C4RPS     float64      `json:"c4_rps"`
-	C4P50     float64      `json:"c4_p50_ms"`
-	C4P99     float64      `json:"c4_p99_ms"`
-	RSSMiB    float64      `json:"rss_mib"`
-	Runner    bool         `json:"runner_measured"`
-	RunnerC1  float64      `json:"runner_c1_p50_ms,omitempty"`
-	RunnerRPS float64      `json:"runner_c4_rps,omitempty"`
-	Rows      []LoadResult `json:"rows"`
+// PeerRatio compares one codellm endpoint with go-judge on the same program: codellm's value over
+// go-judge's, so ≤ 1 is the goal for latency and CPU and ≥ 1 for throughput.
+type PeerRatio struct {
+	Endpoint   string  `json:"endpoint"`
+	Lang       string  `json:"lang"`
+	C1P50      float64 `json:"c1_p50_ratio"`
+	C4RPS      float64 `json:"c4_rps_ratio"`
+	C1CPU      float64 `json:"c1_cpu_ratio"`
+	C4P50      float64 `json:"c4_p50_ratio"`
+	CPUBoundC4 float64 `json:"c4_cpu_bound_rps_ratio"`
 }
 
+// ServiceResult is row 2: codellm serve and go-judge as real subprocesses under a closed-loop load
+// generator, their rows interleaved round by round.
+type ServiceResult struct {
+	Rounds     int          `json:"rounds"`
+	RowSeconds float64      `json:"row_seconds_per_round"`
+	Peer       string       `json:"peer,omitempty"`         // "go-judge v1.12.2" when it was measured
+	PeerSkip   string       `json:"peer_skipped,omitempty"` // why it was not
+	Ratios     []PeerRatio  `json:"ratios_vs_peer,omitempty"`
+	RSSMiB     float64      `json:"rss_mib"` // codellm serve's VmHWM after every row, the c=16 one included
+	RSSConc    int          `json:"rss_concurrency"`
+	PeerRSSMiB float64      `json:"peer_rss_mib,omitempty"`
+	Rows       []LoadResult `json:"rows"`
+}
+
+// program is one of the measured programs, in each system's request shape.
+type program struct {
+	lang, label, ext string
+	code             string
+	argv             []string // go-judge's command line; the file is copied in as run<ext>
+}
+
+var programs = []program{
+	{lang: "bash", label: "bash", ext: ".sh", code: `echo '{"answer":"x"}'`, argv: []string{"/bin/bash", "run.sh"}},
+	{lang: "python", label: "python", ext: ".py", code: `print('{"answer":"x"}')`, argv: []string{"/usr/bin/python3", "run.py"}},
+}
+
+func (p program) executeBody() string {
+	b, _ := json.Marshal(map[string]any{"language": p.lang, "version": "*", "files": []map[string]string{{"content": p.code}}})
+	return string(b)
+}
+
+func (p program) chatBody() string {
+	msg := "```" + p.label + "\n" + p.code + "\n```"
+	b, _ := json.Marshal(map[string]any{"model": "codellm", "messages": []map[string]string{{"role": "user", "content": msg}}})
+	return string(b)
+}
+
+func (p program) goJudgeBody() string { return goJudgeBody(p.argv, "run"+p.ext, p.code) }
+
 const (
-	chatBody = "{\"model\":\"codellm\",\"messages\":[{\"role\":\"user\",\"content\":" +
-		"\"```bash\\necho '{\\\"answer\\\":\\\"x\\\"}'\\n```\"}]}"
 	// The finish tool call carries the block's answer; its presence proves the block ran.
-	chatWant    = `{\"answer\":\"x\"}`
-	runnerBody  = `{"language":"bash","version":"*","files":[{"content":"echo '{\"answer\":\"x\"}'"}]}`
-	runnerWant  = `"stdout":"{\"answer\":\"x\"}\n"`
+	chatWant = `{\"answer\":\"x\"}`
+	// Both /api/v2/execute and go-judge's /run answer the captured stdout as a JSON string.
+	stdoutWant  = `"stdout":"{\"answer\":\"x\"}\n"`
 	pathChat    = "/v1/chat/completions"
 	pathExecute = "/api/v2/execute"
+	pathGoJudge = "/run"
 )
 
 // server is a running `codellm serve` subprocess.
@@ -200,59 +241,91 @@ func peakRSS(pid int) (float64, error) {
 	return 0, errors.New("no VmHWM in /proc/PID/status")
 }
 
-// load runs a closed loop of conc workers posting body to path for d (after a warm-up of d/5), checking
-// every answer: a request that fails or answers something else stops the measurement with an error,
-// because a fast wrong answer is not a result.
-func (s *server) load(path, body, want string, conc int, d time.Duration) (*LoadResult, error) {
-	c0, err := procCPU(s.cmd.Process.Pid)
-	if err != nil {
-		return nil, err
-	}
-	lr, err := load(s.base, path, body, want, conc, d)
-	if err != nil {
-		return nil, err
-	}
-	c1, err := procCPU(s.cmd.Process.Pid)
-	if err != nil {
-		return nil, err
-	}
-	// load counts only the measured phase's requests; the warm-up's (d/5 of the time) also used CPU.
-	all := float64(lr.Requests) * 1.2
-	if all > 0 && c1 > c0 {
-		lr.ServerCPU = round3(float64(c1-c0) / float64(time.Millisecond) / all)
-		lr.CPUBoundRPS = round3(float64(runtime.NumCPU()) * 1000 / lr.ServerCPU)
-	}
-	return lr, nil
-}
-
-// procCPU is the CPU time of pid and its reaped children from /proc/PID/stat (clock ticks of 1/100 s,
-// the fixed USER_HZ of Linux).
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// treeCPU is the CPU time of pid and every live descendant, each with what it has reaped (/proc/PID/stat
+// utime+stime+cutime+cstime, clock ticks of 1/100 s, the fixed USER_HZ of Linux). A descendant that
+// exits between two readings moves its time into its reaper's cutime, which is in the tree too, so the
+// growth between two readings is the work of the whole tree in between.
+func treeCPU(pid int) (time.Duration, error) {
+	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
+	}
+	kids := map[int][]int{}
+	cpu := map[int]time.Duration{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, c, err := procStat(p)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		kids[ppid] = append(kids[ppid], p)
+		cpu[p] = c
+	}
+	if _, ok := cpu[pid]; !ok {
+		return 0, fmt.Errorf("process %d is gone", pid)
+	}
+	var sum time.Duration
+	for todo := []int{pid}; len(todo) > 0; {
+		p := todo[len(todo)-1]
+		todo = append(todo[:len(todo)-1], kids[p]...)
+		sum += cpu[p]
+	}
+	return sum, nil
+}
+
+// procStat reads the parent pid and the CPU time (own and reaped children's) of pid.
+func procStat(pid int) (ppid int, cpu time.Duration, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
 	}
 	// The command name (field 2) may contain spaces; the fields after its closing parenthesis do not.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, errors.New("malformed /proc/PID/stat")
+		return 0, 0, errors.New("malformed /proc/PID/stat")
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 15 { // f[0] is field 3; utime..cstime are fields 14..17
-		return 0, errors.New("short /proc/PID/stat")
+	if len(f) < 15 { // f[0] is field 3; ppid is field 4, utime..cstime are fields 14..17
+		return 0, 0, errors.New("short /proc/PID/stat")
+	}
+	if ppid, err = strconv.Atoi(f[1]); err != nil {
+		return 0, 0, err
 	}
 	var ticks int64
 	for _, x := range f[11:15] {
 		v, err := strconv.ParseInt(x, 10, 64)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		ticks += v
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond, nil
+	return ppid, time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
+// procCPU is the CPU time of pid and its reaped children.
+func procCPU(pid int) (time.Duration, error) {
+	_, c, err := procStat(pid)
+	return c, err
+}
+
+// load runs one warm-up and one measured phase (see loadPhases) and summarises them.
 func load(base, path, body, want string, conc int, d time.Duration) (*LoadResult, error) {
+	all, el, _, err := loadPhases(base, path, body, want, conc, d)
+	if err != nil {
+		return nil, err
+	}
+	return &LoadResult{Endpoint: path, Concurrency: conc, Requests: len(all), Seconds: round3(el.Seconds()),
+		RPS: round3(float64(len(all)) / el.Seconds()), P50: ms(all.p50()), P99: ms(all.p99())}, nil
+}
+
+// loadPhases runs a closed loop of conc workers (one keep-alive connection each) posting body to path for
+// d after a warm-up of d/5, checking every answer: a request that fails or answers something else stops
+// the measurement with an error, because a fast wrong answer is not a result. It returns the measured
+// phase's latencies and length and the number of warm-up requests.
+func loadPhases(base, path, body, want string, conc int, d time.Duration) (sample, time.Duration, int, error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, DisableCompression: true}, Timeout: time.Minute}
 	defer client.CloseIdleConnections()
 	one := func() (time.Duration, error) {
@@ -304,20 +377,65 @@ func load(base, path, body, want string, conc int, d time.Duration) (*LoadResult
 		wg.Wait()
 		return all, time.Since(t0), ferr
 	}
-	if _, _, err := phase(d / 5); err != nil {
-		return nil, err
+	warm, _, err := phase(d / 5)
+	if err != nil {
+		return nil, 0, 0, err
 	}
 	all, el, err := phase(d)
-	if err != nil {
-		return nil, err
-	}
-	return &LoadResult{Endpoint: path, Concurrency: conc, Requests: len(all), Seconds: round3(el.Seconds()),
-		RPS: round3(float64(len(all)) / el.Seconds()), P50: ms(all.p50()), P99: ms(all.p99())}, nil
+	return all, el, len(warm), err
 }
 
-// measureService builds and starts codellm serve, loads both endpoints at concurrency 1 and 4, and reads
-// the server's peak RSS at the end.
-func measureService(d time.Duration, logf func(string, ...any)) (*ServiceResult, error) {
+// loadRow is one row of the service measurement and its samples accumulated over the rounds.
+type loadRow struct {
+	srv              *server
+	system           string
+	path, body, want string
+	lang             string
+	conc             int
+	all              sample
+	el, cpu          time.Duration
+	reqs             int // warm-up included: they used CPU too
+}
+
+// round measures the row once more for d and adds it up.
+func (r *loadRow) round(d time.Duration) error {
+	pid := r.srv.cmd.Process.Pid
+	c0, err := treeCPU(pid)
+	if err != nil {
+		return err
+	}
+	all, el, warm, err := loadPhases(r.srv.base, r.path, r.body, r.want, r.conc, d)
+	if err != nil {
+		return fmt.Errorf("%s %s %s c%d: %w", r.system, r.path, r.lang, r.conc, err)
+	}
+	c1, err := treeCPU(pid)
+	if err != nil {
+		return err
+	}
+	r.all, r.el, r.cpu, r.reqs = append(r.all, all...), r.el+el, r.cpu+c1-c0, r.reqs+len(all)+warm
+	return nil
+}
+
+func (r *loadRow) result() LoadResult {
+	lr := LoadResult{System: r.system, Endpoint: r.path, Lang: r.lang, Concurrency: r.conc, Requests: len(r.all),
+		Seconds: round3(r.el.Seconds()), RPS: round3(float64(len(r.all)) / r.el.Seconds()),
+		P50: ms(r.all.p50()), P99: ms(r.all.p99())}
+	if r.reqs > 0 && r.cpu > 0 {
+		lr.ServerCPU = round3(float64(r.cpu) / float64(time.Millisecond) / float64(r.reqs))
+		lr.CPUBoundRPS = round3(float64(runtime.NumCPU()) * 1000 / lr.ServerCPU)
+	}
+	return lr
+}
+
+// rssConc is the concurrency of the memory row: server RSS is judged with this many requests in flight.
+const rssConc = 16
+
+// measureService builds and starts codellm serve and go-judge, and runs every row — go-judge /run and
+// codellm's /api/v2/execute and chat, for bash and python, at concurrency 1 and 4 — in rounds, each round
+// visiting every row once in the same order, so that a burst of other load on the machine hits both
+// systems alike. Last comes one round of /api/v2/execute at concurrency 16, after which the server's peak
+// RSS is read.
+func measureService(rounds int, d time.Duration, logf func(string, ...any)) (*ServiceResult, error) {
 	dir, err := os.MkdirTemp("", "codellm-bench-serve-")
 	if err != nil {
 		return nil, err
@@ -336,42 +454,82 @@ func measureService(d time.Duration, logf func(string, ...any)) (*ServiceResult,
 		return nil, err
 	}
 	defer s.stop()
-	res := &ServiceResult{}
-	// The runner API is mounted on the main listener; probe it once so an older build without it
-	// still gets the chat rows.
-	if _, err := s.load(pathExecute, runnerBody, runnerWant, 1, 50*time.Millisecond); err == nil {
-		res.Runner = true
+	res := &ServiceResult{Rounds: rounds, RowSeconds: d.Seconds(), RSSConc: rssConc}
+	pr := startPeer(dir, logf)
+	if pr.s != nil {
+		defer pr.s.stop()
+		res.Peer = "go-judge " + goJudgeVersion
 	} else {
-		logf("service: %s not measured: %v", pathExecute, err)
+		res.PeerSkip = pr.skip
+		logf("service: %s; measuring codellm alone", pr.skip)
 	}
-	type row struct {
-		path, body, want string
-		conc             int
-	}
-	rows := []row{{pathChat, chatBody, chatWant, 1}, {pathChat, chatBody, chatWant, 4}}
-	if res.Runner {
-		rows = append(rows, row{pathExecute, runnerBody, runnerWant, 1}, row{pathExecute, runnerBody, runnerWant, 4})
-	}
-	for _, r := range rows {
-		lr, err := s.load(r.path, r.body, r.want, r.conc, d)
-		if err != nil {
-			return nil, fmt.Errorf("service %s c%d: %w\nserver log:\n%s", r.path, r.conc, err, s.logs.String())
+	rows := serviceRows(s, pr.s)
+	for i := range rounds {
+		for _, r := range rows {
+			if err := r.round(d); err != nil {
+				return nil, fmt.Errorf("service: %w\nserver log:\n%s", err, r.srv.logs.String())
+			}
 		}
-		logf("service: %s c%d: %.0f req/s p50 %.2f ms p99 %.2f ms", r.path, r.conc, lr.RPS, lr.P50, lr.P99)
-		res.Rows = append(res.Rows, *lr)
-		switch {
-		case r.path == pathChat && r.conc == 1:
-			res.C1P50, res.C1P99 = lr.P50, lr.P99
-		case r.path == pathChat && r.conc == 4:
-			res.C4RPS, res.C4P50, res.C4P99 = lr.RPS, lr.P50, lr.P99
-		case r.conc == 1:
-			res.RunnerC1 = lr.P50
-		default:
-			res.RunnerRPS = lr.RPS
-		}
+		logf("service: round %d/%d done", i+1, rounds)
+	}
+	big := &loadRow{srv: s, system: "codellm", path: pathExecute, body: programs[0].executeBody(), want: stdoutWant, lang: "bash", conc: rssConc}
+	if err := big.round(d); err != nil {
+		return nil, fmt.Errorf("service: %w\nserver log:\n%s", err, s.logs.String())
+	}
+	for _, r := range append(rows, big) {
+		lr := r.result()
+		logf("service: %s %s %s c%d: %.0f req/s p50 %.2f ms p99 %.2f ms, %.2f CPU ms/req", lr.System, lr.Endpoint, lr.Lang,
+			lr.Concurrency, lr.RPS, lr.P50, lr.P99, lr.ServerCPU)
+		res.Rows = append(res.Rows, lr)
 	}
 	if res.RSSMiB, err = s.peakRSS(); err != nil {
 		return nil, err
 	}
+	if pr.s != nil {
+		res.PeerRSSMiB, _ = pr.s.peakRSS()
+	}
+	res.Ratios = peerRatios(res.Rows)
 	return res, nil
+}
+
+// serviceRows lists the rows of one round: per concurrency and program, go-judge (when running) next to
+// codellm's two endpoints.
+func serviceRows(s, gj *server) []*loadRow {
+	var rows []*loadRow
+	for _, conc := range []int{1, 4} {
+		for _, p := range programs {
+			if gj != nil {
+				rows = append(rows, &loadRow{srv: gj, system: "go-judge", path: pathGoJudge, body: p.goJudgeBody(), want: stdoutWant, lang: p.lang, conc: conc})
+			}
+			rows = append(rows,
+				&loadRow{srv: s, system: "codellm", path: pathExecute, body: p.executeBody(), want: stdoutWant, lang: p.lang, conc: conc},
+				&loadRow{srv: s, system: "codellm", path: pathChat, body: p.chatBody(), want: chatWant, lang: p.lang, conc: conc})
+		}
+	}
+	return rows
+}
+
+// peerRatios divides every codellm row by the go-judge row of the same program and concurrency.
+func peerRatios(rows []LoadResult) []PeerRatio {
+	find := func(system, path, lang string, conc int) *LoadResult {
+		for i := range rows {
+			if r := &rows[i]; r.System == system && r.Endpoint == path && r.Lang == lang && r.Concurrency == conc {
+				return r
+			}
+		}
+		return nil
+	}
+	var out []PeerRatio
+	for _, path := range []string{pathExecute, pathChat} {
+		for _, p := range programs {
+			c1, c4 := find("codellm", path, p.lang, 1), find("codellm", path, p.lang, 4)
+			g1, g4 := find("go-judge", pathGoJudge, p.lang, 1), find("go-judge", pathGoJudge, p.lang, 4)
+			if c1 == nil || c4 == nil || g1 == nil || g4 == nil {
+				continue
+			}
+			out = append(out, PeerRatio{Endpoint: path, Lang: p.lang, C1P50: ratio(c1.P50, g1.P50), C4RPS: ratio(c4.RPS, g4.RPS),
+				C1CPU: ratio(c1.ServerCPU, g1.ServerCPU), C4P50: ratio(c4.P50, g4.P50), CPUBoundC4: ratio(c4.CPUBoundRPS, g4.CPUBoundRPS)})
+		}
+	}
+	return out
 }

@@ -186,3 +186,53 @@ func BenchmarkHelperStart(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRunPhases splits what a one-block request pays the sandbox into
+// its phases, each reported as a median: NewRun (the run's cgroup), Start
+// (block cgroup, helper, up to the program's exec), Wait (until reaped,
+// block stats read) and Close (kill, wait empty, cgroups removed). The sum
+// is the "new run + block + close" row of the harness.
+//
+//	go test -run '^$' -bench RunPhases -benchtime 200x ./internal/sandbox/
+func BenchmarkRunPhases(b *testing.B) {
+	sb := sandboxFor(b, ModeNative, false)
+	if !sb.Report().Ready {
+		skipOrFail(b, "native sandbox unavailable: %v", sb.Report().Missing)
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer null.Close()
+	dir := workdir(b, nil)
+	spec := Spec{Path: "/bin/true", Args: []string{"true"}, Dir: dir, Stdout: null, Stderr: null}
+	var phases [4][]time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		r, err := sb.NewRun(nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		p, err := r.Start(spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if res := p.Wait(); res.ExitCode != 0 {
+			b.Fatalf("%+v", res)
+		}
+		t3 := time.Now()
+		if err := r.Close(); err != nil {
+			b.Fatal(err)
+		}
+		t4 := time.Now()
+		for i, d := range []time.Duration{t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), t4.Sub(t3)} {
+			phases[i] = append(phases[i], d)
+		}
+	}
+	for i, name := range []string{"newrun", "start", "wait", "close"} {
+		slices.Sort(phases[i])
+		b.ReportMetric(float64(phases[i][len(phases[i])/2].Nanoseconds()), name+"-p50-ns")
+	}
+}
