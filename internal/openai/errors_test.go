@@ -4,7 +4,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/codellm/codellm/internal/contract"
@@ -90,5 +92,22 @@ func TestFromContract(t *testing.T) {
 	}
 	if got := e.Error(); got != "internal_error: internal error" {
 		t.Errorf("Error() = %q", got)
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	for _, safe := range []string{"abc", "req_123", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "a.b:c_d-e", strings.Repeat("x", 128)} {
+		if got := RequestID(safe); got != safe {
+			t.Errorf("RequestID(%q) = %q, want it echoed", safe, got)
+		}
+	}
+	re := regexp.MustCompile(`^req_[0-9a-f]{32}$`)
+	seen := map[string]bool{}
+	for _, unsafe := range []string{"", "a b", "a\r\nX-Evil: 1", "a\x00", "é", "<script>", strings.Repeat("x", 129), "a/b", "a,b"} {
+		got := RequestID(unsafe)
+		if !re.MatchString(got) || seen[got] {
+			t.Errorf("RequestID(%q) = %q, want a fresh req_ id", unsafe, got)
+		}
+		seen[got] = true
 	}
 }

@@ -308,17 +308,22 @@ func (r *ChatRequest) Bag() ([]byte, *Error) {
 	return bag, nil
 }
 
-// Sources returns the code-carrying messages for markdown.Extract: system and user messages in order,
-// excluding the bag (§2.4). Message is the index into messages[].
+// Sources returns the code-carrying messages for markdown.Extract: system, developer and user messages
+// in order, excluding the bag (§2.4). Message is the index into messages[]. developer is OpenAI's newer
+// name for system (the AI SDK and LangChain send the system prompt as developer for o*/gpt-5* model
+// ids), so it is scanned exactly like system; like system, it does not end the re-execution guard.
 func (r *ChatRequest) Sources() []markdown.Source {
 	var out []markdown.Source
 	for i, m := range r.Messages {
-		if (m.Role == "system" || m.Role == "user") && m.Name != BagName {
+		if scanned(m.Role) && m.Name != BagName {
 			out = append(out, markdown.Source{Message: i, Text: m.Text})
 		}
 	}
 	return out
 }
+
+// scanned reports whether a message of this role carries code (§2.4).
+func scanned(role string) bool { return role == "system" || role == "developer" || role == "user" }
 
 // optString reads obj[key] as a string; absent or null → "".
 func optString(obj map[string]json.RawMessage, key, field string) (string, *Error) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -27,6 +28,34 @@ func NewID() string {
 	return "codellm-" + hex.EncodeToString(b[:])
 }
 
+// SystemFingerprint is the system_fingerprint of every completion and chunk. OpenAI uses it to say which
+// backend configuration answered; codellm has one, so it is a constant.
+const SystemFingerprint = "fp_codellm"
+
+// callIDAlphabet is the alphabet of OpenAI's own call ids ("call_" + 24 letters and digits).
+const callIDAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// NewCallID returns a fresh tool-call id, "call_" + 24 random letters and digits from crypto/rand, like
+// OpenAI's. Ids must differ across responses: @openai/agents refuses a conversation in which a call id
+// repeats ("Tool call ID call_0 was reused").
+func NewCallID() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	for i := range b {
+		b[i] = callIDAlphabet[int(b[i])%len(callIDAlphabet)] // 256 % 62 bias is irrelevant for uniqueness
+	}
+	return "call_" + string(b[:])
+}
+
+// WithCallIDs returns a copy of calls, in the same order, each with a fresh NewCallID.
+func WithCallIDs(calls []ToolCall) []ToolCall {
+	out := slices.Clone(calls)
+	for i := range out {
+		out[i].ID = NewCallID()
+	}
+	return out
+}
+
 // GuardCalls is the re-execution guard's reply (§2.5): one finish with contract.GuardAnswer.
 func GuardCalls() []ToolCall { return []ToolCall{contract.FinishCall(contract.GuardAnswer)} }
 
@@ -47,9 +76,11 @@ type toolCall struct {
 	Function function `json:"function"`
 }
 
+// message.Content is always null: OpenAI sends null beside tool calls, and a "" makes the AI SDK emit an
+// empty text part.
 type message struct {
 	Role      string     `json:"role"`
-	Content   string     `json:"content"`
+	Content   *string    `json:"content"`
 	ToolCalls []toolCall `json:"tool_calls"`
 }
 
@@ -60,12 +91,13 @@ type choice struct {
 }
 
 type completion struct {
-	ID      string   `json:"id"`
-	Object  string   `json:"object"`
-	Created int64    `json:"created"`
-	Model   string   `json:"model"`
-	Choices []choice `json:"choices"`
-	Usage   usage    `json:"usage"`
+	ID                string   `json:"id"`
+	Object            string   `json:"object"`
+	Created           int64    `json:"created"`
+	Model             string   `json:"model"`
+	SystemFingerprint string   `json:"system_fingerprint"`
+	Choices           []choice `json:"choices"`
+	Usage             usage    `json:"usage"`
 }
 
 func echoModel(model string) string {
@@ -76,7 +108,7 @@ func echoModel(model string) string {
 }
 
 // Completion renders the 200 chat.completion body of §10.1: one choice whose message carries calls,
-// content "", finish_reason "tool_calls" and zero usage. extra (the x_codellm_debug object, §13) is
+// content null, finish_reason "tool_calls" and zero usage. extra (the x_codellm_debug object, §13) is
 // merged as top-level fields after the standard ones, in key order; keys that would shadow a standard
 // field are dropped.
 func Completion(id string, created int64, model string, calls []ToolCall, extra map[string]any) []byte {
@@ -85,15 +117,15 @@ func Completion(id string, created int64, model string, calls []ToolCall, extra 
 		tcs[i] = toolCall{ID: c.ID, Type: "function", Function: function{Name: c.Name, Arguments: c.Arguments}}
 	}
 	body := marshal(completion{
-		ID: id, Object: "chat.completion", Created: created, Model: echoModel(model),
+		ID: id, Object: "chat.completion", Created: created, Model: echoModel(model), SystemFingerprint: SystemFingerprint,
 		Choices: []choice{{Message: message{Role: "assistant", ToolCalls: tcs}, FinishReason: "tool_calls"}},
 	})
 	return mergeExtra(body, extra, completionKeys)
 }
 
 var (
-	completionKeys = []string{"id", "object", "created", "model", "choices", "usage"}
-	chunkKeys      = []string{"id", "object", "created", "model", "choices", "usage"}
+	completionKeys = []string{"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}
+	chunkKeys      = completionKeys
 )
 
 // mergeExtra appends extra's fields to the JSON object obj. A value that cannot be encoded (a codellm
@@ -123,16 +155,23 @@ func mergeExtra(obj []byte, extra map[string]any, reserved []string) []byte {
 	return append(out, '}')
 }
 
+// streamToolCall is one tool-call delta. The first delta of a call carries id, type and the name with
+// empty arguments; the following ones carry only index and an arguments fragment, as OpenAI sends them.
 type streamToolCall struct {
-	Index    int      `json:"index"`
-	ID       string   `json:"id"`
-	Type     string   `json:"type"`
-	Function function `json:"function"`
+	Index    int            `json:"index"`
+	ID       string         `json:"id,omitempty"`
+	Type     string         `json:"type,omitempty"`
+	Function streamFunction `json:"function"`
+}
+
+type streamFunction struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 type delta struct {
 	Role      string           `json:"role,omitempty"`
-	Content   *string          `json:"content,omitempty"`
+	Content   json.RawMessage  `json:"content,omitempty"` // null in the role chunk, absent after it
 	ToolCalls []streamToolCall `json:"tool_calls,omitempty"`
 }
 
@@ -143,18 +182,50 @@ type chunkChoice struct {
 }
 
 type chunk struct {
-	ID      string        `json:"id"`
-	Object  string        `json:"object"`
-	Created int64         `json:"created"`
-	Model   string        `json:"model"`
-	Choices []chunkChoice `json:"choices"`
-	Usage   *usage        `json:"usage,omitempty"`
+	ID                string        `json:"id"`
+	Object            string        `json:"object"`
+	Created           int64         `json:"created"`
+	Model             string        `json:"model"`
+	SystemFingerprint string        `json:"system_fingerprint"`
+	Choices           []chunkChoice `json:"choices"`
+	Usage             *usage        `json:"usage,omitempty"`
 }
 
-// Stream renders the SSE body of §10.3: the role chunk, one chunk per call carrying its complete
-// arguments, the finish_reason chunk (carrying extra, §13), a usage chunk with empty choices when
-// includeUsage, and "data: [DONE]". The run has completed before any byte is sent, so the whole body is
-// built at once.
+// FragmentBytes is the largest arguments fragment of one SSE chunk. JSON string escaping at most doubles
+// it (arguments are already JSON, so only '"', '\\' and U+2028/U+2029 grow), which keeps every SSE line far
+// below MaxSSELine.
+const FragmentBytes = 4 << 10
+
+// MaxSSELine is the longest SSE line codellm promises for the standard fields (langchaingo's reader fails
+// on lines over 64 KiB; OpenAI's own lines are short).
+const MaxSSELine = 16 << 10
+
+// Fragments splits s into pieces of at most n bytes, cut on UTF-8 boundaries. An empty s is one empty
+// piece.
+func Fragments(s string, n int) []string {
+	if len(s) <= n {
+		return []string{s}
+	}
+	var out []string
+	for len(s) > n {
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		out = append(out, s[:cut])
+		s = s[cut:]
+	}
+	if s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Stream renders the SSE body of §10.3 as OpenAI streams tool calls: the role chunk (content null), per
+// call a first delta with id, type, name and empty arguments followed by its arguments in fragments of
+// at most FragmentBytes, the finish_reason chunk (carrying extra, §13), a usage chunk with empty choices
+// when includeUsage, and "data: [DONE]". The run has completed before any byte is sent, so the whole body
+// is built at once.
 func Stream(id string, created int64, model string, calls []ToolCall, includeUsage bool, extra map[string]any) []byte {
 	model = echoModel(model)
 	var buf bytes.Buffer
@@ -164,14 +235,21 @@ func Stream(id string, created int64, model string, calls []ToolCall, includeUsa
 		buf.WriteString("\n\n")
 	}
 	mk := func(choices []chunkChoice) chunk {
-		return chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, Choices: choices}
+		return chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
+			SystemFingerprint: SystemFingerprint, Choices: choices}
 	}
-	empty := ""
-	event(marshal(mk([]chunkChoice{{Delta: delta{Role: "assistant", Content: &empty}}})))
+	one := func(d delta) []chunkChoice { return []chunkChoice{{Delta: d}} }
+	event(marshal(mk(one(delta{Role: "assistant", Content: json.RawMessage("null")}))))
 	for k, c := range calls {
-		event(marshal(mk([]chunkChoice{{Delta: delta{ToolCalls: []streamToolCall{{
-			Index: k, ID: c.ID, Type: "function", Function: function{Name: c.Name, Arguments: c.Arguments},
-		}}}}})))
+		event(marshal(mk(one(delta{ToolCalls: []streamToolCall{{
+			Index: k, ID: c.ID, Type: "function", Function: streamFunction{Name: c.Name},
+		}}}))))
+		for _, frag := range Fragments(c.Arguments, FragmentBytes) {
+			if frag == "" {
+				continue
+			}
+			event(marshal(mk(one(delta{ToolCalls: []streamToolCall{{Index: k, Function: streamFunction{Arguments: frag}}}}))))
+		}
 	}
 	reason := "tool_calls"
 	event(mergeExtra(marshal(mk([]chunkChoice{{Delta: delta{}, FinishReason: &reason}})), extra, chunkKeys))
@@ -206,10 +284,23 @@ func WriteCompletion(w http.ResponseWriter, id string, created int64, model stri
 	writeBody(w, http.StatusOK, Completion(id, created, model, calls, extra))
 }
 
-var modelsBody = []byte(`{"object":"list","data":[{"id":"codellm","object":"model","created":0,"owned_by":"codellm"}]}`)
+var (
+	modelBody  = `{"id":"codellm","object":"model","created":0,"owned_by":"codellm"}`
+	modelsBody = []byte(`{"object":"list","data":[` + modelBody + `]}`)
+)
 
 // Models returns the /v1/models body (§1.1).
 func Models() []byte { return slices.Clone(modelsBody) }
+
+// Model returns the GET /v1/models/{id} body of the one model codellm lists, or a 404 model_not_found
+// in the OpenAI error shape for any other id (the SDKs' models.retrieve).
+func Model(id string) ([]byte, *Error) {
+	if id != DefaultModel {
+		return nil, NewError(http.StatusNotFound, "model_not_found",
+			"The model %q does not exist; codellm serves only %q", truncate(id, 128), DefaultModel)
+	}
+	return []byte(modelBody), nil
+}
 
 // PutBytes stores a byte field for §13: m[field] is b as a JSON string with each invalid UTF-8 byte
 // replaced by U+FFFD, and, only when b was not valid UTF-8, m[field+"_base64"] holds the exact bytes.

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/codellm/codellm/internal/contract"
 )
@@ -189,11 +190,12 @@ func sseEvents(t *testing.T, body []byte) []string {
 }
 
 type wireChunk struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	Model   string `json:"model"`
-	Choices []struct {
+	ID                string `json:"id"`
+	Object            string `json:"object"`
+	Created           int64  `json:"created"`
+	Model             string `json:"model"`
+	SystemFingerprint string `json:"system_fingerprint"`
+	Choices           []struct {
 		Index int `json:"index"`
 		Delta struct {
 			Role      *string `json:"role"`
@@ -235,53 +237,39 @@ func TestStreamParsedBack(t *testing.T) {
 			body := Stream(specID, specCreated, "gpt-x", calls, tc.includeUsage, tc.extra)
 			compareGolden(t, "testdata/responses/"+tc.golden, body)
 			events := sseEvents(t, body)
-			want := 1 + len(calls) + 1 + 1
+			chunks := parseChunks(t, events, "gpt-x")
+			// 1. role chunk: content null, as OpenAI sends it beside tool calls
+			first := chunks[0]
+			if len(first.Choices) != 1 || first.Choices[0].Delta.Role == nil || *first.Choices[0].Delta.Role != "assistant" ||
+				!strings.Contains(events[0], `"delta":{"role":"assistant","content":null}`) || first.Choices[0].FinishReason != nil {
+				t.Errorf("role chunk: %s", events[0])
+			}
+			// 2. per call: a head delta, then argument fragments that reassemble to the exact arguments
+			got, next := reassemble(t, events, chunks)
+			if !reflect.DeepEqual(got, calls) {
+				t.Errorf("reassembled calls %+v, want %+v", got, calls)
+			}
+			if next != 1+len(calls)*2 {
+				t.Errorf("small calls took %d chunks, want one head and one fragment each", next-1)
+			}
+			want := next + 2
 			if tc.includeUsage {
 				want++
 			}
 			if len(events) != want || events[len(events)-1] != "[DONE]" {
 				t.Fatalf("%d events (want %d), last %q", len(events), want, events[len(events)-1])
 			}
-			var chunks []wireChunk
-			for i, ev := range events[:len(events)-1] {
-				var c wireChunk
-				dec := json.NewDecoder(strings.NewReader(ev))
-				if err := dec.Decode(&c); err != nil {
-					t.Fatalf("event %d: %v", i, err)
-				}
-				if c.ID != specID || c.Object != "chat.completion.chunk" || c.Created != specCreated || c.Model != "gpt-x" {
-					t.Errorf("event %d header: %+v", i, c)
-				}
-				chunks = append(chunks, c)
-			}
-			// 1. role chunk
-			first := chunks[0]
-			if len(first.Choices) != 1 || first.Choices[0].Delta.Role == nil || *first.Choices[0].Delta.Role != "assistant" ||
-				first.Choices[0].Delta.Content == nil || *first.Choices[0].Delta.Content != "" || first.Choices[0].FinishReason != nil {
-				t.Errorf("role chunk: %s", events[0])
-			}
-			// 2. one chunk per call, complete arguments
-			for k, c := range calls {
-				ch := chunks[1+k]
-				if len(ch.Choices) != 1 || len(ch.Choices[0].Delta.ToolCalls) != 1 || ch.Choices[0].FinishReason != nil {
-					t.Fatalf("call chunk %d: %s", k, events[1+k])
-				}
-				tc := ch.Choices[0].Delta.ToolCalls[0]
-				if tc.Index != k || tc.ID != c.ID || tc.Type != "function" || tc.Function.Name != c.Name || tc.Function.Arguments != c.Arguments {
-					t.Errorf("call chunk %d = %+v, want %+v", k, tc, c)
-				}
-			}
 			// 3. finish chunk, carrying the debug object when present
-			fin := chunks[1+len(calls)]
+			fin := chunks[next]
 			if len(fin.Choices) != 1 || fin.Choices[0].FinishReason == nil || *fin.Choices[0].FinishReason != "tool_calls" ||
-				!strings.Contains(events[1+len(calls)], `"delta":{}`) {
-				t.Errorf("finish chunk: %s", events[1+len(calls)])
+				!strings.Contains(events[next], `"delta":{}`) {
+				t.Errorf("finish chunk: %s", events[next])
 			}
 			if (tc.extra != nil) != (fin.Debug != nil) {
 				t.Errorf("x_codellm_debug on the finish chunk: %s", fin.Debug)
 			}
 			for i, c := range chunks {
-				if i != 1+len(calls) && c.Debug != nil {
+				if i != next && c.Debug != nil {
 					t.Errorf("x_codellm_debug on chunk %d", i)
 				}
 				if i < len(chunks)-1 || !tc.includeUsage {
@@ -324,8 +312,8 @@ func TestWriteStream(t *testing.T) {
 			t.Errorf("unexpected line %q", sc.Text())
 		}
 	}
-	if n != len(calls)+3 {
-		t.Errorf("%d data lines, want %d", n, len(calls)+3)
+	if n != 2*len(calls)+3 {
+		t.Errorf("%d data lines, want %d", n, 2*len(calls)+3)
 	}
 }
 
@@ -376,5 +364,121 @@ func TestPutBytes(t *testing.T) {
 		if err := json.Unmarshal(marshal(m), &back); err != nil || back["stdout"] != tc.text {
 			t.Errorf("PutBytes(%q) JSON round trip: %v %q", tc.in, err, back["stdout"])
 		}
+	}
+}
+
+// parseChunks decodes every event but [DONE] and checks the chunk header.
+func parseChunks(t *testing.T, events []string, model string) []wireChunk {
+	t.Helper()
+	var chunks []wireChunk
+	for i, ev := range events[:len(events)-1] {
+		var c wireChunk
+		if err := json.Unmarshal([]byte(ev), &c); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if c.ID != specID || c.Object != "chat.completion.chunk" || c.Created != specCreated || c.Model != model ||
+			c.SystemFingerprint != SystemFingerprint {
+			t.Errorf("event %d header: %+v", i, c)
+		}
+		chunks = append(chunks, c)
+	}
+	return chunks
+}
+
+// reassemble rebuilds the calls from the tool-call deltas after the role chunk the way OpenAI's SDKs do
+// (the head delta starts a call, later deltas append arguments) and checks each delta's shape. It returns
+// the calls and the index of the first chunk after them.
+func reassemble(t *testing.T, events []string, chunks []wireChunk) ([]ToolCall, int) {
+	t.Helper()
+	var calls []ToolCall
+	i := 1
+	for ; i < len(chunks) && len(chunks[i].Choices) == 1 && len(chunks[i].Choices[0].Delta.ToolCalls) > 0; i++ {
+		ch := chunks[i].Choices[0]
+		if len(ch.Delta.ToolCalls) != 1 || ch.FinishReason != nil || ch.Delta.Content != nil {
+			t.Fatalf("call chunk %d: %s", i, events[i])
+		}
+		d := ch.Delta.ToolCalls[0]
+		switch {
+		case d.ID != "": // head
+			if d.Index != len(calls) || d.Type != "function" || d.Function.Name == "" || d.Function.Arguments != "" ||
+				!strings.Contains(events[i], `"arguments":""`) {
+				t.Fatalf("head delta %d: %s", i, events[i])
+			}
+			calls = append(calls, ToolCall{ID: d.ID, Name: d.Function.Name})
+		case len(calls) == 0 || d.Index != len(calls)-1 || d.Type != "" || d.Function.Name != "" || d.Function.Arguments == "":
+			t.Fatalf("fragment delta %d: %s", i, events[i])
+		default:
+			calls[len(calls)-1].Arguments += d.Function.Arguments
+		}
+	}
+	return calls, i
+}
+
+// TestStreamFragments streams a large answer full of characters JSON escaping doubles and checks that
+// no SSE line exceeds MaxSSELine, that the arguments come in several fragments and reassemble exactly.
+func TestStreamFragments(t *testing.T) {
+	big := strings.Repeat(`"\\ \u2028 é€😀 <&>`, 12000) // ~250 KiB of content
+	out, err := contract.Parse(marshal(map[string]any{
+		"changes": []any{map[string]string{"path": "a.md", "content": big}}, "answer": big}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := WithCallIDs(out.ToolCalls())
+	body := Stream(specID, specCreated, "m", calls, false, nil)
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if len(line) > MaxSSELine {
+			t.Fatalf("SSE line of %d bytes > %d", len(line), MaxSSELine)
+		}
+	}
+	events := sseEvents(t, body)
+	got, next := reassemble(t, events, parseChunks(t, events, "m"))
+	if !reflect.DeepEqual(got, calls) {
+		t.Fatal("reassembled calls differ from the originals")
+	}
+	if next < 100 {
+		t.Errorf("only %d chunks for ~1 MiB of arguments", next)
+	}
+}
+
+func TestFragments(t *testing.T) {
+	for _, s := range []string{"", "a", "héllo wörld", strings.Repeat("€", 1000), strings.Repeat("ab😀", 777)} {
+		for _, n := range []int{4, 5, 7, 64, 4096} {
+			parts := Fragments(s, n)
+			if strings.Join(parts, "") != s {
+				t.Fatalf("Fragments(%q, %d) lose bytes", s, n)
+			}
+			for _, p := range parts {
+				if len(p) > n || (len(parts) > 1 && !utf8.ValidString(p)) {
+					t.Fatalf("Fragments(%d) piece %q", n, p)
+				}
+			}
+		}
+	}
+}
+
+func TestCallIDs(t *testing.T) {
+	re := regexp.MustCompile(`^call_[A-Za-z0-9]{24}$`)
+	seen := map[string]bool{}
+	calls := fleetCalls(t)
+	for range 200 {
+		got := WithCallIDs(calls)
+		for i, c := range got {
+			if !re.MatchString(c.ID) || seen[c.ID] || c.Name != calls[i].Name || c.Arguments != calls[i].Arguments {
+				t.Fatalf("call %d: %+v", i, c)
+			}
+			seen[c.ID] = true
+		}
+	}
+	if calls[0].ID != "call_0" {
+		t.Error("WithCallIDs changed its argument")
+	}
+}
+
+func TestModel(t *testing.T) {
+	if b, e := Model("codellm"); e != nil || string(b) != `{"id":"codellm","object":"model","created":0,"owned_by":"codellm"}` {
+		t.Errorf("Model(codellm) = %s, %v", b, e)
+	}
+	if _, e := Model("gpt-4o"); e == nil || e.Status != 404 || e.Code != "model_not_found" || e.Type() != "invalid_request_error" {
+		t.Errorf("Model(gpt-4o) error = %+v", e)
 	}
 }

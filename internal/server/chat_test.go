@@ -99,7 +99,7 @@ func toCalls(t *testing.T, n int, get func(i int) (id, name, args string)) []cal
 	var out []call
 	for i := 0; i < n; i++ {
 		id, name, raw := get(i)
-		if id != fmt.Sprintf("call_%d", i) {
+		if !freshCallID(id) {
 			t.Fatalf("call %d id %q", i, id)
 		}
 		var args map[string]any

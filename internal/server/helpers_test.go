@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -293,7 +295,7 @@ func decodeCompletion(t *testing.T, status int, body []byte) (completion, []call
 	}
 	var calls []call
 	for i, tc := range c.Choices[0].Message.ToolCalls {
-		if tc.ID != "call_"+strconv.Itoa(i) || tc.Type != "function" {
+		if !freshCallID(tc.ID) || tc.Type != "function" {
 			t.Fatalf("tool call %d: id %q type %q", i, tc.ID, tc.Type)
 		}
 		var args map[string]any
@@ -323,4 +325,22 @@ func processesWithArg(marker string) []int {
 		}
 	}
 	return pids
+}
+
+var (
+	callIDRE    = regexp.MustCompile(`^call_[A-Za-z0-9]{24}$`)
+	callIDsMu   sync.Mutex
+	callIDsSeen = map[string]bool{}
+)
+
+// freshCallID reports whether id has OpenAI's call-id form and was never seen before in this test
+// process: ids must be unique across responses (@openai/agents refuses a reused one).
+func freshCallID(id string) bool {
+	callIDsMu.Lock()
+	defer callIDsMu.Unlock()
+	if !callIDRE.MatchString(id) || callIDsSeen[id] {
+		return false
+	}
+	callIDsSeen[id] = true
+	return true
 }

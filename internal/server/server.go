@@ -127,6 +127,7 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	s.routes = map[string]map[string]routeHandler{
 		"/v1/chat/completions": {http.MethodPost: {"chat", true, s.handleChat}},
 		"/v1/models":           {http.MethodGet: {"models", true, s.handleModels}},
+		"/v1/models/":          {http.MethodGet: {"models", true, s.handleModel}},
 		"/healthz":             {http.MethodGet: {"healthz", false, s.handleHealthz}},
 		"/readyz":              {http.MethodGet: {"readyz", false, s.handleReadyz}},
 		"/metrics":             {http.MethodGet: {"metrics", true, s.handleMetrics}},
@@ -182,16 +183,17 @@ func (s *Server) lookup(path string) (map[string]routeHandler, bool) {
 
 // reqLog collects what the request log line and the metrics report.
 type reqLog struct {
-	route    string
-	status   int
-	code     string
-	model    string
-	id       string
-	blocks   int
-	programs []string
-	exits    []string
-	queue    time.Duration
-	run      time.Duration
+	requestID string // the X-Request-Id of the response
+	route     string
+	status    int
+	code      string
+	model     string
+	id        string
+	blocks    int
+	programs  []string
+	exits     []string
+	queue     time.Duration
+	run       time.Duration
 }
 
 type statusWriter struct {
@@ -224,7 +226,8 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
-	rl := &reqLog{route: "unknown"}
+	rl := &reqLog{route: "unknown", requestID: openai.RequestID(r.Header.Get("X-Request-Id"))}
+	w.Header().Set("X-Request-Id", rl.requestID)
 	defer func() {
 		if sw.status == 0 {
 			sw.status = 499 // the handler wrote nothing: the client went away
@@ -306,7 +309,7 @@ func (s *Server) fail(w http.ResponseWriter, rl *reqLog, e *openai.Error) {
 
 func (s *Server) logRequest(r *http.Request, rl *reqLog, d time.Duration) {
 	attrs := []any{"method", r.Method, "path", r.URL.Path, "route", rl.route, "status", rl.status,
-		"duration_ms", d.Milliseconds()}
+		"duration_ms", d.Milliseconds(), "request_id", rl.requestID}
 	if rl.id != "" {
 		attrs = append(attrs, "id", rl.id)
 	}
@@ -332,6 +335,17 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request, rl *reqLo
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, rl *reqLog) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(openai.Models())
+}
+
+// handleModel serves GET /v1/models/{id} (the SDKs' models.retrieve).
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	body, e := openai.Model(strings.TrimPrefix(r.URL.Path, "/v1/models/"))
+	if e != nil {
+		s.fail(w, rl, e)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(body)
 }
 
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request, rl *reqLog) {
@@ -621,6 +635,7 @@ func (s *Server) failExtra(w http.ResponseWriter, rl *reqLog, e *openai.Error, e
 
 func (s *Server) reply(w http.ResponseWriter, rl *reqLog, req *openai.ChatRequest, model string, created int64,
 	calls []contract.ToolCall, extra map[string]any) {
+	calls = openai.WithCallIDs(calls) // unique per response: @openai/agents refuses a reused call id
 	if req.Stream {
 		if err := openai.WriteStream(w, rl.id, created, model, calls, req.IncludeUsage, extra); err != nil {
 			s.log.Debug("stream write failed", "id", rl.id, "err", err)
