@@ -24,3 +24,18 @@ func TestConformance(t *testing.T) {
 		return openStore(t, redisstore.WithLeaseTTL(cfg.LeaseTTL), redisstore.WithGrace(cfg.Grace))
 	})
 }
+
+// The protocol over the Redis backend survives a failure or timeout at
+// every primitive call without losing or double-settling an assignment.
+func TestFaults(t *testing.T) {
+	storetest.RunFaults(t, func(t *testing.T) store.Backend { return openStore(t).Backend() })
+}
+
+// The whole conformance suite also holds through the fault wrapper when it
+// injects nothing (the wrapper itself changes no behaviour).
+func TestConformanceThroughFaultWrapper(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, cfg storetest.Config) store.Store {
+		b := storetest.NewFaultBackend(openStore(t).Backend())
+		return store.NewProtocol(b, store.Options{LeaseTTL: cfg.LeaseTTL, Grace: cfg.Grace})
+	})
+}

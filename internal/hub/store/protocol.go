@@ -113,11 +113,14 @@ type queueRec struct {
 // whichever replica serves the lease can deliver it; it is dropped with the
 // record at deadline + grace.
 type asgRec struct {
-	A          Assignment  `json:"a"`
-	LeaseToken string      `json:"leaseToken,omitempty"`
-	Acked      bool        `json:"acked,omitempty"`
-	Cancelled  bool        `json:"cancelled,omitempty"`
-	Finished   bool        `json:"finished,omitempty"`
+	A          Assignment `json:"a"`
+	LeaseToken string     `json:"leaseToken,omitempty"`
+	Acked      bool       `json:"acked,omitempty"`
+	Cancelled  bool       `json:"cancelled,omitempty"`
+	Finished   bool       `json:"finished,omitempty"`
+	// Completed: the dispatcher collected the settlement (Complete answers
+	// the same again, so a retried Complete does not lose it).
+	Completed  bool        `json:"completed,omitempty"`
 	Settlement *Settlement `json:"settlement,omitempty"`
 	GCAt       time.Time   `json:"gcAt"`
 }

@@ -104,6 +104,11 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 		if err != nil {
 			return err
 		}
+		if a != nil && a.Completed && a.Settlement != nil {
+			st := *a.Settlement
+			out = &st
+			return nil
+		}
 		if a == nil || a.Finished {
 			return bridge.ErrAssignmentExpired
 		}
@@ -155,5 +160,6 @@ func (t *wtx) completeSettled(a *asgRec, out **Settlement, commitsSession *bool)
 			return bridge.ErrWorkspaceQuarantined
 		}
 	}
+	a.Completed = true
 	return nil
 }
