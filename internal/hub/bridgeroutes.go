@@ -95,9 +95,20 @@ func (h *Hub) serveBridge(w http.ResponseWriter, r *http.Request, rest string) {
 		bridge.WriteError(w, errMethod)
 		return
 	}
+	// Authenticate what the headers can prove before reading a byte of the body: a settle body may be
+	// 32 MiB, and reading it first let anonymous connections cost the hub that much memory each.
+	if err := h.preauth(r, rt); err != nil {
+		bridge.WriteError(w, err)
+		return
+	}
 	limit := h.cfg.MaxBody
 	if rt.name == "settle" {
 		limit = h.cfg.MaxSettleBody
+		release, err := h.largeBodySlot(r.Context())
+		if err != nil {
+			return // the client went away while waiting
+		}
+		defer release()
 	}
 	raw, err := readBody(r, limit)
 	if err != nil {
@@ -121,6 +132,61 @@ func (h *Hub) serveBridge(w http.ResponseWriter, r *http.Request, rest string) {
 		bridge.WriteError(w, err)
 	}
 }
+
+// preauth applies the header-only part of authentication before the body is read: the admin token for
+// admin routes; for worker routes the static bearer, or the presence and freshness of a paired proof and,
+// on settle (the one large body), that its credential is a live one of the worker in the path. The
+// signature, which covers the body, is verified after reading it (authWorker). Redeem carries its code
+// in the body and stays within MaxBody.
+func (h *Hub) preauth(r *http.Request, rt route) error {
+	switch rt.name {
+	case "redeem":
+		return nil
+	case "pairings", "revoke", "status":
+		return h.authAdmin(r)
+	}
+	if h.cfg.AuthMode == AuthStatic {
+		tok, ok := bearer(r)
+		if !ok || !constantEq(tok, h.cfg.WorkerToken) {
+			return errAuthRequired
+		}
+		return nil
+	}
+	proof, ok := bridge.ProofFromHeaders(r.Header)
+	if !ok {
+		return errAuthRequired
+	}
+	ts, err := bridge.ParseTime(proof.Timestamp)
+	if err != nil {
+		return bridge.ErrProofInvalid
+	}
+	if skew := time.Since(ts); skew > h.cfg.ClockSkew || skew < -h.cfg.ClockSkew {
+		return bridge.ErrProofInvalid
+	}
+	if rt.name != "settle" {
+		return nil
+	}
+	if !bridge.ValidWorkerID(rt.workerID) {
+		return errAuthRequired
+	}
+	_, err = h.store.Credential(r.Context(), rt.workerID, bridge.HashSecret(proof.Credential))
+	return err
+}
+
+// largeBodySlot bounds how many settle bodies (up to MaxSettleBody each) are read at once, so that even
+// authenticated workers cannot make the hub hold more than maxLargeBodies of them in memory.
+func (h *Hub) largeBodySlot(ctx context.Context) (func(), error) {
+	h.largeOnce.Do(func() { h.largeBodies = make(chan struct{}, maxLargeBodies) })
+	select {
+	case h.largeBodies <- struct{}{}:
+		return func() { <-h.largeBodies }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// maxLargeBodies is how many settle bodies the hub reads concurrently.
+const maxLargeBodies = 8
 
 // authAdmin applies §3.9.
 func (h *Hub) authAdmin(r *http.Request) error {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/hub/boltstore"
 	"github.com/codellm/codellm/internal/hub/filestore"
 	"github.com/codellm/codellm/internal/hub/redisstore"
@@ -256,7 +257,11 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	if err != nil {
 		return fail("listen: %v", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Header, body and idle timeouts and a connection cap (httpguard); settle bodies of up to 32 MiB get
+	// two minutes to arrive.
+	lim := httpguard.Limits{Body: 2 * time.Minute}
+	ln = lim.Listener(ln, *tlsCert == "", nil)
+	srv := lim.Server(h, nil)
 	scheme := "http"
 	if *tlsCert != "" {
 		scheme = "https"

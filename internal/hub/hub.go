@@ -131,6 +131,9 @@ type Hub struct {
 	closeOnce sync.Once
 
 	metrics *metrics.Hub
+	// largeBodies bounds concurrent settle-body reads (largeBodySlot).
+	largeOnce   sync.Once
+	largeBodies chan struct{}
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
