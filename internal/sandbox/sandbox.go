@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"syscall"
@@ -49,6 +50,10 @@ type Limits struct {
 	TmpSize   int64         // size of each private tmpfs (workdir scratch and /tmp) (default 64 MiB)
 	FileSize  int64         // RLIMIT_FSIZE (default 64 MiB)
 	OpenFiles int           // RLIMIT_NOFILE (default 1024)
+	// NetworkAllow narrows Config.Egress's allow-list for one run: nil is
+	// the whole list, otherwise a subset of it (an empty one allows
+	// nothing). A pointer keeps Limits comparable.
+	NetworkAllow *[]string
 }
 
 // withDefaults fills zero fields from d.
@@ -70,6 +75,9 @@ func (l Limits) withDefaults(d Limits) Limits {
 	}
 	if l.OpenFiles == 0 {
 		l.OpenFiles = d.OpenFiles
+	}
+	if l.NetworkAllow == nil {
+		l.NetworkAllow = d.NetworkAllow
 	}
 	return l
 }
@@ -115,6 +123,20 @@ type Config struct {
 	// codellm is unprivileged its own euid/egid is used instead, because an
 	// unprivileged process may only map itself.
 	HostUID, HostGID int
+
+	// Egress, when set, is the only way out of a block's (otherwise empty)
+	// network namespace: each run opens a session with it and every block
+	// gets a listener on 127.0.0.1:3128 inside its namespace, the proxy
+	// variables in its environment and a Landlock rule allowing TCP
+	// connect to that port only. Package egress implements it.
+	Egress func(runID string, narrow []string) (EgressRun, error)
+}
+
+// EgressRun is the egress of one run: Serve accepts on one block's
+// listener until it is closed; Close ends every connection of the run.
+type EgressRun interface {
+	Serve(l net.Listener)
+	Close() error
 }
 
 // Spec describes one block to start.
@@ -243,6 +265,9 @@ func New(cfg Config) (*Sandbox, error) {
 	if cfg.HostGID == 0 {
 		cfg.HostGID = 65534
 	}
+	if cfg.Egress != nil && (cfg.Network || cfg.Mode == ModeOff) {
+		return nil, fmt.Errorf("%w: an egress allow-list needs the sandbox's empty network namespace (not --network, not mode off)", ErrInvalidConfig)
+	}
 	if cfg.HostUID < 0 || cfg.HostGID < 0 {
 		return nil, fmt.Errorf("%w: negative host uid/gid", ErrInvalidConfig)
 	}
@@ -293,9 +318,24 @@ func (s *Sandbox) NewRun(lim *Limits) (*Run, error) {
 		}
 		l = lim.withDefaults(s.cfg.Limits)
 	}
+	if l.NetworkAllow != nil && s.cfg.Egress == nil {
+		return nil, fmt.Errorf("%w: a network allow-list was asked for but this server has no egress proxy", ErrInvalidConfig)
+	}
 	r := &Run{sb: s, lim: l, procs: map[*Process]struct{}{}}
 	if err := r.init(); err != nil {
 		return nil, err
+	}
+	if s.cfg.Egress != nil {
+		var narrow []string
+		if l.NetworkAllow != nil {
+			narrow = append([]string{}, *l.NetworkAllow...)
+		}
+		e, err := s.cfg.Egress(r.ID(), narrow)
+		if err != nil {
+			_ = r.release()
+			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		}
+		r.egress = e
 	}
 	return r, nil
 }
@@ -311,8 +351,14 @@ type Run struct {
 	closed bool
 	seq    int
 
+	id     string
+	egress EgressRun // nil without Config.Egress
+
 	plat runPlatform
 }
+
+// ID names the run in logs (egress decisions carry it).
+func (r *Run) ID() string { return r.id }
 
 // Limits returns the effective limits of the run.
 func (r *Run) Limits() Limits { return r.lim }
@@ -382,6 +428,9 @@ func (r *Run) Close() error {
 	r.mu.Unlock()
 	for _, p := range ps {
 		<-p.done // reaped by Wait or by the reaper goroutine
+	}
+	if r.egress != nil {
+		_ = r.egress.Close()
 	}
 	return r.release()
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -62,6 +63,8 @@ type procPlatform struct {
 	offMode bool // the group only serves Kill: no stats, no attribution
 	limits  Limits
 	started time.Time
+
+	egressLn net.Listener // the block's egress listener, closed when it is reaped
 }
 
 func (s *Sandbox) init() error {
@@ -340,13 +343,13 @@ var instanceID = sync.OnceValue(func() string {
 func (r *Run) init() error {
 	s := r.sb
 	p := &s.plat
+	r.id = fmt.Sprintf("codellm-%d-%s-%d", os.Getpid(), instanceID(), runSeq.Add(1))
 	if s.cfg.Mode == ModeOff {
 		// Off confines nothing, but where cgroups work a limit-less run
 		// group still lets Kill and Wait reach daemonised descendants that
 		// left the process group (contract §5.2 item 5).
 		if p.cg != nil {
-			name := fmt.Sprintf("codellm-%d-%s-%d", os.Getpid(), instanceID(), runSeq.Add(1))
-			if g, err := p.cg.NewGroup(name, cgroup.Limits{}); err == nil {
+			if g, err := p.cg.NewGroup(r.id, cgroup.Limits{}); err == nil {
 				r.plat.group = g
 			}
 		}
@@ -356,8 +359,7 @@ func (r *Run) init() error {
 	if !r.plat.use.has(mCgroup) {
 		return nil
 	}
-	name := fmt.Sprintf("codellm-%d-%s-%d", os.Getpid(), instanceID(), runSeq.Add(1))
-	g, err := p.cg.NewGroup(name, cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids})
+	g, err := p.cg.NewGroup(r.id, cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids})
 	if err != nil {
 		if s.cfg.Mode == ModeNative {
 			return &UnavailableError{Mechanism: MechCgroup, Reason: "create run cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
@@ -442,6 +444,10 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	if s.cfg.Network {
 		use &^= mNetNS
 	}
+	egressOn := r.egress != nil && !probe
+	if egressOn && !use.has(mNetNS) {
+		return nil, &UnavailableError{Mechanism: MechNetNS, Reason: "the egress proxy needs the block's own network namespace", Fix: mechFix(mNetNS)}
+	}
 	// The block runs as the unprivileged host uid: it must be able to read
 	// (and, persistent, write) its workdir, which the caller created as
 	// root with mode 0700.
@@ -460,6 +466,19 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	}
 	if hs.Env == nil {
 		hs.Env = []string{}
+	}
+	var netParent *os.File
+	var extra []*os.File
+	if egressOn {
+		hs.Egress, hs.Env = true, proxyEnv(hs.Env)
+		np, netChild, perr := egressPair()
+		if perr != nil {
+			return nil, perr
+		}
+		netParent = np
+		defer netParent.Close()
+		defer netChild.Close()
+		extra = append(extra, netChild)
 	}
 	specR, specW, err := os.Pipe()
 	if err != nil {
@@ -514,10 +533,16 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		attr.GidMappingsEnableSetgroups = false
 		attr.Credential = &syscall.Credential{Uid: sandboxUID, Gid: sandboxGID, NoSetGroups: true}
 		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+		if egressOn {
+			attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_NET_ADMIN) // bring up lo
+		}
 	} else if p.euid == 0 && p.hostUID != 0 {
 		// No user namespace but root: still never run code as host root.
 		attr.Credential = &syscall.Credential{Uid: uint32(p.hostUID), Gid: uint32(p.hostGID), Groups: []uint32{}}
 		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+		if egressOn {
+			attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_NET_ADMIN)
+		}
 	}
 	for _, ns := range []struct {
 		bit  mechSet
@@ -558,7 +583,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	start := time.Now()
 	osp, err := startOnStableThread(p.helperPath, []string{"codellm-sandbox", hook.Marker}, &os.ProcAttr{
 		Env:   helperEnv,
-		Files: []*os.File{stdin, spec.Stdout, spec.Stderr, specR, statW, dirf},
+		Files: append([]*os.File{stdin, spec.Stdout, spec.Stderr, specR, statW, dirf}, extra...),
 		Sys:   attr,
 	})
 	specR.Close()
@@ -588,6 +613,16 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		_ = osp.Kill()
 		st, _ := osp.Wait()
 		return nil, helperFailure(msg, rerr, st)
+	}
+	if egressOn {
+		ln, err := receiveListener(netParent)
+		if err != nil {
+			_ = osp.Kill()
+			_, _ = osp.Wait()
+			return nil, &UnavailableError{Mechanism: MechNetNS, Reason: err.Error(), Fix: mechFix(mNetNS)}
+		}
+		proc.plat.egressLn = ln
+		go r.egress.Serve(ln)
 	}
 	go proc.reap()
 	return proc, nil
@@ -639,6 +674,9 @@ func (p *Process) reap() {
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 	}
 	st, err := pp.osp.Wait()
+	if pp.egressLn != nil {
+		_ = pp.egressLn.Close() // the namespace dies with its last socket
+	}
 	pp.mu.Lock()
 	pp.reaped = true
 	killed := pp.killed

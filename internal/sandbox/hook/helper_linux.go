@@ -115,6 +115,11 @@ func run() {
 	} else if err := syscall.Fchdir(DirFD); err != nil {
 		fail(MHelper, "chdir to workdir ", sp.Dir, ": ", err)
 	}
+	if sp.Egress {
+		if err := setupEgress(); err != nil {
+			fail(MNetNS, err.Error())
+		}
+	}
 	if has(MRlimit) {
 		if err := applyRlimits(sp); err != nil {
 			fail(MRlimit, err.Error())

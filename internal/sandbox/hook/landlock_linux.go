@@ -47,6 +47,14 @@ func restrictLandlock(sp *Spec) error {
 			return wrap("landlock: build ruleset: add rule for "+r.Path, e)
 		}
 	}
+	if sp.Egress && sp.HandledNet&accessNetConnectTCP != 0 {
+		// struct landlock_net_port_attr: u64 allowed_access, u64 port.
+		na := [2]uint64{accessNetConnectTCP, EgressPort}
+		const ruleTypeNetPort = 2
+		if _, _, e := syscall.RawSyscall6(sysLandlockAddRule, rs, ruleTypeNetPort, uintptr(unsafe.Pointer(&na[0])), 0, 0, 0); e != 0 {
+			return wrap("landlock: build ruleset: allow connect to the egress port", e)
+		}
+	}
 	if _, _, e := syscall.RawSyscall(sysLandlockRestrictSelf, rs, 0, 0); e != 0 {
 		return wrap("landlock: restrict self", e)
 	}
@@ -54,3 +62,5 @@ func restrictLandlock(sp *Spec) error {
 }
 
 const oPath = 0x200000 // O_PATH (same on amd64 and arm64)
+
+const accessNetConnectTCP = 1 << 1 // LANDLOCK_ACCESS_NET_CONNECT_TCP

@@ -17,7 +17,16 @@ const (
 	// DirFD is the workdir opened by the server: the helper's uid may not be
 	// allowed to traverse the workdir's parent directories on the host.
 	DirFD = 5
+	// NetFD is one end of a Unix socket pair, present only when the block
+	// has an egress proxy: the helper sends the listening socket it made
+	// inside the block's network namespace back on it (SCM_RIGHTS).
+	NetFD = 6
 )
+
+// EgressPort is where the egress listener sits on the loopback of the
+// block's network namespace (each block has its own namespace, so one
+// fixed port serves them all).
+const EgressPort = 3128
 
 // Started is written on the status pipe right before execve: EOF after it
 // means the program runs; anything after it is a failure report; EOF
@@ -91,4 +100,8 @@ type Spec struct {
 
 	// CapLastCap is /proc/sys/kernel/cap_last_cap of the host.
 	CapLastCap int64
+
+	// Egress: bring up lo, listen on 127.0.0.1:EgressPort, send the socket
+	// on NetFD; Landlock then allows TCP connect to that port only.
+	Egress bool
 }

@@ -1,0 +1,83 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/codellm/codellm/internal/sandbox/hook"
+	"golang.org/x/sys/unix"
+)
+
+// EgressProxyURL is what a block's proxy variables point at.
+var EgressProxyURL = fmt.Sprintf("http://127.0.0.1:%d", hook.EgressPort)
+
+// proxyEnv replaces any proxy variable of env with the block's proxy, in
+// both spellings. ALL_PROXY is socks5h (the proxy resolves names, so
+// clients that honour it never need DNS); NO_PROXY keeps loopback
+// traffic inside the namespace; NODE_USE_ENV_PROXY makes Node's fetch
+// (22.21+/24+) honour the variables.
+func proxyEnv(env []string) []string {
+	set := map[string]string{
+		"HTTP_PROXY":         EgressProxyURL,
+		"HTTPS_PROXY":        EgressProxyURL,
+		"ALL_PROXY":          fmt.Sprintf("socks5h://127.0.0.1:%d", hook.EgressPort),
+		"NO_PROXY":           "localhost,127.0.0.1,::1",
+		"NODE_USE_ENV_PROXY": "1",
+	}
+	out := make([]string, 0, len(env)+9)
+	for _, e := range env {
+		name, _, _ := strings.Cut(e, "=")
+		if _, ok := set[strings.ToUpper(name)]; !ok {
+			out = append(out, e)
+		}
+	}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"} {
+		out = append(out, k+"="+set[k], strings.ToLower(k)+"="+set[k])
+	}
+	return append(out, "NODE_USE_ENV_PROXY=1")
+}
+
+// egressPair is the socket pair the helper sends its listener on.
+func egressPair() (parent, child *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: egress socket pair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "egress-parent"), os.NewFile(uintptr(fds[1]), "egress-child"), nil
+}
+
+// receiveListener takes the listening socket the helper sent before it
+// exec'd the program (so it is already queued).
+func receiveListener(f *os.File) (net.Listener, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := unix.Recvmsg(int(f.Fd()), buf, oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("egress: no listener from the helper: %w", err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	var fds []int
+	for _, m := range msgs {
+		if got, e := unix.ParseUnixRights(&m); e == nil {
+			fds = append(fds, got...)
+		}
+	}
+	if err != nil || n != 1 || buf[0] != 'L' || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, errors.New("egress: malformed listener message from the helper")
+	}
+	lf := os.NewFile(uintptr(fds[0]), "egress-listener")
+	defer lf.Close()
+	ln, err := net.FileListener(lf)
+	if err != nil {
+		return nil, fmt.Errorf("egress: listener from the helper: %w", err)
+	}
+	return ln, nil
+}
