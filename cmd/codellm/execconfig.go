@@ -8,10 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/interp"
+	"github.com/codellm/codellm/internal/metrics"
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/seal"
@@ -25,6 +29,9 @@ type execFlags struct {
 	interpreters  string
 	sandboxMode   string
 	network       bool
+	networkAllow  string
+	netMaxConns   int
+	netMaxBytes   byteSize
 	timeout       time.Duration
 	maxOutput     byteSize
 	maxStderr     byteSize
@@ -42,6 +49,8 @@ type execFlags struct {
 	logLevel      string
 
 	set map[string]bool // which flags were given (flag or environment)
+
+	egressMetrics lazyEgressMetrics // wired to the server's registry once it exists
 }
 
 func (f *execFlags) register(fs *flag.FlagSet) {
@@ -53,6 +62,10 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.interpreters, "interpreters", "", "JSON file replacing the embedded interpreter registry")
 	fs.StringVar(&f.sandboxMode, "sandbox", "native", "sandbox mode: native (every mechanism or refuse), besteffort, off")
 	fs.BoolVar(&f.network, "network", false, "give blocks network access (default: an empty network namespace)")
+	fs.StringVar(&f.networkAllow, "network-allow", "", "comma-separated host names, *.suffix wildcards, IPs or CIDRs blocks may reach through codellm's filtering egress proxy (default: none)")
+	fs.IntVar(&f.netMaxConns, "network-max-connections", egress.DefaultMaxConns, "egress connections per run (with --network-allow)")
+	f.netMaxBytes = egress.DefaultMaxBytes
+	fs.Var(&f.netMaxBytes, "network-max-bytes", "egress bytes per run, both directions (with --network-allow; default 256MiB)")
 	fs.DurationVar(&f.timeout, "timeout", 300*time.Second, "whole-run timeout (requests may lower it)")
 	fs.Var(&f.maxOutput, "max-output-bytes", "cap on captured stdout per block (default 1MiB)")
 	fs.Var(&f.maxStderr, "max-stderr-bytes", "captured stderr per block; the last bytes are kept (default 64KiB)")
@@ -86,6 +99,23 @@ func (f *execFlags) logger(w io.Writer) (*slog.Logger, error) {
 }
 
 func (f *execFlags) sandboxConfig(log *slog.Logger) (sandbox.Config, error) {
+	cfg, err := f.baseSandboxConfig(log)
+	if err != nil || strings.TrimSpace(f.networkAllow) == "" {
+		return cfg, err
+	}
+	if f.network {
+		return cfg, errors.New("--network-allow and --network exclude each other: --network gives blocks the host's network unfiltered")
+	}
+	p, err := f.egressProxy(f.networkAllow, "blocks", log)
+	if err != nil {
+		return cfg, fmt.Errorf("--network-allow: %w", err)
+	}
+	cfg.Egress = egressOpener(p)
+	return cfg, nil
+}
+
+// baseSandboxConfig is the sandbox configuration of the flags without any egress proxy.
+func (f *execFlags) baseSandboxConfig(log *slog.Logger) (sandbox.Config, error) {
 	mode, err := sandbox.ParseMode(f.sandboxMode)
 	if err != nil {
 		return sandbox.Config{}, err
@@ -93,7 +123,7 @@ func (f *execFlags) sandboxConfig(log *slog.Logger) (sandbox.Config, error) {
 	if f.pids < 0 || f.memory < 0 || f.tmpSize < 0 {
 		return sandbox.Config{}, errors.New("sandbox limits must not be negative")
 	}
-	return sandbox.Config{
+	cfg := sandbox.Config{
 		Mode:    mode,
 		Network: f.network,
 		Logger:  log,
@@ -103,7 +133,51 @@ func (f *execFlags) sandboxConfig(log *slog.Logger) (sandbox.Config, error) {
 			CPUTime: f.cpuTime,
 			TmpSize: int64(f.tmpSize),
 		},
-	}, nil
+	}
+	return cfg, nil
+}
+
+// egressProxy builds the filtering proxy for an allow-list with the per-run caps of the flags.
+func (f *execFlags) egressProxy(list, who string, log *slog.Logger) (*egress.Proxy, error) {
+	pol, err := egress.ParseList(list)
+	if err != nil {
+		return nil, err
+	}
+	if f.netMaxConns < 0 || f.netMaxBytes < 0 {
+		return nil, errors.New("egress caps must not be negative")
+	}
+	log.Warn(who+" may reach these destinations through the egress proxy", "allow", strings.Join(pol.Entries(), ","))
+	return egress.New(egress.Config{Policy: pol, MaxConns: f.netMaxConns, MaxBytes: int64(f.netMaxBytes),
+		Logger: log, Metrics: &f.egressMetrics})
+}
+
+// egressOpener adapts a proxy to the sandbox's per-run hook.
+func egressOpener(p *egress.Proxy) func(string, []string) (sandbox.EgressRun, error) {
+	return func(runID string, narrow []string) (sandbox.EgressRun, error) {
+		s, err := p.Open(runID, narrow)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+}
+
+// lazyEgressMetrics forwards to the service's egress metrics once the server that owns the registry has
+// been built (the sandbox, and so the proxy, exists before it).
+type lazyEgressMetrics struct {
+	m atomic.Pointer[metrics.Egress]
+}
+
+func (l *lazyEgressMetrics) Connection(decision, reason string) {
+	if m := l.m.Load(); m != nil {
+		m.Connection(decision, reason)
+	}
+}
+
+func (l *lazyEgressMetrics) Bytes(direction string, n int64) {
+	if m := l.m.Load(); m != nil {
+		m.Bytes(direction, n)
+	}
 }
 
 // build turns the flags into a sandbox and an engine configuration. Every mistake is a startup error that
@@ -166,9 +240,14 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 		log.Warn("network access is enabled for blocks (--network)")
 	}
 	log.Info("programs enabled", "programs", fmt.Sprint(programs.Names()), "sandbox", string(sb.Mode()))
+	var pol *egress.Policy
+	if scfg.Egress != nil {
+		pol, _ = egress.ParseList(f.networkAllow) // validated by sandboxConfig
+	}
 	ecfg = engine.Config{
-		Programs: programs,
-		Exposed:  exposed,
+		NetworkAllow: pol,
+		Programs:     programs,
+		Exposed:      exposed,
 		Pipeline: pipeline.Config{
 			Sandbox:        sb,
 			WorkRoot:       f.workDir,

@@ -92,6 +92,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 1
 	}
+	ef.egressMetrics.m.Store(srv.Metrics().Egress)
 	// The Piston-compatible runner API shares the listener, its authentication, the sandbox and the slots.
 	rn, err := runner.New(runner.Config{
 		Programs:       ecfg.Programs,

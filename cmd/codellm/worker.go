@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/runner"
+	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/server"
 	"github.com/codellm/codellm/internal/worker"
 	"github.com/codellm/codellm/internal/workspace"
@@ -405,12 +408,11 @@ func workerRun(args []string, stderr io.Writer) int {
 		}
 	}
 	cfg.Runtimes = runtimes
-	var domains []string
-	for _, d := range strings.Split(f.allowedDomains, ",") {
-		if d = strings.TrimSpace(d); d != "" {
-			domains = append(domains, d)
-		}
+	cmdPolicy, err := egress.ParseList(f.allowedDomains)
+	if err != nil {
+		return workerFail(stderr, fmt.Errorf("%w: --command-allowed-domains: %v", worker.ErrConfig, err))
 	}
+	domains := cmdPolicy.Entries() // normalised: the digest does not depend on spelling
 
 	root, marker, err := f.workspaceRoot(r, true)
 	if err != nil {
@@ -429,6 +431,11 @@ func workerRun(args []string, stderr io.Writer) int {
 			ProtectedPaths: []string{r.identityPath, marker, lockPath}}
 		if f.commands && commandSandbox != nil {
 			opts.Sandbox = commandSandbox.Sandbox
+			if !cmdPolicy.Empty() {
+				if opts.Sandbox, err = commandEgressSandbox(&ef, cmdPolicy, log); err != nil {
+					return workerFail(stderr, errors.Join(worker.ErrConfig, err))
+				}
+			}
 		}
 		ws, err := workspace.Open(root, opts)
 		if err != nil {
@@ -542,4 +549,27 @@ func workerClear(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "cleared workspace mutation quarantine for %s\n", f.workspaceID)
 	return 0
+}
+
+// commandEgressSandbox is the sandbox of workspace commands when --command-allowed-domains is set: the
+// execution sandbox's settings plus the filtering egress proxy, so that commands (and only they) can reach
+// exactly those destinations.
+func commandEgressSandbox(ef *execFlags, pol *egress.Policy, log *slog.Logger) (*sandbox.Sandbox, error) {
+	scfg, err := ef.baseSandboxConfig(log)
+	if err != nil {
+		return nil, err
+	}
+	if scfg.Network {
+		return nil, errors.New("--command-allowed-domains needs a sandbox without --network")
+	}
+	p, err := ef.egressProxy(strings.Join(pol.Entries(), ","), "workspace commands", log)
+	if err != nil {
+		return nil, fmt.Errorf("--command-allowed-domains: %w", err)
+	}
+	scfg.Egress = egressOpener(p)
+	sb, err := sandbox.New(scfg)
+	if err != nil {
+		return nil, fmt.Errorf("command sandbox: %w", err)
+	}
+	return sb, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/markdown"
 	"github.com/codellm/codellm/internal/pipeline"
@@ -41,12 +42,15 @@ func (e *SandboxUnavailableError) Error() string {
 
 // Config is everything a run needs that does not come from the request.
 type Config struct {
-	Programs  *interp.Programs
-	Exposed   []string // NAME=value pairs exposed to every block (--expose-env, --expose-env-prefix)
-	Pipeline  pipeline.Config
-	Slots     *slots.Pool
-	Timeout   time.Duration // server maximum run timeout (--timeout)
-	MaxBlocks int
+	// NetworkAllow is the operator's egress allow-list (--network-allow; nil: none); requests may only
+	// narrow it.
+	NetworkAllow *egress.Policy
+	Programs     *interp.Programs
+	Exposed      []string // NAME=value pairs exposed to every block (--expose-env, --expose-env-prefix)
+	Pipeline     pipeline.Config
+	Slots        *slots.Pool
+	Timeout      time.Duration // server maximum run timeout (--timeout)
+	MaxBlocks    int
 }
 
 // Engine runs bodies. It is safe for concurrent use.
@@ -154,6 +158,18 @@ type RunRequest struct {
 	Stdin    []byte // first block's stdin (debugger only)
 	Timeout  time.Duration
 	Tap      bool
+	// NetworkAllow narrows the operator's egress allow-list for this run (nil: all of it); check it with
+	// CheckNetworkAllow first.
+	NetworkAllow *[]string
+}
+
+// CheckNetworkAllow validates a request's egress list: it must be a subset of the operator's.
+func (e *Engine) CheckNetworkAllow(list []string) error {
+	if e.cfg.NetworkAllow == nil {
+		return fmt.Errorf("%w: this server has no egress allow-list (--network-allow)", egress.ErrPolicy)
+	}
+	_, err := e.cfg.NetworkAllow.Narrow(list)
+	return err
 }
 
 // RunInfo reports how the run went besides its result.
@@ -184,12 +200,17 @@ func (e *Engine) Run(ctx context.Context, rr RunRequest) (*pipeline.Result, RunI
 		timeout = e.cfg.Timeout
 	}
 	start := time.Now()
+	var lim *sandbox.Limits
+	if rr.NetworkAllow != nil {
+		lim = &sandbox.Limits{NetworkAllow: rr.NetworkAllow}
+	}
 	res := pipeline.Run(ctx, e.cfg.Pipeline, pipeline.Request{
 		Steps:   e.steps(rr.Resolved, exposed),
 		Input:   rr.Input,
 		Stdin:   rr.Stdin,
 		Timeout: timeout,
 		Tap:     rr.Tap,
+		Limits:  lim,
 	})
 	info.Duration = time.Since(start)
 	return res, info, nil

@@ -24,6 +24,29 @@ type Service struct {
 	QueueWait        prometheus.Histogram
 	RunsInFlight     prometheus.GaugeFunc
 	ReexecutionGuard prometheus.Counter
+	Egress           *Egress
+}
+
+// Egress counts the egress proxy's decisions and traffic; it satisfies
+// package egress's Metrics interface.
+type Egress struct {
+	Connections *prometheus.CounterVec // decision, reason
+	Traffic     *prometheus.CounterVec // direction
+}
+
+// EgressReasons are the values of codellm_egress_connections_total{reason}
+// (decision "allowed" has reason "allowed"; every other reason is "refused").
+var EgressReasons = []string{"allowed", "not_allowed", "raw_ip", "private_address", "invalid_name", "resolve_failed",
+	"dial_failed", "conn_limit", "byte_limit", "bad_request"}
+
+// Connection counts one decision.
+func (e *Egress) Connection(decision, reason string) {
+	e.Connections.WithLabelValues(decision, reason).Inc()
+}
+
+// Bytes counts relayed bytes ("sent" to destinations, "received" from them).
+func (e *Egress) Bytes(direction string, n int64) {
+	e.Traffic.WithLabelValues(direction).Add(float64(n))
 }
 
 // KillReasons are the values of codellm_kills_total{reason}.
@@ -73,13 +96,32 @@ func NewService(inFlight func() float64) *Service {
 			Help: "Chat requests answered by the re-execution guard without running anything.",
 		}),
 	}
+	m.Egress = &Egress{
+		Connections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codellm_egress_connections_total",
+			Help: "Connections asked of the egress proxy, by decision (allowed, refused) and reason.",
+		}, []string{"decision", "reason"}),
+		Traffic: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codellm_egress_bytes_total",
+			Help: "Bytes the egress proxy relayed, by direction (sent, received).",
+		}, []string{"direction"}),
+	}
 	r.MustRegister(m.HTTPRequests, m.RunDuration, m.SandboxSetup, m.RunBlocks, m.Kills, m.QueueWait,
-		m.RunsInFlight, m.ReexecutionGuard,
+		m.RunsInFlight, m.ReexecutionGuard, m.Egress.Connections, m.Egress.Traffic,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the kill reasons so that a scrape shows every documented series from the start.
 	for _, reason := range KillReasons {
 		m.Kills.WithLabelValues(reason)
 	}
+	for _, reason := range EgressReasons {
+		d := "refused"
+		if reason == "allowed" {
+			d = "allowed"
+		}
+		m.Egress.Connections.WithLabelValues(d, reason)
+	}
+	m.Egress.Traffic.WithLabelValues("sent")
+	m.Egress.Traffic.WithLabelValues("received")
 	return m
 }
 

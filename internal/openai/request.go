@@ -32,6 +32,9 @@ type ChatRequest struct {
 	Tools          []string // offered function names; nil when tools is absent, null or empty
 	TimeoutSeconds int      // metadata.timeout_seconds; 0 when absent; at most MaxTimeoutSeconds
 	Debug          bool     // x_codellm_debug == true
+	// NetworkAllow is metadata.network_allow split at commas: a per-request egress list that may only narrow
+	// the operator's --network-allow; nil when absent.
+	NetworkAllow *[]string
 }
 
 // Message is one request message. Text is the content with the text parts concatenated in order.
@@ -83,6 +86,20 @@ func DecodeChatRequest(body []byte) (*ChatRequest, *Error) {
 	}
 	if r.TimeoutSeconds, e = decodeTimeout(meta["timeout_seconds"]); e != nil {
 		return nil, e
+	}
+	if raw := meta["network_allow"]; raw != nil && !isNull(raw) {
+		var s string
+		if !str(raw, &s) {
+			return nil, NewError(http.StatusBadRequest, "invalid_metadata",
+				`field "metadata.network_allow" must be a string of comma-separated host names, got %s`, kind(raw))
+		}
+		list := []string{}
+		for _, d := range strings.Split(s, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				list = append(list, d)
+			}
+		}
+		r.NetworkAllow = &list
 	}
 	return r, nil
 }

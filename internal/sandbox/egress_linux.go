@@ -18,15 +18,17 @@ var EgressProxyURL = fmt.Sprintf("http://127.0.0.1:%d", hook.EgressPort)
 
 // proxyEnv replaces any proxy variable of env with the block's proxy, in
 // both spellings. ALL_PROXY is socks5h (the proxy resolves names, so
-// clients that honour it never need DNS); NO_PROXY keeps loopback
-// traffic inside the namespace; NODE_USE_ENV_PROXY makes Node's fetch
+// clients that honour it never need DNS); NO_PROXY is emptied, because
+// nothing can listen inside the namespace (Landlock denies bind) and a
+// "localhost" exception would only make allowed loopback destinations of
+// the operator's unreachable; NODE_USE_ENV_PROXY makes Node's fetch
 // (22.21+/24+) honour the variables.
 func proxyEnv(env []string) []string {
 	set := map[string]string{
 		"HTTP_PROXY":         EgressProxyURL,
 		"HTTPS_PROXY":        EgressProxyURL,
 		"ALL_PROXY":          fmt.Sprintf("socks5h://127.0.0.1:%d", hook.EgressPort),
-		"NO_PROXY":           "localhost,127.0.0.1,::1",
+		"NO_PROXY":           "",
 		"NODE_USE_ENV_PROXY": "1",
 	}
 	out := make([]string, 0, len(env)+9)

@@ -570,12 +570,19 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rl *reqLog) 
 		rl.programs = append(rl.programs, rb.Interp.Name)
 	}
 	s.metrics.RunBlocks.Observe(float64(len(resolved)))
+	if req.NetworkAllow != nil {
+		if err := s.eng.CheckNetworkAllow(*req.NetworkAllow); err != nil {
+			s.fail(w, rl, openai.NewError(http.StatusBadRequest, "invalid_metadata", `field "metadata.network_allow": %v`, err))
+			return
+		}
+	}
 	tap := s.cfg.DebugExtension && req.Debug
 	res, info, err := s.eng.Run(r.Context(), engine.RunRequest{
-		Resolved: resolved,
-		Input:    bag,
-		Timeout:  s.eng.EffectiveTimeout(req.TimeoutSeconds),
-		Tap:      tap,
+		Resolved:     resolved,
+		Input:        bag,
+		Timeout:      s.eng.EffectiveTimeout(req.TimeoutSeconds),
+		Tap:          tap,
+		NetworkAllow: req.NetworkAllow,
 	})
 	rl.queue = info.QueueWait
 	s.metrics.QueueWait.Observe(info.QueueWait.Seconds())
