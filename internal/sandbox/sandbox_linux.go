@@ -165,6 +165,7 @@ func probeStatic(p *platform, exeErr error) mechSet {
 	if seccomp.Supported() {
 		m |= mSeccomp
 		p.version[mSeccomp] = fmt.Sprintf("deny list of %d syscalls", len(seccomp.Denied)+2)
+		p.detail[mSeccomp] = "socket families: unix, inet, inet6, netlink (route) only"
 	} else {
 		p.detail[mSeccomp] = "seccomp filters not supported"
 	}

@@ -66,6 +66,9 @@ func setupRoot(sp *Spec) error {
 	if err := syscall.Mount("proc", r+"/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC|syscall.MS_RDONLY, ""); err != nil {
 		return wrap("build root filesystem: mount /proc", err)
 	}
+	if err := maskProc(r + "/proc"); err != nil {
+		return err
+	}
 	if err := mkdir(r+"/tmp", 0o1777); err != nil {
 		return err
 	}
@@ -93,6 +96,28 @@ func setupRoot(sp *Spec) error {
 		return wrap("build root filesystem: detach old root", err)
 	}
 	return wrap("build root filesystem: chdir /", syscall.Chdir("/"))
+}
+
+// ProcMasked are the files of a fresh /proc that describe the host rather than the run: the kernel
+// command line (boot parameters, sometimes secrets), the host's boot id (a stable host identifier
+// that correlates runs), and the global timer and scheduler dumps (host task names and pids). Each is
+// covered with /dev/null (reads are empty, writes discarded); a file the kernel lacks is skipped.
+var ProcMasked = []string{"cmdline", "sys/kernel/random/boot_id", "timer_list", "sched_debug"}
+
+func maskProc(proc string) error {
+	for _, p := range ProcMasked {
+		dst := proc + "/" + p
+		if err := syscall.Mount("/dev/null", dst, "", syscall.MS_BIND, ""); err != nil {
+			if err == syscall.ENOENT {
+				continue
+			}
+			return wrap("build root filesystem: mask /proc/"+p, err)
+		}
+		if err := restrict(dst, mountAttrRdonly|mountAttrNosuid|mountAttrNoexec); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func mkdir(path string, mode uint32) error {
@@ -124,7 +149,14 @@ func writeAll(fd int, data []byte) error {
 
 func mountTmpfs(target string, size int64, mode string) error {
 	return syscall.Mount("tmpfs", target, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV,
-		"size="+itoa(size)+",mode="+mode)
+		"size="+itoa(size)+",nr_inodes="+itoa(TmpfsInodes(size))+",mode="+mode)
+}
+
+// TmpfsInodes is the inode cap of a private tmpfs of size bytes: one inode per 4 KiB, at least 4096.
+// Without it a block could create files by the hundred thousand (empty files cost no size, only
+// kernel memory), bounded only by the memory cgroup.
+func TmpfsInodes(size int64) int64 {
+	return max(size/4096, 4096)
 }
 
 // mirror recreates host path src at dst: symlinks as symlinks, directories

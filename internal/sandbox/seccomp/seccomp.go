@@ -49,6 +49,22 @@ var Denied = []string{
 	"open_by_handle_at", "name_to_handle_at", "uselib",
 }
 
+// SocketFamilies are the address families socket(2) and socketpair(2) may
+// use; every other family fails with EAFNOSUPPORT, as if the kernel lacked
+// it. What interpreters need: AF_UNIX (local IPC, multiprocessing, asyncio),
+// AF_INET and AF_INET6 (loopback, or the network when the operator enables
+// one) and AF_NETLINK with protocol NETLINK_ROUTE only (getifaddrs and
+// getaddrinfo's AI_ADDRCONFIG; node's os.networkInterfaces). Everything else
+// is attack surface with no use in a sandbox: AF_VSOCK ignores network
+// namespaces (a block could bind VM-wide ports and reach the hypervisor),
+// AF_ALG, AF_PACKET, AF_KEY, AF_BLUETOOTH, AF_CAN, AF_RDS, AF_TIPC, AF_XDP and
+// the other netlink protocols (audit, uevent, sock_diag, ...) reach kernel
+// code that rarely sees unprivileged callers.
+var SocketFamilies = []uint32{1 /* AF_UNIX */, 2 /* AF_INET */, 10 /* AF_INET6 */, 16 /* AF_NETLINK */}
+
+// NetlinkRoute is the only netlink protocol allowed (NETLINK_ROUTE).
+const NetlinkRoute = 0
+
 // CloneNamespaceFlags are the clone(2) flags that create namespaces; clone
 // with any of them fails with EPERM.
 const CloneNamespaceFlags = 0x00020000 | // CLONE_NEWNS

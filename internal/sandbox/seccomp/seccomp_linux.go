@@ -48,7 +48,10 @@ func Policy() bpfseccomp.Policy {
 //     comparing only the low 32 bits of the command because the kernel
 //     truncates it to an unsigned int (a garbage high half must not bypass
 //     the check);
-//  3. the library's program (x32 rejection + the deny list).
+//  3. the socket family allow-list: socket and socketpair with a family not
+//     in SocketFamilies (or AF_NETLINK with a protocol other than
+//     NETLINK_ROUTE) fail with EAFNOSUPPORT;
+//  4. the library's program (x32 rejection + the deny list).
 func Program() ([]bpf.RawInstruction, error) {
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		return nil, fmt.Errorf("%w: architecture %s", ErrUnsupported, runtime.GOARCH)
@@ -76,9 +79,45 @@ func Program() ([]bpf.RawInstruction, error) {
 		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.TIOCLINUX, SkipTrue: 1},
 		bpf.RetConstant{Val: eperm},
 	}
+	prefix = append(prefix, socketCheck(info)...)
 	raw, err := bpf.Assemble(append(prefix, body...))
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: assemble BPF: %w", err)
 	}
 	return raw, nil
+}
+
+// socketCheck is the socket family allow-list (step 3 of Program). It
+// compares the low 32 bits of the family and protocol arguments, which the
+// kernel reads as ints.
+func socketCheck(info *arch.Info) []bpf.Instruction {
+	const argLo0, argLo2 = 16, 16 + 8*2
+	n := uint8(len(SocketFamilies))
+	// Layout: nr checks (3), family load (1), n-1 "allow" jumps, the netlink
+	// jump, protocol load and check (3), deny, allow; then the library body.
+	out := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 0, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.SyscallNames["socket"]), SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(info.SyscallNames["socketpair"]), SkipTrue: n + 5},
+		bpf.LoadAbsolute{Off: argLo0, Size: 4},
+	}
+	others := []uint32{}
+	for _, f := range SocketFamilies {
+		if f != unix.AF_NETLINK {
+			others = append(others, f)
+		}
+	}
+	for i, f := range others {
+		// Jump to "allow": past the remaining family jumps, the netlink
+		// block (3) and deny (1).
+		out = append(out, bpf.JumpIf{Cond: bpf.JumpEqual, Val: f, SkipTrue: uint8(len(others)-i-1) + 4})
+	}
+	out = append(out,
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.AF_NETLINK, SkipTrue: 2},
+		bpf.LoadAbsolute{Off: argLo2, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: NetlinkRoute, SkipTrue: 1},
+		bpf.RetConstant{Val: uint32(errnoAction(unix.EAFNOSUPPORT))},
+		bpf.RetConstant{Val: uint32(unix.SECCOMP_RET_ALLOW)},
+	)
+	return out
 }

@@ -70,7 +70,7 @@ func TestDeniedSyscallsGetEPERM(t *testing.T) {
 			t.Errorf("%s: verdict %#x, want EPERM", name, got)
 		}
 	}
-	for _, name := range []string{"read", "write", "openat", "execve", "mmap", "futex", "clone", "socket", "ioctl"} {
+	for _, name := range []string{"read", "write", "openat", "execve", "mmap", "futex", "clone", "ioctl"} { // socket: TestSocketFamilies
 		if got := verdict(t, vm, uint32(info.ID), int32(info.SyscallNames[name])); got != allow {
 			t.Errorf("%s: verdict %#x, want allow", name, got)
 		}
@@ -117,5 +117,51 @@ func TestForeignArchitectureKilled(t *testing.T) {
 	// x32 ABI: native arch, syscall number with the x32 bit.
 	if got := verdict(t, vm, uint32(info.ID), int32(0x40000000|39)); got != enosy {
 		t.Errorf("x32 getpid: %#x, want ENOSYS", got)
+	}
+}
+
+// TestSocketFamilies: socket and socketpair pass for the families
+// interpreters use and fail with EAFNOSUPPORT for every other one (AF_VSOCK,
+// which ignores network namespaces, first), whatever type flags or garbage
+// high bits come with them; netlink is limited to NETLINK_ROUTE.
+func TestSocketFamilies(t *testing.T) {
+	vm, info := newVM(t)
+	eafnosupport := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EAFNOSUPPORT)
+	for _, name := range []string{"socket", "socketpair"} {
+		nr := int32(info.SyscallNames[name])
+		for _, c := range []struct {
+			family, typ, proto uint64
+		}{
+			{unix.AF_UNIX, unix.SOCK_STREAM, 0}, {unix.AF_UNIX, unix.SOCK_DGRAM | unix.SOCK_CLOEXEC, 0},
+			{unix.AF_INET, unix.SOCK_STREAM | unix.SOCK_NONBLOCK, 6}, {unix.AF_INET6, unix.SOCK_DGRAM, 17},
+			{unix.AF_NETLINK, unix.SOCK_RAW | unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE},
+			{0xffffffff00000000 | unix.AF_INET, unix.SOCK_STREAM, 0}, // the kernel reads an int
+		} {
+			if got := verdict(t, vm, uint32(info.ID), nr, c.family, c.typ, c.proto); got != allow {
+				t.Errorf("%s(%d, %#x, %d): %#x, want allow", name, c.family, c.typ, c.proto, got)
+			}
+		}
+		for _, c := range []struct {
+			family, proto uint64
+		}{
+			{unix.AF_VSOCK, 0}, {unix.AF_ALG, 0}, {unix.AF_PACKET, 0}, {unix.AF_KEY, 2}, {unix.AF_BLUETOOTH, 0},
+			{unix.AF_CAN, 1}, {unix.AF_RDS, 0}, {unix.AF_TIPC, 0}, {unix.AF_XDP, 0}, {unix.AF_X25, 0},
+			{unix.AF_APPLETALK, 0}, {unix.AF_NETROM, 0}, {unix.AF_LLC, 0}, {unix.AF_QIPCRTR, 0}, {unix.AF_MCTP, 0},
+			{unix.AF_NETLINK, unix.NETLINK_AUDIT}, {unix.AF_NETLINK, unix.NETLINK_KOBJECT_UEVENT},
+			{unix.AF_NETLINK, unix.NETLINK_SOCK_DIAG}, {unix.AF_NETLINK, unix.NETLINK_NETFILTER},
+			{unix.AF_NETLINK, unix.NETLINK_XFRM}, {unix.AF_NETLINK, unix.NETLINK_GENERIC},
+			{0, 0}, {unix.AF_MAX, 0}, {0xffffffff, 0},
+		} {
+			if got := verdict(t, vm, uint32(info.ID), nr, c.family, unix.SOCK_STREAM, c.proto); got != eafnosupport {
+				t.Errorf("%s(%d, proto %d): %#x, want EAFNOSUPPORT", name, c.family, c.proto, got)
+			}
+		}
+	}
+	// The check does not leak into other syscalls' arguments.
+	if got := verdict(t, vm, uint32(info.ID), int32(info.SyscallNames["connect"]), unix.AF_VSOCK); got != allow {
+		t.Errorf("connect(fd 40): %#x, want allow", got)
+	}
+	if got := verdict(t, vm, uint32(info.ID), int32(info.SyscallNames["bpf"]), unix.AF_UNIX); got != eperm {
+		t.Errorf("bpf after the socket check: %#x, want EPERM", got)
 	}
 }
