@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -82,5 +83,41 @@ func TestCloseWhileRunning(t *testing.T) {
 	}
 	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
 		t.Fatalf("block pid %d still exists after Close: %v", pid, err)
+	}
+}
+
+// TestCloseRemovesRunGroupAfterReturn: Close confirms the run's cgroup is
+// empty before it returns and removes the directories in the background;
+// they are gone once the removals have finished, in every hierarchy. A
+// daemon that outlived its block (none can in native mode) would instead
+// be killed and waited for inside Close.
+func TestCloseRemovesRunGroupAfterReturn(t *testing.T) {
+	s := nativeSandbox(t)
+	if s.plat.cg == nil {
+		skipOrFail(t, "no cgroups")
+	}
+	r, err := s.NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer null.Close()
+	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("sleep 300 & exit 0"), Dir: workdir(t, nil), Stdout: null, Stderr: null})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	dirs := r.plat.group.ProcsFiles()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if pop, err := r.plat.group.Populated(); err == nil && pop {
+		t.Fatal("run group still populated after Close returned")
+	}
+	s.plat.removals.Wait()
+	for _, f := range dirs {
+		if _, err := os.Stat(filepath.Dir(f)); !os.IsNotExist(err) {
+			t.Errorf("%s still exists after the background removal: %v", filepath.Dir(f), err)
+		}
 	}
 }

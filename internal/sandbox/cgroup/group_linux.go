@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -314,6 +313,14 @@ func (g *Group) kill() error {
 			return err
 		}
 	}
+	// An empty group (the common case at teardown: every block was its PID
+	// namespace's init and has been reaped) needs no freeze and thaw —
+	// three writes and a read per hierarchy on v1. A process can only
+	// appear in it by being added or forked by a member, and forks are what
+	// the freeze guards against, so with no member there is nothing to race.
+	if pop, err := g.Populated(); err == nil && !pop {
+		return nil
+	}
 	thaw, ferr := g.freeze()
 	kerr := g.signalAll()
 	if thaw != nil {
@@ -362,7 +369,7 @@ func (g *Group) freeze() (thaw func() error, err error) {
 	thaw = func() error { return writeFile(d+"/freezer.state", "THAWED") }
 	deadline := time.Now().Add(freezeTimeout)
 	for time.Now().Before(deadline) {
-		b, err := os.ReadFile(d + "/freezer.state")
+		b, err := readSmall(d + "/freezer.state")
 		if err != nil || strings.TrimSpace(string(b)) == "FROZEN" {
 			break
 		}
@@ -434,7 +441,7 @@ func (g *Group) killPid(pid, hi int) error {
 // member reports whether pid is (still) inside the group's subtree in
 // hierarchy hi, according to /proc/<pid>/cgroup.
 func (g *Group) member(pid, hi int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	b, err := readSmall("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
 		return false
 	}
@@ -668,17 +675,15 @@ func (g *Group) rmdirAllUntil(deadline time.Time) error {
 func subtreeDirs(dir string) ([]string, error) {
 	out := []string{dir}
 	for i := 0; i < len(out); i++ {
-		ents, err := os.ReadDir(out[i])
+		names, err := subdirs(out[i])
 		if err != nil {
 			if i > 0 && errors.Is(err, fs.ErrNotExist) {
 				continue // removed concurrently
 			}
 			return nil, err
 		}
-		for _, e := range ents {
-			if e.IsDir() {
-				out = append(out, out[i]+"/"+e.Name())
-			}
+		for _, n := range names {
+			out = append(out, out[i]+"/"+n)
 		}
 	}
 	return out, nil
@@ -733,7 +738,7 @@ func writeOptional(path, val string) (present bool, err error) {
 }
 
 func readIntOpt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
@@ -753,7 +758,7 @@ func readIntOpt(path string) (int64, error) {
 
 // readKey reads "key value" from a flat-keyed file (memory.events, cpu.stat).
 func readKey(path, key string) (int64, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path)
 	if err != nil {
 		return 0, err
 	}
@@ -779,7 +784,7 @@ func readKeyOpt(path, key string) (int64, error) {
 }
 
 func readPids(path string) ([]int, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path)
 	if err != nil {
 		return nil, err
 	}
