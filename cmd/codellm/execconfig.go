@@ -14,6 +14,7 @@ import (
 
 	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/fleetkit"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/metrics"
 	"github.com/codellm/codellm/internal/pipeline"
@@ -51,10 +52,12 @@ type execFlags struct {
 	set map[string]bool // which flags were given (flag or environment)
 
 	egressMetrics lazyEgressMetrics // wired to the server's registry once it exists
+	fs            *flag.FlagSet     // for the trip2g aliases (resolveAliases)
 }
 
 func (f *execFlags) register(fs *flag.FlagSet) {
-	f.maxOutput = 1 << 20
+	f.fs = fs
+	f.maxOutput = 10 << 20 // trip2g's default for the last block's stdout
 	f.maxStderr = 64 << 10
 	f.memory = byteSize(sandbox.DefaultMemory)
 	f.tmpSize = byteSize(sandbox.DefaultTmpSize)
@@ -66,8 +69,10 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.netMaxConns, "network-max-connections", egress.DefaultMaxConns, "egress connections per run (with --network-allow)")
 	f.netMaxBytes = egress.DefaultMaxBytes
 	fs.Var(&f.netMaxBytes, "network-max-bytes", "egress bytes per run, both directions (with --network-allow; default 256MiB)")
+	registerAlias(fs, "network")
 	fs.DurationVar(&f.timeout, "timeout", 300*time.Second, "whole-run timeout (requests may lower it)")
-	fs.Var(&f.maxOutput, "max-output-bytes", "cap on captured stdout per block (default 1MiB)")
+	fs.Var(&f.maxOutput, "max-output-bytes", "cap on captured stdout per block (default 10MiB)")
+	registerAlias(fs, "max-output-bytes")
 	fs.Var(&f.maxStderr, "max-stderr-bytes", "captured stderr per block; the last bytes are kept (default 64KiB)")
 	fs.IntVar(&f.maxBlocks, "max-blocks", 64, "maximum code blocks per request")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent", 2*runtime.NumCPU(), "maximum concurrent runs")
@@ -184,6 +189,11 @@ func (l *lazyEgressMetrics) Bytes(direction string, n int64) {
 // names the flag or entry.
 func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, error) {
 	var ecfg engine.Config
+	if f.fs != nil {
+		if err := resolveAliases(f.fs, f.set, log); err != nil {
+			return ecfg, nil, err
+		}
+	}
 	reg := interp.Builtin()
 	if f.interpreters != "" {
 		r, err := interp.LoadFile(f.interpreters)
@@ -191,6 +201,13 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 			return ecfg, nil, fmt.Errorf("--interpreters: %w", err)
 		}
 		reg = r
+	}
+	// fleetkit (trip2g's block helpers) on every python and node block's module path, read-only.
+	kitDir, err := fleetkit.Materialise("")
+	if err != nil {
+		log.Warn("fleetkit unavailable: blocks that import it will fail", "err", err)
+	} else {
+		reg = fleetkit.Install(reg, kitDir)
 	}
 	var allowed []string
 	if f.set["allowed-programs"] {
@@ -224,6 +241,7 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 	if err != nil {
 		return ecfg, nil, err
 	}
+	scfg.Shared = kitDir
 	sb, err := sandbox.New(scfg)
 	if err != nil {
 		return ecfg, nil, fmt.Errorf("sandbox: %w", err)

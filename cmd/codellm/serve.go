@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/server"
 )
@@ -47,6 +49,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	ef.register(fs)
 	var cfg server.Config
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "listen address (non-loopback needs --api-key, --client-ca or --insecure-public)")
+	registerAlias(fs, "listen")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "require Authorization: Bearer <key> (prefer CODELLM_API_KEY: flags show in process listings)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key file")
@@ -79,6 +82,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	ecfg, sb, err := ef.build(log)
 	if err != nil {
+		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
+		return 1
+	}
+	if err := checkAPIKeyLength(cfg.APIKey, cfg.Listen, log); err != nil {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 1
 	}
@@ -134,4 +141,20 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("codellm stopped")
 	return 0
+}
+
+// minAPIKeyLength is trip2g's floor for an API key: it guards code execution, so a guessable key guards
+// nothing.
+const minAPIKeyLength = 32
+
+// checkAPIKeyLength refuses a short API key on a non-loopback listener and warns about one on loopback.
+func checkAPIKeyLength(key, addr string, log *slog.Logger) error {
+	if key == "" || len(key) >= minAPIKeyLength {
+		return nil
+	}
+	if !listen.IsLoopback(addr) {
+		return fmt.Errorf("--api-key is %d characters; a non-loopback listener (%s) needs at least %d", len(key), addr, minAPIKeyLength)
+	}
+	log.Warn("the API key is shorter than 32 characters; a non-loopback listener would refuse it", "length", len(key))
+	return nil
 }

@@ -34,7 +34,7 @@ func TestEnvExactSet(t *testing.T) {
 	t.Setenv("CODELLM_API_KEY", "server-secret") // in codellm's own environment; must not be inherited
 	dir := t.TempDir()
 	in := Interpreter{Name: "python", Cmd: []string{"python3"}, Labels: []string{"py"}, Ext: ".py",
-		Env: []EnvVar{{"PYTHONUNBUFFERED", "1"}, {"MULTI", "a\nb=c"}}}
+		Env: []EnvVar{{Name: "PYTHONUNBUFFERED", Value: "1"}, {Name: "MULTI", Value: "a\nb=c"}}}
 	env := Env(dir, in, []string{"OPERATOR_TOKEN=t0k"})
 	want := []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin",

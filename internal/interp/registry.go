@@ -23,10 +23,13 @@ import (
 	"sync"
 )
 
-// EnvVar is one variable an interpreter entry adds to the child environment.
+// EnvVar is one variable an interpreter entry (or the top-level "env", for every interpreter) adds to the
+// child environment. IfExists (trip2g's registry shape) applies it only when that host path exists at
+// load time, so a registry written for an image that bundles packages also loads where they are absent.
 type EnvVar struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name     string `json:"name"`
+	Value    string `json:"value"`
+	IfExists string `json:"if_exists,omitempty"`
 }
 
 // Interpreter is one registry entry.
@@ -147,6 +150,7 @@ func Load(rd io.Reader) (*Registry, error) {
 	}
 	var top struct {
 		Interpreters *[]json.RawMessage `json:"interpreters"`
+		Env          []EnvVar           `json:"env"`
 	}
 	if err := decodeStrict(data, &top); err != nil {
 		return nil, &LoadError{Entry: -1, Reason: err.Error()}
@@ -166,6 +170,9 @@ func Load(rd io.Reader) (*Registry, error) {
 	if len(*top.Interpreters) == 0 {
 		return nil, &LoadError{Entry: -1, Reason: `"interpreters" is empty`}
 	}
+	if reason := checkEnv(top.Env); reason != "" {
+		return nil, &LoadError{Entry: -1, Reason: "top-level " + reason}
+	}
 	reg := &Registry{byName: map[string]int{}, byLabel: map[string]int{}}
 	for i, raw := range *top.Interpreters {
 		in, err := decodeEntry(i, raw)
@@ -177,7 +184,52 @@ func Load(rd io.Reader) (*Registry, error) {
 		}
 	}
 	sort.Strings(reg.labels)
+	reg.applyEnv(top.Env)
 	return reg, nil
+}
+
+// applyEnv adds the top-level env to every entry that does not set the same name itself (the entry's own
+// value wins), then drops every variable whose if_exists path is absent.
+func (r *Registry) applyEnv(global []EnvVar) {
+	for i := range r.list {
+		in := &r.list[i]
+		for _, g := range global {
+			if !slices.ContainsFunc(in.Env, func(e EnvVar) bool { return e.Name == g.Name }) {
+				in.Env = append(in.Env, g)
+			}
+		}
+		in.Env = slices.DeleteFunc(in.Env, func(e EnvVar) bool {
+			if e.IfExists == "" {
+				return false
+			}
+			_, err := os.Stat(e.IfExists)
+			return err != nil
+		})
+		for k := range in.Env {
+			in.Env[k].IfExists = ""
+		}
+	}
+}
+
+// checkEnv validates env entries; "" when they are fine.
+func checkEnv(env []EnvVar) string {
+	seen := map[string]bool{}
+	for _, e := range env {
+		switch {
+		case !envNameRE.MatchString(e.Name):
+			return fmt.Sprintf("env name %q must match [A-Za-z_][A-Za-z0-9_]*", e.Name)
+		case slices.Contains(Reserved, e.Name):
+			return fmt.Sprintf("env name %s is reserved (set by codellm for every block)", e.Name)
+		case seen[e.Name]:
+			return fmt.Sprintf("env name %s is listed twice", e.Name)
+		case strings.IndexByte(e.Value, 0) >= 0:
+			return fmt.Sprintf("env %s value contains a NUL byte", e.Name)
+		case e.IfExists != "" && !strings.HasPrefix(e.IfExists, "/"):
+			return fmt.Sprintf("env %s if_exists %q must be an absolute path", e.Name, e.IfExists)
+		}
+		seen[e.Name] = true
+	}
+	return ""
 }
 
 // decodeStrict decodes exactly one JSON value, rejecting unknown fields and trailing data.
@@ -267,19 +319,8 @@ func (r *Registry) add(i int, in Interpreter) error {
 	if !extRE.MatchString(in.Ext) {
 		return fail(`ext %q must be "." followed by [A-Za-z0-9]+`, in.Ext)
 	}
-	seen := map[string]bool{}
-	for _, e := range in.Env {
-		switch {
-		case !envNameRE.MatchString(e.Name):
-			return fail("env name %q must match [A-Za-z_][A-Za-z0-9_]*", e.Name)
-		case slices.Contains(Reserved, e.Name):
-			return fail("env name %s is reserved (set by codellm for every block)", e.Name)
-		case seen[e.Name]:
-			return fail("env name %s is listed twice", e.Name)
-		case strings.IndexByte(e.Value, 0) >= 0:
-			return fail("env %s value contains a NUL byte", e.Name)
-		}
-		seen[e.Name] = true
+	if reason := checkEnv(in.Env); reason != "" {
+		return fail("%s", reason)
 	}
 	r.byName[in.Name] = i
 	r.list = append(r.list, in.clone())
@@ -341,9 +382,9 @@ const (
 )
 
 var exactKeys = map[keyKind][]string{
-	kindTop:   {"interpreters"},
+	kindTop:   {"interpreters", "env"},
 	kindEntry: {"name", "cmd", "code_block_labels", "ext", "env"},
-	kindEnv:   {"name", "value"},
+	kindEnv:   {"name", "value", "if_exists"},
 }
 
 // checkKeys walks a syntactically valid document and rejects what encoding/json lets through silently:
@@ -388,6 +429,8 @@ func checkKeys(data []byte) error {
 				switch {
 				case kind == kindTop && key == "interpreters":
 					child = kindList
+				case kind == kindTop && key == "env":
+					child = kindEnvList
 				case kind == kindEntry && key == "env":
 					child = kindEnvList
 				}
@@ -418,4 +461,31 @@ func checkKeys(data []byte) error {
 		return err
 	}
 	return nil
+}
+
+// WithPathEnv returns a copy of r in which interpreter name also sets the path-list variable env to value;
+// when the entry already sets env, the entry's value comes first and value is appended after a ':'. r is
+// unchanged; an unknown name returns r. Used to put codellm's bundled modules on an interpreter's module
+// path (fleetkit).
+func (r *Registry) WithPathEnv(name, env, value string) *Registry {
+	i, ok := r.byName[name]
+	if !ok {
+		return r
+	}
+	out := &Registry{list: make([]Interpreter, len(r.list)), byName: r.byName, byLabel: r.byLabel, labels: r.labels}
+	for j, in := range r.list {
+		out.list[j] = in.clone()
+	}
+	in := &out.list[i]
+	for k := range in.Env {
+		if in.Env[k].Name == env {
+			if in.Env[k].Value != "" {
+				value = in.Env[k].Value + ":" + value
+			}
+			in.Env[k].Value = value
+			return out
+		}
+	}
+	in.Env = append(in.Env, EnvVar{Name: env, Value: value})
+	return out
 }

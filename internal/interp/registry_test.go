@@ -57,7 +57,7 @@ func TestRegistryImmutable(t *testing.T) {
 	in.Cmd[1] = "y"
 	r.Labels()[0] = "z"
 	again, ok := r.Lookup("py")
-	if !ok || !reflect.DeepEqual(*again, Interpreter{Name: "py", Cmd: []string{"python3", "-u"}, Labels: []string{"py"}, Ext: ".py", Env: []EnvVar{{"A", "1"}}}) {
+	if !ok || !reflect.DeepEqual(*again, Interpreter{Name: "py", Cmd: []string{"python3", "-u"}, Labels: []string{"py"}, Ext: ".py", Env: []EnvVar{{Name: "A", Value: "1"}}}) {
 		t.Fatalf("registry changed: %+v", again)
 	}
 	if r.Labels()[0] != "py" {
@@ -77,7 +77,7 @@ func TestLoadValid(t *testing.T) {
 		t.Fatalf("%+v", in)
 	}
 	py, _ := r.ByName("python")
-	if !reflect.DeepEqual(py.Env, []EnvVar{{"PYTHONUNBUFFERED", "1"}}) {
+	if !reflect.DeepEqual(py.Env, []EnvVar{{Name: "PYTHONUNBUFFERED", Value: "1"}}) {
 		t.Fatalf("%+v", py)
 	}
 }

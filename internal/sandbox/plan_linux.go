@@ -98,6 +98,13 @@ func landlockPlan(sp *hook.Spec, abi int, rootFS bool) {
 	}
 	add(read, true, mount.SystemDirs...)
 	add(read, true, "/etc")
+	if sp.Shared != "" {
+		shared := sp.Shared // no private root: the host path itself
+		if rootFS {
+			shared = hook.SharedMount
+		}
+		add(read, false, shared)
+	}
 	add(llsys.AccessFSReadFile|llsys.AccessFSReadDir, true, "/proc")
 	if rootFS {
 		add(read|write|llsys.AccessFSRefer, false, sp.Dir, "/tmp", "/dev/shm")

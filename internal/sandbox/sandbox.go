@@ -130,6 +130,11 @@ type Config struct {
 	// variables in its environment and a Landlock rule allowing TCP
 	// connect to that port only. Package egress implements it.
 	Egress func(runID string, narrow []string) (EgressRun, error)
+
+	// Shared is a host directory every block sees read-only at SharedMount (its private root) or at its own
+	// path (no private root, or the sandbox off): the module path of helpers shipped with codellm
+	// (fleetkit). Empty: nothing is shared. Its parents must be searchable by the sandbox's host uid.
+	Shared string
 }
 
 // EgressRun is the egress of one run: Serve accepts on one block's
@@ -138,6 +143,9 @@ type EgressRun interface {
 	Serve(l net.Listener)
 	Close() error
 }
+
+// SharedMount is where Config.Shared appears inside a block's private root.
+const SharedMount = "/codellm"
 
 // Spec describes one block to start.
 type Spec struct {

@@ -491,7 +491,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	hs := &hook.Spec{
 		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir, Persist: spec.Persist,
 		Network: s.cfg.Network, TmpSize: r.lim.TmpSize, FileSize: r.lim.FileSize,
-		OpenFiles: int64(r.lim.OpenFiles), ProbeOnly: probe, CapLastCap: capLastCap(),
+		OpenFiles: int64(r.lim.OpenFiles), ProbeOnly: probe, CapLastCap: capLastCap(), Shared: s.cfg.Shared,
 	}
 	if r.lim.CPUTime > 0 {
 		hs.CPUSeconds = uint64((r.lim.CPUTime + time.Second - 1) / time.Second)

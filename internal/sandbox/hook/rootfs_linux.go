@@ -32,6 +32,16 @@ func setupRoot(sp *Spec) error {
 		defer syscall.Close(fd)
 		dirFD = fd
 	}
+	sharedFD := -1
+	if sp.Shared != "" {
+		// Like the workdir: take the shared tree by path before the staging root (on /tmp) can cover it.
+		fd, err := openTree(sp.Shared)
+		if err != nil {
+			return wrap("build root filesystem: open_tree "+sp.Shared, err)
+		}
+		defer syscall.Close(fd)
+		sharedFD = fd
+	}
 	r := sp.Staging
 	if err := syscall.Mount("tmpfs", r, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755"); err != nil {
 		return wrap("build root filesystem: mount root tmpfs on "+r, err)
@@ -77,6 +87,11 @@ func setupRoot(sp *Spec) error {
 	}
 	if err := setupWorkdir(r, sp, dirFD); err != nil {
 		return err
+	}
+	if sharedFD >= 0 {
+		if err := attachRO(sharedFD, r+SharedMount); err != nil {
+			return err
+		}
 	}
 	// Make the root itself read-only: nothing outside the workdir, /tmp and
 	// /dev/shm is writable.
@@ -519,4 +534,21 @@ func copyFile(dirfd int, name, dst string, perm uint32) error {
 			return wrap("copy "+dst[1:], err)
 		}
 	}
+}
+
+// attachRO attaches the detached tree fd (open_tree) on a new directory dst, read-only, nosuid and nodev.
+func attachRO(fd int, dst string) error {
+	if err := mkdir(dst, 0o755); err != nil {
+		return err
+	}
+	empty, _ := syscall.BytePtrFromString("")
+	d, err := syscall.BytePtrFromString(dst)
+	if err != nil {
+		return err
+	}
+	const moveMountFEmptyPath = 0x4
+	if _, _, e := syscall.Syscall6(sysMoveMount, uintptr(fd), uintptr(unsafe.Pointer(empty)), ^uintptr(99) /* AT_FDCWD */, uintptr(unsafe.Pointer(d)), moveMountFEmptyPath, 0); e != 0 {
+		return wrap("build root filesystem: attach "+dst, e)
+	}
+	return restrict(dst, mountAttrRdonly|mountAttrNosuid|mountAttrNodev)
 }

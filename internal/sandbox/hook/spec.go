@@ -68,6 +68,9 @@ type LandlockRule struct {
 	Optional bool
 }
 
+// SharedMount is where Spec.Shared is bound in the new root (sandbox.SharedMount).
+const SharedMount = "/codellm"
+
 // Spec is everything the helper needs, computed by the server.
 type Spec struct {
 	Path      string
@@ -88,6 +91,7 @@ type Spec struct {
 	Passwd, Group, Hosts, Hostname   []byte // generated /etc files
 	Staging                          string // host dir to mount the new root on
 	UTSName                          string // hostname inside (Mech has MUTSNS)
+	Shared                           string // host dir bound read-only at SharedMount ("": none)
 
 	// Landlock (applied when Mech has MLandlock).
 	LandlockABI                   int64
