@@ -59,6 +59,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	var maxBody byteSize = 10 << 20
 	fs.Var(&maxBody, "max-body-bytes", "maximum request body (default 10MiB)")
 	dbgFlags := registerDebugFlags(fs)
+	idem := registerIdempotencyFlags(fs)
 	lf := registerListenerFlags(fs, &cfg)
 	var runnerTTL time.Duration
 	var runnerSessions int
@@ -94,6 +95,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	cfg.Logger = log
 	cfg.Version = version
 	cfg.Network = ef.network
+	cfg.Idempotency = idem.guard()
 	srv, err := server.New(cfg, ecfg, sb)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)

@@ -25,6 +25,7 @@ type Service struct {
 	RunsInFlight     prometheus.GaugeFunc
 	ReexecutionGuard prometheus.Counter
 	Egress           *Egress
+	Idempotency      *prometheus.CounterVec // event
 }
 
 // Egress counts the egress proxy's decisions and traffic; it satisfies
@@ -95,6 +96,10 @@ func NewService(inFlight func() float64) *Service {
 			Name: "codellm_reexecution_guard_total",
 			Help: "Chat requests answered by the re-execution guard without running anything.",
 		}),
+		Idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codellm_idempotency_events_total",
+			Help: "Idempotency-Key and client-retry handling by event (recorded, replayed, attached, mismatch, released, evicted, too_large).",
+		}, []string{"event"}),
 	}
 	m.Egress = &Egress{
 		Connections: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -107,7 +112,7 @@ func NewService(inFlight func() float64) *Service {
 		}, []string{"direction"}),
 	}
 	r.MustRegister(m.HTTPRequests, m.RunDuration, m.SandboxSetup, m.RunBlocks, m.Kills, m.QueueWait,
-		m.RunsInFlight, m.ReexecutionGuard, m.Egress.Connections, m.Egress.Traffic,
+		m.RunsInFlight, m.ReexecutionGuard, m.Egress.Connections, m.Egress.Traffic, m.Idempotency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the kill reasons so that a scrape shows every documented series from the start.
 	for _, reason := range KillReasons {

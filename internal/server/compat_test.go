@@ -9,9 +9,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
+	"github.com/codellm/codellm/internal/idempotency"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/server"
 )
@@ -156,4 +159,105 @@ func TestStreamLargeAnswer(t *testing.T) {
 	if len(calls) != 2 || calls[0].Args["content"] != want || calls[1].Args["answer"] != "done" {
 		t.Fatalf("accumulated calls differ (%d calls)", len(calls))
 	}
+}
+
+func idemServer(t *testing.T) *testServer {
+	return startServer(t, options{cfg: func(c *server.Config) {
+		c.Idempotency = &idempotency.Guard{Store: idempotency.NewMemory(idempotency.MemoryConfig{}), TTL: time.Minute}
+	}})
+}
+
+// randomAnswer answers with fresh random bytes, so a second run cannot pass for a replay.
+var randomAnswer = block("bash", `printf '{"answer":"%s"}' "$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"`)
+
+// Idempotency-Key on the chat route: a repeat replays the first response byte for byte (success,
+// failure, streamed) and runs nothing; another body under the same key is refused.
+func TestIdempotencyChat(t *testing.T) {
+	ts := idemServer(t)
+	for _, tc := range []struct {
+		name   string
+		req    map[string]any
+		status int
+	}{
+		{"success", chat(randomAnswer), 200},
+		{"failure", chat(block("bash", "od -An -N8 -tx8 /dev/urandom >&2; exit 3")), 422},
+		{"stream", func() map[string]any { r := chat(randomAnswer); r["stream"] = true; return r }(), 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := ts.runs(t)
+			s1, h1, b1 := ts.post(t, "/v1/chat/completions", tc.req, "Idempotency-Key", "key-"+tc.name)
+			s2, h2, b2 := ts.post(t, "/v1/chat/completions", tc.req, "Idempotency-Key", "key-"+tc.name)
+			if s1 != tc.status || s2 != s1 || !bytes.Equal(b1, b2) || h1.Get("Idempotent-Replayed") != "" ||
+				h2.Get("Idempotent-Replayed") != "true" || h2.Get("Content-Type") != h1.Get("Content-Type") {
+				t.Fatalf("first %d %v %s\nsecond %d %v %s", s1, h1, b1, s2, h2, b2)
+			}
+			if h1.Get("X-Request-Id") == h2.Get("X-Request-Id") {
+				t.Error("the replay reuses the first response's request id")
+			}
+			// The differential: without the key the same request runs again and answers differently.
+			s3, _, b3 := ts.post(t, "/v1/chat/completions", tc.req)
+			if s3 != tc.status || bytes.Equal(b3, b1) || ts.runs(t) != before+2 {
+				t.Fatalf("unkeyed repeat: %d %s (runs %d)", s3, b3, ts.runs(t)-before)
+			}
+		})
+	}
+	before := ts.runs(t)
+	status, _, body := ts.post(t, "/v1/chat/completions", chat(block("bash", "echo {}")), "Idempotency-Key", "key-success")
+	wantError(t, status, body, 400, "idempotency_key_reused", "different request body")
+	if ts.runs(t) != before {
+		t.Fatal("a reused key ran code")
+	}
+	_, _, metrics := ts.get(t, "/metrics")
+	for _, want := range []string{`codellm_idempotency_events_total{event="replayed"} 3`, `codellm_idempotency_events_total{event="mismatch"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s:\n%s", want, grepLines(string(metrics), "idempotency"))
+		}
+	}
+}
+
+// The connection of openai-go's first attempt drops while the code runs (a middleware cuts it after
+// 700 ms; openai-go does not retry its own timeouts, openai-node does, see test/clients); openai-go
+// retries with X-Stainless-Retry-Count: 1, which attaches to the first run: the code runs once.
+func TestIdempotencyClientTimeoutRetry(t *testing.T) {
+	// The differential: without the guard the retry runs the code a second time.
+	if n := dropAndRetry(t, startServer(t, options{})); n != 2 {
+		t.Fatalf("without the guard the code ran %d times, want 2", n)
+	}
+	ts := idemServer(t)
+	if n := dropAndRetry(t, ts); n != 1 {
+		t.Fatalf("the code ran %d times", n)
+	}
+	_, _, metrics := ts.get(t, "/metrics")
+	if !strings.Contains(string(metrics), `codellm_idempotency_events_total{event="attached"} 1`) {
+		t.Errorf("no retry attached:\n%s", grepLines(string(metrics), "idempotency"))
+	}
+}
+
+// dropAndRetry sends one slow chat request whose first attempt's connection drops and returns the
+// number of runs the server counted.
+func dropAndRetry(t *testing.T, ts *testServer) int {
+	t.Helper()
+	drop := func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		if req.Header.Get("X-Stainless-Retry-Count") != "0" {
+			return next(req)
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), 700*time.Millisecond)
+		defer cancel()
+		if res, err := next(req.WithContext(ctx)); err == nil {
+			res.Body.Close()
+			return nil, errors.New("the first attempt finished before the cut; make the block slower")
+		}
+		return nil, errors.New("simulated connection drop")
+	}
+	c := oai.NewClient(option.WithBaseURL(ts.URL+"/v1/"), option.WithAPIKey("unused"),
+		option.WithMiddleware(drop), option.WithMaxRetries(2))
+	resp, err := c.Chat.Completions.New(context.Background(), oai.ChatCompletionNewParams{
+		Model:    "codellm",
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage(block("bash", `sleep 1.5; echo '{"answer":"slow"}'`))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCalls(t, oaiCalls(t, resp.Choices[0].Message.ToolCalls), []call{{"finish", map[string]any{"answer": "slow"}}})
+	return ts.runs(t)
 }

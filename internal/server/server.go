@@ -26,6 +26,7 @@ import (
 	"github.com/codellm/codellm/internal/contract"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/httpguard"
+	"github.com/codellm/codellm/internal/idempotency"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/metrics"
@@ -55,6 +56,9 @@ type Config struct {
 	AllowedHosts   []string
 	AllowedOrigins []string
 	Limits         httpguard.Limits
+	// Idempotency, when set, makes the code-running routes honour Idempotency-Key and Stainless retries
+	// (see internal/idempotency); the server fills in its Credential, Detach, MaxBody and OnEvent.
+	Idempotency *idempotency.Guard
 }
 
 // Server is one codellm service instance.
@@ -69,6 +73,7 @@ type Server struct {
 	guard    *httpguard.Policy
 
 	draining atomic.Bool
+	baseCtx  atomic.Value // context.Context of runs, set by Serve (cancelled after the drain grace)
 	check    atomic.Pointer[selfCheck]
 
 	// extra routes registered by other components on the main listener (the runner API).
@@ -132,6 +137,13 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 		"/readyz":              {http.MethodGet: {"readyz", false, s.handleReadyz}},
 		"/metrics":             {http.MethodGet: {"metrics", true, s.handleMetrics}},
 	}
+	s.setupIdempotency()
+	for _, methods := range s.routes {
+		for m, rh := range methods {
+			rh.h = s.idempotent(rh.name, rh.h)
+			methods[m] = rh
+		}
+	}
 	s.handler = http.HandlerFunc(s.serveHTTP)
 	if cfg.InsecurePublic && !listen.IsLoopback(cfg.Listen) && cfg.APIKey == "" && cfg.ClientCA == "" {
 		s.log.Warn("serving unauthenticated on a public address (--insecure-public): anyone who can reach it can run code",
@@ -157,9 +169,9 @@ func (s *Server) Route(method, pattern, name string, h http.HandlerFunc) {
 	if s.routes[pattern] == nil {
 		s.routes[pattern] = map[string]routeHandler{}
 	}
-	s.routes[pattern][method] = routeHandler{name: name, auth: true, h: func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	s.routes[pattern][method] = routeHandler{name: name, auth: true, h: s.idempotent(name, func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
 		h(w, r)
-	}}
+	})}
 }
 
 func (s *Server) lookup(path string) (map[string]routeHandler, bool) {
@@ -474,6 +486,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln = tls.NewListener(ln, tc)
 	}
 	runCtx, cancelRuns := context.WithCancel(context.WithoutCancel(ctx))
+	s.baseCtx.Store(runCtx)
 	defer cancelRuns()
 	hs := s.cfg.Limits.Server(s.handler, s.log)
 	hs.BaseContext = func(net.Listener) context.Context { return runCtx }
