@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,9 +14,17 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/codellm/codellm/internal/metrics"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestEventsMatchMetrics(t *testing.T) {
+	if !slices.Equal(Events, metrics.IdempotencyEvents) {
+		t.Fatalf("idempotency.Events %v != metrics.IdempotencyEvents %v", Events, metrics.IdempotencyEvents)
+	}
+}
 
 // app is a handler that counts its runs and answers with the run number, so a second run is visible.
 type app struct {

@@ -50,6 +50,9 @@ func (e *Egress) Bytes(direction string, n int64) {
 	e.Traffic.WithLabelValues(direction).Add(float64(n))
 }
 
+// IdempotencyEvents are the values of codellm_idempotency_events_total{event} (idempotency.Events).
+var IdempotencyEvents = []string{"recorded", "replayed", "attached", "mismatch", "released", "evicted", "too_large"}
+
 // KillReasons are the values of codellm_kills_total{reason}.
 var KillReasons = []string{"timeout", "cancelled", "output_limit", "memory", "pids", "cpu"}
 
@@ -117,6 +120,9 @@ func NewService(inFlight func() float64) *Service {
 	// Pre-create the kill reasons so that a scrape shows every documented series from the start.
 	for _, reason := range KillReasons {
 		m.Kills.WithLabelValues(reason)
+	}
+	for _, e := range IdempotencyEvents {
+		m.Idempotency.WithLabelValues(e)
 	}
 	for _, reason := range EgressReasons {
 		d := "refused"

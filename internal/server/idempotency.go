@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"net/http"
 
-	"github.com/codellm/codellm/internal/idempotency"
 	"github.com/codellm/codellm/internal/openai"
 )
 
@@ -24,9 +23,6 @@ func (s *Server) setupIdempotency() {
 	g.Detach = s.detach
 	if g.MaxBody <= 0 {
 		g.MaxBody = s.cfg.MaxBodyBytes
-	}
-	for _, e := range idempotency.Events {
-		s.metrics.Idempotency.WithLabelValues(e)
 	}
 	g.OnEvent = func(e string) { s.metrics.Idempotency.WithLabelValues(e).Inc() }
 }
