@@ -30,6 +30,12 @@ const (
 	CodeResultInvalid        Code = "RESULT_INVALID"
 	CodeBodyTooLarge         Code = "BODY_TOO_LARGE"
 	CodeWorkerBusy           Code = "WORKER_BUSY"
+	// CodeStoreUnavailable: the hub cannot reach its store; retry after
+	// Retry-After (hub store outages, not in the reference).
+	CodeStoreUnavailable Code = "STORE_UNAVAILABLE"
+	// CodeStoreReset: the hub's store lost its state (credentials
+	// included); the worker must be paired again.
+	CodeStoreReset Code = "STORE_RESET"
 )
 
 // HTTPStatus is the status that carries c on the wire.
@@ -45,8 +51,10 @@ func (c Code) HTTPStatus() int {
 		return http.StatusNotFound
 	case CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case CodeWorkerBusy:
+	case CodeWorkerBusy, CodeStoreUnavailable:
 		return http.StatusServiceUnavailable
+	case CodeStoreReset:
+		return http.StatusUnauthorized
 	case "":
 		return http.StatusBadRequest
 	default:
@@ -114,6 +122,8 @@ var (
 	ErrResultInvalid        = NewError(CodeResultInvalid, "Invalid bridge assignment result")
 	ErrBodyTooLarge         = NewError(CodeBodyTooLarge, "Bridge request body is too large")
 	ErrWorkerBusy           = NewError(CodeWorkerBusy, "Bridge worker is busy")
+	ErrStoreUnavailable     = NewError(CodeStoreUnavailable, "Bridge hub store is unavailable")
+	ErrStoreReset           = NewError(CodeStoreReset, "The hub's store was reset: pair this worker again")
 )
 
 // Envelope is the wire error body: {"error":"…","code":"…"}.

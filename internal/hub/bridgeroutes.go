@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,6 +123,11 @@ func (h *Hub) serveBridge(w http.ResponseWriter, r *http.Request, rest string) {
 		err = h.handleRedeem(w, r, raw)
 	default:
 		err = h.serveWorker(w, r, rt, raw)
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		// Counted and logged once by storeFailed; the worker retries.
+		w.Header().Set("Retry-After", strconv.Itoa(storeRetryAfter))
+		err = bridge.ErrStoreUnavailable
 	}
 	if err != nil {
 		var be *bridge.Error
@@ -319,6 +325,11 @@ func (h *Hub) authWorker(ctx context.Context, r *http.Request, workerID string, 
 	}
 	credHash := bridge.HashSecret(proof.Credential)
 	cred, err := h.store.Credential(ctx, workerID, credHash)
+	if errors.Is(err, bridge.ErrCredentialInvalid) && h.storeWasReset(ctx) {
+		// The credential went with the store's data: say so, so that the
+		// worker tells its operator to pair it again.
+		return nil, bridge.ErrStoreReset
+	}
 	if err != nil {
 		return nil, err
 	}

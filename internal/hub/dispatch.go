@@ -260,6 +260,14 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 	}
 	a, err := h.store.Enqueue(ctx, p)
 	if err != nil {
+		if errors.Is(err, store.ErrUnavailable) {
+			// The enqueue may have been stored with its reply lost: take
+			// it back if the store answers now, so the worker is not left
+			// locked by work nobody waits for.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = h.store.Withdraw(wctx, p.WorkerID, p.AssignmentID)
+			cancel()
+		}
 		return nil, err
 	}
 	h.metrics.Assignments.WithLabelValues("enqueued").Inc()
@@ -316,16 +324,21 @@ func (h *Hub) await(ctx context.Context, a *store.Assignment) (*store.Settlement
 	wctx := ctx
 	for {
 		ch := h.changes()
-		st, err := h.store.Settlement(bg, a.WorkerID, a.ID)
-		if err != nil {
+		var st *store.Settlement
+		var ws *store.WorkerState
+		// A store outage shorter than the deadline loses nothing: keep
+		// asking until the assignment's deadline.
+		err := h.retryStore(a.ExpiresAt, func() (err error) {
+			if st, err = h.store.Settlement(bg, a.WorkerID, a.ID); err == nil && st == nil {
+				ws, err = h.store.Worker(bg, a.WorkerID)
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, store.ErrUnavailable) {
 			return nil, err
 		}
 		if st != nil || !time.Now().Before(a.ExpiresAt) {
 			return h.complete(bg, a)
-		}
-		ws, err := h.store.Worker(bg, a.WorkerID)
-		if err != nil {
-			return nil, err
 		}
 		if !ws.Online || (ws.Registration != nil && ws.Registration.IncarnationID != a.IncarnationID) {
 			// The worker crashed or was replaced: take back work it never
@@ -357,8 +370,13 @@ func (h *Hub) await(ctx context.Context, a *store.Assignment) (*store.Settlement
 	}
 }
 
-func (h *Hub) complete(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
-	st, err := h.store.Complete(ctx, a.WorkerID, a.ID)
+func (h *Hub) complete(ctx context.Context, a *store.Assignment) (st *store.Settlement, err error) {
+	// Complete is idempotent once it collected a settlement, so it is
+	// retried through a short outage (a little past the deadline).
+	_ = h.retryStore(time.Now().Add(2*time.Second), func() error {
+		st, err = h.store.Complete(ctx, a.WorkerID, a.ID)
+		return err
+	})
 	h.notify() // the lock may be free now
 	return st, err
 }
@@ -384,6 +402,8 @@ func mapDispatchError(err error) *clientError {
 		return ce
 	}
 	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		return errStoreUnavailable()
 	case errors.Is(err, bridge.ErrAssignmentExpired):
 		return &clientError{status: http.StatusGatewayTimeout, code: "execution_timeout", message: "Execution did not finish before the deadline"}
 	case errors.Is(err, bridge.ErrWorkerOffline), errors.Is(err, bridge.ErrWorkerMismatch):

@@ -134,6 +134,7 @@ type Hub struct {
 	// largeBodies bounds concurrent settle-body reads (largeBodySlot).
 	largeOnce   sync.Once
 	largeBodies chan struct{}
+	health      storeHealth
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -158,6 +159,13 @@ func New(cfg Config, st Store) (*Hub, error) {
 		sessions: map[string]*session{}, queues: map[string][]*waiter{}, closing: make(chan struct{}),
 	}
 	h.metrics = metrics.NewHub(h.onlineWorkers)
+	if o, ok := st.(interface{ ObserveErrors(func(string, error)) }); ok {
+		o.ObserveErrors(h.storeFailed)
+	}
+	// Learn the store's epoch now; an unreachable store is learned later.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = h.checkEpoch(ctx)
+	cancel()
 	return h, nil
 }
 
@@ -244,6 +252,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case path == "/healthz":
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+	case path == "/readyz":
+		h.serveReady(w, r)
 	case path == "/metrics":
 		h.serveMetrics(w, r)
 	case path == "/v1/exec":

@@ -148,6 +148,7 @@ type Hub struct {
 	WorkersOnline prometheus.GaugeFunc
 	Assignments   *prometheus.CounterVec   // state
 	LeaseWait     *prometheus.HistogramVec // result
+	StoreErrors   *prometheus.CounterVec   // operation
 }
 
 // AssignmentStates are the values of codellm_hub_assignments_total{state}: every assignment is counted
@@ -176,8 +177,12 @@ func NewHub(online func() float64) *Hub {
 			Help:    "How long a worker's lease long poll waited, by result (assignment or empty).",
 			Buckets: []float64{.001, .01, .05, .1, .5, 1, 2.5, 5, 10, 20, 30},
 		}, []string{"result"}),
+		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codellm_hub_store_errors_total",
+			Help: "Store operations that failed because the store was unreachable or could not write, by operation.",
+		}, []string{"operation"}),
 	}
-	r.MustRegister(m.WorkersOnline, m.Assignments, m.LeaseWait,
+	r.MustRegister(m.WorkersOnline, m.Assignments, m.LeaseWait, m.StoreErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, s := range AssignmentStates {
 		m.Assignments.WithLabelValues(s)

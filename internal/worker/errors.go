@@ -21,7 +21,15 @@ var (
 	ErrQuarantined = errors.New("worker: quarantined")
 	// ErrProtocol: a reply broke the protocol (retried with backoff).
 	ErrProtocol = errors.New("worker: protocol error")
+	// ErrStoreReset: the hub's store lost its state, this worker's
+	// credential with it (an authentication failure: exit 3).
+	ErrStoreReset error = storeResetError{}
 )
+
+type storeResetError struct{}
+
+func (storeResetError) Error() string { return "the hub's store was reset: pair this worker again" }
+func (storeResetError) Unwrap() error { return ErrAuth }
 
 // Exit codes of `codellm worker run` (§12).
 const (
@@ -78,6 +86,8 @@ func fatal(err error) error {
 		return nil
 	}
 	switch {
+	case be.Code == bridge.CodeStoreReset:
+		return ErrStoreReset
 	case be.Status == http.StatusUnauthorized || be.Status == http.StatusForbidden:
 		return errors.Join(ErrAuth, err)
 	case be.Code == bridge.CodeWorkerFenced:

@@ -11,7 +11,7 @@ import (
 // Enqueue implements Store (§7.3 dispatch steps 1–3).
 func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, error) {
 	var out Assignment
-	err := p.update(ctx, ep.WorkerID, func(t *wtx) error {
+	err := p.update(ctx, "enqueue", ep.WorkerID, func(t *wtx) error {
 		if !t.isReady() {
 			return bridge.ErrWorkerOffline
 		}
@@ -84,7 +84,7 @@ func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityI
 		return nil, err
 	}
 	var out *Assignment
-	err := p.update(ctx, workerID, func(t *wtx) error {
+	err := p.update(ctx, "lease", workerID, func(t *wtx) error {
 		out = nil
 		rec := t.rec
 		if _, f := rec.Fenced[incarnationID]; f || (rec.RegOwner != "" && rec.RegOwner != incarnationID) {
@@ -147,9 +147,9 @@ func (t *wtx) claim(inc string) (string, bool) {
 // leaseEmpty reports, from one snapshot, that the incarnation has neither a
 // claim nor queued work; fencing is checked on the same snapshot.
 func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID string) (bool, error) {
-	vals, err := p.b.Read(ctx, recKey(workerID), queueKey(workerID))
+	vals, err := p.read(ctx, "lease", recKey(workerID), queueKey(workerID))
 	if err != nil {
-		return false, readErr(err)
+		return false, err
 	}
 	rec, err := decode[WorkerRecord](vals[0], "worker record")
 	if err != nil {
@@ -170,7 +170,7 @@ func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID strin
 
 // Ack implements Store (§3.6).
 func (p *Protocol) Ack(ctx context.Context, ap AckParams) error {
-	return p.update(ctx, ap.WorkerID, func(t *wtx) error {
+	return p.update(ctx, "ack", ap.WorkerID, func(t *wtx) error {
 		a, err := t.asg(ap.AssignmentID)
 		if err != nil {
 			return err
@@ -190,9 +190,9 @@ func (p *Protocol) Ack(ctx context.Context, ap AckParams) error {
 // Cancelled implements Store: true when the assignment is gone, fenced or
 // cancelled.
 func (p *Protocol) Cancelled(ctx context.Context, workerID, incarnationID, assignmentID string) (bool, error) {
-	vals, err := p.b.Read(ctx, recKey(workerID), asgKey(workerID, assignmentID))
+	vals, err := p.read(ctx, "cancelled", recKey(workerID), asgKey(workerID, assignmentID))
 	if err != nil {
-		return false, readErr(err)
+		return false, err
 	}
 	rec, err := decode[WorkerRecord](vals[0], "worker record")
 	if err != nil {
@@ -207,7 +207,7 @@ func (p *Protocol) Cancelled(ctx context.Context, workerID, incarnationID, assig
 
 // Cancel implements Store.
 func (p *Protocol) Cancel(ctx context.Context, workerID, assignmentID string) error {
-	return p.update(ctx, workerID, func(t *wtx) error {
+	return p.update(ctx, "cancel", workerID, func(t *wtx) error {
 		a, err := t.asg(assignmentID)
 		if err != nil || a == nil || a.Cancelled {
 			return err
@@ -220,9 +220,9 @@ func (p *Protocol) Cancel(ctx context.Context, workerID, assignmentID string) er
 
 // Settlement implements Store.
 func (p *Protocol) Settlement(ctx context.Context, workerID, assignmentID string) (*Settlement, error) {
-	vals, err := p.b.Read(ctx, asgKey(workerID, assignmentID))
+	vals, err := p.read(ctx, "settlement", asgKey(workerID, assignmentID))
 	if err != nil {
-		return nil, readErr(err)
+		return nil, err
 	}
 	a, err := decode[asgRec](vals[0], "assignment")
 	if err != nil || a == nil {
@@ -233,7 +233,7 @@ func (p *Protocol) Settlement(ctx context.Context, workerID, assignmentID string
 
 // Withdraw implements Store.
 func (p *Protocol) Withdraw(ctx context.Context, workerID, assignmentID string) error {
-	return p.update(ctx, workerID, func(t *wtx) error {
+	return p.update(ctx, "withdraw", workerID, func(t *wtx) error {
 		a, err := t.asg(assignmentID)
 		if err != nil {
 			return err
@@ -254,7 +254,7 @@ func (p *Protocol) Withdraw(ctx context.Context, workerID, assignmentID string) 
 
 // ResetWorkspace implements Store (§3.7).
 func (p *Protocol) ResetWorkspace(ctx context.Context, workerID, incarnationID, runtimeSessionID string) error {
-	return p.update(ctx, workerID, func(t *wtx) error {
+	return p.update(ctx, "reset_workspace", workerID, func(t *wtx) error {
 		if _, f := t.rec.Fenced[incarnationID]; f || t.rec.RegOwner != incarnationID {
 			return bridge.ErrWorkerFenced
 		}

@@ -14,7 +14,7 @@ func clearPending(rec *WorkerRecord) {
 
 // CreatePairing implements Store.
 func (p *Protocol) CreatePairing(ctx context.Context, workerID, codeHash string, binding *bridge.Binding, expiresAt time.Time) error {
-	return p.update(ctx, workerID, func(t *wtx) error {
+	return p.update(ctx, "create_pairing", workerID, func(t *wtx) error {
 		rec := t.rec
 		if rec.PendingCode != "" {
 			t.tx.Delete(codeKey(rec.PendingCode))
@@ -31,16 +31,16 @@ func (p *Protocol) CreatePairing(ctx context.Context, workerID, codeHash string,
 // RedeemPairing implements Store: a code is consumed whatever the outcome.
 func (p *Protocol) RedeemPairing(ctx context.Context, rp RedeemParams) (string, error) {
 	ck := codeKey(rp.CodeHash)
-	vals, err := p.b.Read(ctx, ck)
+	vals, err := p.read(ctx, "redeem_pairing", ck)
 	if err != nil {
-		return "", readErr(err)
+		return "", err
 	}
 	owner := string(vals[0])
 	if owner == "" {
 		return "", bridge.ErrPairingInvalid
 	}
 	var identity string
-	err = p.update(ctx, owner, func(t *wtx) error {
+	err = p.update(ctx, "redeem_pairing", owner, func(t *wtx) error {
 		identity = ""
 		cur, err := t.tx.Get(ck)
 		if err != nil {
@@ -78,7 +78,7 @@ func (p *Protocol) RedeemPairing(ctx context.Context, rp RedeemParams) (string, 
 
 // Revoke implements Store.
 func (p *Protocol) Revoke(ctx context.Context, workerID string) error {
-	return p.update(ctx, workerID, func(t *wtx) error {
+	return p.update(ctx, "revoke", workerID, func(t *wtx) error {
 		rec := t.rec
 		if rec.PendingCode != "" {
 			t.tx.Delete(codeKey(rec.PendingCode))
@@ -96,9 +96,9 @@ func (p *Protocol) Revoke(ctx context.Context, workerID string) error {
 
 // record reads one worker record outside a transaction (nil when absent).
 func (p *Protocol) record(ctx context.Context, workerID string) (*WorkerRecord, error) {
-	vals, err := p.b.Read(ctx, recKey(workerID))
+	vals, err := p.read(ctx, "credential", recKey(workerID))
 	if err != nil {
-		return nil, readErr(err)
+		return nil, err
 	}
 	return decode[WorkerRecord](vals[0], "worker record")
 }
@@ -120,7 +120,7 @@ func (p *Protocol) Credential(ctx context.Context, workerID, credentialHash stri
 
 // RefreshCredential implements Store.
 func (p *Protocol) RefreshCredential(ctx context.Context, workerID, oldHash, newHash string, expiresAt time.Time) error {
-	return p.update(ctx, workerID, func(t *wtx) error {
+	return p.update(ctx, "refresh_credential", workerID, func(t *wtx) error {
 		rec := t.rec
 		if rec.CredentialHash == "" || rec.CredentialHash != oldHash || !t.now.Before(rec.CredentialExpires) {
 			return bridge.ErrCredentialInvalid
@@ -134,9 +134,9 @@ func (p *Protocol) RefreshCredential(ctx context.Context, workerID, oldHash, new
 // UseNonce implements Store: a nonce is recorded once per credential, and
 // a proof dated before the backend's memory of nonces began is a replay.
 func (p *Protocol) UseNonce(ctx context.Context, credentialHash, nonceHash string, timestamp time.Time) error {
-	ok, err := p.b.InsertNew(ctx, "nonce:"+credentialHash+":"+nonceHash, p.nonceTTL, timestamp)
+	ok, err := p.insertNew(ctx, "use_nonce", "nonce:"+credentialHash+":"+nonceHash, p.nonceTTL, timestamp)
 	if err != nil {
-		return readErr(err)
+		return err
 	}
 	if !ok {
 		return bridge.ErrProofReplayed

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
@@ -29,6 +30,8 @@ type Protocol struct {
 	// mark could not be stored (§10.3: fail closed in this process at least).
 	mu          sync.Mutex
 	quarantined map[string]map[string]bool
+
+	onError atomic.Pointer[func(op string, err error)]
 }
 
 // Options are the lifetimes of §7.1; zero takes the default.
@@ -70,7 +73,8 @@ func (p *Protocol) Backend() Backend { return p.b }
 
 // Epoch passes Backend.Epoch through (state-loss detection).
 func (p *Protocol) Epoch(ctx context.Context, create bool) (string, error) {
-	return p.b.Epoch(ctx, create)
+	v, err := p.b.Epoch(ctx, create)
+	return v, p.observe("epoch", readErr(err))
 }
 
 // Close closes the backend.
@@ -198,9 +202,10 @@ func (p *Protocol) worker(tx Txn, w string) (*wtx, error) {
 	return t, nil
 }
 
-// update runs fn as one transaction on worker w. Writes fn made are stored
-// even when it returns a protocol error; a read or decode failure aborts.
-func (p *Protocol) update(ctx context.Context, w string, fn func(t *wtx) error) error {
+// update runs fn as one transaction on worker w (operation op). Writes fn
+// made are stored even when it returns a protocol error; a read or decode
+// failure aborts.
+func (p *Protocol) update(ctx context.Context, op, w string, fn func(t *wtx) error) error {
 	err := p.b.Update(ctx, func(tx Txn) error {
 		t, err := p.worker(tx, w)
 		if err != nil {
@@ -214,7 +219,37 @@ func (p *Protocol) update(ctx context.Context, w string, fn func(t *wtx) error) 
 		return ferr
 	})
 	err, _ = IsAbort(err)
+	return p.observe(op, err)
+}
+
+// ObserveErrors registers fn to be told of every failed store operation
+// that is not a protocol refusal (the hub counts them by operation).
+func (p *Protocol) ObserveErrors(fn func(op string, err error)) { p.onError.Store(&fn) }
+
+// observe passes a storage failure of operation op to the observer.
+func (p *Protocol) observe(op string, err error) error {
+	if err == nil || isProtocolErr(err) {
+		return err
+	}
+	if fn := p.onError.Load(); fn != nil {
+		(*fn)(op, err)
+	}
 	return err
+}
+
+func (p *Protocol) read(ctx context.Context, op string, keys ...string) ([][]byte, error) {
+	v, err := p.b.Read(ctx, keys...)
+	return v, p.observe(op, readErr(err))
+}
+
+func (p *Protocol) members(ctx context.Context, op, set string) ([]string, error) {
+	v, err := p.b.Members(ctx, set)
+	return v, p.observe(op, readErr(err))
+}
+
+func (p *Protocol) insertNew(ctx context.Context, op, key string, ttl time.Duration, notBefore time.Time) (bool, error) {
+	v, err := p.b.InsertNew(ctx, key, ttl, notBefore)
+	return v, p.observe(op, readErr(err))
 }
 
 // asg reads (and watches) one assignment record; nil when it is gone.
@@ -381,7 +416,7 @@ func (p *Protocol) quarantine(ctx context.Context, w, inc string) {
 	}
 	p.quarantined[w][inc] = true
 	p.mu.Unlock()
-	err := p.update(ctx, w, func(t *wtx) error {
+	err := p.update(ctx, "quarantine", w, func(t *wtx) error {
 		if t.rec.Quarantined == nil {
 			t.rec.Quarantined = map[string]time.Time{}
 		}

@@ -13,15 +13,15 @@ import (
 // bytes are fenced.
 func (p *Protocol) Settle(ctx context.Context, sp SettleParams) error {
 	ok := ownerKey(sp.AssignmentID)
-	vals, err := p.b.Read(ctx, ok)
+	vals, err := p.read(ctx, "settle", ok)
 	if err != nil {
-		return readErr(err)
+		return err
 	}
 	owner := string(vals[0])
 	if owner == "" {
 		return bridge.ErrAssignmentNotFound
 	}
-	return p.update(ctx, owner, func(t *wtx) error {
+	return p.update(ctx, "settle", owner, func(t *wtx) error {
 		if cur, err := t.tx.Get(ok); err != nil {
 			return Abort(err)
 		} else if string(cur[0]) != owner {
@@ -98,7 +98,7 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 	var out *Settlement
 	var commitsSession bool
 	var inc string
-	err := p.update(ctx, workerID, func(t *wtx) error {
+	err := p.update(ctx, "complete", workerID, func(t *wtx) error {
 		out, commitsSession = nil, false
 		a, err := t.asg(assignmentID)
 		if err != nil {

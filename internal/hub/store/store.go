@@ -207,6 +207,10 @@ type Store interface {
 	// ResetWorkspace clears a runtime session's workspace fence (§3.7).
 	ResetWorkspace(ctx context.Context, workerID, incarnationID, runtimeSessionID string) error
 
+	// Epoch is the identity of the stored data (Backend.Epoch): the hub
+	// learns it at start and detects a store that lost its state.
+	Epoch(ctx context.Context, create bool) (string, error)
+
 	Close() error
 }
 

@@ -12,7 +12,7 @@ import (
 // Register implements Store (§7.2).
 func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registration, error) {
 	var out Registration
-	err := p.update(ctx, rp.WorkerID, func(t *wtx) error {
+	err := p.update(ctx, "register", rp.WorkerID, func(t *wtx) error {
 		rec, inc := t.rec, rp.IncarnationID
 		// 1. A revoke or re-pairing raced this request.
 		if rp.Auth.CredentialHash != "" {
@@ -88,7 +88,7 @@ func (t *wtx) takeOver(inc string) {
 
 // Ready implements Store (§3.4).
 func (p *Protocol) Ready(ctx context.Context, workerID, incarnationID string, gen int64) error {
-	return p.update(ctx, workerID, func(t *wtx) error {
+	return p.update(ctx, "ready", workerID, func(t *wtx) error {
 		if err := t.marks(incarnationID); err != nil {
 			return err
 		}
@@ -119,9 +119,9 @@ func (p *Protocol) states(ctx context.Context, ids []string) ([]WorkerState, err
 	for _, w := range ids {
 		keys = append(keys, recKey(w), regKey(w), readyKey(w), lockKey(w))
 	}
-	vals, err := p.b.Read(ctx, keys...)
+	vals, err := p.read(ctx, "worker", keys...)
 	if err != nil {
-		return nil, readErr(err)
+		return nil, err
 	}
 	out := make([]WorkerState, len(ids))
 	for i, w := range ids {
@@ -148,9 +148,9 @@ func (p *Protocol) states(ctx context.Context, ids []string) ([]WorkerState, err
 
 // Workers implements Store: every worker with a live registration.
 func (p *Protocol) Workers(ctx context.Context) ([]WorkerState, error) {
-	ids, err := p.b.Members(ctx, WorkersSet)
+	ids, err := p.members(ctx, "workers", WorkersSet)
 	if err != nil {
-		return nil, readErr(err)
+		return nil, err
 	}
 	sort.Strings(ids)
 	all, err := p.states(ctx, ids)
