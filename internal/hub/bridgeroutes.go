@@ -99,7 +99,7 @@ func (h *Hub) serveBridge(w http.ResponseWriter, r *http.Request, rest string) {
 	// Authenticate what the headers can prove before reading a byte of the body: a settle body may be
 	// 32 MiB, and reading it first let anonymous connections cost the hub that much memory each.
 	if err := h.preauth(r, rt); err != nil {
-		bridge.WriteError(w, err)
+		h.writeBridgeError(w, rt, err)
 		return
 	}
 	limit := h.cfg.MaxBody
@@ -124,19 +124,36 @@ func (h *Hub) serveBridge(w http.ResponseWriter, r *http.Request, rest string) {
 	default:
 		err = h.serveWorker(w, r, rt, raw)
 	}
+	if err != nil {
+		h.writeBridgeError(w, rt, err)
+	}
+}
+
+// writeBridgeError answers a bridge route's failure: a store outage is 503
+// STORE_UNAVAILABLE with Retry-After (counted and logged once by
+// storeFailed; the worker retries), other non-protocol failures a bare 500
+// whose detail stays in the log.
+func (h *Hub) writeBridgeError(w http.ResponseWriter, rt route, err error) {
 	if errors.Is(err, store.ErrUnavailable) {
-		// Counted and logged once by storeFailed; the worker retries.
 		w.Header().Set("Retry-After", strconv.Itoa(storeRetryAfter))
 		err = bridge.ErrStoreUnavailable
 	}
-	if err != nil {
-		var be *bridge.Error
-		if !errors.As(err, &be) && !errors.Is(err, context.Canceled) {
-			// Store failures are answered as a bare 500; keep the detail here.
-			h.cfg.Logger.Printf("bridge %s %s: %v", rt.name, rt.workerID, err)
-		}
-		bridge.WriteError(w, err)
+	var be *bridge.Error
+	if !errors.As(err, &be) && !errors.Is(err, context.Canceled) {
+		h.cfg.Logger.Printf("bridge %s %s: %v", rt.name, rt.workerID, err)
 	}
+	bridge.WriteError(w, err)
+}
+
+// credential looks a worker credential up; when it is unknown because the
+// store lost its data, the answer is STORE_RESET, so that the worker tells
+// its operator to pair it again.
+func (h *Hub) credential(ctx context.Context, workerID, credHash string) (*store.Credential, error) {
+	cred, err := h.store.Credential(ctx, workerID, credHash)
+	if errors.Is(err, bridge.ErrCredentialInvalid) && h.storeWasReset(ctx) {
+		return nil, bridge.ErrStoreReset
+	}
+	return cred, err
 }
 
 // preauth applies the header-only part of authentication before the body is read: the admin token for
@@ -175,7 +192,7 @@ func (h *Hub) preauth(r *http.Request, rt route) error {
 	if !bridge.ValidWorkerID(rt.workerID) {
 		return errAuthRequired
 	}
-	_, err = h.store.Credential(r.Context(), rt.workerID, bridge.HashSecret(proof.Credential))
+	_, err = h.credential(r.Context(), rt.workerID, bridge.HashSecret(proof.Credential))
 	return err
 }
 
@@ -324,12 +341,7 @@ func (h *Hub) authWorker(ctx context.Context, r *http.Request, workerID string, 
 		return nil, bridge.ErrProofInvalid
 	}
 	credHash := bridge.HashSecret(proof.Credential)
-	cred, err := h.store.Credential(ctx, workerID, credHash)
-	if errors.Is(err, bridge.ErrCredentialInvalid) && h.storeWasReset(ctx) {
-		// The credential went with the store's data: say so, so that the
-		// worker tells its operator to pair it again.
-		return nil, bridge.ErrStoreReset
-	}
+	cred, err := h.credential(ctx, workerID, credHash)
 	if err != nil {
 		return nil, err
 	}
