@@ -428,7 +428,7 @@ func workerRun(args []string, stderr io.Writer) int {
 			return workerFail(stderr, err)
 		}
 		opts := workspace.Options{AllowWrites: f.writes, AllowCommands: f.commands, HomeDir: r.home,
-			ProtectedPaths: []string{r.identityPath, marker, lockPath}}
+			ProtectedPaths: append([]string{r.identityPath, marker, lockPath}, workspace.StatePaths(r.home)...)}
 		if f.commands && commandSandbox != nil {
 			opts.Sandbox = commandSandbox.Sandbox
 			if !cmdPolicy.Empty() {

@@ -187,9 +187,11 @@ func parseChange(i int, item json.RawMessage) (Change, error) {
 }
 
 // validPath enforces codellm's only path rule (§9): relative, slash-separated, no NUL, no ".." segment.
+// Slash-separated excludes Windows forms, which a client on Windows would resolve outside its root: no
+// backslash anywhere ("C:\x", "..\x") and no drive prefix ("C:x", "c:/x").
 // Everything else — scope, normalisation — is the client's job, so the path is forwarded verbatim.
 func validPath(p string) bool {
-	if strings.IndexByte(p, 0) >= 0 || strings.HasPrefix(p, "/") {
+	if strings.IndexByte(p, 0) >= 0 || strings.HasPrefix(p, "/") || strings.IndexByte(p, '\\') >= 0 || hasDrive(p) {
 		return false
 	}
 	for seg := range strings.SplitSeq(p, "/") {
@@ -198,6 +200,11 @@ func validPath(p string) bool {
 		}
 	}
 	return true
+}
+
+// hasDrive reports a Windows drive prefix: one ASCII letter and a colon.
+func hasDrive(p string) bool {
+	return len(p) >= 2 && p[1] == ':' && ('a' <= p[0]|0x20 && p[0]|0x20 <= 'z')
 }
 
 func object(raw json.RawMessage) (map[string]json.RawMessage, error) {

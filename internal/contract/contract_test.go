@@ -66,8 +66,9 @@ func TestGoldenParseToolCalls(t *testing.T) {
 		{"keys are case-sensitive", `{"Answer":"no","changes":[{"path":"a.md","Content":"no"}]}`, []call{
 			{"write_note", `{"path":"a.md","content":""}`, map[string]string{"path": "a.md", "content": ""}},
 			fin("")}},
-		{"dot segments other than .. pass verbatim", `{"changes":[{"path":"./a/b..md/.../..c//d\\..\\e","content":"x"}]}`, []call{
-			{"write_note", `{"path":"./a/b..md/.../..c//d\\..\\e","content":"x"}`, map[string]string{"path": `./a/b..md/.../..c//d\..\e`, "content": "x"}},
+		// Backslashes are no longer verbatim (issue 14 item 7: "C:\x" must not become a write_note).
+		{"dot segments other than .. pass verbatim", `{"changes":[{"path":"./a/b..md/.../..c//d","content":"x"}]}`, []call{
+			{"write_note", `{"path":"./a/b..md/.../..c//d","content":"x"}`, map[string]string{"path": `./a/b..md/.../..c//d`, "content": "x"}},
 			fin("")}},
 		// G3
 		{"G3 empty object", `{}`, []call{fin("")}},
@@ -152,6 +153,15 @@ func TestGoldenBadOutput(t *testing.T) {
 			`bad output: change[0]: invalid path "/etc/x": must be a relative slash path without ".."`, 0},
 		{"path NUL", `{"changes":[{"path":"a\u0000.md","content":"x"}]}`,
 			`bad output: change[0]: invalid path "a\x00.md": must be a relative slash path without ".."`, 0},
+		// Red-team item 7: Windows forms became write_note calls a Windows client resolves outside its root.
+		{"path backslash drive", `{"changes":[{"path":"C:\\x","content":"x"}]}`,
+			`bad output: change[0]: invalid path "C:\\x": must be a relative slash path without ".."`, 0},
+		{"path backslash dotdot", `{"changes":[{"path":"..\\x.md","content":"x"}]}`,
+			`bad output: change[0]: invalid path "..\\x.md": must be a relative slash path without ".."`, 0},
+		{"path drive relative", `{"changes":[{"path":"c:x.md","content":"x"}]}`,
+			`bad output: change[0]: invalid path "c:x.md": must be a relative slash path without ".."`, 0},
+		{"path drive slash", `{"changes":[{"path":"D:/x.md","content":"x"}]}`,
+			`bad output: change[0]: invalid path "D:/x.md": must be a relative slash path without ".."`, 0},
 		{"first bad change wins", `{"changes":[{"path":"ok.md"},{"path":"/a"},{"path":""}]}`,
 			`bad output: change[1]: invalid path "/a": must be a relative slash path without ".."`, 1},
 	}

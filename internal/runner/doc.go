@@ -15,6 +15,8 @@
 // called file<i><ext>. stdin is fed from a file (empty = /dev/null). The environment is exactly the
 // child environment of openai-contract.md §7 (HOME = workspace, TMPDIR = workspace/tmp) plus env_vars;
 // env_vars may not set the reserved names, a name an interpreter entry sets, or an exposed name (400).
+// Each arg and each NAME=value is at most 131071 bytes (the kernel's MAX_ARG_STRLEN), args at most 512 KiB
+// and env_vars at most 1 MiB in total, so that execve never fails with E2BIG (400 names the limit instead).
 //
 // Limits: run_timeout and run_cpu_time are milliseconds, run_memory_limit bytes (−1 = the maximum).
 // Absent means the server's maximum; above the maximum, zero or negative is 400 (Piston's behaviour), so

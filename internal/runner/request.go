@@ -121,10 +121,18 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 	if len(req.Args) > maxArgs {
 		return nil, badRequest(fmt.Sprintf("too many args: %d (at most %d)", len(req.Args), maxArgs))
 	}
+	argBytes := 0
 	for i, a := range req.Args {
 		if strings.IndexByte(a, 0) >= 0 {
 			return nil, badRequest(fmt.Sprintf("args[%d] contains a NUL byte", i))
 		}
+		if len(a) > maxArgStrlen {
+			return nil, badRequest(fmt.Sprintf("args[%d] is %d bytes (at most %d: the kernel's MAX_ARG_STRLEN)", i, len(a), maxArgStrlen))
+		}
+		argBytes += len(a) + 1 + 8 // the string, its NUL and its pointer on the new stack
+	}
+	if argBytes > maxArgBytes {
+		return nil, badRequest(fmt.Sprintf("args: %d bytes in total (at most %d)", argBytes, maxArgBytes))
 	}
 	p.args = req.Args
 
@@ -138,6 +146,8 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 			return nil, badRequest(fmt.Sprintf("env_vars: %s is reserved (%s)", k, r.reserved[k]))
 		case strings.IndexByte(v, 0) >= 0:
 			return nil, badRequest(fmt.Sprintf("env_vars: value of %s contains a NUL byte", k))
+		case len(k)+1+len(v) > maxArgStrlen:
+			return nil, badRequest(fmt.Sprintf("env_vars: %s=… is %d bytes (at most %d: the kernel's MAX_ARG_STRLEN)", k, len(k)+1+len(v), maxArgStrlen))
 		}
 		p.env = append(p.env, k+"="+v)
 	}

@@ -32,11 +32,17 @@ const (
 
 // Fixed bounds that are not worth a flag.
 const (
-	maxFiles         = 256     // files per request
-	maxArgs          = 4096    // args per request
-	maxEnvBytes      = 1 << 20 // env_vars in total (runner API §11.5)
-	maxSessionIDLen  = 256     // X-Runtime-Session-Id
-	maxScanEntries   = 20000   // directory entries examined for files out
+	maxFiles    = 256     // files per request
+	maxArgs     = 4096    // args per request
+	maxEnvBytes = 1 << 20 // env_vars in total (runner API §11.5)
+	// execve refuses (E2BIG) one string over MAX_ARG_STRLEN (32 pages, NUL included) and argv+envp over a
+	// quarter of the stack limit (2 MiB at the usual 8 MiB). Each string is held to the first, and args
+	// (512 KiB) plus env_vars (1 MiB) plus codellm's own few variables stay below the second, so a request
+	// within these limits never reaches execve's E2BIG.
+	maxArgStrlen     = 32*4096 - 1
+	maxArgBytes      = 512 << 10
+	maxSessionIDLen  = 256   // X-Runtime-Session-Id
+	maxScanEntries   = 20000 // directory entries examined for files out
 	killGrace        = 5 * time.Second
 	versionProbeTime = 10 * time.Second
 )

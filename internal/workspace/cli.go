@@ -48,7 +48,8 @@ func RunCLI(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	op := fs.Arg(0)
 
-	opts := Options{AllowWrites: *writes, AllowCommands: *commands}
+	home, _ := os.UserHomeDir()
+	opts := Options{AllowWrites: *writes, AllowCommands: *commands, HomeDir: home, ProtectedPaths: StatePaths(home)}
 	if *commands {
 		closeSB, err := configureSandbox(&opts, *sbMode)
 		if err != nil {

@@ -3,6 +3,7 @@ package workspace
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -54,6 +55,12 @@ func (w *Workspace) openRegular(rel string, noSymlinks bool, fallback Code) (*os
 	if !si.mode.IsRegular() {
 		f.Close()
 		return nil, statInfo{}, newErr(CodeInvalidPath, "path is not a regular file: "+rel)
+	}
+	if si.nlink > 1 {
+		// A hard link is a second name for a file that may live outside the root (a symlink check
+		// cannot see it), so multiply-linked files are refused, as sandbox-runtime does.
+		f.Close()
+		return nil, statInfo{}, newErr(CodeInvalidPath, fmt.Sprintf("path is a file with %d hard links (refused: a hard link may lead outside the workspace): %s", si.nlink, rel))
 	}
 	return f, si, nil
 }

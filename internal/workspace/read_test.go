@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -275,6 +276,39 @@ func TestConfinementReads(t *testing.T) {
 		// A symlinked directory that stays inside the root may be traversed by reads.
 		if got := e.ok(OpReadFile, `{"path":"indir/real.txt"}`)["content"]; got != "inside" {
 			t.Errorf("in-root symlinked directory: %v", got)
+		}
+	})
+}
+
+// TestHardLinkOutsideRefused (red-team item 7): a hard link inside the root to a file outside it is no
+// symlink, so read_file followed it and returned the outside file. Without the tools the link reaches
+// the secret; read_file and the edit tools now refuse any file with more than one link, and search skips it.
+func TestHardLinkOutsideRefused(t *testing.T) {
+	forEachResolver(t, func(t *testing.T) {
+		e := newEnv(t, Options{AllowWrites: true})
+		if err := os.Link(filepath.Join(e.outside, "secret.txt"), filepath.Join(e.root, "hard.txt")); err != nil {
+			t.Skipf("cannot hard-link here: %v", err)
+		}
+		if b, err := os.ReadFile(filepath.Join(e.root, "hard.txt")); err != nil || string(b) != "TOP SECRET\n" {
+			t.Fatalf("the hard link does not reach the secret without confinement: %v", err)
+		}
+		_, err := e.do(OpReadFile, `{"path":"hard.txt"}`)
+		var we *Error
+		if !errors.As(err, &we) || we.Code != CodeInvalidPath || !strings.Contains(we.Message, "hard link") {
+			t.Fatalf("read_file through a hard link: %v", err)
+		}
+		if _, err := e.do(OpEditFile, `{"path":"hard.txt","oldText":"TOP","newText":"PWNED"}`); err == nil {
+			t.Fatal("edit_file through a hard link succeeded")
+		}
+		if m := e.ok(OpSearchText, `{"query":"SECRET"}`); strings.Contains(fmt.Sprint(m), "hard.txt") {
+			t.Errorf("search_text reads through a hard link: %v", m)
+		}
+		e.write("plain.txt", "TOP SECRET\n")
+		if got := e.ok(OpReadFile, `{"path":"plain.txt"}`)["content"]; got != "TOP SECRET" {
+			t.Errorf("a singly linked file: %v", got)
+		}
+		if b, _ := os.ReadFile(filepath.Join(e.outside, "secret.txt")); string(b) != "TOP SECRET\n" {
+			t.Fatal("the outside file changed")
 		}
 	})
 }

@@ -17,6 +17,7 @@ type statInfo struct {
 	mode     fs.FileMode
 	size     int64
 	uid, gid int
+	nlink    uint64 // 0 where the platform does not say
 }
 
 // resolver opens paths beneath the registered root and nowhere else. rel is always a normalised portable path
@@ -57,6 +58,7 @@ func infoOf(fi fs.FileInfo) statInfo {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		si.id = fileID{dev: uint64(st.Dev), ino: uint64(st.Ino)} //nolint:unconvert // widths differ per platform
 		si.uid, si.gid = int(st.Uid), int(st.Gid)
+		si.nlink = uint64(st.Nlink) //nolint:unconvert // widths differ per platform
 	}
 	return si
 }

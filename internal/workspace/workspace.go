@@ -59,6 +59,16 @@ type Workspace struct {
 	cmdSem  chan struct{}
 }
 
+// StatePaths are the directories under home where codellm keeps worker identities, quarantine markers and
+// run locks (~/.config/codellm, ~/.local/state/codellm). Every front end passes them as ProtectedPaths, so
+// that no workspace root — `codellm workspace --root ~/.config` included — can expose them.
+func StatePaths(home string) []string {
+	if home == "" {
+		return nil
+	}
+	return []string{filepath.Join(home, ".config", "codellm"), filepath.Join(home, ".local", "state", "codellm")}
+}
+
 // Open registers root: an existing directory that does not contain the home directory or any protected path.
 // The root is opened once; every later access is resolved beneath that descriptor.
 func Open(root string, opts Options) (*Workspace, error) {

@@ -211,3 +211,36 @@ func TestCLI(t *testing.T) {
 		t.Errorf("missing operation: %d", code)
 	}
 }
+
+// TestCLIProtectsWorkerState (red-team item 7): `codellm workspace --root ~/.config` returned the worker
+// identity file, because only the worker passed its protected paths. Registering the same root without
+// them (the library with no ProtectedPaths) still reads the identity; the CLI now refuses the root.
+func TestCLIProtectsWorkerState(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	idDir := filepath.Join(home, ".config", "codellm", "worker")
+	if err := os.MkdirAll(idDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(idDir, "id.json"), []byte(`{"privateKey":"SECRET"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(home, ".config")
+	ws, err := Open(cfg, Options{HomeDir: home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ws.Do(t.Context(), OpReadFile, []byte(`{"path":"codellm/worker/id.json"}`))
+	ws.Close()
+	if err != nil || !strings.Contains(string(res), "SECRET") {
+		t.Fatalf("without the protected paths the identity should be readable: %v %s", err, res)
+	}
+	for _, root := range []string{cfg, filepath.Join(home, ".local"), filepath.Join(home, ".config", "codellm")} {
+		os.MkdirAll(root, 0o700)
+		var out, errb strings.Builder
+		code := RunCLI([]string{"--root", root, "read_file"}, strings.NewReader(`{"path":"codellm/worker/id.json"}`), &out, &errb)
+		if code != 1 || !strings.Contains(out.String(), `"errorCode":"REGISTRATION_INVALID"`) || strings.Contains(out.String(), "SECRET") {
+			t.Errorf("--root %s: %d %q", root, code, out.String())
+		}
+	}
+}
