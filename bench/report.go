@@ -78,6 +78,7 @@ func markdown(r *Results) string {
 			{"bwrap", "bubblewrap, codellm-like root"},
 			{"codellm", "codellm: new run + block + close"},
 			{"codellm-block", "codellm: one more block in a run"},
+			{"codellm-block-pid1", "the same, program exec'd as PID 1 (before the init)"},
 		} {
 			x, ok := s.Variants[v.key]
 			if !ok {

@@ -188,6 +188,29 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 		}
 	}()
 	vs = append(vs, full, block)
+	// codellm-block-pid1: the same with the program exec'd as its namespace's PID 1 (no init kept), the
+	// behaviour before the init, so the init's cost is measured in the same interleaved run.
+	pcfg := sb.Config()
+	pcfg.ProgramAsPID1 = true
+	if psb, err := sandbox.New(pcfg); err == nil {
+		prun, err := psb.NewRun(nil)
+		if err != nil {
+			return nil, err
+		}
+		defer prun.Close()
+		vs = append(vs, &variant{name: "codellm-block-pid1", run: func() (time.Duration, error) {
+			t0 := time.Now()
+			p, err := prun.Start(spec)
+			if err != nil {
+				return 0, err
+			}
+			w := p.Wait()
+			if w.ExitCode != 0 || w.Err != nil {
+				return 0, fmt.Errorf("codellm-block-pid1: %+v", w)
+			}
+			return time.Since(t0), nil
+		}})
+	}
 
 	// Warm up page cache and the helper binary's pages before measuring.
 	for _, v := range vs {

@@ -70,7 +70,8 @@ type run struct {
 	events      chan exitEvent
 	ctxCanceled bool
 	graceArmed  bool
-	gaveUp      bool // the sandbox did not confirm every death by the hard stop
+	gaveUp      bool          // the sandbox did not confirm every death by the hard stop
+	termKills   []*time.Timer // the SIGKILLs due after a timeout's SIGTERM grace
 }
 
 // Run executes the steps as a streaming pipeline and returns when every process of the run is gone and
@@ -524,17 +525,18 @@ func (r *run) classify(b *block, lastDrained bool) (o Outcome, ok bool) {
 // releaseStdin breaks the edge into b now that b has been reaped, noting whether its upstream was still
 // running at that moment (then, and only then, can an upstream exit be the consequence of the break).
 func (r *run) releaseStdin(b *block) {
+	// Look before breaking the edge: once it is broken the upstream may die of it (SIGPIPE) within
+	// microseconds, and would then look as if it had ended on its own.
+	if b.idx > 0 {
+		up := r.blocks[b.idx-1]
+		if up.started && !up.exited {
+			if p := up.proc.Load(); p != nil && !processEnded(p.Pid()) {
+				up.readerGoneWhileAlive = true
+			}
+		}
+	}
 	if b.stdin != nil {
 		_ = b.stdin.Close()
-	}
-	if b.idx == 0 {
-		return
-	}
-	up := r.blocks[b.idx-1]
-	if up.started && !up.exited {
-		if p := up.proc.Load(); p != nil && !processEnded(p.Pid()) {
-			up.readerGoneWhileAlive = true
-		}
 	}
 }
 
@@ -544,11 +546,19 @@ func (r *run) killRunning(reason Outcome) {
 	for _, b := range r.blocks {
 		if b.started && !b.exited && b.killReason == "" {
 			b.killReason = reason
-			b.proc.Load().Kill()
+			if p := b.proc.Load(); reason == OutcomeTimedOut {
+				// SIGTERM first (the block's init forwards it to the program), SIGKILL after the grace.
+				p.Terminate()
+				r.termKills = append(r.termKills, time.AfterFunc(sandbox.TermGrace, p.Kill))
+			} else {
+				p.Kill()
+			}
 			killed = true
 		}
 	}
-	if killed && reason != OutcomeExcused {
+	if killed && reason == OutcomeTimedOut {
+		r.termKills = append(r.termKills, time.AfterFunc(sandbox.TermGrace, r.sb.Kill))
+	} else if killed && reason != OutcomeExcused {
 		// Belt and braces: everything of the run, descendants included.
 		r.sb.Kill()
 	}
@@ -594,6 +604,9 @@ func (r *run) giveUp() {
 // finish waits for the parent-side io (bounded by a kill grace and the hard stop, then forced) and closes
 // the sandbox run.
 func (r *run) finish() {
+	for _, t := range r.termKills {
+		t.Stop()
+	}
 	r.sb.Kill()
 	r.closeChildEnds(r.blocks, true) // every stdin still held (already closed ones are no-ops)
 	done := make(chan struct{})

@@ -221,7 +221,19 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 	case <-ctx.Done():
 		killed = "canceled"
 	}
-	if killed != "" {
+	switch killed {
+	case "timeout":
+		// SIGTERM first, as a shell's timeout(1) or a supervisor would (the block's init forwards it to the
+		// program, which may clean up); SIGKILL for everything after the grace.
+		proc.Terminate()
+		select {
+		case res = <-waitc:
+		case <-time.After(sandbox.TermGrace):
+			run.Kill()
+			res = <-waitc
+		}
+		run.Kill() // what the program left behind
+	case "output", "canceled":
 		run.Kill()
 		res = <-waitc
 		if res.Signal == 0 {

@@ -52,21 +52,32 @@
 //
 // # PID 1 semantics
 //
-// In native mode the user program itself is PID 1 of its namespace (no Go
-// init process is kept around, which saves a process and a few hundred
-// microseconds per block). The kernel kills every other process of the
-// namespace when PID 1 exits, which is what makes "nothing outlives the
-// block" hold even for daemonised children. The consequence: signals whose
-// default action is to terminate (SIGPIPE, SIGTERM, SIGINT, SIGXFSZ, ...)
-// are ignored when sent from inside the namespace to PID 1 unless the
-// program installs a handler. A writer at the head of a pipeline therefore
-// usually sees EPIPE instead of dying of SIGPIPE (e.g. `yes` exits 1 with
-// "Broken pipe"); the pipeline treats a non-zero exit after its downstream
-// finished as excused. The same holds for signals from outside the
-// namespace except SIGKILL and SIGSTOP: a SIGTERM from codellm is ignored
-// by a PID-1 program that has no handler for it, so "terminate, then kill
-// after a grace" policies end in the SIGKILL (Process.Kill), which always
-// works and takes every process of the namespace with it.
+// In native mode the helper stays as PID 1 (init) of the block's PID
+// namespace, fully confined itself, and starts the program as its child
+// (hook's runInit): the program is never PID 1, so it has a shell's signal
+// semantics — its own kill -9 $$ or kill -TERM $$ ends it, os.abort() is a
+// SIGABRT, a writer at the head of a pipeline dies of SIGPIPE (the
+// pipeline treats that as excused). The init forwards SIGTERM, SIGINT,
+// SIGHUP and SIGQUIT to the program, reaps every orphan, and when the
+// program ends it exits at once, after which the kernel kills everything
+// else in the namespace, so nothing outlives the block (setsid and
+// double-forked daemons included).
+//
+// How the program ended reaches codellm on the status pipe, not in the
+// init's exit status (an init cannot die of a signal it raises itself):
+// after Started the init writes one record, 'W' and the program's raw wait
+// status (hook.WaitRecord), then exits with the program's exit code, or
+// 128+signal. codellm reads that record when it reaps the init; no record
+// means the init itself was killed (codellm's SIGKILL, which ended the
+// whole namespace), and the init's status is the block's.
+//
+// [Process.Terminate] sends SIGTERM to the init, which forwards it; the
+// pipeline and the runner use it on a timeout and send SIGKILL
+// [TermGrace] later. The init costs a fork and about a millisecond of
+// CPU per block (BENCHMARKS.md); Config.ProgramAsPID1 restores the old
+// behaviour for benchmarks and differential tests only. Without a PID
+// namespace (besteffort) the program is exec'd directly and is not PID 1
+// anyway.
 //
 // # Limits and defaults
 //

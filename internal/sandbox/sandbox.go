@@ -135,6 +135,11 @@ type Config struct {
 	// path (no private root, or the sandbox off): the module path of helpers shipped with codellm
 	// (fleetkit). Empty: nothing is shared. Its parents must be searchable by the sandbox's host uid.
 	Shared string
+	// ProgramAsPID1 execs the program as its PID namespace's init instead of
+	// keeping the helper as init (see "PID 1 semantics" in the package
+	// documentation). Only for benchmarks and differential tests: the
+	// program then ignores its own kill -9 and every SIGTERM.
+	ProgramAsPID1 bool
 }
 
 // EgressRun is the egress of one run: Serve accepts on one block's
@@ -468,6 +473,17 @@ func (p *Process) Wait() Result {
 
 // Kill sends SIGKILL to the block and all its descendants.
 func (p *Process) Kill() { p.kill() }
+
+// TermGrace is how long codellm waits after a Terminate it sends on a
+// timeout before it kills the block: enough for a program to flush and
+// clean up, short enough not to hold a timed-out reply.
+const TermGrace = 500 * time.Millisecond
+
+// Terminate asks the block to stop with SIGTERM, as a shell's kill or a
+// supervisor would: in native mode the block's init forwards it to the
+// program (which may handle it); without a PID namespace it goes to the
+// block's process group. Callers give it a grace, then Kill.
+func (p *Process) Terminate() { p.signal(syscall.SIGTERM) }
 
 // describeLimit renders the human text for a limit kind.
 func describeLimit(k LimitKind, l Limits) string {

@@ -61,9 +61,10 @@ type procPlatform struct {
 	runGrp  *cgroup.Group
 	mu      sync.Mutex
 	reaped  bool
-	pgKill  bool // kill the process group too (no PID namespace)
-	killed  bool // codellm sent SIGKILL (so a SIGKILL is not a limit's)
-	offMode bool // the group only serves Kill: no stats, no attribution
+	pgKill  bool     // kill the process group too (no PID namespace)
+	killed  bool     // codellm sent SIGKILL (so a SIGKILL is not a limit's)
+	offMode bool     // the group only serves Kill: no stats, no attribution
+	status  *os.File // the init's status pipe (Spec.Init): the program's wait status arrives on it
 	limits  Limits
 	started time.Time
 
@@ -492,6 +493,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir, Persist: spec.Persist,
 		Network: s.cfg.Network, TmpSize: r.lim.TmpSize, FileSize: r.lim.FileSize,
 		OpenFiles: int64(r.lim.OpenFiles), ProbeOnly: probe, CapLastCap: capLastCap(), Shared: s.cfg.Shared,
+		Init: use.has(mPIDNS) && !s.cfg.ProgramAsPID1,
 	}
 	if r.lim.CPUTime > 0 {
 		hs.CPUSeconds = uint64((r.lim.CPUTime + time.Second - 1) / time.Second)
@@ -522,7 +524,12 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		specR.Close()
 		return nil, fmt.Errorf("sandbox: status pipe: %w", err)
 	}
-	defer statR.Close()
+	keepStat := false
+	defer func() {
+		if !keepStat {
+			statR.Close()
+		}
+	}()
 	stdin := spec.Stdin
 	if stdin == nil {
 		if stdin, err = os.Open(os.DevNull); err != nil {
@@ -639,8 +646,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	specW.Close()
 	_ = err // a write error means the helper died; the status pipe says why
 
-	_ = statR.SetReadDeadline(time.Now().Add(statusTimeout))
-	msg, rerr := io.ReadAll(io.LimitReader(statR, 64<<10))
+	msg, rerr := readStarted(statR, hs.Init)
 	if rerr != nil || len(msg) == 0 || msg[0] != hook.Started || len(msg) > 1 {
 		_ = osp.Kill()
 		st, _ := osp.Wait()
@@ -656,8 +662,36 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		proc.plat.egressLn = ln
 		go r.egress.Serve(ln)
 	}
+	if hs.Init {
+		keepStat, proc.plat.status = true, statR
+	}
 	go proc.reap()
 	return proc, nil
+}
+
+// readStarted reads the helper's answer to its spec. A helper that execs
+// the program (no init) closes the pipe by exec'ing, so everything up to
+// EOF is the answer (a Started byte may be followed by an exec failure);
+// an init writes Started only once the program runs and keeps the pipe for
+// the program's wait status, so its answer is complete at Started.
+func readStarted(statR *os.File, init bool) ([]byte, error) {
+	_ = statR.SetReadDeadline(time.Now().Add(statusTimeout))
+	defer statR.SetReadDeadline(time.Time{})
+	if !init {
+		return io.ReadAll(io.LimitReader(statR, 64<<10))
+	}
+	var first [1]byte
+	if _, err := io.ReadFull(statR, first[:]); err != nil {
+		if err == io.EOF {
+			err = nil // died during setup: EOF without Started
+		}
+		return nil, err
+	}
+	if first[0] == hook.Started {
+		return first[:], nil
+	}
+	rest, err := io.ReadAll(io.LimitReader(statR, 64<<10))
+	return append(first[:], rest...), err
 }
 
 // startError explains a failed clone/exec of the helper itself.
@@ -713,7 +747,7 @@ func (p *Process) reap() {
 	pp.reaped = true
 	killed := pp.killed
 	pp.mu.Unlock()
-	res := buildResult(st, err, time.Since(pp.started), pp.limits, killed)
+	res := buildResult(st, err, time.Since(pp.started), pp.limits, killed, programStatus(pp.status))
 	if pp.group != nil && pp.offMode {
 		_ = pp.group.Kill() // daemons that left the process group
 		_ = pp.group.WaitEmpty(cgroup.DefaultWait)
@@ -745,13 +779,36 @@ func (p *Process) reap() {
 	close(p.done)
 }
 
-func buildResult(st *os.ProcessState, err error, wall time.Duration, lim Limits, killedByUs bool) Result {
+// programStatus reads the init's report of its program's wait status (see
+// hook.WaitRecord) once the init is gone; nil when there was no init or
+// it was killed before the program ended (codellm's SIGKILL, which ends
+// the whole namespace: then the init's own status is the program's too).
+func programStatus(status *os.File) *syscall.WaitStatus {
+	if status == nil {
+		return nil
+	}
+	defer status.Close()
+	msg, _ := io.ReadAll(io.LimitReader(status, 64))
+	raw, ok := hook.ParseWait(msg)
+	if !ok {
+		return nil
+	}
+	ws := syscall.WaitStatus(raw)
+	return &ws
+}
+
+// buildResult turns the helper's wait status (or, from an init, the
+// program's: prog) and rusage into a Result.
+func buildResult(st *os.ProcessState, err error, wall time.Duration, lim Limits, killedByUs bool, prog *syscall.WaitStatus) Result {
 	res := Result{Wall: wall, ExitCode: -1}
 	if err != nil {
 		res.Err = fmt.Errorf("sandbox: wait: %w", err)
 		return res
 	}
 	ws, _ := st.Sys().(syscall.WaitStatus)
+	if prog != nil {
+		ws = *prog
+	}
 	if ws.Signaled() {
 		res.Signal = ws.Signal()
 	} else {
@@ -778,6 +835,20 @@ func buildResult(st *os.ProcessState, err error, wall time.Duration, lim Limits,
 func pidsHit(g *cgroup.Group) bool {
 	st, err := g.Stats()
 	return err == nil && st.PidsMax > 0
+}
+
+func (p *Process) signal(sig syscall.Signal) {
+	pp := &p.plat
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if pp.reaped {
+		return
+	}
+	if pp.pgKill {
+		_ = syscall.Kill(-p.pid, sig)
+		return
+	}
+	_ = pp.osp.Signal(sig)
 }
 
 func (p *Process) kill() {

@@ -77,6 +77,15 @@ func (p *Process) reap() {
 	close(p.done)
 }
 
+func (p *Process) signal(sig syscall.Signal) {
+	pp := &p.plat
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if !pp.reaped {
+		_ = syscall.Kill(-p.pid, sig)
+	}
+}
+
 func (p *Process) kill() {
 	pp := &p.plat
 	pp.mu.Lock()

@@ -44,6 +44,7 @@ func (s *Spec) Encode() []byte {
 	e.u64(uint64(s.Mech))
 	e.flag(s.Network)
 	e.flag(s.ProbeOnly)
+	e.flag(s.Init)
 	e.u64(uint64(s.TmpSize))
 	e.u64(uint64(s.FileSize))
 	e.u64(uint64(s.OpenFiles))
@@ -132,6 +133,7 @@ func Decode(b []byte) (*Spec, error) {
 	s.Mech = uint32(d.u64())
 	s.Network = d.flag()
 	s.ProbeOnly = d.flag()
+	s.Init = d.flag()
 	s.TmpSize = int64(d.u64())
 	s.FileSize = int64(d.u64())
 	s.OpenFiles = int64(d.u64())
@@ -190,4 +192,19 @@ func ParseStatus(msg []byte) (started, failed bool, mech uint32, reason string, 
 	}
 	mech = uint32(msg[1]) | uint32(msg[2])<<8 | uint32(msg[3])<<16 | uint32(msg[4])<<24
 	return started, true, mech, string(msg[5:]), true
+}
+
+// WaitRecord encodes the init's report of the program's wait status.
+func WaitRecord(ws uint32) []byte {
+	return []byte{waitTag, byte(ws), byte(ws >> 8), byte(ws >> 16), byte(ws >> 24)}
+}
+
+// ParseWait decodes what an init wrote on the status pipe after Started:
+// the program's raw wait status, ok false when there is no (complete)
+// record (the init was killed before the program ended).
+func ParseWait(msg []byte) (ws uint32, ok bool) {
+	if len(msg) != 5 || msg[0] != waitTag {
+		return 0, false
+	}
+	return uint32(msg[1]) | uint32(msg[2])<<8 | uint32(msg[3])<<16 | uint32(msg[4])<<24, true
 }

@@ -149,13 +149,16 @@ func run() {
 	const closeRangeCloexec = 1 << 2
 	_, _, _ = syscall.RawSyscall(sysCloseRange, DirFD+1, ^uintptr(0), closeRangeCloexec)
 	if has(MSeccomp) {
-		if err := installSeccomp(sp.Seccomp); err != nil {
+		if err := installSeccomp(sp.Seccomp, sp.Init); err != nil {
 			fail(MSeccomp, "cannot install filter: ", err)
 		}
 	}
 	if sp.ProbeOnly {
 		_, _ = syscall.Write(StatusFD, []byte{Started})
 		syscall.Exit(0)
+	}
+	if sp.Init {
+		runInit(sp)
 	}
 	if _, err := syscall.Write(StatusFD, []byte{Started}); err != nil {
 		syscall.Exit(126)
@@ -275,9 +278,8 @@ func applyRlimits(sp *Spec) error {
 		}
 	}
 	if sp.CPUSeconds > 0 {
-		// soft == hard: the kernel's SIGXCPU at the soft limit would be
-		// ignored by a PID-namespace init; at the hard limit it sends a
-		// SIGKILL that even init cannot ignore.
+		// soft == hard: at the hard limit the kernel sends a SIGKILL, which
+		// nothing can handle, so codellm attributes it to the limit.
 		if err := set("CPU", rlimitCPU, sp.CPUSeconds); err != nil {
 			return err
 		}
@@ -321,9 +323,10 @@ const (
 )
 
 // installSeccomp loads the server-assembled filter on the calling thread.
-// It is deliberately not synchronised to other threads: the helper execs
-// right after, which destroys every other thread.
-func installSeccomp(prog []byte) error {
+// A helper that execs the program does not synchronise it to its other
+// threads (the exec destroys them); an init, which lives on with the Go
+// runtime's threads, does (TSYNC: every thread, no_new_privs included).
+func installSeccomp(prog []byte, allThreads bool) error {
 	if len(prog) == 0 || len(prog)%8 != 0 || len(prog)/8 > 4096 {
 		return &herr{"invalid filter of " + itoa(int64(len(prog))) + " bytes", nil}
 	}
@@ -336,11 +339,18 @@ func installSeccomp(prog []byte) error {
 		_      [6]byte
 		filter *uint64
 	}{len: uint16(len(words)), filter: &words[0]}
-	const seccompSetModeFilter = 1
-	_, _, e := syscall.RawSyscall(sysSeccomp, seccompSetModeFilter, 0, uintptr(unsafe.Pointer(&fprog)))
+	const seccompSetModeFilter, filterFlagTSync = 1, 1
+	var flags uintptr
+	if allThreads {
+		flags = filterFlagTSync
+	}
+	r, _, e := syscall.RawSyscall(sysSeccomp, seccompSetModeFilter, flags, uintptr(unsafe.Pointer(&fprog)))
 	runtime.KeepAlive(words)
 	if e != 0 {
 		return e
+	}
+	if r != 0 { // TSYNC: the id of a thread that could not be synchronised
+		return &herr{"thread " + itoa(int64(r)) + " cannot take the filter", nil}
 	}
 	return nil
 }

@@ -33,6 +33,13 @@ const EgressPort = 3128
 // without it means the helper died during setup.
 const Started = 'X'
 
+// waitTag starts the init's last report: waitTag, then the program's raw
+// wait status (4 bytes little-endian). A PID-namespace init cannot die of a
+// signal it raises itself, so this record, not the init's own exit status,
+// says how the program ended; an init killed from outside (codellm's
+// SIGKILL) writes none.
+const waitTag = 'W'
+
 // failTag starts a failure report: failTag, the mechanism bit (4 bytes
 // little-endian; 0 for the exec of the program), then the reason text.
 const failTag = 'E'
@@ -81,6 +88,10 @@ type Spec struct {
 	Mech      uint32
 	Network   bool
 	ProbeOnly bool // apply everything, then exit 0 instead of exec'ing
+	// Init keeps the helper as PID 1 of the block's PID namespace: it
+	// starts the program as its child, forwards signals, reaps, and reports
+	// the program's wait status (see [WaitRecord]) before it exits.
+	Init bool
 
 	TmpSize, FileSize int64
 	OpenFiles         int64

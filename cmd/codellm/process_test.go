@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startServe runs the real binary's `serve` on a free loopback port until the test ends and returns its
+// base URL once /readyz says ready.
+func startServe(t *testing.T, args ...string) string {
+	t.Helper()
+	requireNative(t)
+	bin := binary(t)
+	addr := freeAddr(t)
+	workDir, err := os.MkdirTemp("", "codellm-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(workDir) })
+	os.Chmod(workDir, 0o711) // the runner's workspaces are bind-mounted for the sandbox's uid
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr, "--work-dir", workDir}, args...)...)
+	logs := newSyncBuffer()
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+	base := "http://" + addr
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			var rd struct{ Ready bool }
+			json.NewDecoder(resp.Body).Decode(&rd)
+			resp.Body.Close()
+			if rd.Ready {
+				return base
+			}
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("serve exited early (%v); logs:\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready within 60s; logs:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func postJSON(t *testing.T, url string, body any, out any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var raw bytes.Buffer
+	raw.ReadFrom(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %s: status %d: %s", url, resp.StatusCode, raw.String())
+	}
+	if err := json.Unmarshal(raw.Bytes(), out); err != nil {
+		t.Fatalf("%v: %s", err, raw.String())
+	}
+}
+
+type pistonRun struct {
+	Stdout, Stderr string
+	Code           *int
+	Signal         *string
+	Status         *string
+}
+
+func execute(t *testing.T, base, lang, code string, extra map[string]any) pistonRun {
+	t.Helper()
+	req := map[string]any{"language": lang, "version": "*", "files": []map[string]string{{"content": code}}}
+	for k, v := range extra {
+		req[k] = v
+	}
+	var resp struct{ Run pistonRun }
+	postJSON(t, base+"/api/v2/execute", req, &resp)
+	return resp.Run
+}
+
+func str(p *string) string {
+	if p == nil {
+		return "<null>"
+	}
+	return *p
+}
+
+// The user's program is not PID 1 of its namespace (the sandbox helper stays as its init), so it gets
+// the process semantics of a shell: each case below was answered wrongly while the program was PID 1
+// (kill -9 $$ and kill -TERM $$ "exited" with the next command's code, os.abort() was a SIGSEGV). The
+// differential counterpart, with the program as PID 1, is internal/sandbox's TestInitGivesShellSignalSemantics.
+func TestProcessSemanticsEndToEnd(t *testing.T) {
+	base := startServe(t, "--debug-extension")
+	for _, c := range []struct{ name, lang, code, signal string }{
+		{"kill -9 $$", "bash", "kill -9 $$\nexit 3", "SIGKILL"},
+		{"kill -TERM $$", "bash", "kill -TERM $$\nexit 4", "SIGTERM"},
+		{"python SIGKILL itself", "python", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "SIGKILL"},
+		{"os.abort", "python", "import os\nos.abort()", "SIGABRT"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := execute(t, base, c.lang, c.code, nil)
+			if r.Code != nil || str(r.Signal) != c.signal || str(r.Status) != "SG" {
+				t.Fatalf("code %v signal %s status %s (stderr %q), want code null, signal %s, status SG",
+					r.Code, str(r.Signal), str(r.Status), r.Stderr, c.signal)
+			}
+		})
+	}
+	t.Run("timeout sends SIGTERM first", func(t *testing.T) {
+		code := "import signal, sys, time\n" +
+			"def bye(*_):\n    print('got SIGTERM', flush=True)\n    sys.exit(9)\n" +
+			"signal.signal(signal.SIGTERM, bye)\nprint('up', flush=True)\ntime.sleep(60)\n"
+		r := execute(t, base, "python", code, map[string]any{"run_timeout": 1500})
+		if str(r.Status) != "TO" || r.Stdout != "up\ngot SIGTERM\n" {
+			t.Fatalf("status %s stdout %q, want TO and the handler's output", str(r.Status), r.Stdout)
+		}
+		// Without a handler the SIGTERM ends it (as PID 1 it was ignored until the SIGKILL).
+		r = execute(t, base, "bash", "echo up; sleep 60", map[string]any{"run_timeout": 1000})
+		if str(r.Status) != "TO" || str(r.Signal) != "SIGTERM" {
+			t.Fatalf("status %s signal %s, want TO with SIGTERM", str(r.Status), str(r.Signal))
+		}
+	})
+	t.Run("nothing outlives the block", func(t *testing.T) {
+		// A daemon (setsid, double fork) that would keep rewriting a file in the session's workspace.
+		id := "proc-e2e-1"
+		daemon := "(setsid sh -c 'while :; do date > alive; sleep 0.05; done' &)\necho started"
+		r := executeIn(t, base, id, "bash", daemon)
+		if r.Stdout != "started\n" || r.Code == nil || *r.Code != 0 {
+			t.Fatalf("daemon start: %+v", r)
+		}
+		r = executeIn(t, base, id, "bash", "rm -f alive; sleep 0.5; if [ -e alive ]; then echo survived; else echo gone; fi")
+		if r.Stdout != "gone\n" {
+			t.Fatalf("a daemon of the previous execute survived it: %q", r.Stdout)
+		}
+	})
+	t.Run("pipeline head dies of SIGPIPE, excused", func(t *testing.T) {
+		body := map[string]any{"model": "codellm", "x_codellm_debug": true, "messages": []map[string]string{{"role": "user",
+			"content": "```bash\nexec yes\n```\n```python\nimport sys, json\nsys.stdin.readline()\nprint(json.dumps({'answer': 'ok'}))\n```"}}}
+		var resp struct {
+			Debug struct {
+				Blocks []struct {
+					Outcome string  `json:"outcome"`
+					Signal  *string `json:"signal"`
+				} `json:"blocks"`
+			} `json:"x_codellm_debug"`
+		}
+		postJSON(t, base+"/v1/chat/completions", body, &resp)
+		b := resp.Debug.Blocks
+		if len(b) != 2 || b[0].Outcome != "excused" || str(b[0].Signal) != "SIGPIPE" || b[1].Outcome != "ok" {
+			t.Fatalf("blocks %+v, want the head excused after SIGPIPE", b)
+		}
+	})
+}
+
+func executeIn(t *testing.T, base, session, lang, code string) pistonRun {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"language": lang, "version": "*", "files": []map[string]string{{"content": code}}})
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v2/execute", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Runtime-Session-Id", session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Run pistonRun }
+	var raw bytes.Buffer
+	raw.ReadFrom(resp.Body)
+	if resp.StatusCode != 200 || json.Unmarshal(raw.Bytes(), &out) != nil {
+		t.Fatalf("status %d: %s", resp.StatusCode, strings.TrimSpace(raw.String()))
+	}
+	return out.Run
+}

@@ -1,0 +1,99 @@
+//go:build linux
+
+package hook
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// forwarded are the signals the init passes on to the program: what a
+// terminal, a supervisor or codellm's own timeout sends to ask a process to
+// stop.
+var forwarded = [...]os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT}
+
+// ignored are the other signals whose default action in a Go program ends
+// it; the init ignores them (the kernel then drops them, as for any PID 1
+// without a handler) once the program has started, so that the program
+// inherits none of these dispositions. Subscribing to every signal instead
+// would cost a round trip to the runtime's signal thread per signal, over
+// a millisecond per block.
+var ignored = [...]os.Signal{syscall.SIGABRT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM,
+	syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGIO, syscall.SIGPWR}
+
+// runInit is the helper's last step when the block has its own PID
+// namespace: instead of becoming the program (which, as PID 1, would be
+// immune to every signal it has no handler for, even its own kill -9), the
+// fully confined helper stays PID 1 and starts the program as its child.
+// The child inherits every per-thread confinement of this thread (seccomp,
+// Landlock, no_new_privs, the empty capability sets, the rlimits). The
+// init's own work runs on this thread too (the runtime keeps the main
+// goroutine on it during package initialisation), except the relay of a
+// forwarded signal, a kill(2) from another runtime thread; the seccomp
+// filter covers every thread of the init (installed with TSYNC).
+//
+// It reaps every process that is orphaned into it and exits as soon as the
+// program is reaped; the kernel then kills whatever else is left in the
+// namespace. Before exiting it writes the program's wait status on the
+// status pipe ([WaitRecord]): a PID-namespace init cannot die of a signal
+// it raises itself, so its exit code alone could not carry "killed by
+// SIGABRT". It never returns.
+func runInit(sp *Spec) {
+	sigs := make(chan os.Signal, 64)
+	// Before the program exists, so no early SIGTERM is missed.
+	signal.Notify(sigs, forwarded[:]...)
+	pid, err := syscall.ForkExec(sp.Path, sp.Args, &syscall.ProcAttr{
+		Env:   sp.Env,
+		Files: []uintptr{0, 1, 2},
+		// Its own process group: `kill 0` in a script signals its jobs, not the init.
+		Sys: &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		_, _ = syscall.Write(StatusFD, Failure(MExec, sp.Path+": "+err.Error()))
+		syscall.Exit(127)
+	}
+	if _, err := syscall.Write(StatusFD, []byte{Started}); err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		syscall.Exit(126)
+	}
+	// The init must not hold the block's pipes: a program that closes its
+	// stdout must give its reader EOF, as it would without an init.
+	for fd := 0; fd <= 2; fd++ {
+		syscall.Close(fd)
+	}
+	signal.Ignore(ignored[:]...)
+	go func() {
+		for s := range sigs {
+			_ = syscall.Kill(pid, s.(syscall.Signal))
+		}
+	}()
+	exitLike(reap(pid))
+}
+
+// reap reaps every child that ends until the program does, and returns the
+// program's wait status.
+func reap(prog int) syscall.WaitStatus {
+	for {
+		var ws syscall.WaitStatus
+		wpid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == nil && wpid == prog {
+			return ws
+		}
+		if err != nil && err != syscall.EINTR {
+			// ECHILD cannot happen while the program is unreaped; never spin.
+			return syscall.WaitStatus(127 << 8)
+		}
+	}
+}
+
+// exitLike reports the program's wait status and exits with its exit code
+// (128+signal when a signal ended it, the shell's convention, for a reader
+// that ignores the status record).
+func exitLike(ws syscall.WaitStatus) {
+	_, _ = syscall.Write(StatusFD, WaitRecord(uint32(ws)))
+	if ws.Signaled() {
+		syscall.Exit(128 + int(ws.Signal()))
+	}
+	syscall.Exit(ws.ExitStatus())
+}

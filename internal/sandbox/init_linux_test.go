@@ -1,0 +1,124 @@
+package sandbox
+
+import (
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// withProgramAsPID1 is s as it was before the init: the program is PID 1.
+func withProgramAsPID1(s *Sandbox) *Sandbox {
+	c := &Sandbox{cfg: s.cfg, log: s.log, report: s.report, plat: s.plat}
+	c.cfg.ProgramAsPID1 = true
+	return c
+}
+
+// TestInitGivesShellSignalSemantics is differential: each probe ends as in a
+// shell with the init, and not without it (the program as PID 1 is immune
+// to the signals it sends itself).
+func TestInitGivesShellSignalSemantics(t *testing.T) {
+	s := nativeSandbox(t)
+	old := withProgramAsPID1(s)
+	cases := []struct {
+		name     string
+		argv     []string
+		want     syscall.Signal
+		oldCode  int // what the program as PID 1 reports instead
+		oldMatch bool
+	}{
+		{"kill -9 $$", sh("kill -9 $$; exit 3"), syscall.SIGKILL, 3, true},
+		{"kill -TERM $$", sh("kill -TERM $$; exit 4"), syscall.SIGTERM, 4, true},
+		{"os.abort", []string{"/usr/bin/python3", "-c", "import os; os.abort()"}, syscall.SIGABRT, 0, false},
+		{"SIGPIPE", sh("trap '' PIPE 2>/dev/null; exec /usr/bin/python3 -c 'import signal,os; signal.signal(signal.SIGPIPE, signal.SIG_DFL); r,w=os.pipe(); os.close(r); os.write(w, b\"x\")'"), syscall.SIGPIPE, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := mustRun(t, s, c.argv...)
+			if o.Signal != c.want || o.ExitCode != -1 {
+				t.Fatalf("with init: got exit %d signal %v (stderr %q), want signal %v", o.ExitCode, o.Signal, o.Stderr, c.want)
+			}
+			o = mustRun(t, old, c.argv...)
+			if o.Signal == c.want {
+				t.Fatalf("program as PID 1: got signal %v too; the probe does not tell the init apart", o.Signal)
+			}
+			if c.oldMatch && o.ExitCode != c.oldCode {
+				t.Fatalf("program as PID 1: got %+v, want exit %d", o.Result, c.oldCode)
+			}
+		})
+	}
+}
+
+// TestTerminateReachesProgram: codellm's SIGTERM is forwarded by the init to
+// a program without a handler, which dies of it; as PID 1 the program
+// ignored it.
+func TestTerminateReachesProgram(t *testing.T) {
+	s := nativeSandbox(t)
+	for _, tc := range []struct {
+		sb   *Sandbox
+		want syscall.Signal
+	}{{s, syscall.SIGTERM}, {withProgramAsPID1(s), syscall.SIGKILL}} {
+		dir := workdir(t, nil)
+		r, err := tc.sb.NewRun(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		outR, outW, _ := os.Pipe()
+		p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("echo up; exec sleep 60"), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
+		outW.Close()
+		null.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 3)
+		if _, err := outR.Read(buf); err != nil || string(buf) != "up\n" {
+			t.Fatalf("read %q, %v", buf, err)
+		}
+		p.Terminate()
+		kill := time.AfterFunc(2*time.Second, p.Kill) // the "grace": only the PID-1 program needs it
+		res := p.Wait()
+		kill.Stop()
+		outR.Close()
+		r.Close()
+		if res.Signal != tc.want {
+			t.Fatalf("ProgramAsPID1=%v: got %+v, want signal %v", tc.sb.cfg.ProgramAsPID1, res, tc.want)
+		}
+	}
+}
+
+// TestNothingOutlivesTheProgram: daemonised descendants (setsid, double
+// fork) that keep the block's stdout open are gone once Wait returns,
+// because the init exits with its program and the kernel ends the
+// namespace: stdout reaches EOF at once.
+func TestNothingOutlivesTheProgram(t *testing.T) {
+	s := nativeSandbox(t)
+	dir := workdir(t, nil)
+	r, err := s.NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	outR, outW, _ := os.Pipe()
+	defer outR.Close()
+	script := "(setsid sh -c 'sleep 300 & sleep 300' &); (sleep 300 &); tr '\\0' ' ' < /proc/1/cmdline; echo"
+	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh(script), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: outW})
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := p.Wait()
+	if res.ExitCode != 0 {
+		t.Fatalf("got %+v", res)
+	}
+	_ = outR.SetReadDeadline(time.Now().Add(10 * time.Second))
+	out, err := io.ReadAll(outR)
+	if err != nil {
+		t.Fatalf("stdout still held after Wait (a descendant outlived the block): %v", err)
+	}
+	if !strings.HasPrefix(string(out), "codellm-sandbox ") {
+		t.Fatalf("PID 1 of the block is %q, want the helper", out)
+	}
+}
