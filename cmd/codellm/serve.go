@@ -65,6 +65,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	var runnerSessions int
 	fs.DurationVar(&runnerTTL, "runner-session-ttl", 30*time.Minute, "idle time after which a runner API session (X-Runtime-Session-Id) is deleted")
 	fs.IntVar(&runnerSessions, "runner-max-sessions", 64, "maximum live runner API sessions")
+	var runnerPerOwner int
+	var runnerEvict time.Duration
+	fs.IntVar(&runnerPerOwner, "runner-max-sessions-per-credential", 0, "live runner sessions per API key or client certificate (0: half of --runner-max-sessions); at the cap the credential's least recently used idle session is replaced")
+	fs.DurationVar(&runnerEvict, "runner-session-evict-idle", runner.DefaultEvictIdle, "a full session table evicts the least recently used session idle this long instead of refusing new ones")
 	var runnerWorkspace byteSize
 	fs.Var(&runnerWorkspace, "runner-workspace-size", "make each runner API workspace a tmpfs of this size (root only; 0: plain directories bounded per file)")
 	set, code := parse(fs, args, nil)
@@ -104,19 +108,21 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	ef.egressMetrics.m.Store(srv.Metrics().Egress)
 	// The Piston-compatible runner API shares the listener, its authentication, the sandbox and the slots.
 	rn, err := runner.New(runner.Config{
-		Programs:       ecfg.Programs,
-		Sandbox:        sb,
-		Slots:          ecfg.Slots,
-		Exposed:        ecfg.Exposed,
-		WorkRoot:       ef.workDir,
-		MaxRunTimeout:  ef.timeout,
-		MaxMemory:      int64(ef.memory),
-		MaxOutputBytes: int64(ef.maxOutput),
-		MaxBodyBytes:   int64(maxBody),
-		SessionTTL:     runnerTTL,
-		MaxSessions:    runnerSessions,
-		WorkspaceSize:  int64(runnerWorkspace),
-		Logger:         log,
+		Programs:            ecfg.Programs,
+		Sandbox:             sb,
+		Slots:               ecfg.Slots,
+		Exposed:             ecfg.Exposed,
+		WorkRoot:            ef.workDir,
+		MaxRunTimeout:       ef.timeout,
+		MaxMemory:           int64(ef.memory),
+		MaxOutputBytes:      int64(ef.maxOutput),
+		MaxBodyBytes:        int64(maxBody),
+		SessionTTL:          runnerTTL,
+		MaxSessions:         runnerSessions,
+		MaxSessionsPerOwner: runnerPerOwner,
+		EvictIdle:           runnerEvict,
+		WorkspaceSize:       int64(runnerWorkspace),
+		Logger:              log,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: runner API: %v\n", err)

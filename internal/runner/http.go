@@ -76,7 +76,7 @@ func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	status, reply := r.ExecuteJSON(req.Context(), sid, body)
+	status, reply := r.ExecuteJSON(WithOwner(req.Context(), ownerOf(req)), sid, body)
 	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", retryAfter)
 	}

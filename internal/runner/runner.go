@@ -26,6 +26,7 @@ const (
 	DefaultMaxBodyBytes     = 10 << 20
 	DefaultSessionTTL       = 30 * time.Minute
 	DefaultMaxSessions      = 64
+	DefaultEvictIdle        = 5 * time.Minute
 	DefaultFilesOutMaxBytes = 1 << 20
 	DefaultFilesOutMaxCount = 32
 )
@@ -65,6 +66,14 @@ type Config struct {
 
 	SessionTTL  time.Duration // idle time after which a session is deleted; default 30 min
 	MaxSessions int           // live sessions at once; default 64
+	// MaxSessionsPerOwner bounds the sessions of one credential (the Authorization header or client
+	// certificate that created them; requests without either and in-process callers are not counted);
+	// default half of MaxSessions. At
+	// this cap a new session evicts the owner's least recently used idle session, else 429.
+	MaxSessionsPerOwner int
+	// EvictIdle is how long a session must have been idle before a full table evicts it (least recently
+	// used first) for a new one, instead of answering 429 until SessionTTL; default 5 min.
+	EvictIdle time.Duration
 
 	// WorkspaceSize, when > 0, makes every workspace (session or one-off) a tmpfs of that many bytes
 	// (inodes: one per KiB), so a run cannot fill the host disk through its read-write workspace. It
@@ -127,6 +136,7 @@ func New(cfg Config) (*Runner, error) {
 		return nil, errors.New("runner: Config.Slots is required")
 	case cfg.MaxRunTimeout < 0, cfg.MaxMemory < 0, cfg.MaxOutputBytes < 0, cfg.MaxBodyBytes < 0,
 		cfg.SessionTTL < 0, cfg.MaxSessions < 0, cfg.FilesOutMaxBytes < 0, cfg.FilesOutMaxCount < 0,
+		cfg.MaxSessionsPerOwner < 0, cfg.EvictIdle < 0,
 		cfg.WorkspaceSize < 0:
 		return nil, errors.New("runner: negative limit in Config")
 	}
@@ -147,6 +157,12 @@ func New(cfg Config) (*Runner, error) {
 	}
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.MaxSessionsPerOwner == 0 {
+		cfg.MaxSessionsPerOwner = max(cfg.MaxSessions/2, 1)
+	}
+	if cfg.EvictIdle == 0 {
+		cfg.EvictIdle = DefaultEvictIdle
 	}
 	if cfg.FilesOutMaxBytes == 0 {
 		cfg.FilesOutMaxBytes = DefaultFilesOutMaxBytes

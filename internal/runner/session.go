@@ -18,9 +18,10 @@ const SessionHeader = "X-Runtime-Session-Id"
 // session is one persistent workspace. Its files persist across executes; its processes never do (every
 // execute's processes are dead before the execute returns).
 type session struct {
-	id  string
-	dir string
-	key fileID // identity of dir when it was created (tamper check)
+	id    string
+	owner string // who created it (ownerOf), for the per-credential cap
+	dir   string
+	key   fileID // identity of dir when it was created (tamper check)
 
 	lock chan struct{} // capacity 1: held by the one execute (or reset) using the workspace
 
@@ -58,7 +59,7 @@ func sessionDirName(id string) string {
 // by a fresh one.
 func (r *Runner) acquireSession(ctx context.Context, id string, cancel func()) (*session, *Error) {
 	for {
-		s, err := r.lookupOrCreate(id)
+		s, err := r.lookupOrCreate(id, ownerFrom(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +94,7 @@ func (r *Runner) acquireSession(ctx context.Context, id string, cancel func()) (
 	}
 }
 
-func (r *Runner) lookupOrCreate(id string) (*session, *Error) {
+func (r *Runner) lookupOrCreate(id, owner string) (*session, *Error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -107,12 +108,8 @@ func (r *Runner) lookupOrCreate(id string) (*session, *Error) {
 		// Expired but not yet collected by the janitor: collect it now and start fresh.
 		r.expireLocked(s)
 	}
-	if len(r.sessions) >= r.cfg.MaxSessions {
-		r.collectExpiredLocked(now)
-	}
-	if len(r.sessions) >= r.cfg.MaxSessions {
-		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeTooManySessions, Kind: ErrBusy,
-			Message: fmt.Sprintf("too many sessions: %d live (at most %d); delete one or retry later", len(r.sessions), r.cfg.MaxSessions)}
+	if e := r.makeRoomLocked(owner, now); e != nil {
+		return nil, e
 	}
 	// The sequence number keeps a new session apart from an earlier one with the same ID whose
 	// directory is still being removed by the holder of its lock.
@@ -126,9 +123,82 @@ func (r *Runner) lookupOrCreate(id string) (*session, *Error) {
 		r.removeDir(dir)
 		return nil, sandboxFailed("cannot create session workspace: "+err.Error(), err)
 	}
-	s := &session{id: id, dir: dir, key: key, lock: make(chan struct{}, 1), lastUsed: now}
+	s := &session{id: id, owner: owner, dir: dir, key: key, lock: make(chan struct{}, 1), lastUsed: now}
 	r.sessions[id] = s
 	return s, nil
+}
+
+// makeRoomLocked makes room for one more session of owner (r.mu held): expired sessions go first; at the
+// owner's cap its own least recently used idle session is evicted; with the whole table full, the least
+// recently used session idle for at least EvictIdle is. Otherwise it is 429 too_many_sessions, naming the
+// limit that was hit. Without eviction 64 sessions created in a second locked every new ID out for the
+// whole SessionTTL.
+func (r *Runner) makeRoomLocked(owner string, now time.Time) *Error {
+	if len(r.sessions) >= r.cfg.MaxSessions {
+		r.collectExpiredLocked(now)
+	}
+	mine := 0 // in-process callers (owner "") are bounded by MaxSessions and their own front end
+	for _, s := range r.sessions {
+		if s.owner == owner {
+			mine++
+		}
+	}
+	if owner != "" && mine >= r.cfg.MaxSessionsPerOwner {
+		if !r.evictLocked(now, 0, func(s *session) bool { return s.owner == owner }) {
+			return &Error{Status: http.StatusTooManyRequests, Code: CodeTooManySessions, Kind: ErrBusy,
+				Message: fmt.Sprintf("too many sessions for this credential: %d live (at most %d per credential), all busy; delete one or retry later", mine, r.cfg.MaxSessionsPerOwner)}
+		}
+	}
+	if len(r.sessions) >= r.cfg.MaxSessions && !r.evictLocked(now, r.cfg.EvictIdle, func(*session) bool { return true }) {
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeTooManySessions, Kind: ErrBusy,
+			Message: fmt.Sprintf("too many sessions: %d live (at most %d), none idle for %s; delete one or retry later", len(r.sessions), r.cfg.MaxSessions, r.cfg.EvictIdle)}
+	}
+	return nil
+}
+
+// evictLocked removes the least recently used idle session that matches and has been idle for at least
+// minIdle; it reports whether one was removed.
+func (r *Runner) evictLocked(now time.Time, minIdle time.Duration, match func(*session) bool) bool {
+	var lru *session
+	for _, s := range r.sessions {
+		if !s.busy && match(s) && now.Sub(s.lastUsed) >= minIdle && (lru == nil || s.lastUsed.Before(lru.lastUsed)) {
+			lru = s
+		}
+	}
+	if lru == nil {
+		return false
+	}
+	r.log.Info("runner: session evicted to make room", "session", lru.id, "idle", now.Sub(lru.lastUsed).Round(time.Second))
+	r.expireLocked(lru)
+	return true
+}
+
+type ownerKey struct{}
+
+// WithOwner tags ctx with the credential on whose behalf sessions are created (see ownerOf).
+func WithOwner(ctx context.Context, owner string) context.Context {
+	return context.WithValue(ctx, ownerKey{}, owner)
+}
+
+func ownerFrom(ctx context.Context) string {
+	o, _ := ctx.Value(ownerKey{}).(string)
+	return o
+}
+
+// ownerOf names the credential of an HTTP request without keeping it: a hash of the client certificate,
+// else of the Authorization header ("" when there is neither).
+func ownerOf(req *http.Request) string {
+	var material []byte
+	switch {
+	case req.TLS != nil && len(req.TLS.PeerCertificates) > 0:
+		material = append([]byte("cert\x00"), req.TLS.PeerCertificates[0].Raw...)
+	case req.Header.Get("Authorization") != "":
+		material = []byte("authorization\x00" + req.Header.Get("Authorization"))
+	default:
+		return ""
+	}
+	h := sha256.Sum256(material)
+	return hex.EncodeToString(h[:8])
 }
 
 // releaseSession ends an execute's hold on s.
