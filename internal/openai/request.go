@@ -35,12 +35,15 @@ type ChatRequest struct {
 	// NetworkAllow is metadata.network_allow split at commas: a per-request egress list that may only narrow
 	// the operator's --network-allow; nil when absent.
 	NetworkAllow *[]string
+	API          string // "" for chat completions, APIResponses for POST /v1/responses
+	Instructions string // the Responses API's instructions (also the first, system, message)
 }
 
 // Message is one request message. Text is the content with the text parts concatenated in order.
 type Message struct {
 	Role, Name, Text string
 	HasToolCalls     bool // a non-empty tool_calls array
+	ToolResult       bool // a Responses function_call_output item
 }
 
 // DecodeChatRequest decodes and shape-checks a chat-completions body (§2.2, §2.6). Errors are 400:
@@ -87,21 +90,29 @@ func DecodeChatRequest(body []byte) (*ChatRequest, *Error) {
 	if r.TimeoutSeconds, e = decodeTimeout(meta["timeout_seconds"]); e != nil {
 		return nil, e
 	}
-	if raw := meta["network_allow"]; raw != nil && !isNull(raw) {
-		var s string
-		if !str(raw, &s) {
-			return nil, NewError(http.StatusBadRequest, "invalid_metadata",
-				`field "metadata.network_allow" must be a string of comma-separated host names, got %s`, kind(raw))
-		}
-		list := []string{}
-		for _, d := range strings.Split(s, ",") {
-			if d = strings.TrimSpace(d); d != "" {
-				list = append(list, d)
-			}
-		}
-		r.NetworkAllow = &list
+	if r.NetworkAllow, e = decodeNetworkAllow(meta["network_allow"]); e != nil {
+		return nil, e
 	}
 	return r, nil
+}
+
+// decodeNetworkAllow parses metadata.network_allow: comma-separated host names; nil when absent.
+func decodeNetworkAllow(raw json.RawMessage) (*[]string, *Error) {
+	if raw == nil || isNull(raw) {
+		return nil, nil
+	}
+	var s string
+	if !str(raw, &s) {
+		return nil, NewError(http.StatusBadRequest, "invalid_metadata",
+			`field "metadata.network_allow" must be a string of comma-separated host names, got %s`, kind(raw))
+	}
+	list := []string{}
+	for _, d := range strings.Split(s, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			list = append(list, d)
+		}
+	}
+	return &list, nil
 }
 
 func badJSON(format string, args ...any) *Error {
@@ -277,7 +288,9 @@ func decodeTimeout(raw json.RawMessage) (int, *Error) {
 }
 
 // Guarded reports the re-execution guard condition (§2.5): a message after the last user message (or
-// anywhere, if there is none) is an assistant turn with non-empty tool_calls.
+// anywhere, if there is none) is an assistant turn with non-empty tool_calls, or a Responses
+// function_call_output (a client that keeps the calls server-side with previous_response_id sends only
+// the outputs).
 func (r *ChatRequest) Guarded() bool {
 	u := -1
 	for i, m := range r.Messages {
@@ -286,7 +299,7 @@ func (r *ChatRequest) Guarded() bool {
 		}
 	}
 	for _, m := range r.Messages[u+1:] {
-		if m.Role == "assistant" && m.HasToolCalls {
+		if (m.Role == "assistant" && m.HasToolCalls) || m.ToolResult {
 			return true
 		}
 	}

@@ -46,6 +46,7 @@ type goldenMessage struct {
 	Name         string `json:"name"`
 	Text         string `json:"text"`
 	HasToolCalls bool   `json:"has_tool_calls"`
+	ToolResult   bool   `json:"tool_result,omitempty"`
 }
 
 type goldenSource struct {

@@ -132,6 +132,7 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	s.routes = map[string]map[string]routeHandler{
 		"/v1/chat/completions": {http.MethodPost: {"chat", true, s.handleChat}},
 		"/v1/models":           {http.MethodGet: {"models", true, s.handleModels}},
+		"/v1/responses":        {http.MethodPost: {"responses", true, s.handleResponses}},
 		"/v1/models/":          {http.MethodGet: {"models", true, s.handleModel}},
 		"/healthz":             {http.MethodGet: {"healthz", false, s.handleHealthz}},
 		"/readyz":              {http.MethodGet: {"readyz", false, s.handleReadyz}},
@@ -328,7 +329,7 @@ func (s *Server) logRequest(r *http.Request, rl *reqLog, d time.Duration) {
 	if rl.code != "" {
 		attrs = append(attrs, "code", rl.code)
 	}
-	if rl.route == "chat" {
+	if rl.route == "chat" || rl.route == "responses" {
 		attrs = append(attrs, "model", rl.model, "blocks", rl.blocks, "programs", strings.Join(rl.programs, ","),
 			"exits", strings.Join(rl.exits, ","), "queue_ms", rl.queue.Milliseconds(), "run_ms", rl.run.Milliseconds())
 	}
@@ -523,6 +524,11 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 
 // handleChat implements §2.1's processing order.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	s.converse(w, r, rl, openai.DecodeChatRequest)
+}
+
+// converse runs a chat completion or a Responses request (decode maps either onto a ChatRequest).
+func (s *Server) converse(w http.ResponseWriter, r *http.Request, rl *reqLog, decode func([]byte) (*openai.ChatRequest, *openai.Error)) {
 	rl.id = openai.NewID()
 	if s.draining.Load() {
 		s.fail(w, rl, apiError(errShuttingDown, 0))
@@ -539,7 +545,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rl *reqLog) 
 		s.fail(w, rl, openai.NewError(http.StatusBadRequest, "invalid_json", "cannot read request body: %v", err))
 		return
 	}
-	req, oe := openai.DecodeChatRequest(body)
+	req, oe := decode(body)
 	if oe != nil {
 		s.fail(w, rl, oe)
 		return
@@ -656,6 +662,10 @@ func (s *Server) failExtra(w http.ResponseWriter, rl *reqLog, e *openai.Error, e
 func (s *Server) reply(w http.ResponseWriter, rl *reqLog, req *openai.ChatRequest, model string, created int64,
 	calls []contract.ToolCall, extra map[string]any) {
 	calls = openai.WithCallIDs(calls) // unique per response: @openai/agents refuses a reused call id
+	if req.API == openai.APIResponses {
+		s.replyResponses(w, rl, req, created, calls)
+		return
+	}
 	if req.Stream {
 		if err := openai.WriteStream(w, rl.id, created, model, calls, req.IncludeUsage, extra); err != nil {
 			s.log.Debug("stream write failed", "id", rl.id, "err", err)

@@ -1,0 +1,298 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// The Responses API (POST /v1/responses): the default of the AI SDK's openai() provider and of
+// @openai/agents. A request is mapped onto the same ChatRequest as a chat completion, so extraction,
+// the bag-free run, the tool-list check and the re-execution guard are the chat ones: instructions is a
+// system message; input is a user message (a string) or a list of items whose messages keep their role
+// (system, developer and user are scanned) and whose input_text/output_text/text parts are the text;
+// function_call items are assistant tool calls and function_call_output items tool results, either of
+// them after the last user message triggers the guard. Tools are {type:"function", name} at top level.
+
+// APIResponses marks a ChatRequest decoded from a Responses API body.
+const APIResponses = "responses"
+
+// DecodeResponsesRequest decodes and shape-checks a POST /v1/responses body. Errors are 400 invalid_json
+// (bad JSON, wrong top-level types) or invalid_input (the input's shape), naming the field.
+func DecodeResponsesRequest(body []byte) (*ChatRequest, *Error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+		if err == nil {
+			return nil, badJSON("the request body must be a JSON object, got null")
+		}
+		if kind(body) != "object" && json.Valid(body) {
+			return nil, badJSON("the request body must be a JSON object, got %s", kind(body))
+		}
+		return nil, badJSON("the request body is not valid JSON: %v", err)
+	}
+	r := &ChatRequest{API: APIResponses}
+	var e *Error
+	if r.Model, e = optString(top, "model", "model"); e != nil {
+		return nil, e
+	}
+	if r.Stream, e = optBool(top, "stream", "stream"); e != nil {
+		return nil, e
+	}
+	if r.Instructions, e = optString(top, "instructions", "instructions"); e != nil {
+		return nil, e
+	}
+	if r.Instructions != "" {
+		r.Messages = append(r.Messages, Message{Role: "system", Text: r.Instructions})
+	}
+	items, e := decodeInput(top["input"])
+	if e != nil {
+		return nil, e
+	}
+	r.Messages = append(r.Messages, items...)
+	if len(r.Messages) == 0 {
+		return nil, badInput(`field "input" is missing or empty and there are no instructions; send the code as input or instructions`)
+	}
+	if r.Tools, e = decodeResponseTools(top["tools"]); e != nil {
+		return nil, e
+	}
+	meta, e := optObject(top, "metadata", "metadata")
+	if e != nil {
+		return nil, e
+	}
+	if r.TimeoutSeconds, e = decodeTimeout(meta["timeout_seconds"]); e != nil {
+		return nil, e
+	}
+	if r.NetworkAllow, e = decodeNetworkAllow(meta["network_allow"]); e != nil {
+		return nil, e
+	}
+	return r, nil
+}
+
+func badInput(format string, args ...any) *Error {
+	return NewError(http.StatusBadRequest, "invalid_input", format, args...)
+}
+
+// decodeInput maps input (absent, a string, or an array of items) onto messages.
+func decodeInput(raw json.RawMessage) ([]Message, *Error) {
+	if raw == nil || isNull(raw) {
+		return nil, nil
+	}
+	var s string
+	if str(raw, &s) {
+		return []Message{{Role: "user", Text: s}}, nil
+	}
+	list, ok := array(raw)
+	if !ok {
+		return nil, badInput(`field "input" must be a string or an array of input items, got %s`, kind(raw))
+	}
+	msgs := make([]Message, 0, len(list))
+	for i, item := range list {
+		field := fmt.Sprintf("input[%d]", i)
+		obj, ok := object(item)
+		if !ok {
+			return nil, badInput(`field %q must be an object, got %s`, field, kind(item))
+		}
+		typ, e := optString(obj, "type", field+".type")
+		if e != nil {
+			return nil, badInput("%s", e.Message)
+		}
+		switch {
+		case typ == "function_call":
+			msgs = append(msgs, Message{Role: "assistant", HasToolCalls: true})
+		case typ == "function_call_output":
+			msgs = append(msgs, Message{Role: "tool", ToolResult: true})
+		case typ == "message" || (typ == "" && obj["role"] != nil):
+			m, e := decodeInputMessage(field, obj)
+			if e != nil {
+				return nil, e
+			}
+			msgs = append(msgs, m)
+		default: // reasoning, item_reference and other items carry no code
+			msgs = append(msgs, Message{Role: typ})
+		}
+	}
+	return msgs, nil
+}
+
+func decodeInputMessage(field string, obj map[string]json.RawMessage) (Message, *Error) {
+	var m Message
+	role, ok := obj["role"]
+	if !ok {
+		return m, badInput(`field "%s.role" is missing`, field)
+	}
+	if !str(role, &m.Role) {
+		return m, badInput(`field "%s.role" must be a string, got %s`, field, kind(role))
+	}
+	raw := obj["content"]
+	if raw == nil || isNull(raw) {
+		return m, nil
+	}
+	if str(raw, &m.Text) {
+		return m, nil
+	}
+	parts, ok := array(raw)
+	if !ok {
+		return m, badInput(`field "%s.content" must be a string or an array of content parts, got %s`, field, kind(raw))
+	}
+	var b strings.Builder
+	for j, p := range parts {
+		pf := fmt.Sprintf("%s.content[%d]", field, j)
+		po, ok := object(p)
+		if !ok {
+			return m, badInput(`field %q must be a content part object, got %s`, pf, kind(p))
+		}
+		var typ string
+		if t, ok := po["type"]; !ok || !str(t, &typ) {
+			return m, badInput(`field "%s.type" must be a string`, pf)
+		}
+		if typ != "input_text" && typ != "output_text" && typ != "text" {
+			continue // input_image, input_file, refusal, …
+		}
+		var text string
+		if t, ok := po["text"]; !ok || !str(t, &text) {
+			return m, badInput(`field "%s.text" must be a string`, pf)
+		}
+		b.WriteString(text)
+	}
+	m.Text = b.String()
+	return m, nil
+}
+
+// decodeResponseTools returns the offered function names of a Responses tools array ({type:"function",
+// name:…}); like decodeTools, absent, null or [] → nil, and non-function tools offer nothing.
+func decodeResponseTools(raw json.RawMessage) ([]string, *Error) {
+	if raw == nil || isNull(raw) {
+		return nil, nil
+	}
+	list, ok := array(raw)
+	if !ok {
+		return nil, badJSON(`field "tools" must be an array or null, got %s`, kind(raw))
+	}
+	if len(list) == 0 {
+		return nil, nil
+	}
+	names := make([]string, 0, len(list))
+	for i, item := range list {
+		field := fmt.Sprintf("tools[%d]", i)
+		obj, ok := object(item)
+		if !ok {
+			return nil, badJSON(`field %q must be an object, got %s`, field, kind(item))
+		}
+		name, e := optString(obj, "name", field+".name")
+		if e != nil {
+			return nil, e
+		}
+		if typ, _ := optString(obj, "type", field+".type"); typ == "function" && name != "" {
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+// responseCall is a function_call output item.
+type responseCall struct {
+	Type      string `json:"type"`
+	ID        string `json:"id"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Status    string `json:"status"`
+}
+
+type responseUsage struct {
+	InputTokens         int            `json:"input_tokens"`
+	InputTokensDetails  map[string]int `json:"input_tokens_details"`
+	OutputTokens        int            `json:"output_tokens"`
+	OutputTokensDetails map[string]int `json:"output_tokens_details"`
+	TotalTokens         int            `json:"total_tokens"`
+}
+
+// response is the Response object with the fields the SDKs require.
+type response struct {
+	ID                 string         `json:"id"`
+	Object             string         `json:"object"`
+	CreatedAt          int64          `json:"created_at"`
+	Status             string         `json:"status"`
+	Error              *struct{}      `json:"error"`
+	IncompleteDetails  *struct{}      `json:"incomplete_details"`
+	Instructions       *string        `json:"instructions"`
+	Metadata           struct{}       `json:"metadata"`
+	Model              string         `json:"model"`
+	Output             []responseCall `json:"output"`
+	ParallelToolCalls  bool           `json:"parallel_tool_calls"`
+	PreviousResponseID *string        `json:"previous_response_id"`
+	Store              bool           `json:"store"`
+	Temperature        float64        `json:"temperature"`
+	Text               any            `json:"text"`
+	ToolChoice         string         `json:"tool_choice"`
+	Tools              []any          `json:"tools"`
+	TopP               float64        `json:"top_p"`
+	Truncation         string         `json:"truncation"`
+	Usage              *responseUsage `json:"usage"`
+}
+
+// ResponseID derives a Responses id ("resp_" + hex) from a NewID.
+func ResponseID(id string) string { return "resp_" + strings.TrimPrefix(id, "codellm-") }
+
+func itemID(callID string) string { return "fc_" + strings.TrimPrefix(callID, "call_") }
+
+func newResponse(id string, created int64, req *ChatRequest, calls []ToolCall, done bool) response {
+	r := response{ID: id, Object: "response", CreatedAt: created, Status: "in_progress", Model: echoModel(req.Model),
+		Output: []responseCall{}, ParallelToolCalls: true, Temperature: 1, TopP: 1, ToolChoice: "auto",
+		Tools: []any{}, Truncation: "disabled", Text: map[string]any{"format": map[string]string{"type": "text"}}}
+	if req.Instructions != "" {
+		r.Instructions = &req.Instructions
+	}
+	if done {
+		r.Status = "completed"
+		for _, c := range calls {
+			r.Output = append(r.Output, callItem(c, "completed", c.Arguments))
+		}
+		r.Usage = &responseUsage{InputTokensDetails: map[string]int{"cached_tokens": 0},
+			OutputTokensDetails: map[string]int{"reasoning_tokens": 0}}
+	}
+	return r
+}
+
+func callItem(c ToolCall, status, args string) responseCall {
+	return responseCall{Type: "function_call", ID: itemID(c.ID), CallID: c.ID, Name: c.Name, Arguments: args, Status: status}
+}
+
+// Response renders the completed Response object of a run: one function_call output item per call.
+func Response(id string, created int64, req *ChatRequest, calls []ToolCall) []byte {
+	return marshal(newResponse(id, created, req, calls, true))
+}
+
+// ResponseStream renders the Responses SSE body: response.created, response.in_progress, per call
+// response.output_item.added (empty arguments), response.function_call_arguments.delta in fragments of
+// at most FragmentBytes, response.function_call_arguments.done and response.output_item.done, then
+// response.completed. Every event is "event: <type>" + "data: <json>" with a sequence_number.
+func ResponseStream(id string, created int64, req *ChatRequest, calls []ToolCall) []byte {
+	var buf bytes.Buffer
+	seq := 0
+	event := func(typ string, fields map[string]any) {
+		fields["type"] = typ
+		fields["sequence_number"] = seq
+		seq++
+		buf.WriteString("event: " + typ + "\ndata: ")
+		buf.Write(marshal(fields))
+		buf.WriteString("\n\n")
+	}
+	event("response.created", map[string]any{"response": newResponse(id, created, req, nil, false)})
+	event("response.in_progress", map[string]any{"response": newResponse(id, created, req, nil, false)})
+	for k, c := range calls {
+		event("response.output_item.added", map[string]any{"output_index": k, "item": callItem(c, "in_progress", "")})
+		for _, frag := range Fragments(c.Arguments, FragmentBytes) {
+			if frag != "" {
+				event("response.function_call_arguments.delta", map[string]any{"item_id": itemID(c.ID), "output_index": k, "delta": frag})
+			}
+		}
+		event("response.function_call_arguments.done", map[string]any{"item_id": itemID(c.ID), "output_index": k,
+			"name": c.Name, "arguments": c.Arguments})
+		event("response.output_item.done", map[string]any{"output_index": k, "item": callItem(c, "completed", c.Arguments)})
+	}
+	event("response.completed", map[string]any{"response": newResponse(id, created, req, calls, true)})
+	return buf.Bytes()
+}
