@@ -431,14 +431,18 @@ func (r *Run) Close() error {
 		return nil
 	}
 	r.closed = true
-	r.mu.Unlock()
-	r.Kill()
-	r.mu.Lock()
 	ps := make([]*Process, 0, len(r.procs))
 	for p := range r.procs {
 		ps = append(ps, p)
 	}
 	r.mu.Unlock()
+	// The blocks first; whatever else is left in the run's cgroup (nothing
+	// can be in native mode, where every block is its PID namespace's init)
+	// is killed and waited for by release, which checks the group anyway:
+	// a separate group kill here would read every hierarchy once more.
+	for _, p := range ps {
+		p.Kill()
+	}
 	for _, p := range ps {
 		<-p.done // reaped by Wait or by the reaper goroutine
 	}

@@ -25,7 +25,12 @@ type Group struct {
 	fd        int // v2: cached directory fd for CLONE_INTO_CGROUP, -1 if not opened
 	removed   bool
 	delegated bool // v2: controllers enabled in our subtree_control
-	children  []*Group
+
+	// kidsMu guards children on its own (taken inside mu, never the other
+	// way round), so that walks of the tree need not take mu, which Remove
+	// holds throughout.
+	kidsMu   sync.Mutex
+	children []*Group
 }
 
 // DefaultWait is a sensible bound for WaitEmpty after Kill: SIGKILLed
@@ -210,7 +215,9 @@ func (g *Group) NewChild(name string) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.kidsMu.Lock()
 	g.children = append(g.children, c)
+	g.kidsMu.Unlock()
 	return c, nil
 }
 
@@ -386,8 +393,8 @@ func (g *Group) freeze() (thaw func() error, err error) {
 func (g *Group) signalAll() error {
 	seen := map[int]bool{}
 	var firstErr error
-	for i, d := range g.dirs {
-		dirs, err := subtreeDirs(d)
+	for i := range g.dirs {
+		dirs, err := g.treeDirs(i)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
@@ -473,8 +480,8 @@ func (g *Group) Populated() (bool, error) {
 		}
 		return v != 0, err
 	}
-	for _, d := range g.dirs {
-		dirs, err := subtreeDirs(d)
+	for i := range g.dirs {
+		dirs, err := g.treeDirs(i)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
@@ -624,14 +631,17 @@ func (g *Group) markRemoved() {
 		_ = unix.Close(g.fd)
 		g.fd = -1
 	}
-	for _, c := range g.children {
+	g.kidsMu.Lock()
+	children := g.children
+	g.children = nil
+	g.kidsMu.Unlock()
+	for _, c := range children {
 		c.mu.Lock()
 		if !c.removed {
 			c.markRemoved()
 		}
 		c.mu.Unlock()
 	}
-	g.children = nil
 }
 
 // rmdirAll is the cleanup for a group that never held processes.
@@ -641,8 +651,8 @@ func (g *Group) rmdirAll() { _ = g.rmdirAllUntil(time.Now().Add(removeTimeout)) 
 // kernel can report EBUSY briefly after the last task left (exit is not
 // fully finished), so it retries until deadline.
 func (g *Group) rmdirAllUntil(deadline time.Time) error {
-	for _, d := range g.dirs {
-		dirs, err := subtreeDirs(d)
+	for i := range g.dirs {
+		dirs, err := g.treeDirs(i)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -668,6 +678,49 @@ func (g *Group) rmdirAllUntil(deadline time.Time) error {
 		}
 	}
 	return nil
+}
+
+func (g *Group) kids() []*Group {
+	g.kidsMu.Lock()
+	defer g.kidsMu.Unlock()
+	return slices.Clone(g.children)
+}
+
+// treeDirs returns the directories of g's subtree in hierarchy hi, parents
+// before children. It is the tracked tree (g and the children made with
+// NewChild) when every directory's link count proves there is nothing else
+// below it — cgroupfs gives a directory 2 + its number of subdirectories
+// links, so one stat per directory replaces an open, two getdents and a
+// close — and otherwise (a sub-cgroup made by someone else, e.g. an
+// operator) a full directory walk.
+func (g *Group) treeDirs(hi int) ([]string, error) {
+	var out []string
+	var walk func(c *Group) (bool, error)
+	walk = func(c *Group) (bool, error) {
+		var st unix.Stat_t
+		if err := unix.Stat(c.dirs[hi], &st); err != nil {
+			return false, &fs.PathError{Op: "stat", Path: c.dirs[hi], Err: err}
+		}
+		kids := c.kids()
+		if uint64(st.Nlink) != uint64(2+len(kids)) {
+			return false, nil
+		}
+		out = append(out, c.dirs[hi])
+		for _, k := range kids {
+			if ok, err := walk(k); !ok || err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}
+	ok, err := walk(g)
+	if ok && err == nil {
+		return out, nil
+	}
+	if err != nil && len(out) == 0 {
+		return nil, err // g itself: gone (fs.ErrNotExist) or unreadable
+	}
+	return subtreeDirs(g.dirs[hi])
 }
 
 // subtreeDirs returns dir and all cgroup directories below it, parents
@@ -697,10 +750,7 @@ func (g *Group) sumTree(hi int, file, key string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	g.mu.Lock()
-	children := slices.Clone(g.children)
-	g.mu.Unlock()
-	for _, c := range children {
+	for _, c := range g.kids() {
 		v, err := c.sumTree(hi, file, key)
 		if err != nil {
 			return 0, err
