@@ -53,6 +53,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if strings.HasPrefix(args[0], "-") {
+		// trip2g's codellm has no serve subcommand: `codellm -addr … -max-stdout-bytes …` serves.
+		return cmdServe(args, stdout, stderr)
+	}
 	c, ok := cmds[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "codellm: unknown command %q\n\n", args[0])

@@ -24,11 +24,11 @@ type served struct {
 	logs *syncBuffer
 }
 
-// serveWith starts the real binary's `serve` with exactly env (plus PATH/HOME) and args, waits until it
-// is ready on addr and stops it at cleanup.
+// serveWith starts the real binary with exactly env (plus PATH/HOME) and args (a serve command line), waits
+// until it is ready on addr and stops it at cleanup.
 func serveWith(t *testing.T, addr string, env []string, args ...string) *served {
 	t.Helper()
-	cmd := exec.Command(binary(t), append([]string{"serve"}, args...)...)
+	cmd := exec.Command(binary(t), args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	logs := newSyncBuffer()
 	cmd.Stderr = logs
@@ -166,7 +166,7 @@ func trip2gBag(t *testing.T) map[string]any {
 func TestTrip2gRoleThroughTheRealBinary(t *testing.T) {
 	requireNative(t)
 	addr := freeAddr(t)
-	s := serveWith(t, addr, trip2gEnv(t, addr))
+	s := serveWith(t, addr, trip2gEnv(t, addr), "serve")
 
 	status, calls, msg := s.chat(t, trip2gRole, trip2gBag(t))
 	if status != 200 {
@@ -211,7 +211,7 @@ func TestTrip2gRoleThroughTheRealBinary(t *testing.T) {
 func TestFleetkitBehaviourThroughTheRealBinary(t *testing.T) {
 	requireNative(t)
 	addr := freeAddr(t)
-	s := serveWith(t, addr, trip2gEnv(t, addr))
+	s := serveWith(t, addr, trip2gEnv(t, addr), "serve")
 	note := map[string]string{
 		"python": `write_note {"path":"a.md","content":"---\ntitle: 'T: q'\ncreated_at: '2026-01-15T10:00:00+00:00'\ntruthy: 'yes'\npadded: '007'\n---\n# T\n"}`,
 		"js":     `write_note {"path":"a.md","content":"---\ntitle: \"T: q\"\ncreated_at: \"2026-01-15T10:00:00+00:00\"\ntruthy: \"yes\"\npadded: \"007\"\n---\n# T\n"}`,
@@ -270,6 +270,17 @@ fleetkit.emit([], JSON.stringify({cases, missing: cases.plain.nope ?? null,
 			t.Errorf("%s frontmatter/bag: %v %s\nwant %s", lang, calls, msg, wantFM)
 		}
 	}
+	// trip2g documents both require and import. ESM resolves through /node_modules in the block's root;
+	// a .js block is ESM only where node detects ESM syntax (20.19+, 22.7+).
+	if nodeDetectsESM(t) {
+		esm := "```js\nimport fleetkit from 'fleetkit';\nimport { note, emit } from 'fleetkit';\n" +
+			"emit([note('a.md', {title: 'T: q'}, '# T\\n')], typeof fleetkit.patch);\n```\n"
+		_, calls, msg := s.chat(t, esm, nil)
+		want := []string{`write_note {"path":"a.md","content":"---\ntitle: \"T: q\"\n---\n# T\n"}`, `finish {"answer":"function"}`}
+		if fmt.Sprint(calls) != fmt.Sprint(want) {
+			t.Errorf("ESM import: %v %s\nwant %v", calls, msg, want)
+		}
+	}
 	// note_frontmatter of a note the bag does not carry raises: a role misconfiguration, not a finding.
 	status, _, msg := s.chat(t, "```python\nimport fleetkit\nfleetkit.note_frontmatter('absent.md')\n```\n", trip2gBag(t))
 	if status != 422 || !strings.Contains(msg, "not in the delivery bag") {
@@ -281,16 +292,28 @@ fleetkit.emit([], JSON.stringify({cases, missing: cases.plain.nope ?? null,
 func TestTrip2gSettingsAliases(t *testing.T) {
 	requireNative(t)
 	ours, alias := freeAddr(t), freeAddr(t)
-	s := serveWith(t, ours, []string{"CODELLM_LISTEN=" + ours, "CODELLM_ADDR=" + alias, "CODELLM_API_KEY=" + trip2gKey})
+	s := serveWith(t, ours, []string{"CODELLM_LISTEN=" + ours, "CODELLM_ADDR=" + alias, "CODELLM_API_KEY=" + trip2gKey}, "serve")
 	if !strings.Contains(s.logs.String(), "using codellm's") || !strings.Contains(s.logs.String(), alias) {
 		t.Fatalf("no warning about the differing alias:\n%s", s.logs.String())
 	}
+	// trip2g's binary has no serve subcommand: a command line that starts with a flag serves.
 	s2 := serveWith(t, alias, []string{"CODELLM_API_KEY=short-key"}, "-addr", alias)
 	if !strings.Contains(s2.logs.String(), "shorter than 32") {
 		t.Fatalf("no warning about a short key on loopback:\n%s", s2.logs.String())
 	}
-	_, stderr, code := runBin(t, "", []string{"CODELLM_API_KEY=short-key"}, "serve", "--sandbox", "off", "-addr", "0.0.0.0:0")
+	_, stderr, code := runBin(t, "", []string{"CODELLM_API_KEY=short-key"}, "-sandbox", "off", "-addr", "0.0.0.0:0")
 	if code != 1 || !strings.Contains(stderr, "needs at least 32") {
 		t.Fatalf("short key off loopback: exit %d: %s", code, stderr)
 	}
+}
+
+// nodeDetectsESM reports whether the installed node runs a .js file with import syntax as ESM.
+func nodeDetectsESM(t *testing.T) bool {
+	out, err := exec.Command("node", "--version").Output()
+	if err != nil {
+		return false
+	}
+	var major, minor int
+	fmt.Sscanf(strings.TrimSpace(string(out)), "v%d.%d", &major, &minor)
+	return major > 22 || major == 22 && minor >= 7 || major == 20 && minor >= 19
 }

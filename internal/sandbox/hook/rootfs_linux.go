@@ -92,6 +92,11 @@ func setupRoot(sp *Spec) error {
 		if err := attachRO(sharedFD, r+SharedMount); err != nil {
 			return err
 		}
+		// ESM ignores NODE_PATH and walks up from the script to /node_modules: point that at the shared
+		// node modules, so `import … from 'fleetkit'` resolves like require() does.
+		if err := syscall.Symlink(SharedMount+"/node", r+"/node_modules"); err != nil {
+			return wrap("build root filesystem: symlink /node_modules", err)
+		}
 	}
 	// Make the root itself read-only: nothing outside the workdir, /tmp and
 	// /dev/shm is writable.
