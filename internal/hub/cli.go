@@ -120,6 +120,8 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	tlsCert := fs.String("tls-cert", envOr("HUB_TLS_CERT", ""), "TLS certificate file")
 	tlsKey := fs.String("tls-key", envOr("HUB_TLS_KEY", ""), "TLS key file")
 	behindProxy := fs.Bool("behind-proxy", false, "allow a non-loopback plain-HTTP listener behind a TLS proxy")
+	allowEviction := fs.Bool("redis-allow-eviction", envOr("HUB_REDIS_ALLOW_EVICTION", "false") == "true",
+		"start even though Redis may evict keys (maxmemory-policy is not noeviction); see docs/operator.md")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -222,6 +224,12 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	if redisURL != "" {
 		openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rs, err := redisstore.Open(openCtx, redisURL)
+		if err == nil {
+			err = checkRedis(openCtx, rs, *allowEviction, stderr)
+			if err != nil {
+				_ = rs.Close()
+			}
+		}
 		cancel()
 		if err != nil {
 			return fail("%v", err)
@@ -304,6 +312,27 @@ func openFiles(ctx context.Context, redisURL, storePath string, l filestore.Limi
 		return filestore.OpenRedis(openCtx, redisURL, l)
 	}
 	return filestore.OpenDir(filepath.Join(filepath.Dir(storePath), "files"), l)
+}
+
+// checkRedis refuses a Redis that may evict the store's keys (unless the
+// operator insists) and warns when nothing persists the data or the
+// settings cannot be read (docs/operator.md explains both).
+func checkRedis(ctx context.Context, rs *redisstore.Store, allowEviction bool, stderr io.Writer) error {
+	set, err := rs.Check(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm hub: warning: cannot verify the Redis settings (%v); make sure maxmemory-policy is noeviction and AOF or RDB persistence is on\n", err)
+		return nil
+	}
+	if !set.Safe() {
+		if !allowEviction {
+			return fmt.Errorf("redis maxmemory-policy is %q: an evicted nonce, fence or credential would silently weaken replay protection and fencing; set maxmemory-policy noeviction (or pass --redis-allow-eviction to start anyway)", set.EvictionPolicy)
+		}
+		fmt.Fprintf(stderr, "codellm hub: warning: redis maxmemory-policy is %q (--redis-allow-eviction): evicted keys weaken replay protection and fencing\n", set.EvictionPolicy)
+	}
+	if !set.Persistent() {
+		fmt.Fprintln(stderr, "codellm hub: warning: redis has neither AOF (appendonly) nor RDB (save) persistence: a Redis restart loses every worker credential and each worker must be paired again")
+	}
+	return nil
 }
 
 func isRedisURL(s string) bool {

@@ -118,8 +118,9 @@ func TestStoreOutage(t *testing.T) {
 	}
 	m := get(t, h.srv.URL+"/metrics")
 	for _, op := range []string{"workers", "credential", "epoch"} {
-		if !strings.Contains(string(m.body), `codellm_hub_store_errors_total{operation="`+op+`"}`) {
-			t.Errorf("no store error count for %s", op)
+		line := `codellm_hub_store_errors_total{operation="` + op + `"} `
+		if !strings.Contains(string(m.body), line) || strings.Contains(string(m.body), line+"0\n") {
+			t.Errorf("no store error counted for %s", op)
 		}
 	}
 

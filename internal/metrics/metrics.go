@@ -155,6 +155,12 @@ type Hub struct {
 // once as "enqueued" and once more with how it ended.
 var AssignmentStates = []string{"enqueued", "fulfilled", "rejected", "expired", "withdrawn", "worker_offline", "failed"}
 
+// StoreOperations are the values of codellm_hub_store_errors_total{operation}: the hub's store
+// operations (store.Protocol's) and its epoch probe.
+var StoreOperations = []string{"create_pairing", "redeem_pairing", "revoke", "credential", "refresh_credential",
+	"use_nonce", "register", "ready", "worker", "workers", "enqueue", "lease", "ack", "cancelled", "cancel",
+	"settle", "settlement", "complete", "withdraw", "reset_workspace", "quarantine", "epoch"}
+
 // LeaseResults are the values of codellm_hub_lease_wait_seconds{result}.
 var LeaseResults = []string{"assignment", "empty"}
 
@@ -189,6 +195,9 @@ func NewHub(online func() float64) *Hub {
 	}
 	for _, res := range LeaseResults {
 		m.LeaseWait.WithLabelValues(res)
+	}
+	for _, op := range StoreOperations {
+		m.StoreErrors.WithLabelValues(op)
 	}
 	return m
 }

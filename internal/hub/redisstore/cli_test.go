@@ -2,10 +2,12 @@ package redisstore_test
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/codellm/codellm/internal/hub"
+	"github.com/codellm/codellm/internal/hub/redisstore"
 )
 
 // `codellm hub` selects the Redis store from --store redis://… or
@@ -33,5 +35,43 @@ func TestCLIStoreSelection(t *testing.T) {
 				t.Fatalf("rc %d, stderr %q, want %q", rc, stderr.String(), tc.want)
 			}
 		})
+	}
+}
+
+// With Redis the hub refuses a server that may evict keys (unless the
+// operator insists with --redis-allow-eviction, then warns) and warns when
+// neither AOF nor RDB persists the data.
+func TestCLIRedisChecks(t *testing.T) {
+	rp := startOwnRedis(t, "--maxmemory-policy", "allkeys-lru", "--save", "", "--appendonly", "no")
+	serve := func(extra ...string) (int, string) {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"serve", "--admin-token", adminToken, "--api-key", apiKey, "--store", rp.url()}, extra...)
+		return hub.RunCLI(args, &stdout, &stderr), stderr.String()
+	}
+	rc, out := serve("--listen", "127.0.0.1:0")
+	if rc != 1 || !strings.Contains(out, `maxmemory-policy is "allkeys-lru"`) || strings.Contains(out, "listening") {
+		t.Fatalf("eviction allowed: rc %d, stderr %q", rc, out)
+	}
+	// Insisting gets past the check (the listener then fails: port 99999).
+	rc, out = serve("--listen", "127.0.0.1:99999", "--redis-allow-eviction")
+	if rc != 1 || !strings.Contains(out, "warning: redis maxmemory-policy") || !strings.Contains(out, "neither AOF") ||
+		!strings.Contains(out, "listen:") {
+		t.Fatalf("--redis-allow-eviction: rc %d, stderr %q", rc, out)
+	}
+	st, err := redisstore.Open(context.Background(), rp.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	set, err := st.Check(context.Background())
+	if err != nil || set.Safe() || set.Persistent() {
+		t.Fatalf("settings %+v %v", set, err)
+	}
+	c := rp.client()
+	defer c.Close()
+	c.ConfigSet(context.Background(), "maxmemory-policy", "noeviction")
+	c.ConfigSet(context.Background(), "appendonly", "yes")
+	if set, err := st.Check(context.Background()); err != nil || !set.Safe() || !set.Persistent() || !set.AOF {
+		t.Fatalf("settings after CONFIG SET %+v %v", set, err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,11 +81,36 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	// Long polls and the change feed must not be cut by the client; every
 	// call carries its own context.
 	o.ContextTimeoutEnabled = true
+	failFast(o, url)
 	return New(ctx, redis.NewClient(o), opts...)
 }
 
+// failFast makes an unreachable server an error within tens of
+// milliseconds rather than seconds of go-redis's dial and command retries
+// (the hub answers 503 store_unavailable and the caller retries), unless
+// the URL sets its own max_retries or dial_timeout.
+func failFast(o *redis.Options, url string) {
+	if !strings.Contains(url, "max_retries=") {
+		o.MaxRetries = 1
+	}
+	if !strings.Contains(url, "dial_timeout=") {
+		o.DialTimeout = 2 * time.Second
+	}
+	o.DialerRetries, o.DialerRetryTimeout = 2, 20*time.Millisecond
+}
+
+// quietPool silences go-redis's own log (a line per failed dial of every
+// pooled connection during an outage): the hub logs an outage once, counts
+// it in its metrics and reports it in /readyz.
+var quietPool = sync.OnceFunc(func() { redis.SetLogger(silent{}) })
+
+type silent struct{}
+
+func (silent) Printf(context.Context, string, ...any) {}
+
 // New wraps a client; the store owns it and closes it on Close.
 func New(ctx context.Context, rdb *redis.Client, opts ...Option) (*Store, error) {
+	quietPool()
 	c := config{prefix: DefaultPrefix}
 	for _, o := range opts {
 		o(&c)
