@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"sync"
@@ -119,5 +120,67 @@ func TestCloseRemovesRunGroupAfterReturn(t *testing.T) {
 		if _, err := os.Stat(filepath.Dir(f)); !os.IsNotExist(err) {
 			t.Errorf("%s still exists after the background removal: %v", filepath.Dir(f), err)
 		}
+	}
+}
+
+// TestPooledRunGroups: after the first run the pool holds run groups made
+// ahead; a run with the default limits takes one (its first block goes
+// into the pre-made child), is confined by its limits like any run, and
+// leaves nothing when closed. A run with its own limits makes its own.
+func TestPooledRunGroups(t *testing.T) {
+	s := nativeSandbox(t)
+	if s.plat.cg == nil {
+		skipOrFail(t, "no cgroups")
+	}
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer null.Close()
+	r0, err := s.NewRun(nil) // starts a refill
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r0.Close()
+	s.plat.pool.fills.Wait()
+	r, err := s.NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.plat.block1 == nil || r.ID() == r0.ID() {
+		t.Fatalf("second run did not take a pooled group (block1 %v, ids %s %s)", r.plat.block1, r.ID(), r0.ID())
+	}
+	var out bytes.Buffer
+	pr, pw, _ := os.Pipe()
+	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("cat /proc/self/cgroup"), Dir: workdir(t, nil), Stdout: pw, Stderr: null})
+	pw.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = out.ReadFrom(pr)
+	pr.Close()
+	if res := p.Wait(); res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	// The pre-made child is the block's group: its accounting saw the block.
+	if st, err := r.plat.block1.Stats(); err != nil || st.CPU <= 0 {
+		t.Errorf("the first block did not run in the pre-made child: %+v %v (%s)", st, err, out.String())
+	}
+	files := r.plat.group.ProcsFiles()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.plat.removals.Wait()
+	for _, f := range files {
+		if _, err := os.Stat(filepath.Dir(f)); !os.IsNotExist(err) {
+			t.Errorf("%s left after Close: %v", filepath.Dir(f), err)
+		}
+	}
+	own := DefaultLimits()
+	own.Pids = 77
+	r2, err := s.NewRun(&own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	if r2.plat.block1 != nil {
+		t.Error("a run with its own limits took a pooled group")
 	}
 }

@@ -44,6 +44,7 @@ type platform struct {
 	// removals counts closed runs' groups still being removed in the
 	// background (removeLater); tests wait for it.
 	removals *sync.WaitGroup
+	pool     *groupPool // run groups made ahead of need; nil without cgroups
 
 	// disabled switches mechanisms off, for differential tests and
 	// benchmarks only (never set in production code).
@@ -51,7 +52,8 @@ type platform struct {
 }
 
 type runPlatform struct {
-	group *cgroup.Group // the run's cgroup; nil without cgroups
+	group  *cgroup.Group // the run's cgroup; nil without cgroups
+	block1 *cgroup.Group // first block's group when group came from the pool
 	use   mechSet       // mechanisms for the run's blocks, fixed at NewRun
 }
 
@@ -75,6 +77,7 @@ func (s *Sandbox) init() error {
 	p := &s.plat
 	p.euid = os.Geteuid()
 	p.removals = &sync.WaitGroup{}
+	p.pool = &groupPool{}
 	p.detail = map[mechSet]string{}
 	p.version = map[mechSet]string{}
 	exe, err := os.Executable()
@@ -365,7 +368,12 @@ func (r *Run) init() error {
 	if !r.plat.use.has(mCgroup) {
 		return nil
 	}
-	g, err := p.cg.NewGroup(r.id, cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids})
+	lim := cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids}
+	if pg, ok := s.takeGroup(lim); ok {
+		r.id, r.plat.group, r.plat.block1 = pg.name, pg.run, pg.block1
+		return nil
+	}
+	g, err := p.cg.NewGroup(r.id, lim)
 	if err != nil {
 		if s.cfg.Mode == ModeNative {
 			return &UnavailableError{Mechanism: MechCgroup, Reason: "create run cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
@@ -448,7 +456,9 @@ func (r *Run) start(spec *Spec, seq int) (*Process, error) {
 		}
 	}
 	var child *cgroup.Group
-	if use.has(mCgroup) && r.plat.group != nil {
+	if use.has(mCgroup) && seq == 1 && r.plat.block1 != nil {
+		child = r.plat.block1 // made ahead with the pooled run group
+	} else if use.has(mCgroup) && r.plat.group != nil {
 		c, err := r.plat.group.NewChild("block-" + strconv.Itoa(seq))
 		if err != nil {
 			if s.cfg.Mode == ModeNative {
