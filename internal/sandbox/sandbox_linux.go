@@ -54,7 +54,7 @@ type platform struct {
 type runPlatform struct {
 	group  *cgroup.Group // the run's cgroup; nil without cgroups
 	block1 *cgroup.Group // first block's group when group came from the pool
-	use   mechSet       // mechanisms for the run's blocks, fixed at NewRun
+	use    mechSet       // mechanisms for the run's blocks, fixed at NewRun
 }
 
 type procPlatform struct {
