@@ -154,7 +154,10 @@ func (r *run) prepareDirs() error {
 	if err != nil {
 		return err
 	}
-	r.runDir = dir // MkdirTemp creates it 0700
+	r.runDir = dir                          // MkdirTemp creates it 0700
+	if err := markRunDir(dir); err != nil { // SweepStale: a crashed server's workdirs are removed later
+		return err
+	}
 	for i, b := range r.blocks {
 		b.dir = filepath.Join(dir, strconv.Itoa(i+1))
 		if err := os.Mkdir(b.dir, 0o700); err != nil {

@@ -124,6 +124,14 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 		guard: httpguard.ForListener(cfg.Listen, cfg.AllowedHosts, cfg.AllowedOrigins)}
 	s.check.Store(&selfCheck{reason: "startup self-check has not finished"})
 	s.eng = engine.New(ecfg, s.sandboxReady)
+	// Workdirs (code and delivery bags) a crashed server left behind are removed before serving.
+	removed, errs := pipeline.SweepStale(ecfg.Pipeline.WorkRoot)
+	for _, d := range removed {
+		s.log.Info("removed a stale run directory of a dead codellm process", "dir", d)
+	}
+	for _, err := range errs {
+		s.log.Warn("cannot sweep stale run directories", "err", err)
+	}
 	if ecfg.Slots != nil {
 		s.metrics = metrics.NewService(func() float64 { return float64(ecfg.Slots.InFlight()) })
 	} else {
