@@ -115,7 +115,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		WorkRoot:            ef.workDir,
 		MaxRunTimeout:       ef.timeout,
 		MaxMemory:           int64(ef.memory),
-		MaxOutputBytes:      int64(ef.maxOutput),
+		MaxOutputBytes:      ef.runnerOutputBytes(),
 		MaxBodyBytes:        int64(maxBody),
 		SessionTTL:          runnerTTL,
 		MaxSessions:         runnerSessions,
@@ -165,4 +165,13 @@ func checkAPIKeyLength(key, addr string, log *slog.Logger) error {
 	}
 	log.Warn("the API key is shorter than 32 characters; a non-loopback listener would refuse it", "length", len(key))
 	return nil
+}
+
+// runnerOutputBytes is the runner API's per-stream cap: --max-output-bytes when given, otherwise the
+// runner's own 1 MiB default (the 10 MiB default is trip2g's, for the chat pipeline's last block).
+func (f *execFlags) runnerOutputBytes() int64 {
+	if f.set["max-output-bytes"] {
+		return int64(f.maxOutput)
+	}
+	return 1 << 20
 }
