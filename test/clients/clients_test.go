@@ -1,0 +1,355 @@
+// Package clients drives the real npm OpenAI clients (openai-node 6, the AI SDK 6 over
+// @ai-sdk/openai-compatible) against a real `codellm serve` built from this tree: node runs run.mjs,
+// one scenario per subtest, and this test checks what the clients saw and what the server counted.
+// .ci/run installs the pinned packages with `npm ci` into test/clients/node_modules.
+package clients
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const apiKey = "test-key-0123456789abcdef0123456789abcdef"
+
+type serve struct {
+	base string
+	cmd  *exec.Cmd
+}
+
+// needNode skips without node or the installed packages, except where the test environment requires
+// everything (CI), where it fails.
+func needNode(t *testing.T) {
+	t.Helper()
+	_, errNode := exec.LookPath("node")
+	_, errMods := os.Stat("node_modules/openai/package.json")
+	if errNode == nil && errMods == nil {
+		return
+	}
+	msg := fmt.Sprintf("node (%v) or test/clients/node_modules (%v) missing: run `npm ci --prefix test/clients`", errNode, errMods)
+	if os.Getenv("CI") != "" || os.Getenv("CODELLM_REQUIRE_SANDBOX") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// startServe builds cmd/codellm and serves it on a free loopback port until the test ends.
+func startServe(t *testing.T, extra ...string) *serve {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "codellm")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/codellm")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	mode := "besteffort"
+	if os.Getenv("CODELLM_REQUIRE_SANDBOX") == "1" {
+		mode = "native"
+	}
+	// The sandbox's unprivileged user must traverse every parent of the work dir (t.TempDir's are 0700).
+	work, err := os.MkdirTemp("", "codellm-clients-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	if err := os.Chmod(work, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"serve", "--listen", addr, "--sandbox", mode, "--work-dir", work}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "CODELLM_API_KEY="+apiKey)
+	logs := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &serve{base: "http://" + addr, cmd: cmd}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("codellm serve log:\n%s", logs)
+		}
+	})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(s.base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err // for the cleanup
+			t.Fatalf("codellm serve exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("codellm serve did not become ready:\n%s", logs)
+		}
+	}
+	return s
+}
+
+// node runs one scenario of run.mjs and decodes its JSON into out.
+func (s *serve) node(t *testing.T, scenario string, out any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "run.mjs", scenario)
+	cmd.Env = append(os.Environ(), "CODELLM_BASE_URL="+s.base+"/v1", "CODELLM_API_KEY="+apiKey)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node run.mjs %s: %v\n%s", scenario, err, stderr.String())
+	}
+	if err := json.Unmarshal(stdout, out); err != nil {
+		t.Fatalf("node run.mjs %s printed %q: %v", scenario, stdout, err)
+	}
+}
+
+// metric sums the samples of a metric whose line starts with prefix.
+func (s *serve) metric(t *testing.T, prefix string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	n := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			f := strings.Fields(line)
+			v, _ := strconv.Atoi(f[len(f)-1])
+			n += v
+		}
+	}
+	return n
+}
+
+func (s *serve) runs(t *testing.T) int { return s.metric(t, "codellm_run_duration_seconds_count") }
+
+type nodeCall struct {
+	ID     string         `json:"id"`
+	CallID string         `json:"call_id"`
+	Type   string         `json:"type"`
+	Name   string         `json:"name"`
+	Args   map[string]any `json:"args"`
+}
+
+type nodeError struct {
+	Name, Code, Type, Message string
+	Status                    int
+}
+
+var callID = regexp.MustCompile(`^call_[A-Za-z0-9]{24}$`)
+
+func checkCalls(t *testing.T, got []nodeCall, names ...string) {
+	t.Helper()
+	seen := map[string]bool{}
+	if len(got) != len(names) {
+		t.Fatalf("calls %+v, want %v", got, names)
+	}
+	for i, c := range got {
+		id := c.ID + c.CallID
+		if c.Name != names[i] || !callID.MatchString(id) || seen[id] {
+			t.Fatalf("call %d %+v, want %s with a fresh id", i, c, names[i])
+		}
+		seen[id] = true
+	}
+}
+
+func TestOpenAINode(t *testing.T) {
+	needNode(t)
+	s := startServe(t)
+	t.Run("chat", func(t *testing.T) {
+		var r struct {
+			Content      *string    `json:"content"`
+			FinishReason string     `json:"finish_reason"`
+			Fingerprint  string     `json:"fingerprint"`
+			Calls        []nodeCall `json:"calls"`
+		}
+		s.node(t, "chat", &r)
+		checkCalls(t, r.Calls, "write_note", "finish")
+		if r.Content != nil || r.FinishReason != "tool_calls" || r.Fingerprint != "fp_codellm" ||
+			r.Calls[0].Args["content"] != "hi" || r.Calls[1].Args["answer"] != "wrote" {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("stream", func(t *testing.T) {
+		var r struct {
+			Chunks int        `json:"chunks"`
+			Calls  []nodeCall `json:"calls"`
+		}
+		s.node(t, "stream", &r)
+		checkCalls(t, r.Calls, "write_note", "finish")
+		if r.Chunks != 6 || r.Calls[0].Args["path"] != "a.md" {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("errors", func(t *testing.T) {
+		var e422, e401 nodeError
+		s.node(t, "error422", &e422)
+		s.node(t, "error401", &e401)
+		if e422.Name != "UnprocessableEntityError" || e422.Status != 422 || e422.Code != "nonzero_exit" || e422.Type != "code_execution_error" ||
+			!strings.Contains(e422.Message, "boom") {
+			t.Errorf("422: %+v", e422)
+		}
+		if e401.Name != "AuthenticationError" || e401.Status != 401 || e401.Code != "invalid_api_key" {
+			t.Errorf("401: %+v", e401)
+		}
+	})
+	t.Run("models", func(t *testing.T) {
+		var r struct {
+			IDs       []string  `json:"ids"`
+			Retrieved string    `json:"retrieved"`
+			Missing   nodeError `json:"missing"`
+		}
+		s.node(t, "models", &r)
+		if len(r.IDs) != 1 || r.IDs[0] != "codellm" || r.Retrieved != "codellm" || r.Missing.Name != "NotFoundError" || r.Missing.Code != "model_not_found" {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("responses", func(t *testing.T) {
+		var r struct {
+			Status   string     `json:"status"`
+			Calls    []nodeCall `json:"calls"`
+			Events   []string   `json:"events"`
+			Streamed []nodeCall `json:"streamed"`
+		}
+		s.node(t, "responses", &r)
+		checkCalls(t, r.Calls, "write_note", "finish")
+		checkCalls(t, r.Streamed, "finish")
+		want := "response.created response.in_progress response.output_item.added response.function_call_arguments.delta " +
+			"response.function_call_arguments.done response.output_item.done response.completed"
+		if r.Status != "completed" || r.Calls[0].Type != "function_call" || strings.Join(r.Events, " ") != want ||
+			r.Streamed[0].Args["answer"] != "streamed" {
+			t.Fatalf("%+v", r)
+		}
+	})
+	// openai-node gives up after 1 s and retries (X-Stainless-Retry-Count) while the 2.5 s block runs:
+	// the retries attach to the first run, and the code runs once.
+	t.Run("retry under a client timeout", func(t *testing.T) {
+		before := s.runs(t)
+		var r struct{ Answer string }
+		s.node(t, "retry", &r)
+		if r.Answer != "slow" {
+			t.Fatalf("%+v", r)
+		}
+		if n := s.runs(t) - before; n != 1 {
+			t.Fatalf("the code ran %d times", n)
+		}
+		if s.metric(t, `codellm_idempotency_events_total{event="attached"}`) < 1 {
+			t.Fatal("no retry attached to the running first attempt")
+		}
+	})
+	t.Run("runTools maxChatCompletions 1", func(t *testing.T) {
+		before := s.runs(t)
+		var r struct {
+			OneStep  []string `json:"oneStep"`
+			Uncapped []string `json:"uncapped"`
+		}
+		s.node(t, "runTools", &r)
+		if strings.Join(r.OneStep, ",") != "write_note,finish" {
+			t.Fatalf("one step: %v", r.OneStep)
+		}
+		// Without the stop option the loop asks again (and codellm's guard answers finish each time).
+		if len(r.Uncapped) <= 2 || r.Uncapped[2] != "finish" {
+			t.Fatalf("uncapped loop: %v", r.Uncapped)
+		}
+		if n := s.runs(t) - before; n != 2 {
+			t.Fatalf("%d runs, want one per loop", n)
+		}
+	})
+}
+
+// The AI SDK 6 over @ai-sdk/openai-compatible: generateText, streamText and ToolLoopAgent with
+// stopWhen: hasToolCall('finish') end after codellm's one step.
+func TestAISDK(t *testing.T) {
+	needNode(t)
+	s := startServe(t)
+	var r struct {
+		Steps         int      `json:"steps"`
+		Text          string   `json:"text"`
+		Calls         []string `json:"calls"`
+		StreamedCalls []string `json:"streamedCalls"`
+		AgentSteps    int      `json:"agentSteps"`
+		LooseSteps    int      `json:"looseSteps"`
+		Executed      []string `json:"executed"`
+	}
+	s.node(t, "aisdk", &r)
+	if r.Steps != 1 || r.Text != "" || strings.Join(r.Calls, ",") != "write_note,finish" ||
+		strings.Join(r.StreamedCalls, ",") != "write_note,finish" || r.AgentSteps != 1 {
+		t.Fatalf("%+v", r)
+	}
+	// Without hasToolCall('finish') the agent loops to its cap; every step after the first is the guard.
+	if r.LooseSteps != 3 || !strings.Contains(strings.Join(r.Executed, ","), "nothing was executed again") {
+		t.Fatalf("loose agent: %+v", r)
+	}
+}
+
+// POST /api/v2/execute honours Idempotency-Key like the chat route (the runner API is registered by
+// serve, so it is tested here on the real binary).
+func TestExecuteIdempotency(t *testing.T) {
+	s := startServe(t)
+	post := func(body, key string) (int, http.Header, string) {
+		req, _ := http.NewRequest(http.MethodPost, s.base+"/api/v2/execute", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	random := `{"language":"python","version":"*","files":[{"content":"import os; print(os.urandom(8).hex())"}]}`
+	s1, h1, b1 := post(random, "exec-1")
+	s2, h2, b2 := post(random, "exec-1")
+	if s1 != 200 || s2 != 200 || b1 != b2 || h1.Get("Idempotent-Replayed") != "" || h2.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("first %d %s\nsecond %d %v %s", s1, b1, s2, h2, b2)
+	}
+	if _, _, b3 := post(random, ""); b3 == b1 {
+		t.Fatal("without a key the run repeated its random output: the replay check proves nothing")
+	}
+	status, _, body := post(`{"language":"python","version":"*","files":[{"content":"print(1)"}]}`, "exec-1")
+	if status != 400 || !strings.Contains(body, `"error":"idempotency_key_reused"`) {
+		t.Fatalf("reused key: %d %s", status, body)
+	}
+}

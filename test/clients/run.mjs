@@ -1,0 +1,130 @@
+// Drives the real npm clients against a codellm serve started by clients_test.go:
+//   node run.mjs SCENARIO   (env CODELLM_BASE_URL = http://127.0.0.1:PORT/v1, CODELLM_API_KEY)
+// Prints one JSON object on stdout; the Go test checks it. Each scenario is also the tested form of a
+// snippet in docs/clients.md.
+import OpenAI from 'openai';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import { generateText, streamText, tool, hasToolCall, ToolLoopAgent } from 'ai';
+import { z } from 'zod';
+
+const baseURL = process.env.CODELLM_BASE_URL;
+const apiKey = process.env.CODELLM_API_KEY;
+const fence = '```';
+const block = (lang, code) => `${fence}${lang}\n${code}\n${fence}\n`;
+const answer = (a) => block('bash', `echo '{"answer":"${a}"}'`);
+const writeNote = block('python', `import json; print(json.dumps({"changes": [{"path": "a.md", "content": "hi"}], "answer": "wrote"}))`);
+
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+
+// Function tools as fleet offers them (chat-completions shape).
+const fnTools = ['write_note', 'finish'].map((name) => ({
+  type: 'function',
+  function: { name, parameters: { type: 'object', properties: {}, additionalProperties: true } },
+}));
+
+async function apiError(fn) {
+  try {
+    await fn();
+    return { ok: true };
+  } catch (e) {
+    return { name: e.constructor.name, status: e.status, code: e.code, type: e.type, message: e.message };
+  }
+}
+
+const scenarios = {
+  // openai-node: chat.completions.create without streaming.
+  async chat() {
+    const r = await client.chat.completions.create({ model: 'codellm', messages: [{ role: 'user', content: writeNote }], tools: fnTools });
+    const m = r.choices[0].message;
+    return { content: m.content, finish_reason: r.choices[0].finish_reason, fingerprint: r.system_fingerprint,
+      calls: m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, args: JSON.parse(c.function.arguments) })) };
+  },
+  // openai-node: streaming with the SDK's own accumulator (chat.completions.stream).
+  async stream() {
+    const s = client.chat.completions.stream({ model: 'codellm', messages: [{ role: 'user', content: writeNote }] });
+    let chunks = 0;
+    for await (const _ of s) chunks++;
+    const r = await s.finalChatCompletion();
+    return { chunks, calls: r.choices[0].message.tool_calls.map((c) => ({ id: c.id, name: c.function.name, args: JSON.parse(c.function.arguments) })) };
+  },
+  async error422() {
+    return apiError(() => client.chat.completions.create({ model: 'codellm', messages: [{ role: 'user', content: block('bash', 'echo boom >&2; exit 3') }] }));
+  },
+  async error401() {
+    const bad = new OpenAI({ baseURL, apiKey: 'wrong-key', maxRetries: 0 });
+    return apiError(() => bad.chat.completions.create({ model: 'codellm', messages: [{ role: 'user', content: answer('x') }] }));
+  },
+  async models() {
+    const list = await client.models.list();
+    const one = await client.models.retrieve('codellm');
+    const missing = await apiError(() => client.models.retrieve('gpt-4o'));
+    return { ids: list.data.map((m) => m.id), retrieved: one.id, missing };
+  },
+  // openai-node: the Responses API, without and with streaming.
+  async responses() {
+    const r = await client.responses.create({ model: 'codellm', instructions: 'Run the block.', input: writeNote });
+    const s = await client.responses.create({ model: 'codellm', input: [{ role: 'user', content: [{ type: 'input_text', text: answer('streamed') }] }], stream: true });
+    const events = [];
+    let completed;
+    for await (const ev of s) {
+      events.push(ev.type);
+      if (ev.type === 'response.completed') completed = ev.response;
+    }
+    const calls = (resp) => resp.output.map((o) => ({ type: o.type, call_id: o.call_id, name: o.name, args: JSON.parse(o.arguments) }));
+    return { status: r.status, calls: calls(r), events, streamed: calls(completed) };
+  },
+  // openai-node retries on its own timeout (2 retries by default): the code must still run once.
+  async retry() {
+    const impatient = new OpenAI({ baseURL, apiKey, timeout: 1000, maxRetries: 4 });
+    const r = await impatient.chat.completions.create({ model: 'codellm', messages: [{ role: 'user', content: block('bash', `sleep 2.5; echo '{"answer":"slow"}'`) }] });
+    return { answer: JSON.parse(r.choices[0].message.tool_calls[0].function.arguments).answer };
+  },
+  // openai-node's automatic tool loop: maxChatCompletions: 1 stops it after codellm's one answer.
+  async runTools() {
+    const calls = [];
+    const tools = ['write_note', 'finish'].map((name) => ({
+      type: 'function',
+      function: { name, parameters: { type: 'object', properties: {}, additionalProperties: true }, parse: JSON.parse,
+        function: (args) => { calls.push(name); return 'ok'; } },
+    }));
+    const params = { model: 'codellm', messages: [{ role: 'user', content: writeNote }], tools };
+    const one = client.chat.completions.runTools(params, { maxChatCompletions: 1 });
+    await one.done();
+    const oneStep = calls.splice(0);
+    // Without the option the loop calls again; codellm's re-execution guard answers finish without running.
+    const capped = client.chat.completions.runTools(params, { maxChatCompletions: 3 });
+    await capped.done().catch(() => {});
+    return { oneStep, uncapped: calls };
+  },
+  // AI SDK 6 over @ai-sdk/openai-compatible: generateText, streamText and an agent stopped by
+  // stopWhen: hasToolCall('finish').
+  async aisdk() {
+    const codellm = createOpenAICompatible({ name: 'codellm', baseURL, apiKey });
+    const executed = [];
+    const tools = {
+      write_note: tool({ inputSchema: z.object({ path: z.string(), content: z.string() }), execute: async (a) => { executed.push('write_note:' + a.path); return 'ok'; } }),
+      finish: tool({ inputSchema: z.object({ answer: z.string() }), execute: async (a) => { executed.push('finish:' + a.answer); return a.answer; } }),
+    };
+    const g = await generateText({ model: codellm('codellm'), prompt: writeNote, tools, stopWhen: hasToolCall('finish') });
+    const s = streamText({ model: codellm('codellm'), prompt: writeNote, tools, stopWhen: hasToolCall('finish') });
+    const streamedCalls = (await s.toolCalls).map((c) => c.toolName);
+    const agent = new ToolLoopAgent({ model: codellm('codellm'), tools, stopWhen: hasToolCall('finish') });
+    const a = await agent.generate({ prompt: writeNote });
+    const loose = new ToolLoopAgent({ model: codellm('codellm'), tools, stopWhen: ({ steps }) => steps.length >= 3 });
+    const l = await loose.generate({ prompt: writeNote });
+    return { steps: g.steps.length, text: g.text, calls: g.toolCalls.map((c) => c.toolName), streamedCalls,
+      agentSteps: a.steps.length, looseSteps: l.steps.length, executed };
+  },
+};
+
+const name = process.argv[2];
+if (!scenarios[name]) {
+  console.error(`unknown scenario ${name}`);
+  process.exit(2);
+}
+try {
+  console.log(JSON.stringify(await scenarios[name]()));
+} catch (e) {
+  console.error(e && e.stack ? e.stack : e);
+  process.exit(1);
+}
