@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
@@ -16,11 +17,11 @@ import (
 // epoch of its data (learned at start) and a detected reset — the store
 // came back empty or with another epoch, so every worker credential is gone.
 type storeHealth struct {
-	mu      sync.Mutex
-	down    bool
-	lastErr string
-	epoch   string
-	reset   *storeReset
+	down atomic.Bool
+
+	mu    sync.Mutex
+	epoch string
+	reset *storeReset
 }
 
 // storeReset is a detected loss of the store's state, reported by /readyz.
@@ -35,29 +36,23 @@ const storeRetryAfter = 1
 
 const resetMessage = "the hub's store lost its state (it came back empty or with another epoch): every worker credential is gone; pair each worker again (codellm hub pair <workerId>)"
 
-// storeFailed counts a failed store operation and logs when the store goes
-// from reachable to unreachable (once, not per request).
+// storeFailed is told of every store operation (err nil: the store
+// answered). It counts failures by operation and logs when the store goes
+// from reachable to unreachable and back (once each, not per request).
 func (h *Hub) storeFailed(op string, err error) {
-	h.metrics.StoreErrors.WithLabelValues(op).Inc()
-	if !errors.Is(err, store.ErrUnavailable) {
+	if err == nil {
+		h.storeOK()
 		return
 	}
-	h.health.mu.Lock()
-	was := h.health.down
-	h.health.down, h.health.lastErr = true, err.Error()
-	h.health.mu.Unlock()
-	if !was {
+	h.metrics.StoreErrors.WithLabelValues(op).Inc()
+	if errors.Is(err, store.ErrUnavailable) && !h.health.down.Swap(true) {
 		h.cfg.Logger.Printf("store unavailable (%s): %v; answering 503 store_unavailable until it returns", op, err)
 	}
 }
 
-// storeOK records a successful probe, logging the recovery.
+// storeOK records that the store answered, logging the recovery.
 func (h *Hub) storeOK() {
-	h.health.mu.Lock()
-	was := h.health.down
-	h.health.down = false
-	h.health.mu.Unlock()
-	if was {
+	if h.health.down.Load() && h.health.down.Swap(false) {
 		h.cfg.Logger.Printf("store reachable again")
 	}
 }
@@ -114,9 +109,6 @@ func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := h.checkEpoch(ctx); err != nil {
-		if r.Context().Err() == nil {
-			h.storeFailed("epoch", store.Unavailable(err))
-		}
 		w.Header().Set("Retry-After", "1")
 		writeValue(w, http.StatusServiceUnavailable, map[string]string{
 			"status": "unavailable", "store": "unreachable", "code": "store_unavailable", "reason": err.Error()})

@@ -188,3 +188,14 @@ func TestFaults(t *testing.T) {
 		return s.Backend()
 	})
 }
+
+// The bbolt backend's primitives (what other hub state builds on).
+func TestBackend(t *testing.T) {
+	storetest.RunBackend(t, func(t *testing.T) store.Backend {
+		s, err := Open(filepath.Join(t.TempDir(), "bridge.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Backend()
+	})
+}

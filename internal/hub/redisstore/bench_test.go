@@ -10,43 +10,17 @@ import (
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/redisstore"
 	"github.com/codellm/codellm/internal/hub/store"
+	"github.com/codellm/codellm/internal/hub/storetest"
 )
-
-func cycle(b *testing.B, s store.Store, w, inc string) {
-	ctx := context.Background()
-	settle := []byte(`{"protocolVersion":1,"status":"fulfilled","result":{}}`)
-	a, err := s.Enqueue(ctx, store.EnqueueParams{WorkerID: w, AssignmentID: bridge.NewID(), LeaseTokenHash: "h", ExpiresAt: time.Now().Add(time.Minute), Request: []byte(`{}`)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.Lease(ctx, w, inc, ""); err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Ack(ctx, store.AckParams{WorkerID: w, AssignmentID: a.ID, IncarnationID: inc, Generation: a.Generation, LeaseTokenHash: "h"}); err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Settle(ctx, store.SettleParams{WorkerID: w, AssignmentID: a.ID, IncarnationID: inc, Generation: a.Generation, LeaseTokenHash: "h", Status: bridge.StatusFulfilled, Canonical: settle}); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.Complete(ctx, w, a.ID); err != nil {
-		b.Fatal(err)
-	}
-}
-
-func register(b *testing.B, s store.Store, w string) {
-	if _, err := s.Register(context.Background(), store.RegisterParams{WorkerID: w, IncarnationID: incA, Capabilities: bridge.Capabilities{SandboxProfile: "p"}}); err != nil {
-		b.Fatal(err)
-	}
-}
 
 // One full assignment cycle (enqueue, lease, ack, settle, complete) on one
 // worker: five optimistic transactions against a loopback Redis.
 func BenchmarkAssignmentCycle(b *testing.B) {
 	s := openStore(b)
 	defer s.Close()
-	register(b, s, "bench")
+	storetest.Register(b, s, "bench", incA)
 	for b.Loop() {
-		cycle(b, s, "bench", incA)
+		storetest.Cycle(b, s, "bench", incA)
 	}
 }
 
@@ -66,7 +40,7 @@ func BenchmarkAssignmentCycleParallel(b *testing.B) {
 	}
 	const workers = 8
 	for i := range workers {
-		register(b, stores[0], fmt.Sprintf("bench-%d", i))
+		storetest.Register(b, stores[0], fmt.Sprintf("bench-%d", i), incA)
 	}
 	b.ResetTimer()
 	per := b.N/workers + 1
@@ -76,7 +50,7 @@ func BenchmarkAssignmentCycleParallel(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for range per {
-				cycle(b, stores[i%2], fmt.Sprintf("bench-%d", i), incA)
+				storetest.Cycle(b, stores[i%2], fmt.Sprintf("bench-%d", i), incA)
 			}
 		}()
 	}
@@ -87,7 +61,7 @@ func BenchmarkAssignmentCycleParallel(b *testing.B) {
 func BenchmarkLeaseEmpty(b *testing.B) {
 	s := openStore(b)
 	defer s.Close()
-	register(b, s, "idle")
+	storetest.Register(b, s, "idle", incA)
 	ctx := context.Background()
 	for b.Loop() {
 		if a, err := s.Lease(ctx, "idle", incA, ""); err != nil || a != nil {
@@ -123,7 +97,7 @@ func BenchmarkChangeFeedLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	register(b, s, "feed")
+	storetest.Register(b, s, "feed", incA)
 	woke := make(chan struct{}, 1)
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

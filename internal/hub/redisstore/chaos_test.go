@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,22 +119,7 @@ func replicaAt(t *testing.T, url string) *replica {
 	}
 	cfg := hub.Config{AdminToken: adminToken, ClientKeys: []hub.ClientKey{{Key: apiKey, TenantID: "default"}},
 		PollInterval: 20 * time.Millisecond, ExecTimeout: 5 * time.Second, QueueTimeout: time.Second}
-	h, err := hub.New(cfg, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = st.WatchChanges(ctx, h.Notify) }()
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() {
-		h.Close()
-		srv.Close()
-		cancel()
-		<-done
-		_ = st.Close()
-	})
-	return &replica{h: h, srv: srv, root: srv.URL, base: srv.URL + "/v1"}
+	return serveReplica(t, st, cfg, true)
 }
 
 func getURL(url string) reply {

@@ -39,3 +39,8 @@ func TestConformanceThroughFaultWrapper(t *testing.T) {
 		return store.NewProtocol(b, store.Options{LeaseTTL: cfg.LeaseTTL, Grace: cfg.Grace})
 	})
 }
+
+// The Redis backend's primitives (what other hub state builds on).
+func TestBackend(t *testing.T) {
+	storetest.RunBackend(t, func(t *testing.T) store.Backend { return openStore(t).Backend() })
+}

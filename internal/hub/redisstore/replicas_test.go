@@ -35,6 +35,12 @@ func newReplica(t *testing.T, prefix string, feed bool, mod func(*hub.Config)) *
 	if mod != nil {
 		mod(&cfg)
 	}
+	return serveReplica(t, st, cfg, feed)
+}
+
+// serveReplica runs a hub over st on a loopback server until the test ends.
+func serveReplica(t *testing.T, st *redisstore.Store, cfg hub.Config, feed bool) *replica {
+	t.Helper()
 	h, err := hub.New(cfg, st)
 	if err != nil {
 		t.Fatal(err)

@@ -222,17 +222,19 @@ func (p *Protocol) update(ctx context.Context, op, w string, fn func(t *wtx) err
 	return p.observe(op, err)
 }
 
-// ObserveErrors registers fn to be told of every failed store operation
-// that is not a protocol refusal (the hub counts them by operation).
+// ObserveErrors registers fn to be told of every store operation: err is
+// the storage failure, or nil when the store answered (a protocol refusal
+// included). The hub counts failures by operation and notices recovery.
 func (p *Protocol) ObserveErrors(fn func(op string, err error)) { p.onError.Store(&fn) }
 
-// observe passes a storage failure of operation op to the observer.
+// observe passes operation op's outcome to the observer.
 func (p *Protocol) observe(op string, err error) error {
-	if err == nil || isProtocolErr(err) {
-		return err
-	}
 	if fn := p.onError.Load(); fn != nil {
-		(*fn)(op, err)
+		if err == nil || isProtocolErr(err) {
+			(*fn)(op, nil)
+		} else {
+			(*fn)(op, err)
+		}
 	}
 	return err
 }
