@@ -184,3 +184,58 @@ func executeIn(t *testing.T, base, session, lang, code string) pistonRun {
 	}
 	return out.Run
 }
+
+// Inside the sandbox a program sees fixed paths, never the host's: the runner's workspace (one-off or
+// session) is /mnt/data — $PWD, argv and tracebacks name it — and no codellm-runner-… temporary directory
+// shows anywhere, /proc/self/mountinfo included; chat blocks likewise run in /mnt/data. The mountinfo
+// half needs each workspace to be a filesystem of its own (--runner-workspace-size, root only): a bind
+// mount's line names its source directory.
+func TestNeutralPathsEndToEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("--runner-workspace-size needs root")
+	}
+	base := startServe(t, "--runner-workspace-size", "16MiB")
+	probe := "import os, sys, traceback\n" +
+		"print(os.getcwd()); print(os.environ.get('HOME')); print(sys.argv[0])\n" +
+		"print(open('/proc/self/mountinfo').read()); print(open('/proc/self/cmdline').read())\n" +
+		"open('/mnt/data/made.txt', 'w').write('x')\n" +
+		"raise RuntimeError('where am I')\n"
+	check := func(t *testing.T, r pistonRun) {
+		t.Helper()
+		all := r.Stdout + r.Stderr
+		if !strings.HasPrefix(r.Stdout, "/mnt/data\n/mnt/data\n/mnt/data/") || !strings.Contains(r.Stderr, `File "/mnt/data/`) {
+			t.Fatalf("want /mnt/data as cwd, HOME, argv and in the traceback:\n%s", all)
+		}
+		for _, leak := range []string{"codellm-runner", "codellm-e2e", "codellm-run-"} {
+			if strings.Contains(all, leak) {
+				t.Fatalf("host path %q visible inside the sandbox:\n%s", leak, all)
+			}
+		}
+	}
+	t.Run("one-off", func(t *testing.T) { check(t, execute(t, base, "python", probe, nil)) })
+	t.Run("session", func(t *testing.T) {
+		check(t, executeIn(t, base, "neutral-paths-1", "python", probe))
+		r := executeIn(t, base, "neutral-paths-1", "bash", "cat /mnt/data/made.txt")
+		if r.Stdout != "x" {
+			t.Fatalf("a file written to /mnt/data did not persist in the session: %+v", r)
+		}
+	})
+	t.Run("chat block", func(t *testing.T) {
+		body := map[string]any{"model": "codellm", "messages": []map[string]string{{"role": "user",
+			"content": "```bash\nm=$(grep -c codellm-run /proc/self/mountinfo)\nprintf '{\"answer\":\"%s %s %s\"}' \"$PWD\" \"$FLEET_INPUT\" \"$m\"\n```"}}}
+		var resp struct {
+			Choices []struct {
+				Message struct {
+					ToolCalls []struct {
+						Function struct{ Arguments string } `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		postJSON(t, base+"/v1/chat/completions", body, &resp)
+		got := resp.Choices[0].Message.ToolCalls[0].Function.Arguments
+		if got != `{"answer":"/mnt/data /mnt/data/input.json 0"}` {
+			t.Fatalf("finish arguments %s", got)
+		}
+	})
+}

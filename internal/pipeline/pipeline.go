@@ -13,7 +13,10 @@ import (
 
 // Defaults from openai-contract.md §6.
 const (
-	DefaultKillGrace      = 5 * time.Second
+	DefaultKillGrace = 5 * time.Second
+	// BlockDir is where every block finds its workdir inside a native sandbox (with a private root): a
+	// fixed path, so no host directory shows in $PWD, argv or tracebacks. Elsewhere it is the host path.
+	BlockDir              = "/mnt/data"
 	DefaultMaxOutputBytes = 1 << 20
 	DefaultMaxStderrBytes = 64 << 10
 	// DefaultTimeout applies when a Request carries no timeout; the server always passes its effective one.

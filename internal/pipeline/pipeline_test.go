@@ -698,13 +698,19 @@ print(json.dumps({
 		if fmt.Sprint(got.Env) != fmt.Sprint(want) {
 			t.Errorf("env = %v\nwant  %v", got.Env, want)
 		}
-		if got.Cwd != seenDir || !strings.HasPrefix(seenDir, h.cfg.WorkRoot+"/") {
+		// Natively the block sees its workdir at the fixed BlockDir (no host path); off mode has no private
+		// root, so there it is the host workdir itself.
+		wantDir := func(d string) bool { return strings.HasPrefix(d, h.cfg.WorkRoot+"/") }
+		if h.mode == sandbox.ModeNative {
+			wantDir = func(d string) bool { return d == BlockDir }
+		}
+		if got.Cwd != seenDir || !wantDir(seenDir) {
 			t.Errorf("cwd %q, workdir %q", got.Cwd, seenDir)
 		}
 		if fmt.Sprint(got.Argv) != fmt.Sprint([]string{seenDir + "/run.py"}) {
 			t.Errorf("argv %q", got.Argv)
 		}
-		if hostMode != 0o700 {
+		if h.mode == sandbox.ModeOff && hostMode != 0o700 { // the host path is only seen in off mode
 			t.Errorf("host workdir mode %o, want 700", hostMode)
 		}
 		if got.Mode != "0o700" {
@@ -727,7 +733,7 @@ print(json.dumps({
 		}})
 		wantOK(t, res)
 		lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
-		if len(lines) != 6 || lines[0] == lines[2] || lines[1] != "{}" || lines[3] != "input.json" ||
+		if len(lines) != 6 || (h.mode == sandbox.ModeOff && lines[0] == lines[2]) || lines[1] != "{}" || lines[3] != "input.json" ||
 			lines[4] != "run.sh" || lines[5] != "tmp" {
 			t.Errorf("stdout %q", res.Stdout)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -317,21 +318,24 @@ func (r *run) startBlocks() {
 		if len(args) == 0 {
 			args = []string{b.step.Path}
 		}
-		args = append(args, filepath.Join(b.dir, "run"+b.step.Ext))
+		// Every block sees its workdir at BlockDir, never the host's per-run directory.
+		in := r.sb.Workdir(b.dir, BlockDir)
+		args = append(args, path.Join(in, "run"+b.step.Ext))
 		envf := b.step.Env
 		if envf == nil {
 			envf = DefaultEnv
 		}
 		setupStart := time.Now()
 		p, err := r.sb.Start(sandbox.Spec{
-			Path:   b.step.Path,
-			Args:   args,
-			Env:    envf(b.dir),
-			Dir:    b.dir,
-			Stdin:  b.stdin,
-			Stdout: b.stdout,
-			Stderr: b.stderr,
-			Limits: r.req.Limits,
+			Path:    b.step.Path,
+			Args:    args,
+			Env:     envf(in),
+			Dir:     b.dir,
+			MountAt: BlockDir,
+			Stdin:   b.stdin,
+			Stdout:  b.stdout,
+			Stderr:  b.stderr,
+			Limits:  r.req.Limits,
 		})
 		r.closeChildEnds(r.blocks[i:i+1], !holdStdin)
 		if err != nil {

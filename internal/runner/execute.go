@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -187,11 +188,13 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 		outW.Close()
 		return nil, sandboxFailed("cannot create pipes: "+err.Error(), err)
 	}
-	entry := filepath.Join(dir, filepath.FromSlash(p.files[0].name))
+	// The program sees its workspace at WorkDir, never the host path (LibreChat tells models to write there).
+	in := run.Workdir(dir, WorkDir)
+	entry := path.Join(in, p.files[0].name)
 	argv := append(append(slices.Clone(p.rt.interp.Cmd), entry), p.args...)
-	env := append(interp.Env(dir, p.rt.interp, r.cfg.Exposed), p.env...)
+	env := append(interp.Env(in, p.rt.interp, r.cfg.Exposed), p.env...)
 	proc, err := run.Start(sandbox.Spec{
-		Path: p.rt.path, Args: argv, Env: env, Dir: dir, Persist: true,
+		Path: p.rt.path, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true,
 		Stdin: stdin, Stdout: outW, Stderr: errW,
 	})
 	// Our copies of the write ends must go, or the readers never see EOF.

@@ -40,11 +40,14 @@ const (
 	// quarter of the stack limit (2 MiB at the usual 8 MiB). Each string is held to the first, and args
 	// (512 KiB) plus env_vars (1 MiB) plus codellm's own few variables stay below the second, so a request
 	// within these limits never reaches execve's E2BIG.
-	maxArgStrlen     = 32*4096 - 1
-	maxArgBytes      = 512 << 10
-	maxSessionIDLen  = 256   // X-Runtime-Session-Id
-	maxScanEntries   = 20000 // directory entries examined for files out
-	killGrace        = 5 * time.Second
+	maxArgStrlen    = 32*4096 - 1
+	maxArgBytes     = 512 << 10
+	maxSessionIDLen = 256   // X-Runtime-Session-Id
+	maxScanEntries  = 20000 // directory entries examined for files out
+	killGrace       = 5 * time.Second
+	// WorkDir is where a program finds its workspace (session or one-off) inside a native sandbox: the
+	// path LibreChat's tool prompt tells models to write to. Without a private root it is the host path.
+	WorkDir          = "/mnt/data"
 	versionProbeTime = 10 * time.Second
 )
 

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"errors"
+	"path"
+	"strings"
 	"fmt"
 	"log/slog"
 	"net"
@@ -159,6 +161,10 @@ type Spec struct {
 	Env     []string // the complete environment (nothing is inherited)
 	Dir     string   // host workdir (exists); working directory, visible at the same path inside
 	Persist bool     // false: Dir copied into a size-limited private tmpfs; true: Dir bind-mounted read-write
+	// MountAt, when set, is where Dir appears inside the sandbox (and the working directory there), so that
+	// no host path shows in $PWD, argv or tracebacks; see [Run.Workdir]. It applies with a private root
+	// only (native mode); elsewhere the program sees Dir itself.
+	MountAt string
 	Stdin   *os.File // nil = /dev/null (immediate EOF)
 	Stdout  *os.File // required
 	Stderr  *os.File // required
@@ -166,6 +172,9 @@ type Spec struct {
 }
 
 func (s *Spec) validate() error {
+	if err := checkMountAt(s.MountAt); err != nil {
+		return err
+	}
 	switch {
 	case s.Path == "" || s.Path[0] != '/':
 		return fmt.Errorf("%w: program path %q is not absolute", ErrInvalidSpec, s.Path)
@@ -194,6 +203,32 @@ func (s *Spec) validate() error {
 		return fmt.Errorf("%w: workdir %s is not a directory", ErrInvalidSpec, s.Dir)
 	}
 	return nil
+}
+
+// checkMountAt accepts a clean absolute path outside the directories the private root is made of.
+func checkMountAt(p string) error {
+	if p == "" {
+		return nil
+	}
+	if p[0] != '/' || path.Clean(p) != p || p == "/" {
+		return fmt.Errorf("%w: MountAt %q is not a clean absolute path below /", ErrInvalidSpec, p)
+	}
+	first, _, _ := strings.Cut(p[1:], "/")
+	switch first {
+	case "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "tmp", "sys", "run":
+		return fmt.Errorf("%w: MountAt %q is inside /%s, which the sandbox's root provides", ErrInvalidSpec, p, first)
+	}
+	return nil
+}
+
+// Workdir is the path at which a program started with spec.Dir == host and spec.MountAt == mountAt finds
+// its working directory: mountAt when the run's blocks get a private root, host otherwise. Callers build
+// argv and the environment with it.
+func (r *Run) Workdir(host, mountAt string) string {
+	if mountAt != "" && r.privateRoot() {
+		return mountAt
+	}
+	return host
 }
 
 func indexByte(s string, b byte) int {

@@ -386,6 +386,12 @@ func (r *Run) init() error {
 	return nil
 }
 
+// privateRoot reports whether the run's blocks get a private root (and so MountAt).
+func (r *Run) privateRoot() bool {
+	use := r.plat.use
+	return r.sb.cfg.Mode != ModeOff && use.has(mHelper) && use.has(mRootFS) && use.has(mMountNS) && use.has(mPIDNS)
+}
+
 func (r *Run) killAll() {
 	if g := r.plat.group; g != nil {
 		_ = g.Kill()
@@ -500,7 +506,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		}
 	}
 	hs := &hook.Spec{
-		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir, Persist: spec.Persist,
+		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir, HostDir: spec.Dir, Persist: spec.Persist,
 		Network: s.cfg.Network, TmpSize: r.lim.TmpSize, FileSize: r.lim.FileSize,
 		OpenFiles: int64(r.lim.OpenFiles), ProbeOnly: probe, CapLastCap: capLastCap(), Shared: s.cfg.Shared,
 		Init: use.has(mPIDNS) && !s.cfg.ProgramAsPID1,
@@ -613,6 +619,9 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		attr.UseCgroupFD, attr.CgroupFD = true, fd // v2: born inside, no race
 	}
 	hs.Mech = uint32(use)
+	if use.has(mRootFS) && spec.MountAt != "" {
+		hs.Dir = spec.MountAt
+	}
 	if use.has(mRootFS) {
 		rootContents(hs)
 	}

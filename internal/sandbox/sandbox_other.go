@@ -49,9 +49,10 @@ func Probe(cfg Config) Report {
 	return s.Report()
 }
 
-func (r *Run) init() error    { return nil }
-func (r *Run) killAll()       {}
-func (r *Run) release() error { return nil }
+func (r *Run) init() error       { return nil }
+func (r *Run) privateRoot() bool { return false }
+func (r *Run) killAll()          {}
+func (r *Run) release() error    { return nil }
 
 func (r *Run) start(spec *Spec, seq int) (*Process, error) { return r.startOff(spec) }
 

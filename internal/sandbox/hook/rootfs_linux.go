@@ -25,7 +25,7 @@ func setupRoot(sp *Spec) error {
 		// the staging root covers it (it may live under /tmp). The server
 		// is unprivileged in this case, so our uid (its uid) can traverse
 		// the workdir's parents.
-		fd, err := openTree(sp.Dir)
+		fd, err := openTree(sp.HostDir)
 		if err != nil {
 			return wrap("build root filesystem: open_tree workdir", err)
 		}
@@ -335,7 +335,7 @@ func setupDev(r string, sp *Spec) error {
 	return wrap("build root filesystem: mount /dev/shm", mountTmpfs(dev+"/shm", sp.TmpSize, "1777"))
 }
 
-// setupWorkdir makes sp.Dir appear at the same path inside the new root.
+// setupWorkdir makes the workdir appear at sp.Dir inside the new root.
 // Parent directories are created 0755 in whichever filesystem holds them
 // (the private /tmp when Dir is under /tmp).
 func setupWorkdir(r string, sp *Spec, dirFD int) error {

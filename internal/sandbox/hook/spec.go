@@ -82,7 +82,8 @@ const SharedMount = "/codellm"
 type Spec struct {
 	Path      string
 	Args, Env []string
-	Dir       string
+	Dir       string // the working directory inside the sandbox
+	HostDir   string // the workdir on the host (Dir, unless mounted elsewhere inside)
 	Persist   bool
 	DirIsTree bool // DirFD is a detached mount (open_tree) to attach
 	Mech      uint32
