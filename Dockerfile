@@ -28,6 +28,29 @@ COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/codellm ./cmd/codellm
 
+# The runtime image of the worker's docker supervisors (`codellm worker --runtime-supervisor docker`,
+# bridge-protocol §11.4): `docker build --target container-runtime -t codellm-runtime .`. The worker runs
+# it with --network none, every capability dropped, no-new-privileges and no published port, and reaches
+# the runner on 127.0.0.1:2000 inside with `docker exec … curl` (hence curl here). codellm's sandbox mode
+# inside is the operator's explicit choice (--container-sandbox native|besteffort). Without a registry,
+# deploy/container/rootfs.sh assembles the same image from the host for `docker import`/`podman import`.
+FROM debian:trixie-slim AS container-runtime
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 nodejs perl bash ripgrep ca-certificates curl \
+ && rm -rf /var/lib/apt/lists/*
+RUN groupadd --system --gid 10001 codellm \
+ && useradd --system --uid 10001 --gid codellm --home-dir /var/lib/codellm --create-home --shell /usr/sbin/nologin codellm \
+ && install -d -o codellm -g codellm -m 0700 /var/lib/codellm/work
+COPY --from=build /out/codellm /usr/local/bin/codellm
+USER 10001:10001
+WORKDIR /var/lib/codellm
+ENV CODELLM_LISTEN=127.0.0.1:2000 \
+    CODELLM_WORK_DIR=/var/lib/codellm/work \
+    CODELLM_LOG_FORMAT=json
+ENTRYPOINT ["/usr/local/bin/codellm"]
+CMD ["serve"]
+
+# The default (last) target: codellm serve for clients outside the container.
 FROM debian:trixie-slim AS runtime
 # Interpreters for code blocks (python3, node, perl, bash) and ripgrep for the workspace search tool.
 # Nothing else: no compiler, no curl, no shell tools beyond what bash and coreutils bring.

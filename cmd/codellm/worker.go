@@ -37,6 +37,33 @@ type workerFlags struct {
 	stateful, defaultWS, writes, commands  bool
 	requireReady, allowRemote              bool
 	leaseWait                              time.Duration
+	container                              containerFlags
+}
+
+// containerFlags configure the docker supervisors (§11.4).
+type containerFlags struct {
+	cli, image, seccomp, packages, sandbox string
+}
+
+func (c *containerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.cli, "container-cli", "docker", "docker-compatible CLI of the docker supervisors (podman works)")
+	fs.StringVar(&c.image, "runtime-image", "", "runtime image of the docker supervisors (CODELLM_RUNTIME_IMAGE)")
+	fs.StringVar(&c.seccomp, "docker-seccomp-profile", "", "absolute path of the containers' seccomp profile (required for docker-nsjail)")
+	fs.StringVar(&c.packages, "docker-packages-path", "", "directory mounted read-only at /pkgs (required for docker-nsjail)")
+	fs.StringVar(&c.sandbox, "container-sandbox", "", "codellm's sandbox mode inside the runtime container: native or besteffort (required for docker; an explicit choice)")
+}
+
+// dockerSupervisor builds the docker or docker-nsjail supervisor.
+func (c *containerFlags) dockerSupervisor(sup string) (*worker.Docker, error) {
+	switch c.sandbox {
+	case "native", "besteffort":
+	default:
+		return nil, fmt.Errorf("%w: --runtime-supervisor %s needs --container-sandbox native or besteffort (codellm's sandbox inside the container; choose explicitly), got %q", worker.ErrConfig, sup, c.sandbox)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return worker.NewDocker(ctx, worker.DockerConfig{CLI: c.cli, Image: c.image, NSJail: sup != "docker",
+		SeccompProfile: c.seccomp, PackagesPath: c.packages, Env: []string{"CODELLM_SANDBOX=" + c.sandbox}})
 }
 
 func (f *workerFlags) register(fs *flag.FlagSet, run bool) {
@@ -51,7 +78,8 @@ func (f *workerFlags) register(fs *flag.FlagSet, run bool) {
 	if !run {
 		return
 	}
-	fs.StringVar(&f.supervisor, "runtime-supervisor", "", "embedded (default) or endpoint")
+	fs.StringVar(&f.supervisor, "runtime-supervisor", "", "embedded (default), endpoint, docker, docker-nsjail (alias docker-macos-nsjail)")
+	f.container.register(fs)
 	fs.StringVar(&f.endpoint, "sandbox-endpoint", "", "loopback runner URL for the endpoint supervisor (may contain {runtimeSessionId})")
 	fs.BoolVar(&f.stateful, "stateful-workspace", false, "give each runtime session a persistent workspace")
 	fs.BoolVar(&f.allowRemote, "allow-remote-endpoint", false, "allow a non-loopback sandbox endpoint")
@@ -396,8 +424,27 @@ func workerRun(args []string, stderr io.Writer) int {
 			return workerFail(stderr, fmt.Errorf("%w: --stateful-workspace needs {runtimeSessionId} in the sandbox endpoint", worker.ErrConfig))
 		}
 		cfg.Supervisor = e
+	case "docker", "docker-nsjail", "docker-macos-nsjail":
+		d, err := f.container.dockerSupervisor(sup)
+		if err != nil {
+			return workerFail(stderr, err)
+		}
+		cfg.Supervisor = d
+		if f.commands {
+			// Workspace commands run on the worker host in codellm's own sandbox (the runtime command
+			// sandbox of §11.4 inside the container is not implemented).
+			scfg, err := ef.sandboxConfig(log)
+			if err != nil {
+				return workerFail(stderr, errors.Join(worker.ErrConfig, err))
+			}
+			sb, err := sandbox.New(scfg)
+			if err != nil {
+				return workerFail(stderr, errors.Join(worker.ErrConfig, err))
+			}
+			commandSandbox = &workspace.Options{Sandbox: sb}
+		}
 	default:
-		return workerFail(stderr, fmt.Errorf("%w: runtime supervisor %q is not available in this build (embedded, endpoint)", worker.ErrConfig, sup))
+		return workerFail(stderr, fmt.Errorf("%w: runtime supervisor %q is not available in this build (embedded, endpoint, docker, docker-nsjail)", worker.ErrConfig, sup))
 	}
 	if f.runtimes != "" {
 		runtimes = nil
@@ -472,6 +519,8 @@ func workerReset(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("worker reset-workspace", "worker reset-workspace <runtimeSessionId> [flags]", stderr)
 	var f workerFlags
 	f.register(fs, false)
+	fs.StringVar(&f.supervisor, "runtime-supervisor", "", "the worker's runtime supervisor: docker* removes the session's container")
+	fs.StringVar(&f.container.cli, "container-cli", "docker", "docker-compatible CLI of the docker supervisors")
 	pos, code := parseInterspersed(fs, args, stderr)
 	if code >= 0 {
 		return code
@@ -491,8 +540,13 @@ func workerReset(args []string, stdout, stderr io.Writer) int {
 	defer lock.Release()
 	// The embedded runner's session workspaces live only as long as the worker process that made them,
 	// so a stopped worker leaves nothing to delete locally; the hub's fence is what remains.
+	// The docker supervisors' containers outlive the worker: `container rm --force` (§10.4 step 4).
+	sup := noLocalState{}
+	if strings.HasPrefix(f.supervisor, "docker") {
+		sup.remove = func(ctx context.Context, sid string) error { return worker.RemoveContainer(ctx, f.container.cli, sid) }
+	}
 	w, err := worker.New(worker.Config{BaseURL: r.url, WorkerID: r.workerID, Identity: r.identity, IdentityPath: r.identityPath,
-		StaticToken: f.token, Supervisor: noLocalState{}, Log: stderr})
+		StaticToken: f.token, Supervisor: sup, Log: stderr})
 	if err != nil {
 		return workerFail(stderr, err)
 	}
@@ -505,15 +559,22 @@ func workerReset(args []string, stdout, stderr io.Writer) int {
 
 // noLocalState is the supervisor of reset-workspace: it never executes, and there is no local session
 // state to discard once the worker process is gone.
-type noLocalState struct{}
+type noLocalState struct {
+	remove func(ctx context.Context, sessionID string) error // docker supervisors: remove the container
+}
 
 func (noLocalState) Stateful() bool { return true }
 func (noLocalState) Label() string  { return "codellm-embedded" }
 func (noLocalState) Execute(context.Context, worker.RunnerCall) (*bridge.Object, error) {
 	return nil, &worker.RunError{Message: "reset-workspace does not execute", KnownClean: true}
 }
-func (noLocalState) Reset(context.Context, string) error      { return nil }
-func (noLocalState) Quarantine(context.Context, string) error { return nil }
+func (n noLocalState) Reset(ctx context.Context, sid string) error {
+	if n.remove != nil {
+		return n.remove(ctx, sid)
+	}
+	return nil
+}
+func (n noLocalState) Quarantine(ctx context.Context, sid string) error { return n.Reset(ctx, sid) }
 
 func workerClear(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("worker clear-workspace-quarantine", "worker clear-workspace-quarantine [--worker-dir D | --default-workspace] [--workspace-id ID]", stderr)

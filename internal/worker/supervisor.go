@@ -27,9 +27,10 @@ const maxRunnerReply = 32 << 20
 // RunnerCall is one sandbox assignment for a supervisor: the canonical bytes of request.body, the
 // request.headers, and the runtime session ("" = stateless, no session header).
 type RunnerCall struct {
-	SessionID string
-	Body      []byte
-	Headers   [][2]string
+	SessionID    string
+	AssignmentID string // names the container of a stateless call (docker supervisors)
+	Body         []byte
+	Headers      [][2]string
 }
 
 // RunError is a runner failure. KnownClean is §6.4's "known-clean rejection": the runner was never reached,
