@@ -171,7 +171,8 @@ func trip2gBag(t *testing.T) map[string]any {
 func TestTrip2gRoleThroughTheRealBinary(t *testing.T) {
 	requireNative(t)
 	addr := freeAddr(t)
-	s := serveWith(t, addr, trip2gEnv(t, addr), "serve")
+	// No command at all, as trip2g's deployments run it: the environment alone starts the service.
+	s := serveWith(t, addr, trip2gEnv(t, addr))
 
 	status, calls, msg := s.chat(t, trip2gRole, trip2gBag(t))
 	if status != 200 {
