@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -185,33 +186,9 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 			*dst = n
 		}
 	}
-	// --store redis://… (or CODELLM_HUB_STORE=redis with CODELLM_HUB_REDIS_URL)
-	// selects the shared store that lets several replicas serve one fleet.
-	redisURL := ""
-	switch kind := envOr("HUB_STORE", "embedded"); {
-	case isRedisURL(*storePath):
-		redisURL = *storePath
-	case kind == "redis":
-		if *storePath != "" {
-			return fail("CODELLM_HUB_STORE=redis takes its URL from CODELLM_HUB_REDIS_URL or --store redis://…, not a path")
-		}
-		redisURL = envOr("HUB_REDIS_URL", "")
-		if !isRedisURL(redisURL) {
-			return fail("CODELLM_HUB_STORE=redis needs CODELLM_HUB_REDIS_URL=redis://HOST:PORT/DB (got %q)", redisURL)
-		}
-	case kind != "embedded":
-		return fail("store %q is not available (embedded or redis)", kind)
-	}
-	if redisURL == "" && *storePath == "" {
-		dir := envOr("HUB_DATA_DIR", "")
-		if dir == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return fail("no --store and no home directory: %v", err)
-			}
-			dir = filepath.Join(home, ".local", "state", "codellm", "hub")
-		}
-		*storePath = filepath.Join(dir, "bridge.db")
+	redisURL, path, err := storeTarget(*storePath, envOr)
+	if err != nil {
+		return fail("%v", err)
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return fail("--tls-cert and --tls-key go together")
@@ -219,28 +196,9 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	if !isLoopback(*listen) && *tlsCert == "" && !*behindProxy {
 		return fail("listening on non-loopback %s needs --tls-cert/--tls-key or --behind-proxy", *listen)
 	}
-	var st Store
-	var feed *redisstore.Store
-	if redisURL != "" {
-		openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		rs, err := redisstore.Open(openCtx, redisURL)
-		if err == nil {
-			err = checkRedis(openCtx, rs, *allowEviction, stderr)
-			if err != nil {
-				_ = rs.Close()
-			}
-		}
-		cancel()
-		if err != nil {
-			return fail("%v", err)
-		}
-		st, feed = rs, rs
-	} else {
-		bs, err := boltstore.Open(*storePath)
-		if err != nil {
-			return fail("%v", err)
-		}
-		st = bs
+	st, feed, err := openStore(ctx, redisURL, path, *allowEviction, stderr)
+	if err != nil {
+		return fail("%v", err)
 	}
 	defer st.Close()
 	files, err := openFiles(ctx, redisURL, *storePath, cfg.FileLimits)
@@ -312,6 +270,63 @@ func openFiles(ctx context.Context, redisURL, storePath string, l filestore.Limi
 		return filestore.OpenRedis(openCtx, redisURL, l)
 	}
 	return filestore.OpenDir(filepath.Join(filepath.Dir(storePath), "files"), l)
+}
+
+// storeTarget picks the store: --store redis://… (or CODELLM_HUB_STORE=redis
+// with CODELLM_HUB_REDIS_URL) selects the shared store that lets several
+// replicas serve one fleet; otherwise the embedded file at --store or under
+// the data directory.
+func storeTarget(storePath string, envOr func(suffix, def string) string) (redisURL, path string, err error) {
+	switch kind := envOr("HUB_STORE", "embedded"); {
+	case isRedisURL(storePath):
+		return storePath, "", nil
+	case kind == "redis":
+		if storePath != "" {
+			return "", "", errors.New("CODELLM_HUB_STORE=redis takes its URL from CODELLM_HUB_REDIS_URL or --store redis://…, not a path")
+		}
+		redisURL = envOr("HUB_REDIS_URL", "")
+		if !isRedisURL(redisURL) {
+			return "", "", fmt.Errorf("CODELLM_HUB_STORE=redis needs CODELLM_HUB_REDIS_URL=redis://HOST:PORT/DB (got %q)", redisURL)
+		}
+		return redisURL, "", nil
+	case kind != "embedded":
+		return "", "", fmt.Errorf("store %q is not available (embedded or redis)", kind)
+	}
+	if storePath != "" {
+		return "", storePath, nil
+	}
+	dir := envOr("HUB_DATA_DIR", "")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", "", fmt.Errorf("no --store and no home directory: %v", err)
+		}
+		dir = filepath.Join(home, ".local", "state", "codellm", "hub")
+	}
+	return "", filepath.Join(dir, "bridge.db"), nil
+}
+
+// openStore opens the selected store; the Redis one is also returned as the
+// change feed and checked (checkRedis).
+func openStore(ctx context.Context, redisURL, path string, allowEviction bool, stderr io.Writer) (Store, *redisstore.Store, error) {
+	if redisURL == "" {
+		bs, err := boltstore.Open(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		return bs, nil, nil
+	}
+	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rs, err := redisstore.Open(openCtx, redisURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkRedis(openCtx, rs, allowEviction, stderr); err != nil {
+		_ = rs.Close()
+		return nil, nil, err
+	}
+	return rs, rs, nil
 }
 
 // checkRedis refuses a Redis that may evict the store's keys (unless the
