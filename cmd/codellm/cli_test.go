@@ -320,11 +320,19 @@ func TestDoctorCommand(t *testing.T) {
 			t.Errorf("doctor output lacks %s:\n%s", mech, out)
 		}
 	}
+	// Issue 14: the new protections are reported.
+	for _, p := range []string{"protection: socket families", "protection: tmpfs inodes", "protection: masked /proc files: cmdline",
+		"protection: listener Host", "protection: listener Origin", "protection: listener limits", "protection: runner sessions"} {
+		if !strings.Contains(string(out), p) {
+			t.Errorf("doctor output lacks %q:\n%s", p, out)
+		}
+	}
 	out, err = exec.Command(bin, "doctor", "--json").Output()
 	var rep struct {
-		Ready bool `json:"ready"`
+		Ready       bool     `json:"ready"`
+		Protections []string `json:"protections"`
 	}
-	if err != nil || json.Unmarshal(out, &rep) != nil || !rep.Ready {
+	if err != nil || json.Unmarshal(out, &rep) != nil || !rep.Ready || len(rep.Protections) < 7 {
 		t.Fatalf("doctor --json: %v %s", err, out)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/codellm/codellm/internal/httpguard"
+	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
 )
 
@@ -30,6 +32,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	rep := sandbox.Probe(scfg)
+	rep.Protections = append(rep.Protections, serviceProtections()...)
 	if *asJSON {
 		writeJSON(stdout, rep)
 	} else {
@@ -40,4 +43,21 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// serviceProtections are the main listener's and the runner's hardening defaults (issue 14), reported by
+// doctor beside the sandbox's own.
+func serviceProtections() []string {
+	return []string{
+		"listener Host: a loopback listener answers only localhost/loopback IPs and --allowed-hosts (403 bad_host, DNS rebinding)",
+		"listener Origin: a browser Origin other than the service's own or --allowed-origins is refused (403 bad_origin)",
+		"listener bodies: POST/PUT/PATCH need Content-Type: application/json (415; no CORS-simple forms)",
+		fmt.Sprintf("listener limits: headers %s, body %s (--body-timeout), idle %s (--idle-timeout), %d connections (--max-connections; 503 beyond), EMFILE answered 503 descriptors_exhausted",
+			httpguard.DefaultReadHeader, httpguard.DefaultBody, httpguard.DefaultIdle, httpguard.DefaultMaxConns),
+		fmt.Sprintf("runner sessions: %d live, half of them per credential, idle ones evicted after %s when full (--runner-max-sessions, --runner-max-sessions-per-credential, --runner-session-evict-idle)",
+			runner.DefaultMaxSessions, runner.DefaultEvictIdle),
+		"runner args/env_vars: each string at most 131071 bytes (MAX_ARG_STRLEN), args 512 KiB, env_vars 1 MiB (400, never E2BIG)",
+		"workspace tools: multiply-linked files refused; ~/.config/codellm and ~/.local/state/codellm protected from every root",
+		"stale run directories of dead servers are removed at start",
+	}
 }

@@ -43,6 +43,9 @@ func parse(fs *flag.FlagSet, args []string, aliases map[string][]string) (map[st
 	return set, -1
 }
 
+// defaultRootWorkspaceSize is --runner-workspace-size for a root codellm that does not set it.
+const defaultRootWorkspaceSize = 256 << 20
+
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("serve", "serve [flags]", stderr)
 	var ef execFlags
@@ -70,12 +73,16 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&runnerPerOwner, "runner-max-sessions-per-credential", 0, "live runner sessions per API key or client certificate (0: half of --runner-max-sessions); at the cap the credential's least recently used idle session is replaced")
 	fs.DurationVar(&runnerEvict, "runner-session-evict-idle", runner.DefaultEvictIdle, "a full session table evicts the least recently used session idle this long instead of refusing new ones")
 	var runnerWorkspace byteSize
-	fs.Var(&runnerWorkspace, "runner-workspace-size", "make each runner API workspace a tmpfs of this size (root only; 0: plain directories bounded per file)")
+	fs.Var(&runnerWorkspace, "runner-workspace-size", "make each runner API workspace a tmpfs of this size (root only; default 256MiB as root, else 0: plain directories bounded per file)")
 	set, code := parse(fs, args, nil)
 	if code >= 0 {
 		return code
 	}
 	ef.set = set
+	if !set["runner-workspace-size"] && os.Geteuid() == 0 {
+		// Root can bound every runner workspace on the host disk, so it does by default (issue 14).
+		runnerWorkspace = defaultRootWorkspaceSize
+	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "codellm serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
@@ -107,7 +114,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	ef.egressMetrics.m.Store(srv.Metrics().Egress)
 	// The Piston-compatible runner API shares the listener, its authentication, the sandbox and the slots.
-	rn, err := runner.New(runner.Config{
+	rcfg := runner.Config{
 		Programs:            ecfg.Programs,
 		Sandbox:             sb,
 		Slots:               ecfg.Slots,
@@ -123,7 +130,15 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		EvictIdle:           runnerEvict,
 		WorkspaceSize:       int64(runnerWorkspace),
 		Logger:              log,
-	})
+	}
+	rn, err := runner.New(rcfg)
+	if err != nil && !set["runner-workspace-size"] && runnerWorkspace > 0 {
+		// The root default needs mount rights (a container may withhold them): fall back, loudly.
+		log.Warn("runner workspaces are not bounded on the host disk: the default --runner-workspace-size tmpfs cannot be mounted here",
+			"err", err.Error())
+		rcfg.WorkspaceSize = 0
+		rn, err = runner.New(rcfg)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: runner API: %v\n", err)
 		return 1

@@ -13,7 +13,9 @@ import (
 // and inodes (threat model: filling the disk is bounded per run). It needs CAP_SYS_ADMIN in the host's
 // mount namespace, i.e. a root codellm.
 func mountQuota(dir string, size int64) error {
-	inodes := max(size/1024, 1024)
+	// One inode per 4 KiB (at least 1024): a session cannot hold hundreds of thousands of files, which
+	// also bounds the walk every execute makes over its workspace.
+	inodes := max(size/4096, 1024)
 	opts := "size=" + strconv.FormatInt(size, 10) + ",nr_inodes=" + strconv.FormatInt(inodes, 10) + ",mode=0700"
 	if err := unix.Mount("codellm-workspace", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount a %d-byte tmpfs on %s: %w", size, dir, err)

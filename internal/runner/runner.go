@@ -79,7 +79,7 @@ type Config struct {
 	EvictIdle time.Duration
 
 	// WorkspaceSize, when > 0, makes every workspace (session or one-off) a tmpfs of that many bytes
-	// (inodes: one per KiB), so a run cannot fill the host disk through its read-write workspace. It
+	// (inodes: one per 4 KiB), so a run cannot fill the host disk through its read-write workspace. It
 	// needs a root codellm on Linux; New fails if the mount does not work. 0 (default): workspaces are
 	// plain directories under WorkRoot, bounded only per file by the sandbox's file size limit.
 	WorkspaceSize int64

@@ -33,6 +33,10 @@ type Report struct {
 	// Warnings are human sentences for logs and /readyz (mode off,
 	// network enabled, missing mechanisms in besteffort).
 	Warnings []string `json:"warnings,omitempty"`
+	// Protections are the hardening rules in force beyond the mechanism
+	// table (socket families, inode caps, masked /proc files; doctor adds
+	// the listener's and the runner's), one "name: detail" line each.
+	Protections []string `json:"protections,omitempty"`
 }
 
 // ReportLimits is the effective default policy in plain units.
@@ -55,6 +59,7 @@ func (r Report) clone() Report {
 	c.Mechanisms = append([]MechanismStatus(nil), r.Mechanisms...)
 	c.Missing = append([]string{}, r.Missing...)
 	c.Warnings = append([]string(nil), r.Warnings...)
+	c.Protections = append([]string(nil), r.Protections...)
 	return c
 }
 
@@ -77,6 +82,9 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 	for _, s := range r.Warnings {
 		fmt.Fprintf(tw, "warning: %s\n", s)
+	}
+	for _, s := range r.Protections {
+		fmt.Fprintf(tw, "protection: %s\n", s)
 	}
 	return tw.Flush()
 }

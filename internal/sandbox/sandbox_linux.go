@@ -321,6 +321,14 @@ func (s *Sandbox) buildReport() Report {
 	if s.cfg.Network && s.cfg.Mode != ModeOff {
 		rep.Warnings = append(rep.Warnings, "network is enabled for sandboxed blocks")
 	}
+	if use.has(mSeccomp) {
+		rep.Protections = append(rep.Protections, "socket families: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK (NETLINK_ROUTE) only; others EAFNOSUPPORT (seccomp)")
+	}
+	if use.has(mRootFS) {
+		rep.Protections = append(rep.Protections,
+			fmt.Sprintf("tmpfs inodes: %d per private tmpfs of %d bytes (workdir, /tmp, /dev/shm)", hook.TmpfsInodes(l.TmpSize), l.TmpSize),
+			"masked /proc files: "+strings.Join(hook.ProcMasked, ", ")+" (read empty)")
+	}
 	return rep
 }
 
