@@ -766,6 +766,7 @@ func (p *Process) reap() {
 		}
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 	}
+	awaitExit(p.pid)
 	st, err := pp.osp.Wait()
 	if pp.egressLn != nil {
 		_ = pp.egressLn.Close() // the namespace dies with its last socket
