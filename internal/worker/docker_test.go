@@ -41,22 +41,22 @@ func containerEngine(t *testing.T) string {
 		t.Skip("container engine tests skipped in -short mode")
 	}
 	engineOnce.Do(func() {
+		// Podman reads CONTAINERS_CONF also when it is behind podman-docker's `docker` wrapper.
+		if _, err := exec.LookPath("podman"); err == nil && os.Getenv("CONTAINERS_CONF") == "" {
+			{
+				conf := filepath.Join(os.TempDir(), "codellm-test-containers.conf") // rewritten, never accumulated
+				body := "[containers]\ndefault_ulimits = [\"nofile=16384:16384\", \"nproc=16384:16384\"]\n"
+				if _, err := exec.LookPath("runc"); err == nil {
+					body += "[engine]\nruntime = \"runc\"\n"
+				}
+				if os.WriteFile(conf, []byte(body), 0o644) == nil {
+					os.Setenv("CONTAINERS_CONF", conf)
+				}
+			}
+		}
 		for _, cli := range []string{"docker", "podman"} {
 			if _, err := exec.LookPath(cli); err != nil {
 				continue
-			}
-			if cli == "podman" && os.Getenv("CONTAINERS_CONF") == "" {
-				dir, err := os.MkdirTemp("", "codellm-containers-")
-				if err == nil {
-					conf := filepath.Join(dir, "containers.conf")
-					body := "[containers]\ndefault_ulimits = [\"nofile=16384:16384\", \"nproc=16384:16384\"]\n"
-					if _, err := exec.LookPath("runc"); err == nil {
-						body += "[engine]\nruntime = \"runc\"\n"
-					}
-					if os.WriteFile(conf, []byte(body), 0o644) == nil {
-						os.Setenv("CONTAINERS_CONF", conf)
-					}
-				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			out, err := exec.CommandContext(ctx, cli, "info").CombinedOutput()
