@@ -159,6 +159,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	for suffix, dst := range map[string]*time.Duration{
 		"HUB_CREDENTIAL_TTL": &cfg.CredentialTTL, "HUB_PAIRING_TTL": &cfg.PairingTTL, "HUB_EXEC_TIMEOUT": &cfg.ExecTimeout,
 		"HUB_CHAT_TIMEOUT": &cfg.ChatTimeout, "HUB_FILE_TTL": &cfg.FileLimits.TTL, "HUB_MAX_TIMEOUT": &cfg.MaxTimeout, "HUB_QUEUE_TIMEOUT": &cfg.QueueTimeout,
+		"HUB_IDEMPOTENCY_TTL": &cfg.IdempotencyTTL,
 	} {
 		if v, ok := Env(lookup, suffix); ok {
 			d, err := time.ParseDuration(v)

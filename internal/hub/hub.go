@@ -22,6 +22,7 @@ import (
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/filestore"
 	"github.com/codellm/codellm/internal/hub/store"
+	"github.com/codellm/codellm/internal/idempotency"
 	"github.com/codellm/codellm/internal/metrics"
 )
 
@@ -71,6 +72,11 @@ type Config struct {
 	// in-process notification wakes them (≤ 100 ms per §3.5).
 	PollInterval time.Duration
 	Logger       *log.Logger
+	// IdempotencyTTL is how long a /v1/exec or chat response to an Idempotency-Key (or a Stainless client
+	// retry) is replayed (default 10 min; negative disables); IdempotencyMaxBytes caps one recorded
+	// response (default 8 MiB; larger ones are refused on repeat, not run again).
+	IdempotencyTTL      time.Duration
+	IdempotencyMaxBytes int64
 }
 
 func (c *Config) defaults() {
@@ -93,6 +99,12 @@ func (c *Config) defaults() {
 	def(&c.MaxTimeout, 600*time.Second)
 	def(&c.QueueTimeout, 30*time.Second)
 	def(&c.PollInterval, 50*time.Millisecond)
+	if c.IdempotencyTTL == 0 {
+		c.IdempotencyTTL = 10 * time.Minute
+	}
+	if c.IdempotencyMaxBytes <= 0 {
+		c.IdempotencyMaxBytes = 8 << 20
+	}
 	if c.QueueMax <= 0 {
 		c.QueueMax = 100
 	}
@@ -135,6 +147,7 @@ type Hub struct {
 	largeOnce   sync.Once
 	largeBodies chan struct{}
 	health      storeHealth
+	idem        *idempotency.Guard // nil: the store has no Backend, or disabled
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -159,6 +172,7 @@ func New(cfg Config, st Store) (*Hub, error) {
 		sessions: map[string]*session{}, queues: map[string][]*waiter{}, closing: make(chan struct{}),
 	}
 	h.metrics = metrics.NewHub(h.onlineWorkers)
+	h.setupIdempotency(st)
 	if o, ok := st.(interface{ ObserveErrors(func(string, error)) }); ok {
 		o.ObserveErrors(h.storeFailed)
 	}
@@ -257,9 +271,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/metrics":
 		h.serveMetrics(w, r)
 	case path == "/v1/exec":
-		h.handleExec(w, r)
+		h.idempotent(h.handleExec, writeExecError)(w, r)
 	case path == "/v1/chat/completions":
-		h.handleChat(w, r)
+		h.idempotent(h.handleChat, writeChatError)(w, r)
 	case path == "/v1/workspace-tools":
 		h.handleWorkspaceTools(w, r)
 	case strings.HasPrefix(path, "/v1/bridge/"):

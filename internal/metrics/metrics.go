@@ -149,6 +149,7 @@ type Hub struct {
 	Assignments   *prometheus.CounterVec   // state
 	LeaseWait     *prometheus.HistogramVec // result
 	StoreErrors   *prometheus.CounterVec   // operation
+	Idempotency   *prometheus.CounterVec   // event (IdempotencyEvents)
 }
 
 // AssignmentStates are the values of codellm_hub_assignments_total{state}: every assignment is counted
@@ -187,8 +188,12 @@ func NewHub(online func() float64) *Hub {
 			Name: "codellm_hub_store_errors_total",
 			Help: "Store operations that failed because the store was unreachable or could not write, by operation.",
 		}, []string{"operation"}),
+		Idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codellm_hub_idempotency_events_total",
+			Help: "Idempotency-Key and client-retry handling on /v1/exec and the chat route, by event.",
+		}, []string{"event"}),
 	}
-	r.MustRegister(m.WorkersOnline, m.Assignments, m.LeaseWait, m.StoreErrors,
+	r.MustRegister(m.WorkersOnline, m.Assignments, m.LeaseWait, m.StoreErrors, m.Idempotency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, s := range AssignmentStates {
 		m.Assignments.WithLabelValues(s)
@@ -198,6 +203,9 @@ func NewHub(online func() float64) *Hub {
 	}
 	for _, op := range StoreOperations {
 		m.StoreErrors.WithLabelValues(op)
+	}
+	for _, e := range IdempotencyEvents {
+		m.Idempotency.WithLabelValues(e)
 	}
 	return m
 }

@@ -87,8 +87,8 @@ func TestResponsesInputItems(t *testing.T) {
 	}}
 	status, _, body := ts.post(t, "/v1/responses", req)
 	var r struct {
-		Object string `json:"object"`
-		Model  string `json:"model"`
+		Object string                                           `json:"object"`
+		Model  string                                           `json:"model"`
 		Output []struct{ Type, Name, Arguments, CallID string } `json:"output"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil || status != 200 || r.Object != "response" || r.Model != "gpt-5" ||

@@ -1,0 +1,220 @@
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/codellm/codellm/internal/hub/store"
+	"github.com/codellm/codellm/internal/idempotency"
+)
+
+// The hub's Idempotency-Key records live in its store (store.Backend), so that hub replicas on one
+// Redis agree: a retry that lands on another replica replays, or waits for, the first one's run.
+//
+// One record per key, "idem:<scope>:…" (out of the protocol's "{w:", "asg:", "code:", "nonce:" and
+// "epoch" keys), JSON of idemRecord, Volatile class (in-flight state: the embedded store keeps it in
+// memory, Redis for every replica) with the record's own expiry: the claim bound while pending, the TTL
+// once finished. The claim is one Update that reads the key and writes the pending record only if it
+// is absent, so two replicas cannot both claim. Waiters poll the record (PollInterval). The bound is
+// per record (a response over MaxBytes is kept as a too-large marker) and in time (the TTL); the count
+// of records is the TTL times the request rate, which the store's own memory limit must allow.
+
+type idemRecord struct {
+	idempotency.Entry
+	Holder string `json:"holder"` // the claim's random token: only its holder finishes or releases it
+}
+
+type backendIdem struct {
+	b        store.Backend
+	changes  func() <-chan struct{} // the hub's change notification (local, or other replicas' Publish)
+	poll     time.Duration
+	maxBytes int
+	onEvent  func(string)
+	mu       sync.Mutex
+	held     map[string]string // key → holder token of the claims this replica holds
+}
+
+func newBackendIdem(b store.Backend, changes func() <-chan struct{}, poll time.Duration, maxBytes int, onEvent func(string)) *backendIdem {
+	return &backendIdem{b: b, changes: changes, poll: min(poll, time.Second), maxBytes: maxBytes, onEvent: onEvent, held: map[string]string{}}
+}
+
+func idemKey(key string) string { return "idem:" + key }
+
+func decodeIdem(raw []byte) (*idemRecord, error) {
+	var rec idemRecord
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return nil, errors.Join(store.ErrCorrupt, err)
+	}
+	return &rec, nil
+}
+
+// Claim implements idempotency.Store.
+func (s *backendIdem) Claim(ctx context.Context, key, fp string, pending time.Duration) (*idempotency.Entry, error) {
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	holder := hex.EncodeToString(tok[:])
+	var existing *idempotency.Entry
+	err := s.b.Update(ctx, func(tx store.Txn) error {
+		existing = nil
+		got, err := tx.Get(idemKey(key))
+		if err != nil {
+			return err
+		}
+		if got[0] != nil {
+			rec, err := decodeIdem(got[0])
+			if err != nil {
+				return store.Abort(err)
+			}
+			existing = &rec.Entry
+			return nil
+		}
+		rec, _ := json.Marshal(idemRecord{Entry: idempotency.Entry{Fingerprint: fp}, Holder: holder})
+		tx.Put(idemKey(key), rec, store.Volatile, tx.Now().Add(pending))
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Join(idempotency.ErrUnavailable, err)
+	}
+	if existing == nil {
+		s.mu.Lock()
+		s.held[key] = holder
+		s.mu.Unlock()
+	}
+	return existing, nil
+}
+
+// takeHolder returns and forgets this replica's token for key.
+func (s *backendIdem) takeHolder(key string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.held[key]
+	delete(s.held, key)
+	return h
+}
+
+// Finish implements idempotency.Store.
+func (s *backendIdem) Finish(ctx context.Context, key string, resp *idempotency.Response, ttl time.Duration) error {
+	holder := s.takeHolder(key)
+	if len(resp.Body) > s.maxBytes {
+		resp = &idempotency.Response{Status: resp.Status, TooLarge: true}
+		s.onEvent(idempotency.EventTooLarge)
+	}
+	err := s.b.Update(ctx, func(tx store.Txn) error {
+		got, err := tx.Get(idemKey(key))
+		if err != nil || got[0] == nil {
+			return err // the claim expired meanwhile: nothing to record
+		}
+		rec, err := decodeIdem(got[0])
+		if err != nil || rec.Holder != holder || rec.Done {
+			return store.Abort(err)
+		}
+		rec.Done, rec.Response = true, resp
+		b, _ := json.Marshal(rec)
+		tx.Put(idemKey(key), b, store.Volatile, tx.Now().Add(ttl))
+		tx.Publish() // wake the waiters on every replica
+		return nil
+	})
+	if err == nil {
+		s.onEvent(idempotency.EventRecorded)
+	}
+	return err
+}
+
+// Release implements idempotency.Store.
+func (s *backendIdem) Release(ctx context.Context, key string) error {
+	holder := s.takeHolder(key)
+	return s.b.Update(ctx, func(tx store.Txn) error {
+		got, err := tx.Get(idemKey(key))
+		if err != nil || got[0] == nil {
+			return err
+		}
+		if rec, err := decodeIdem(got[0]); err == nil && rec.Holder == holder && !rec.Done {
+			tx.Delete(idemKey(key))
+			tx.Publish()
+		}
+		return nil
+	})
+}
+
+// Wait implements idempotency.Store: it re-reads the record when the hub hears of a change (Finish and
+// Release publish one) and at least every poll interval (at most a second).
+func (s *backendIdem) Wait(ctx context.Context, key string) (*idempotency.Entry, error) {
+	t := time.NewTicker(s.poll)
+	defer t.Stop()
+	for {
+		changed := s.changes() // before the read, so that a change after it is not missed
+		got, err := s.b.Read(ctx, idemKey(key))
+		if err != nil {
+			return nil, errors.Join(idempotency.ErrUnavailable, err)
+		}
+		if got[0] == nil {
+			return nil, nil
+		}
+		rec, err := decodeIdem(got[0])
+		if err != nil {
+			return nil, err
+		}
+		if rec.Done {
+			return &rec.Entry, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}
+
+// setupIdempotency builds the guard of /v1/exec and the chat route when the store exposes its Backend.
+func (h *Hub) setupIdempotency(st Store) {
+	bs, ok := st.(interface{ Backend() store.Backend })
+	if !ok || h.cfg.IdempotencyTTL < 0 {
+		return
+	}
+	event := func(e string) { h.metrics.Idempotency.WithLabelValues(e).Inc() }
+	h.idem = &idempotency.Guard{
+		Store:   newBackendIdem(bs.Backend(), h.changes, h.cfg.PollInterval, int(h.cfg.IdempotencyMaxBytes), event),
+		TTL:     h.cfg.IdempotencyTTL,
+		Pending: h.cfg.MaxTimeout + h.cfg.QueueTimeout,
+		MaxBody: h.cfg.MaxBody,
+		OnEvent: event,
+		Credential: func(r *http.Request) string {
+			if k := h.clientKey(r); k != nil {
+				return "key:" + k.Key
+			}
+			return ""
+		},
+		Detach: func(r *http.Request) (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+			go func() {
+				select {
+				case <-h.closing:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			return ctx, cancel
+		},
+	}
+}
+
+// idempotent puts a client route behind the guard once the caller is authenticated (an unknown key is
+// answered 401 by the route itself, and never recorded).
+func (h *Hub) idempotent(route http.HandlerFunc, fail func(http.ResponseWriter, *clientError)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.idem == nil || r.Method != http.MethodPost || h.clientKey(r) == nil {
+			route(w, r)
+			return
+		}
+		h.idem.Wrap(route, func(w http.ResponseWriter, status int, code, msg string) {
+			fail(w, &clientError{status: status, code: code, message: msg})
+		}).ServeHTTP(w, r)
+	}
+}
