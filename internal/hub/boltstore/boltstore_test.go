@@ -177,25 +177,18 @@ func TestFinaliseFailureQuarantines(t *testing.T) {
 	s.closed = true // the handle is already closed
 }
 
-// The protocol over the bbolt backend survives a failure or timeout at
-// every primitive call without losing or double-settling an assignment.
-func TestFaults(t *testing.T) {
-	storetest.RunFaults(t, func(t *testing.T) store.Backend {
-		s, err := Open(filepath.Join(t.TempDir(), "bridge.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.Backend()
-	})
+// openBackend opens a fresh store file and returns its backend.
+func openBackend(t *testing.T) store.Backend {
+	s, err := Open(filepath.Join(t.TempDir(), "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Backend()
 }
 
+// The protocol over the bbolt backend survives a failure or timeout at
+// every primitive call without losing or double-settling an assignment.
+func TestFaults(t *testing.T) { storetest.RunFaults(t, openBackend) }
+
 // The bbolt backend's primitives (what other hub state builds on).
-func TestBackend(t *testing.T) {
-	storetest.RunBackend(t, func(t *testing.T) store.Backend {
-		s, err := Open(filepath.Join(t.TempDir(), "bridge.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.Backend()
-	})
-}
+func TestBackend(t *testing.T) { storetest.RunBackend(t, openBackend) }
