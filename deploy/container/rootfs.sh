@@ -35,7 +35,7 @@ with_libs() {
   p=$(readlink -f "$p")
   copy "$p"
   [ -e "$root/usr/bin/$1" ] || ln -s "$p" "$root/usr/bin/$1"
-  { ldd "$p" 2>/dev/null || true; } | awk '/=> \//{print $3} /^\t\/.*ld-linux/{print $1}' | while read -r lib; do copy "$lib"; done
+  libs_of "$p"
 }
 
 # The merged-/usr links of the host first, so copies under /usr are reachable by their usual paths.
@@ -44,6 +44,8 @@ mkdir -p "$root"/{usr/local/bin,usr/bin,usr/lib,etc,tmp,proc,dev,sys,var/lib/cod
 chmod 1777 "$root/tmp"
 cp "$bin" "$root/usr/local/bin/codellm"
 chmod 0755 "$root/usr/local/bin/codellm"
+libs_of() { { ldd "$1" 2>/dev/null || true; } | awk '/=> \//{print $3} /^\t\/.*ld-linux/{print $1}' | while read -r lib; do copy "$lib"; done; }
+libs_of "$bin" # nothing for a static (CGO_ENABLED=0) build
 for p in bash sh curl cat ls env true rm mkdir; do with_libs "$p"; done
 for p in "$@"; do
   with_libs "$p"

@@ -79,25 +79,20 @@ func containerEngine(t *testing.T) string {
 func runtimeImage(t *testing.T) (cli, ref string) {
 	t.Helper()
 	cli = containerEngine(t)
-	imageOnce.Do(func() { imageRef, imageErr = buildRuntimeImage(cli) })
+	bin := codellmBinary(t) // the cross-process tests' build: rootfs.sh copies its libraries if it has any
+	imageOnce.Do(func() { imageRef, imageErr = buildRuntimeImage(cli, bin) })
 	if imageErr != nil {
 		t.Fatal(imageErr)
 	}
 	return cli, imageRef
 }
 
-func buildRuntimeImage(cli string) (string, error) {
+func buildRuntimeImage(cli, bin string) (string, error) {
 	dir, err := os.MkdirTemp("", "codellm-image-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "codellm")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/codellm")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("static build: %v\n%s", err, out)
-	}
 	script, err := os.ReadFile("../../deploy/container/rootfs.sh")
 	if err != nil {
 		return "", err
@@ -121,6 +116,14 @@ func buildRuntimeImage(cli string) (string, error) {
 		"--change", "ENV CODELLM_LISTEN=127.0.0.1:2000", "--change", "ENV CODELLM_WORK_DIR=/var/lib/codellm/work", tar, ref)
 	if out, err := imp.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%s import: %v\n%s", cli, err, out)
+	}
+	// Older test images (other builds) are dropped so they do not pile up; one in use stays.
+	if out, err := exec.Command(cli, "images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/codellm-runtime-test").Output(); err == nil {
+		for _, old := range strings.Fields(string(out)) {
+			if old != ref {
+				_ = exec.Command(cli, "rmi", old).Run()
+			}
+		}
 	}
 	return ref, nil
 }
