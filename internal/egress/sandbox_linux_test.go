@@ -389,3 +389,27 @@ func demoWheel(t *testing.T) []byte {
 	}
 	return b.Bytes()
 }
+
+// Every block's listener, socket pair and namespace reference is released with its run: the process's
+// descriptor count is the same after many egress runs as before them.
+func TestSandboxEgressReleasesDescriptors(t *testing.T) {
+	need(t, "curl")
+	w := newWorld(t, testList)
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	w.run(t, `curl -sS "http://allowed.test:$HP/ok"`) // warm up lazily opened descriptors
+	before := count()
+	for range 5 {
+		if code, out := w.run(t, `curl -sS "http://allowed.test:$HP/ok"`); code != 0 || !strings.Contains(out, "ok from") {
+			t.Fatalf("run: %d %s", code, out)
+		}
+	}
+	if after := count(); after > before {
+		t.Fatalf("%d descriptors before the runs, %d after", before, after)
+	}
+}
