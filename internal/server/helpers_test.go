@@ -45,6 +45,7 @@ type testServer struct {
 	URL      string
 	Key      string
 	srv      *server.Server
+	sb       *sandbox.Sandbox
 	workRoot string
 	logs     *bytes.Buffer
 }
@@ -95,7 +96,7 @@ func startServer(t *testing.T, o options) *testServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	ts := &testServer{URL: "http://" + ln.Addr().String(), Key: cfg.APIKey, srv: srv, workRoot: workRoot, logs: logs}
+	ts := &testServer{URL: "http://" + ln.Addr().String(), Key: cfg.APIKey, srv: srv, sb: sb, workRoot: workRoot, logs: logs}
 	t.Cleanup(func() {
 		cancel()
 		select {
