@@ -7,9 +7,10 @@
 //
 // # Execute
 //
-// The language is a canonical interpreter name or one of its code block labels (case-insensitive);
-// version is "*" or an X-range of the installed version ("3", "3.11.x", "3.11.2"), which is probed once at
-// New with `cmd --version`. The first file is the entry point: the argv is the interpreter's cmd, the
+// The language is Piston's name or alias ("javascript", "node-js", "py3"; see piston.go), or a canonical
+// interpreter name or one of its code block labels (case-insensitive); version is a node-semver selector
+// ("*", "3", ">=3", "^3", "~3.11", "3 || 2"; see semver.go) matched against the installed version, which
+// is probed once at New with `cmd --version`. The first file is the entry point: the argv is the interpreter's cmd, the
 // absolute path of that file, then args. The other files are written beside it (names are relative,
 // clean, slash-separated paths; sub-directories are created; tmp/ is reserved). An unnamed file i is
 // called file<i><ext>. stdin is fed from a file (empty = /dev/null). The environment is exactly the
@@ -19,8 +20,9 @@
 // and env_vars at most 1 MiB in total, so that execve never fails with E2BIG (400 names the limit instead).
 //
 // Limits: run_timeout and run_cpu_time are milliseconds, run_memory_limit bytes (−1 = the maximum).
-// Absent means the server's maximum; above the maximum, zero or negative is 400 (Piston's behaviour), so
-// a client never gets less than it believes. run_cpu_time is rounded up to whole seconds (RLIMIT_CPU).
+// Absent means the server's maximum; zero or negative is 400; a time above the maximum is clamped to it
+// (LibreChat's runner; the hub derives run_timeout from its own deadline), a memory limit above it is 400.
+// run_cpu_time is rounded up to whole seconds (RLIMIT_CPU).
 // The compile_* fields are validated the same way and otherwise unused: no registered interpreter
 // compiles, so "compile" is never present in a reply.
 //
@@ -61,7 +63,7 @@
 //
 // # Errors
 //
-// {"message"} with 400 (bad request), 404 (unknown language or version), 413 (body over MaxBodyBytes),
+// {"message"} with 400 (bad request; an unknown language or version, as Piston), 413 (body over MaxBodyBytes),
 // 415 (Content-Type not application/json), 429 (no slot within the queue timeout, or too many sessions;
 // Retry-After: 5); {"error","message"} with 409 session_workspace_dirty and 500 sandbox_execution_failed;
 // 503 while shutting down. In-process callers get *Error, which matches one sentinel (ErrBadRequest, …).

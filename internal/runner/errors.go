@@ -10,7 +10,7 @@ import (
 // without parsing messages.
 var (
 	ErrBadRequest       = errors.New("bad request")              // 400
-	ErrUnknownRuntime   = errors.New("unknown runtime")          // 404
+	ErrUnknownRuntime   = errors.New("unknown runtime")          // 400, as Piston
 	ErrSessionDirty     = errors.New("session workspace dirty")  // 409
 	ErrTooLarge         = errors.New("request too large")        // 413
 	ErrUnsupportedMedia = errors.New("unsupported media type")   // 415
@@ -52,7 +52,7 @@ func badRequest(msg string) *Error {
 }
 
 func unknownRuntime(msg string) *Error {
-	return &Error{Status: http.StatusNotFound, Message: msg, Kind: ErrUnknownRuntime}
+	return &Error{Status: http.StatusBadRequest, Message: msg, Kind: ErrUnknownRuntime}
 }
 
 func dirty(msg string) *Error {

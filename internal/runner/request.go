@@ -63,7 +63,7 @@ type decodedFile struct {
 }
 
 var (
-	envKeyRE   = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) // any case, as LibreChat's runner
 	cacheKeyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
@@ -94,6 +94,8 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 	if len(req.Files) > maxFiles {
 		return nil, badRequest(fmt.Sprintf("too many files: %d (at most %d)", len(req.Files), maxFiles))
 	}
+	// A later file of the same name replaces an earlier one, as LibreChat's runner and Piston (which
+	// writes the files in order) behave; the entry point stays first.
 	seen := map[string]int{}
 	for i, f := range req.Files {
 		df, err := decodeFile(i, f, rt.interp.Ext)
@@ -101,9 +103,10 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 			return nil, err
 		}
 		if j, dup := seen[df.name]; dup {
-			return nil, badRequest(fmt.Sprintf("files[%d]: name %q is already used by files[%d]", i, df.name, j))
+			p.files[j].data = df.data
+			continue
 		}
-		seen[df.name] = i
+		seen[df.name] = len(p.files)
 		p.files = append(p.files, df)
 	}
 	// A file may not be both a file and the parent directory of another one.
@@ -141,7 +144,7 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 		total += len(k) + len(v) + 2
 		switch {
 		case !envKeyRE.MatchString(k):
-			return nil, badRequest(fmt.Sprintf("env_vars: name %q must match ^[A-Z_][A-Z0-9_]*$", k))
+			return nil, badRequest(fmt.Sprintf("env_vars: name %q must match ^[A-Za-z_][A-Za-z0-9_]*$", k))
 		case r.reserved[k] != "":
 			return nil, badRequest(fmt.Sprintf("env_vars: %s is reserved (%s)", k, r.reserved[k]))
 		case strings.IndexByte(v, 0) >= 0:
@@ -185,18 +188,17 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 	return p, nil
 }
 
-// checkMillis validates an optional duration in ms; absent means the maximum.
+// checkMillis validates an optional duration in ms; absent means the maximum, and more than the maximum
+// is clamped to it, as LibreChat's runner does (a client asking for more than the server allows gets
+// what the server allows; Piston refuses, but LibreChat's hub derives run_timeout from its own deadline).
 func checkMillis(field string, v *int64, maxMS int64) (int64, *Error) {
 	if v == nil {
 		return maxMS, nil
 	}
-	switch {
-	case *v <= 0:
+	if *v <= 0 {
 		return 0, badRequest(fmt.Sprintf("%s must be a positive number of milliseconds, got %d", field, *v))
-	case *v > maxMS:
-		return 0, badRequest(fmt.Sprintf("%s cannot exceed the configured limit of %d ms", field, maxMS))
 	}
-	return *v, nil
+	return min(*v, maxMS), nil
 }
 
 // checkMemory validates an optional memory limit in bytes; absent or −1 means the maximum.
@@ -244,6 +246,9 @@ func decodeFile(i int, f File, ext string) (decodedFile, *Error) {
 		return decodedFile{}, badRequest(fmt.Sprintf("%s: encoding %q is not one of utf8, base64, hex", at, f.Encoding))
 	}
 	name := f.Name
+	for strings.HasPrefix(name, "./") { // "./main.py" names main.py, as in LibreChat's runner and Piston
+		name = name[2:]
+	}
 	if name == "" {
 		// Piston names anonymous files file<i>.code; keeping the interpreter's extension instead makes the
 		// entry point look like what it is to interpreters that care (php, node's module type).
@@ -282,19 +287,21 @@ func checkName(name string) string {
 	return ""
 }
 
-// findRuntime resolves a language (canonical name or alias, case-insensitive) and a version selector
-// among the enabled runtimes.
+// findRuntime resolves a language (Piston's name or an alias, case-insensitive) and a version selector
+// among the enabled runtimes: the newest matching version wins, as with Piston.
 func (r *Runner) findRuntime(lang, version string) (Runtime, bool) {
 	lang = strings.ToLower(strings.TrimSpace(lang))
+	var best Runtime
+	found := false
 	for _, rt := range r.runtimes {
 		if rt.Language != lang && !contains(rt.Aliases, lang) {
 			continue
 		}
-		if versionMatches(rt.Version, version) {
-			return rt, true
+		if versionMatches(rt.Version, version) && (!found || newer(rt.Version, best.Version)) {
+			best, found = rt, true
 		}
 	}
-	return Runtime{}, false
+	return best, found
 }
 
 func contains(list []string, s string) bool {

@@ -94,11 +94,14 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Runtime is one installed language as GET /api/v2/runtimes lists it.
+// Runtime is one installed language as GET /api/v2/runtimes lists it, under Piston's names: Language
+// is Piston's language ("javascript"), Runtime the package providing it when that differs ("node"),
+// and Aliases Piston's aliases plus the registry's code block labels (codellm's canonical name among them).
 type Runtime struct {
 	Language string   `json:"language"`
 	Version  string   `json:"version"`
 	Aliases  []string `json:"aliases"`
+	Runtime  string   `json:"runtime,omitempty"`
 
 	interp interp.Interpreter
 	path   string // absolute cmd[0]
@@ -344,16 +347,7 @@ func probeRuntimes(progs *interp.Programs, override map[string]string, lg *slog.
 		if path == "" {
 			continue
 		}
-		var aliases []string
-		for _, l := range in.Labels {
-			if l != in.Name {
-				aliases = append(aliases, l)
-			}
-		}
-		if aliases == nil {
-			aliases = []string{}
-		}
-		out = append(out, Runtime{Language: in.Name, Aliases: aliases, interp: in, path: path})
+		out = append(out, pistonRuntime(in, path))
 	}
 	var wg sync.WaitGroup
 	for i := range out {
@@ -403,29 +397,4 @@ func probeVersion(path string, cmd []string) (string, error) {
 		v += ".0"
 	}
 	return v, nil
-}
-
-// versionMatches reports whether an installed version satisfies a Piston version selector: "*" (or "x",
-// or empty), an exact version, or an X-range such as "3", "3.x", "3.11", "3.11.*" (a leading "v" or "="
-// is ignored). Other semver operators are not supported and never match.
-func versionMatches(installed, sel string) bool {
-	sel = strings.TrimSpace(sel)
-	sel = strings.TrimPrefix(strings.TrimPrefix(sel, "="), "v")
-	if sel == "" || sel == "*" || sel == "x" || sel == "X" {
-		return true
-	}
-	ip := strings.Split(installed, ".")
-	sp := strings.Split(sel, ".")
-	if len(sp) > len(ip) {
-		return false
-	}
-	for i, s := range sp {
-		if s == "*" || s == "x" || s == "X" {
-			return true
-		}
-		if s != ip[i] {
-			return false
-		}
-	}
-	return true
 }
