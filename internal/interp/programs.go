@@ -103,6 +103,9 @@ func Enable(r *Registry, allowed []string, lookPath func(string) (string, error)
 	case allowed == nil:
 		for _, in := range r.list {
 			path, err := lookPath(in.Cmd[0])
+			if err == nil {
+				err = toolsResolve(in, lookPath)
+			}
 			if err != nil {
 				p.skipped = append(p.skipped, in.Name)
 				continue
@@ -133,6 +136,9 @@ func Enable(r *Registry, allowed []string, lookPath func(string) (string, error)
 			if err != nil {
 				return nil, fmt.Errorf("%w: program %q: cmd[0] does not resolve: %w", ErrInvalidAllowed, name, err)
 			}
+			if err := toolsResolve(r.list[i], lookPath); err != nil {
+				return nil, fmt.Errorf("%w: program %q: %w", ErrInvalidAllowed, name, err)
+			}
 			p.paths[name] = path
 		}
 	}
@@ -141,6 +147,16 @@ func Enable(r *Registry, allowed []string, lookPath func(string) (string, error)
 	}
 	sort.Strings(p.names)
 	return p, nil
+}
+
+// toolsResolve checks that the programs a compiled entry needs besides cmd[0] are installed.
+func toolsResolve(in Interpreter, lookPath func(string) (string, error)) error {
+	for _, t := range in.Tools() {
+		if _, err := lookPath(t); err != nil {
+			return fmt.Errorf("%s does not resolve: %w", t, err)
+		}
+	}
+	return nil
 }
 
 // Names returns the enabled canonical names, sorted.
@@ -237,6 +253,11 @@ func (p *Programs) ResolveOne(b markdown.Block) (Resolved, error) {
 				" is not supported (supported: " + strings.Join(p.reg.labels, ", ") + ")"}
 	}
 	in := p.reg.list[i]
+	if in.Compiled() {
+		return Resolved{}, &ResolveError{Code: CodeUnknownLanguage, Block: b.Index,
+			Message: "code block " + k + ": language " + strconv.Quote(b.Label) +
+				" needs a compile step, which only the runner API (/api/v2/execute) has"}
+	}
 	path, ok := p.paths[in.Name]
 	if !ok {
 		allowed := "none"

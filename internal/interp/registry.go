@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -33,19 +34,84 @@ type EnvVar struct {
 }
 
 // Interpreter is one registry entry.
+//
+// A compiled language has Compile and Run, argv templates whose elements may contain the placeholders
+// {src} (the entry file's absolute path), {stem} (its base name without the extension), {build} (a
+// scratch directory for the build, never listed in files out) and {bin} ({build}/main). The program is
+// Compile, then Run; Cmd[0] is still what enables the entry and names its version (Cmd + VersionArgs,
+// default "--version"). Compiled languages run on the runner API only: the chat pipeline refuses them.
 type Interpreter struct {
-	Name   string   `json:"name"`
-	Cmd    []string `json:"cmd"`
-	Labels []string `json:"code_block_labels"`
-	Ext    string   `json:"ext"`
-	Env    []EnvVar `json:"env,omitempty"`
+	Name        string   `json:"name"`
+	Cmd         []string `json:"cmd"`
+	Labels      []string `json:"code_block_labels"`
+	Ext         string   `json:"ext"`
+	Env         []EnvVar `json:"env,omitempty"`
+	Compile     []string `json:"compile,omitempty"`
+	Run         []string `json:"run,omitempty"`
+	VersionArgs []string `json:"version_args,omitempty"`
 }
 
 func (in Interpreter) clone() Interpreter {
 	in.Cmd = slices.Clone(in.Cmd)
 	in.Labels = slices.Clone(in.Labels)
 	in.Env = slices.Clone(in.Env)
+	in.Compile = slices.Clone(in.Compile)
+	in.Run = slices.Clone(in.Run)
+	in.VersionArgs = slices.Clone(in.VersionArgs)
 	return in
+}
+
+// Compiled reports whether the entry has a compile step.
+func (in Interpreter) Compiled() bool { return len(in.Compile) > 0 }
+
+// Tools lists the programs an entry needs besides Cmd[0]: the first element of Compile and of Run when
+// they name a program rather than a placeholder.
+func (in Interpreter) Tools() []string {
+	var out []string
+	for _, argv := range [][]string{in.Compile, in.Run} {
+		if len(argv) > 0 && !strings.Contains(argv[0], "{") && argv[0] != in.Cmd[0] && !slices.Contains(out, argv[0]) {
+			out = append(out, argv[0])
+		}
+	}
+	return out
+}
+
+// Expand substitutes the placeholders of a Compile or Run template.
+func Expand(argv []string, src, build string) []string {
+	stem := filepath.Base(src)
+	stem = strings.TrimSuffix(stem, filepath.Ext(stem))
+	r := strings.NewReplacer("{src}", src, "{stem}", stem, "{build}", build, "{bin}", filepath.Join(build, "main"))
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = r.Replace(a)
+	}
+	return out
+}
+
+var placeholderRE = regexp.MustCompile(`\{[^}]*\}`)
+
+// checkTemplate validates a Compile or Run template: no NUL, known placeholders, and a first element
+// that is a program name, an absolute path or (Run only) {bin}.
+func checkTemplate(field string, argv []string, run bool) string {
+	for k, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Sprintf("%s[%d] contains a NUL byte", field, k)
+		}
+		for _, ph := range placeholderRE.FindAllString(a, -1) {
+			if !slices.Contains([]string{"{src}", "{stem}", "{build}", "{bin}"}, ph) {
+				return fmt.Sprintf("%s[%d]: unknown placeholder %s", field, k, ph)
+			}
+		}
+	}
+	c0 := argv[0]
+	switch {
+	case c0 == "{bin}" && run:
+	case c0 == "" || strings.Contains(c0, "{"):
+		return fmt.Sprintf("%s[0] %q must be a program name or an absolute path", field, c0)
+	case !strings.HasPrefix(c0, "/") && strings.ContainsRune(c0, '/'):
+		return fmt.Sprintf("%s[0] %q must be an absolute path or a program name looked up in PATH", field, c0)
+	}
+	return ""
 }
 
 // Registry is a validated set of interpreters. It is immutable after loading: accessors return copies, so
@@ -315,6 +381,22 @@ func (r *Registry) add(i int, in Interpreter) error {
 		}
 		r.byLabel[l] = i
 		r.labels = append(r.labels, l)
+	}
+	if (len(in.Compile) > 0) != (len(in.Run) > 0) {
+		return fail(`"compile" and "run" go together`)
+	}
+	if len(in.Compile) > 0 {
+		if msg := checkTemplate("compile", in.Compile, false); msg != "" {
+			return fail("%s", msg)
+		}
+		if msg := checkTemplate("run", in.Run, true); msg != "" {
+			return fail("%s", msg)
+		}
+	}
+	for k, a := range in.VersionArgs {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fail("version_args[%d] contains a NUL byte", k)
+		}
 	}
 	if !extRE.MatchString(in.Ext) {
 		return fail(`ext %q must be "." followed by [A-Za-z0-9]+`, in.Ext)

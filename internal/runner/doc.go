@@ -52,12 +52,13 @@
 // {"error":"too_many_sessions"}. DELETE /api/v2/sessions/{id} (ResetSession) kills its in-flight execute
 // and removes it; it answers 204 whether or not the session existed.
 //
-// A session is dirty — its state unknown — after an execute in which codellm killed the program
-// (run_timeout, an output cap, the caller going away), the sandbox ended it for a limit (memory, pids,
+// A session is dirty — its state unknown — after an execute in which codellm killed the program because
+// the caller went away (its reply is lost), the sandbox ended it for a limit (memory, pids,
 // CPU, file size), the sandbox failed after the start, or codellm's own workspace I/O failed (writing the
 // request's files, scanning for files out); and when its directory is found missing or replaced. Each of
 // these can leave half-written files the client did not ask for. A program that exits on its own, with
-// any code or a signal it raised itself, leaves a clean session. The execute that makes a session dirty
+// any code or a signal it raised itself, or that codellm stopped at run_timeout or an output cap (the
+// reply says so, as it says a crash), leaves a clean session. The execute that makes a session dirty
 // still gets its normal reply; every later execute of that session gets 409
 // {"error":"session_workspace_dirty"} until the session is deleted.
 //

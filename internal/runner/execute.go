@@ -281,8 +281,11 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 		return nil, fail("the sandbox failed during the run", res.Err)
 	}
 	if s != nil {
+		// A run stopped at run_timeout or an output cap still gets its reply, which says so: the client
+		// knows what happened, as after a crash, so the session stays usable (LibreChat's models retry in
+		// the same session). Only a run whose reply is lost (the caller went away) leaves it unknown.
 		switch {
-		case killed != "":
+		case killed == "canceled":
 			r.markDirty(s, "the previous execute was killed mid-run ("+msg+")")
 		case res.Limit != "":
 			r.markDirty(s, "the previous execute was killed by the sandbox ("+res.LimitDesc+")")

@@ -308,12 +308,21 @@ func TestDirtySession(t *testing.T) {
 	if resp := tr.exec("d1", code("bash", "cat f")); resp.Run.Stdout != "a\n" {
 		t.Fatalf("session unusable after a clean failure: %+v", resp.Run)
 	}
-	// Killed at the timeout mid-write: the reply is normal, the next execute is 409.
-	req := code("bash", "while true; do echo x >> f; done")
+	// Stopped at the timeout mid-write: the reply says so and the session stays usable.
+	req := code("bash", "echo partial; while true; do echo x >> f; done")
 	req.RunTimeout = ptr[int64](300)
 	resp := tr.exec("d1", req)
-	if resp.Run.Status == nil || *resp.Run.Status != StatusTimeout {
+	if resp.Run.Status == nil || *resp.Run.Status != StatusTimeout || resp.Run.Stdout != "partial\n" {
 		t.Fatalf("timeout run: %+v", resp.Run)
+	}
+	if resp := tr.exec("d1", code("bash", "head -c 2 f")); resp.Run.Stdout != "a\n" {
+		t.Fatalf("session unusable after a timeout: %+v", resp.Run)
+	}
+	// Killed because the caller went away: nobody got a reply, the next execute is 409.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	if _, err := tr.Execute(ctx, "d1", code("bash", "while true; do echo x >> f; done")); !errors.Is(err, ErrCanceled) {
+		t.Fatalf("canceled run: %v", err)
 	}
 	status, body, _ := tr.do(http.MethodPost, PathExecute, code("bash", "cat f"), hdr)
 	if status != 409 || body["error"] != CodeSessionDirty || !strings.Contains(body["message"].(string), "killed mid-run") {

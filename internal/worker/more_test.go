@@ -22,11 +22,15 @@ import (
 // settlement, exit 5); the hub keeps the session's fence, so the next dispatch is 409 session_quarantined;
 // reset-workspace is WORKER_BUSY while the dead incarnation's lock lives, then clears the fence, and the
 // session can be dispatched again.
+//
+// The hub sends run_timeout below its deadline, so with codellm's runner a slow program ends in a timeout
+// reply (TestStatefulTimeoutKeepsSession); the runner here ignores run_timeout, as a runner that does not
+// implement it would, so that the deadline is reached mid-run.
 func TestStatefulQuarantineAndReset(t *testing.T) {
 	h := newTestHub(t, nil, boltstore.WithGrace(2*time.Second))
 	id, path := h.pair(t, "st")
 	sup := newEmbedded(t, true)
-	r1 := start(t, baseConfig(h, id, path, sup))
+	r1 := start(t, baseConfig(h, id, path, ignoreRunTimeout{sup}))
 	h.waitReady(t, "st")
 	rep := h.exec(t, "py", "open('state.txt','w').write('kept'); print('wrote')", nil)
 	m := decodeExec(t, rep)
@@ -83,6 +87,17 @@ func TestStatefulQuarantineAndReset(t *testing.T) {
 	if err := r2.stop(t); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ignoreRunTimeout drops run_timeout from runner calls.
+type ignoreRunTimeout struct{ Supervisor }
+
+func (s ignoreRunTimeout) Execute(ctx context.Context, call RunnerCall) (*bridge.Object, error) {
+	if o, err := bridge.ParseObject(call.Body); err == nil {
+		o.Delete("run_timeout")
+		call.Body, _ = bridge.Canonical(o)
+	}
+	return s.Supervisor.Execute(ctx, call)
 }
 
 // The endpoint supervisor calls a loopback runner URL with the {runtimeSessionId} placeholder replaced
