@@ -53,10 +53,18 @@ CMD ["serve"]
 # The default (last) target: codellm serve for clients outside the container.
 FROM debian:trixie-slim AS runtime
 # Interpreters for code blocks (python3, node, perl, bash) and ripgrep for the workspace search tool.
-# Nothing else: no compiler, no curl, no shell tools beyond what bash and coreutils bring.
+# No curl, no shell tools beyond what bash and coreutils bring.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 nodejs perl bash ripgrep ca-certificates \
  && rm -rf /var/lib/apt/lists/*
+# LibreChat's Code Interpreter languages (docs/librechat.md): compilers and runtimes for ts c cpp java php rs go
+# d f90 r, and matplotlib for plots. Build with --build-arg LIBRECHAT_LANGUAGES=0 for the small image; a
+# toolchain that is missing is simply not listed in /api/v2/runtimes.
+ARG LIBRECHAT_LANGUAGES=1
+RUN if [ "$LIBRECHAT_LANGUAGES" = 1 ]; then apt-get update \
+ && apt-get install -y --no-install-recommends gcc g++ libc6-dev gdc gfortran default-jdk-headless rustc golang-go \
+      php-cli r-base-core node-typescript python3-matplotlib \
+ && rm -rf /var/lib/apt/lists/*; fi
 # A fixed non-root uid so Kubernetes runAsNonRoot can verify it and volumes can be chowned to it.
 RUN groupadd --system --gid 10001 codellm \
  && useradd --system --uid 10001 --gid codellm --home-dir /var/lib/codellm --create-home --shell /usr/sbin/nologin codellm \

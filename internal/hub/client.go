@@ -186,9 +186,20 @@ func execBody(lang [2]string, code string, args []string, inputs []any, sid stri
 	}
 	body.Set("args", a)
 	body.Set("session_id", sid)
-	body.Set("run_timeout", float64(runTimeout(time.Until(deadline)).Milliseconds()))
+	budget := runTimeout(time.Until(deadline))
+	if compiledLangs[lang[0]] {
+		// Compile and run each get their own limit (Piston's compile_timeout); together they stay
+		// within the budget.
+		compile := budget / 3
+		body.Set("compile_timeout", float64(compile.Milliseconds()))
+		budget -= compile
+	}
+	body.Set("run_timeout", float64(budget.Milliseconds()))
 	return body
 }
+
+// compiledLangs are the runner languages of §13.1 with a compile stage.
+var compiledLangs = map[string]bool{"typescript": true, "c": true, "c++": true, "rust": true, "go": true, "d": true, "fortran": true}
 
 // runTimeout is the run budget within a remaining deadline: a margin of a tenth (at least 1 s, at most
 // 5 s) is kept for delivery, compilation overheads and the settlement.

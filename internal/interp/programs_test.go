@@ -220,7 +220,7 @@ func blocks(t *testing.T, body string) []markdown.Block {
 }
 
 func TestResolveMessages(t *testing.T) {
-	const supported = "bash, javascript, js, node, perl, php, pl, py, python, python3, rb, ruby, sh"
+	const supported = "bash, c, c++, cc, cpp, cxx, d, f90, f95, fortran, go, golang, java, javascript, js, node, perl, php, pl, py, python, python3, r, rb, rs, rscript, ruby, rust, sh, ts, typescript"
 	bashPython, err := Enable(Builtin(), []string{"bash", "python"}, fakeLook)
 	if err != nil {
 		t.Fatal(err)
@@ -321,7 +321,7 @@ func TestResolveOne(t *testing.T) {
 	bl := blocks(t, "```kotlin\n```\n```sh\necho\n```\n```\n```\n```ruby\n```\n")
 	wantCodes := []string{CodeUnknownLanguage, "", CodeUnknownLanguage, CodeProgramNotAllowed}
 	wantMsgs := []string{
-		`code block 1: language "kotlin" is not supported (supported: bash, javascript, js, node, perl, php, pl, py, python, python3, rb, ruby, sh)`,
+		`code block 1: language "kotlin" is not supported (supported: bash, c, c++, cc, cpp, cxx, d, f90, f95, fortran, go, golang, java, javascript, js, node, perl, php, pl, py, python, python3, r, rb, rs, rscript, ruby, rust, sh, ts, typescript)`,
 		"",
 		"code block 3 has no language",
 		`code block 4: program "ruby" is not allowed (allowed: bash)`,

@@ -88,7 +88,7 @@ func Expand(argv []string, src, build string) []string {
 	return out
 }
 
-var placeholderRE = regexp.MustCompile(`\{[^}]*\}`)
+var placeholderRE = regexp.MustCompile(`\{[a-z]+\}`)
 
 // checkTemplate validates a Compile or Run template: no NUL, known placeholders, and a first element
 // that is a program name, an absolute path or (Run only) {bin}.
@@ -465,7 +465,7 @@ const (
 
 var exactKeys = map[keyKind][]string{
 	kindTop:   {"interpreters", "env"},
-	kindEntry: {"name", "cmd", "code_block_labels", "ext", "env"},
+	kindEntry: {"name", "cmd", "code_block_labels", "ext", "env", "compile", "run", "version_args"},
 	kindEnv:   {"name", "value", "if_exists"},
 }
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"time"
 
@@ -177,6 +176,25 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 		return nil, sandboxFailed("sandbox: "+err.Error(), err)
 	}
 	defer run.Close()
+	// The program sees its workspace at WorkDir, never the host path (LibreChat tells models to write there).
+	in := run.Workdir(dir, WorkDir)
+	entry := path.Join(in, p.files[0].name)
+	env := append(interp.Env(in, p.rt.interp, r.cfg.Exposed), p.env...)
+	var compiled *StageResult
+	if p.rt.interp.Compiled() {
+		st, ok, e := r.compile(ctx, s, dir, in, p, env)
+		if e != nil {
+			return nil, e
+		}
+		if !ok {
+			return &ExecuteResponse{Language: p.rt.Language, Version: p.rt.Version, Compile: st, Run: skippedRun(st)}, nil
+		}
+		compiled = st
+	}
+	runPath, argv, err := runArgv(p, in, entry)
+	if err != nil {
+		return nil, sandboxFailed("cannot find the program to run: "+err.Error(), err)
+	}
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -188,13 +206,8 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 		outW.Close()
 		return nil, sandboxFailed("cannot create pipes: "+err.Error(), err)
 	}
-	// The program sees its workspace at WorkDir, never the host path (LibreChat tells models to write there).
-	in := run.Workdir(dir, WorkDir)
-	entry := path.Join(in, p.files[0].name)
-	argv := append(append(slices.Clone(p.rt.interp.Cmd), entry), p.args...)
-	env := append(interp.Env(in, p.rt.interp, r.cfg.Exposed), p.env...)
 	proc, err := run.Start(sandbox.Spec{
-		Path: p.rt.path, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true,
+		Path: runPath, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true,
 		Stdin: stdin, Stdout: outW, Stderr: errW,
 	})
 	// Our copies of the write ends must go, or the readers never see EOF.
@@ -295,7 +308,7 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 		return nil, canceled(ctx)
 	}
 
-	resp := &ExecuteResponse{Language: p.rt.Language, Version: p.rt.Version, Run: st}
+	resp := &ExecuteResponse{Language: p.rt.Language, Version: p.rt.Version, Run: st, Compile: compiled}
 	after, err := scan(root)
 	if err != nil && !errors.Is(err, errTooManyEntries) {
 		return nil, fail("scanning the workspace after the run failed", err)

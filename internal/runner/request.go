@@ -55,6 +55,10 @@ type prepared struct {
 	timeout time.Duration
 	memory  int64
 	cpu     time.Duration // 0 = none
+
+	compileTimeout time.Duration // the compile stage's limits (compiled languages only)
+	compileMemory  int64
+	compileCPU     time.Duration
 }
 
 type decodedFile struct {
@@ -165,9 +169,11 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 		return nil, err
 	}
 	p.timeout = time.Duration(timeout) * time.Millisecond
-	if _, err := checkMillis("compile_timeout", req.CompileTimeout, maxMS); err != nil {
+	ct, err := checkMillis("compile_timeout", req.CompileTimeout, maxMS)
+	if err != nil {
 		return nil, err
 	}
+	p.compileTimeout = time.Duration(ct) * time.Millisecond
 	cpu, err := checkMillis("run_cpu_time", req.RunCPUTime, maxMS)
 	if err != nil {
 		return nil, err
@@ -176,13 +182,17 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 		// RLIMIT_CPU counts whole seconds: round up, so a limit never ends a run earlier than asked.
 		p.cpu = (time.Duration(cpu)*time.Millisecond + time.Second - 1).Truncate(time.Second)
 	}
-	if _, err := checkMillis("compile_cpu_time", req.CompileCPUTime, maxMS); err != nil {
+	ccpu, err := checkMillis("compile_cpu_time", req.CompileCPUTime, maxMS)
+	if err != nil {
 		return nil, err
+	}
+	if req.CompileCPUTime != nil {
+		p.compileCPU = (time.Duration(ccpu)*time.Millisecond + time.Second - 1).Truncate(time.Second)
 	}
 	if p.memory, err = r.checkMemory("run_memory_limit", req.RunMemoryLimit); err != nil {
 		return nil, err
 	}
-	if _, err := r.checkMemory("compile_memory_limit", req.CompileMemoryLimit); err != nil {
+	if p.compileMemory, err = r.checkMemory("compile_memory_limit", req.CompileMemoryLimit); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -359,12 +359,12 @@ func probeRuntimes(progs *interp.Programs, override map[string]string, lg *slog.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			key := rt.path + "\x00" + strings.Join(rt.interp.Cmd, "\x00")
+			key := rt.path + "\x00" + strings.Join(slices.Concat(rt.interp.Cmd, rt.interp.VersionArgs), "\x00")
 			if v, ok := versionCache.Load(key); ok {
 				rt.Version = v.(string)
 				return
 			}
-			v, err := probeVersion(rt.path, rt.interp.Cmd)
+			v, err := probeVersion(rt.path, rt.interp.Cmd, rt.interp.VersionArgs)
 			if err != nil {
 				lg.Warn("runner: cannot determine program version; listing 0.0.0", "program", rt.Language, "err", err)
 				rt.Version = "0.0.0"
@@ -378,10 +378,13 @@ func probeRuntimes(progs *interp.Programs, override map[string]string, lg *slog.
 	return out
 }
 
-func probeVersion(path string, cmd []string) (string, error) {
+func probeVersion(path string, cmd, versionArgs []string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), versionProbeTime)
 	defer cancel()
-	c := exec.CommandContext(ctx, path, append(slices.Clone(cmd[1:]), "--version")...)
+	if len(versionArgs) == 0 {
+		versionArgs = []string{"--version"}
+	}
+	c := exec.CommandContext(ctx, path, append(slices.Clone(cmd[1:]), versionArgs...)...)
 	c.Env = []string{"PATH=" + interp.ChildPATH, "LANG=C.UTF-8"}
 	c.Dir = "/"
 	out, err := c.CombinedOutput()

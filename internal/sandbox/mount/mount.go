@@ -26,13 +26,17 @@ var SystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 // EtcEntries are bound read-only from the host /etc when they exist:
 // the dynamic linker cache, TLS configuration and certificates, the
 // alternatives symlink farm (/usr/bin/node and friends may point into it),
-// timezone and resolver-independent name service configuration. When the
+// timezone, resolver-independent name service configuration and the configuration of language
+// runtimes (JDK, R) that their installed files link into /etc. When the
 // operator enables the network, /etc/resolv.conf and /etc/gai.conf are
 // bound too.
 var EtcEntries = []string{
 	"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates",
 	"ca-certificates.conf", "pki", "alternatives", "localtime", "timezone",
 	"nsswitch.conf", "host.conf", "mime.types", "protocols", "services",
+	// Language runtimes whose installed files point into /etc: the JDK's security and logging
+	// configuration (Debian's conf/ symlinks) and R's Renviron and ldpaths.
+	"java-17-openjdk", "java-21-openjdk", "R",
 }
 
 // DevNodes are bound from the host /dev (a user namespace cannot mknod).

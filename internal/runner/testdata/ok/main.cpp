@@ -1,0 +1,3 @@
+#include <iostream>
+#include <string>
+int main() { std::string s = "OK"; std::cout << s << std::endl; }

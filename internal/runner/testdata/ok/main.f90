@@ -1,0 +1,3 @@
+program main
+    print "(A)", "OK"
+end program main

@@ -1,0 +1,2 @@
+const message: string = "OK";
+console.log(message);
