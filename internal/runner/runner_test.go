@@ -138,7 +138,7 @@ func TestErrors(t *testing.T) {
 // TestErrorsGoAPI checks that in-process callers get typed errors carrying the HTTP status.
 func TestErrorsGoAPI(t *testing.T) {
 	tr := newRunner(t, nil)
-	_, err := tr.Execute(context.Background(), "", code("fortran", "x"))
+	_, err := tr.Execute(context.Background(), "", code("cobol", "x"))
 	var e *Error
 	if !errors.As(err, &e) || e.Status != 400 || !errors.Is(err, ErrUnknownRuntime) {
 		t.Fatalf("unknown language: %v (%T)", err, err)

@@ -35,8 +35,8 @@ var EtcEntries = []string{
 	"ca-certificates.conf", "pki", "alternatives", "localtime", "timezone",
 	"nsswitch.conf", "host.conf", "mime.types", "protocols", "services",
 	// Language runtimes whose installed files point into /etc: the JDK's security and logging
-	// configuration (Debian's conf/ symlinks) and R's Renviron and ldpaths.
-	"java-17-openjdk", "java-21-openjdk", "R",
+	// configuration (Debian's conf/ symlinks), R's Renviron and ldpaths, Debian's matplotlibrc and fontconfig.
+	"java-17-openjdk", "java-21-openjdk", "R", "matplotlibrc", "fonts",
 }
 
 // DevNodes are bound from the host /dev (a user namespace cannot mknod).
