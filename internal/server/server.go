@@ -429,6 +429,12 @@ func (s *Server) SelfCheck(ctx context.Context) {
 	}
 	reason := ""
 	for _, name := range names {
+		// Compiled languages (LibreChat's, on the runner API only) do not run through the pipeline, and an
+		// empty Java source is not a program (java's source-file mode needs a class): the runner's tests
+		// cover them.
+		if in, ok := s.programs.Registry().ByName(name); ok && (in.Compiled() || name == "java") {
+			continue
+		}
 		res, err := s.eng.RunEmpty(ctx, name)
 		if err != nil {
 			reason = fmt.Sprintf("self-check of %s failed: %v", name, err)
