@@ -1,0 +1,207 @@
+package worker
+
+// LibreChat's Code Interpreter end to end: the hub driven exactly as LibreChat's client calls it
+// (danny-avila/LibreChat api/server/services/Files/Code/crud.js and process.js, danny-avila/agents
+// src/tools/CodeExecutor.ts), a worker running codellm's runner in the sandbox.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/codellm/codellm/internal/hub"
+	"github.com/codellm/codellm/internal/hub/filestore"
+)
+
+var librechatID = regexp.MustCompile(`^[A-Za-z0-9_-]{21}$`)
+
+func requireSandbox() bool { return os.Getenv("CODELLM_REQUIRE_SANDBOX") == "1" }
+
+func withFiles(t testing.TB) func(*hub.Config) {
+	return func(c *hub.Config) {
+		fs, err := filestore.OpenDir(filepath.Join(t.TempDir(), "files"), c.FileLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = fs.Close() })
+		c.Files = fs
+	}
+}
+
+// uploadLikeLibreChat posts one file as crud.js's uploadCodeEnvFile does: form-data with entity_id and
+// file, Content-Type overridden to a bare multipart/form-data, User-Id and X-API-Key headers.
+func uploadLikeLibreChat(t *testing.T, h *testHub, name string, data []byte) (sid, fid string) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("entity_id", "agent_1")
+	fw, _ := mw.CreateFormFile("file", name)
+	_, _ = fw.Write(data)
+	_ = mw.Close()
+	req, _ := http.NewRequest(http.MethodPost, h.base+"/upload", &buf)
+	req.Header.Set("Content-Type", "multipart/form-data")
+	req.Header.Set("User-Agent", "LibreChat/1.0")
+	req.Header.Set("User-Id", "user_1")
+	req.Header.Set("X-API-Key", apiKey)
+	r := doHTTP(t, req)
+	var res struct {
+		Message   string `json:"message"`
+		SessionID string `json:"session_id"`
+		Files     []struct{ FileID, Filename string } `json:"files"`
+	}
+	if r.status != 200 || json.Unmarshal(r.body, &res) != nil || res.Message != "success" || len(res.Files) != 1 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	return res.SessionID, res.Files[0].FileID
+}
+
+func download(t *testing.T, h *testHub, sid, fid string) []byte {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, h.base+"/download/"+sid+"/"+fid, nil)
+	req.Header.Set("X-API-Key", apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("download %s/%s: %d %s", sid, fid, resp.StatusCode, b)
+	}
+	return b
+}
+
+type execFile struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	SessionID string `json:"session_id"`
+}
+
+type execResult struct {
+	SessionID string     `json:"session_id"`
+	Stdout    string     `json:"stdout"`
+	Stderr    string     `json:"stderr"`
+	Files     []execFile `json:"files"`
+}
+
+func execLikeLibreChat(t *testing.T, h *testHub, body map[string]any) execResult {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	r := h.client(t, context.Background(), "/v1/exec", string(b), map[string]string{"User-Agent": "LibreChat/1.0"})
+	var res execResult
+	if r.status != 200 || json.Unmarshal(r.body, &res) != nil {
+		t.Fatalf("exec: %d %s", r.status, r.body)
+	}
+	return res
+}
+
+const plotCode = `import csv
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+rows = list(csv.DictReader(open("/mnt/data/sales.csv")))
+xs = [int(r["month"]) for r in rows]
+ys = [float(r["amount"]) for r in rows]
+plt.plot(xs, ys)
+plt.savefig("/mnt/data/plot.png")
+with open("/mnt/data/totals.csv", "w") as f:
+    f.write("total\n%g\n" % sum(ys))
+print("rows", len(rows))
+`
+
+// TestLibreChatFileRoundTrip: upload a CSV, python reads it from /mnt/data and writes a matplotlib PNG
+// and a CSV, both come back as references, download byte-identical, and are used again in a second exec
+// of the same session.
+func TestLibreChatFileRoundTrip(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run(); err != nil {
+		if requireSandbox() {
+			t.Fatalf("python3-matplotlib is not installed (.ci/run installs it): %v", err)
+		}
+		t.Skip("python3-matplotlib is not installed")
+	}
+	for _, stateful := range []bool{false, true} {
+		name := map[bool]string{false: "stateless", true: "stateful"}[stateful]
+		t.Run(name, func(t *testing.T) {
+			h := newTestHub(t, withFiles(t))
+			id, path := h.pair(t, "lc-"+name)
+			r := start(t, baseConfig(h, id, path, newEmbedded(t, stateful)))
+			h.waitReady(t, "lc-"+name)
+			defer r.stop(t)
+
+			csv := []byte("month,amount\n1,10.5\n2,20\n3,7.25\n")
+			upSID, upFID := uploadLikeLibreChat(t, h, "sales.csv", csv)
+			first := execLikeLibreChat(t, h, map[string]any{"lang": "py", "code": plotCode, "user_id": "user_1",
+				"files": []execFile{{ID: upFID, Name: "sales.csv", SessionID: upSID}}})
+			if first.Stdout != "rows 3\n" || !librechatID.MatchString(first.SessionID) {
+				t.Fatalf("first exec: %+v", first)
+			}
+			got := map[string]execFile{}
+			for _, f := range first.Files {
+				if !librechatID.MatchString(f.ID) {
+					t.Fatalf("file id %q fails LibreChat's isValidID", f.ID)
+				}
+				got[f.Name] = f
+			}
+			if len(got) != 2 || got["plot.png"].ID == "" || got["totals.csv"].ID == "" {
+				t.Fatalf("generated files %+v (want plot.png and totals.csv only: no input, no byproducts)", first.Files)
+			}
+			png := download(t, h, first.SessionID, got["plot.png"].ID)
+			if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+				t.Fatalf("plot.png is not a PNG: %q", png[:min(16, len(png))])
+			}
+			if totals := download(t, h, first.SessionID, got["totals.csv"].ID); string(totals) != "total\n37.75\n" {
+				t.Fatalf("totals.csv = %q", totals)
+			}
+			// LibreChat's next call sends the conversation's files by reference in the same session; the
+			// program sees exactly the bytes that were downloaded.
+			sum := sha256.Sum256(png)
+			second := execLikeLibreChat(t, h, map[string]any{"lang": "py", "session_id": first.SessionID,
+				"code": "import hashlib\nprint(hashlib.sha256(open('/mnt/data/plot.png','rb').read()).hexdigest())\nprint(open('/mnt/data/totals.csv').read().split()[1])",
+				"files": []execFile{got["plot.png"], got["totals.csv"], {ID: upFID, Name: "sales.csv", SessionID: upSID}}})
+			if want := hex.EncodeToString(sum[:]) + "\n37.75\n"; second.Stdout != want || second.SessionID != first.SessionID {
+				t.Fatalf("second exec: %+v, want stdout %q in session %s", second, want, first.SessionID)
+			}
+			if len(second.Files) != 0 {
+				t.Fatalf("unchanged inputs reported as generated: %+v", second.Files)
+			}
+		})
+	}
+}
+
+// TestStatefulTimeoutKeepsServing: `while True: pass` on a stateful worker returns 200 with its partial
+// output and a timeout note; the worker keeps running and the session keeps its files.
+func TestStatefulTimeoutKeepsServing(t *testing.T) {
+	h := newTestHub(t, withFiles(t))
+	id, path := h.pair(t, "lc-loop")
+	r := start(t, baseConfig(h, id, path, newEmbedded(t, true)))
+	h.waitReady(t, "lc-loop")
+	defer r.stop(t)
+	first := execLikeLibreChat(t, h, map[string]any{"lang": "py", "code": "open('state.txt','w').write('kept')\nprint('ready')"})
+	rep := h.client(t, context.Background(), "/v1/exec",
+		`{"lang":"py","session_id":"`+first.SessionID+`","code":"print('started', flush=True)\nwhile True: pass"}`,
+		map[string]string{"X-Codellm-Timeout-Ms": "3000"})
+	m := decodeExec(t, rep)
+	if rep.status != 200 || m["stdout"] != "started\n" || !strings.Contains(m["stderr"].(string), "timed out") {
+		t.Fatalf("endless loop: %d %s", rep.status, rep.body)
+	}
+	again := execLikeLibreChat(t, h, map[string]any{"lang": "py", "session_id": first.SessionID, "code": "print(open('state.txt').read())"})
+	if again.Stdout != "kept\n" {
+		t.Fatalf("the session after the timeout: %+v", again)
+	}
+	select {
+	case err := <-r.done:
+		t.Fatalf("the worker exited after the timeout: %v", err)
+	default:
+	}
+}
