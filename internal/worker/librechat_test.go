@@ -56,8 +56,8 @@ func uploadLikeLibreChat(t *testing.T, h *testHub, name string, data []byte) (si
 	req.Header.Set("X-API-Key", apiKey)
 	r := doHTTP(t, req)
 	var res struct {
-		Message   string `json:"message"`
-		SessionID string `json:"session_id"`
+		Message   string                              `json:"message"`
+		SessionID string                              `json:"session_id"`
 		Files     []struct{ FileID, Filename string } `json:"files"`
 	}
 	if r.status != 200 || json.Unmarshal(r.body, &res) != nil || res.Message != "success" || len(res.Files) != 1 {
@@ -167,7 +167,7 @@ func TestLibreChatFileRoundTrip(t *testing.T) {
 			// program sees exactly the bytes that were downloaded.
 			sum := sha256.Sum256(png)
 			second := execLikeLibreChat(t, h, map[string]any{"lang": "py", "session_id": first.SessionID,
-				"code": "import hashlib\nprint(hashlib.sha256(open('/mnt/data/plot.png','rb').read()).hexdigest())\nprint(open('/mnt/data/totals.csv').read().split()[1])",
+				"code":  "import hashlib\nprint(hashlib.sha256(open('/mnt/data/plot.png','rb').read()).hexdigest())\nprint(open('/mnt/data/totals.csv').read().split()[1])",
 				"files": []execFile{got["plot.png"], got["totals.csv"], {ID: upFID, Name: "sales.csv", SessionID: upSID}}})
 			if want := hex.EncodeToString(sum[:]) + "\n37.75\n"; second.Stdout != want || second.SessionID != first.SessionID {
 				t.Fatalf("second exec: %+v, want stdout %q in session %s", second, want, first.SessionID)
