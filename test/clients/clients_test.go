@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +25,29 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+	}))
+}
+
+var binDir string
+
+// binary builds cmd/codellm once for every test of the package.
+var binary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "codellm-clients-bin-")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
+	bin := filepath.Join(dir, "codellm")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/codellm").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
 
 const apiKey = "test-key-0123456789abcdef0123456789abcdef"
 
@@ -52,10 +75,9 @@ func needNode(t *testing.T) {
 // startServe builds cmd/codellm and serves it on a free loopback port until the test ends.
 func startServe(t *testing.T, extra ...string) *serve {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "codellm")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/codellm")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -352,4 +374,52 @@ func TestExecuteIdempotency(t *testing.T) {
 	if status != 400 || !strings.Contains(body, `"error":"idempotency_key_reused"`) {
 		t.Fatalf("reused key: %d %s", status, body)
 	}
+}
+
+// route counts the requests the server answered on one route.
+func (s *serve) route(t *testing.T, name string) int {
+	return s.metric(t, `codellm_http_requests_total{code="",route="`+name+`"`)
+}
+
+// @openai/agents over the Responses API: toolUseBehavior stopAtToolNames ['finish'] ends after codellm's
+// one answer; without it the next turn (function_call_output items) gets the guard's finish, and the
+// call ids of the two turns differ (the SDK throws ModelBehaviorError on a reused id).
+func TestOpenAIAgents(t *testing.T) {
+	needNode(t)
+	s := startServe(t)
+	before := s.route(t, "responses")
+	var r struct {
+		FinalOutput string   `json:"finalOutput"`
+		Executed    []string `json:"executed"`
+		LooseError  string   `json:"looseError"`
+	}
+	s.node(t, "agents", &r)
+	if r.FinalOutput != "wrote" || strings.Join(r.Executed[:2], ",") != "write_note:a.md,finish:wrote" {
+		t.Fatalf("%+v", r)
+	}
+	if r.LooseError != "MaxTurnsExceededError" || !strings.Contains(strings.Join(r.Executed, ","), "nothing was executed again") {
+		t.Fatalf("without stopAtToolNames: %+v", r)
+	}
+	if n := s.route(t, "responses") - before; n != 3 {
+		t.Fatalf("%d Responses API requests, want 3 (one stopped run, two turns of the loose one)", n)
+	}
+}
+
+// LangChain JS ChatOpenAI with a gpt-5* model id (whose system prompt it may send as developer):
+// bindTools + invoke, stream, and a 422 surfaced as the SDK's error.
+func TestLangChain(t *testing.T) {
+	needNode(t)
+	s := startServe(t)
+	var r struct {
+		Calls    []string         `json:"calls"`
+		Args     []map[string]any `json:"args"`
+		Streamed []string         `json:"streamed"`
+		Bad      nodeError        `json:"bad"`
+	}
+	s.node(t, "langchain", &r)
+	if strings.Join(r.Calls, ",") != "write_note,finish" || r.Args[1]["answer"] != "wrote" || strings.Join(r.Streamed, ",") != "write_note,finish" ||
+		r.Bad.Status != 422 || r.Bad.Code != "nonzero_exit" {
+		t.Fatalf("%+v", r)
+	}
+	t.Logf("LangChain used chat %d times, responses %d times", s.route(t, "chat"), s.route(t, "responses"))
 }

@@ -3,9 +3,8 @@
 // Prints one JSON object on stdout; the Go test checks it. Each scenario is also the tested form of a
 // snippet in docs/clients.md.
 import OpenAI from 'openai';
-import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { generateText, streamText, tool, hasToolCall, ToolLoopAgent } from 'ai';
 import { z } from 'zod';
+// The other clients load only in their own scenario (each node start stays short).
 
 const baseURL = process.env.CODELLM_BASE_URL;
 const apiKey = process.env.CODELLM_API_KEY;
@@ -99,6 +98,8 @@ const scenarios = {
   // AI SDK 6 over @ai-sdk/openai-compatible: generateText, streamText and an agent stopped by
   // stopWhen: hasToolCall('finish').
   async aisdk() {
+    const { createOpenAICompatible } = await import('@ai-sdk/openai-compatible');
+    const { generateText, streamText, tool, hasToolCall, ToolLoopAgent } = await import('ai');
     const codellm = createOpenAICompatible({ name: 'codellm', baseURL, apiKey });
     const executed = [];
     const tools = {
@@ -114,6 +115,44 @@ const scenarios = {
     const l = await loose.generate({ prompt: writeNote });
     return { steps: g.steps.length, text: g.text, calls: g.toolCalls.map((c) => c.toolName), streamedCalls,
       agentSteps: a.steps.length, looseSteps: l.steps.length, executed };
+  },
+  // @openai/agents (Responses API by default): toolUseBehavior stopAtToolNames ['finish'] ends the run at
+  // codellm's one answer; without it the second turn (which sends function_call_output items) is
+  // answered by the guard, and a reused call id would have thrown ModelBehaviorError there.
+  async agents() {
+    const { Agent, run, tool: agentTool, setDefaultOpenAIClient, setTracingDisabled } = await import('@openai/agents');
+    setTracingDisabled(true);
+    setDefaultOpenAIClient(new OpenAI({ baseURL, apiKey, maxRetries: 0 }));
+    const executed = [];
+    const tools = [
+      agentTool({ name: 'write_note', description: 'write a note', parameters: z.object({ path: z.string(), content: z.string() }),
+        execute: async (a) => { executed.push('write_note:' + a.path); return 'ok'; } }),
+      agentTool({ name: 'finish', description: 'finish', parameters: z.object({ answer: z.string() }),
+        execute: async (a) => { executed.push('finish:' + a.answer); return a.answer; } }),
+    ];
+    const agent = new Agent({ name: 'codellm', model: 'codellm', instructions: writeNote, tools, toolUseBehavior: { stopAtToolNames: ['finish'] } });
+    const r = await run(agent, 'Begin.');
+    const loose = new Agent({ name: 'loose', model: 'codellm', instructions: writeNote, tools });
+    let looseError = '';
+    try {
+      await run(loose, 'Begin.', { maxTurns: 2 });
+    } catch (e) {
+      looseError = e.constructor.name;
+    }
+    return { finalOutput: r.finalOutput, executed, looseError };
+  },
+  // LangChain JS ChatOpenAI: gpt-5* ids send the system prompt as role developer; bindTools, invoke and stream.
+  async langchain() {
+    const { ChatOpenAI } = await import('@langchain/openai');
+    const { SystemMessage, HumanMessage } = await import('@langchain/core/messages');
+    const llm = new ChatOpenAI({ model: 'gpt-5-mini', apiKey, configuration: { baseURL }, maxRetries: 0 });
+    const withTools = llm.bindTools(fnTools);
+    const msgs = [new SystemMessage(writeNote), new HumanMessage('Begin.')];
+    const r = await withTools.invoke(msgs);
+    let streamed = null;
+    for await (const chunk of await withTools.stream(msgs)) streamed = streamed ? streamed.concat(chunk) : chunk;
+    const bad = await apiError(() => llm.invoke([new HumanMessage(block('bash', 'exit 4'))]));
+    return { calls: r.tool_calls.map((c) => c.name), args: r.tool_calls.map((c) => c.args), streamed: streamed.tool_calls.map((c) => c.name), bad };
   },
 };
 
