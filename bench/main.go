@@ -82,7 +82,7 @@ func main() {
 	}
 	p := params{spawnRuns: 1000, serviceRounds: 3, serviceDur: 10 * time.Second, pipeBytes: 1 << 30, pipeReps: 5, interpRuns: 150}
 	if *quick {
-		p = params{spawnRuns: 150, serviceRounds: 2, serviceDur: 3 * time.Second, pipeBytes: 1 << 30, pipeReps: 3, interpRuns: 30}
+		p = params{spawnRuns: 150, serviceRounds: 3, serviceDur: 4 * time.Second, pipeBytes: 1 << 30, pipeReps: 3, interpRuns: 30}
 	}
 	res, err := run(p, rows, *quick, logf)
 	if err != nil {
