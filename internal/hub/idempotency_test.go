@@ -1,0 +1,64 @@
+package hub
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/codellm/codellm/internal/bridge"
+)
+
+// The chat route on one hub (bolt store): a keyed repeat, streamed or not, replays without a second
+// assignment; a retry marked X-Stainless-Retry-Count replays its first attempt; a 401 is not recorded;
+// the same key with another body is refused. (Two replicas on one Redis: redisstore.)
+func TestChatIdempotency(t *testing.T) {
+	h := newTestHub(t, nil)
+	w := newWorker(t, h, "idem-chat")
+	w.caps.Runtimes = append(w.caps.Runtimes, ChatRuntimeLabel)
+	w.pair(h)
+	w.mustRegister()
+	var runs atomic.Int64
+	stop := w.serve(func(a *bridge.Assignment) bridge.Settlement {
+		n := runs.Add(1)
+		return fulfilled(a, w.incarnation, strings.Replace(completion, `"chatcmpl-1"`, `"chatcmpl-`+string(rune('0'+n))+`"`, 1))
+	})
+	defer stop()
+
+	for _, body := range []string{
+		`{"model":"codellm","messages":[{"role":"user","content":"a"}]}`,
+		`{"model":"codellm","stream":true,"messages":[{"role":"user","content":"b"}]}`,
+	} {
+		before := runs.Load()
+		r1 := h.client(t, "/v1/chat/completions", body, map[string]string{"Idempotency-Key": "k" + body})
+		r2 := h.client(t, "/v1/chat/completions", body, map[string]string{"Idempotency-Key": "k" + body})
+		if r1.status != 200 || r2.status != 200 || string(r1.body) != string(r2.body) || r2.header.Get("Idempotent-Replayed") != "true" ||
+			r2.header.Get("Content-Type") != r1.header.Get("Content-Type") || runs.Load() != before+1 {
+			t.Fatalf("first %d %s\nsecond %d %v %s\nruns %d", r1.status, r1.body, r2.status, r2.header, r2.body, runs.Load()-before)
+		}
+		if r3 := h.client(t, "/v1/chat/completions", body, nil); string(r3.body) == string(r1.body) || runs.Load() != before+2 {
+			t.Fatalf("unkeyed repeat replayed: %s", r3.body)
+		}
+	}
+	body := `{"messages":[{"role":"user","content":"c"}]}`
+	first := h.client(t, "/v1/chat/completions", body, map[string]string{"X-Stainless-Retry-Count": "0"})
+	retry := h.client(t, "/v1/chat/completions", body, map[string]string{"X-Stainless-Retry-Count": "1"})
+	if string(first.body) != string(retry.body) || retry.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("stainless retry: %s / %s", first.body, retry.body)
+	}
+	before := runs.Load()
+	r := h.client(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"other"}]}`, map[string]string{"Idempotency-Key": "k" + body, "X-API-Key": apiKey})
+	if r.status != 200 {
+		t.Fatalf("fresh key: %d %s", r.status, r.body)
+	}
+	r = h.client(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}]}`, map[string]string{"Idempotency-Key": "k" + body})
+	if r.status != 400 || !strings.Contains(string(r.body), `"code":"idempotency_key_reused"`) || runs.Load() != before+1 {
+		t.Fatalf("reused key: %d %s", r.status, r.body)
+	}
+	r = h.client(t, "/v1/chat/completions", body, map[string]string{"Idempotency-Key": "unauth", "X-API-Key": "wrong"})
+	if r.status != 401 {
+		t.Fatalf("bad key: %d %s", r.status, r.body)
+	}
+	if r = h.client(t, "/v1/chat/completions", body, map[string]string{"Idempotency-Key": "unauth"}); r.status != 200 || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("a 401 was recorded: %d %v", r.status, r.header)
+	}
+}
