@@ -90,7 +90,7 @@ func (f *workerFlags) register(fs *flag.FlagSet, run bool) {
 	fs.BoolVar(&f.writes, "allow-workspace-writes", false, "enable write_file, edit_file and preview_edit")
 	fs.BoolVar(&f.commands, "allow-workspace-commands", false, "enable execute_command (in codellm's sandbox)")
 	fs.StringVar(&f.commandBox, "command-sandbox", "embedded", "command sandbox: embedded (native-srt is an alias)")
-	fs.StringVar(&f.allowedDomains, "command-allowed-domains", "", "command egress allow-list (part of the policy digest)")
+	fs.StringVar(&f.allowedDomains, "command-allowed-domains", "", "destinations workspace commands may reach through codellm's egress proxy: names, *.suffix, IPs, CIDRs (normalised into the policy digest)")
 	fs.BoolVar(&f.requireReady, "require-ready", false, "set requiresReadyConfirmation")
 	fs.DurationVar(&f.leaseWait, "lease-wait", 25*time.Second, "long-poll wait per lease (at most 30s)")
 }
