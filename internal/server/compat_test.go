@@ -261,3 +261,14 @@ func dropAndRetry(t *testing.T, ts *testServer) int {
 	sameCalls(t, oaiCalls(t, resp.Choices[0].Message.ToolCalls), []call{{"finish", map[string]any{"answer": "slow"}}})
 	return ts.runs(t)
 }
+
+// POST /v1/responses is behind the same rule as the chat route.
+func TestIdempotencyResponses(t *testing.T) {
+	ts := idemServer(t)
+	req := map[string]any{"model": "codellm", "input": randomAnswer, "stream": true}
+	s1, _, b1 := ts.post(t, "/v1/responses", req, "Idempotency-Key", "r-1")
+	s2, h2, b2 := ts.post(t, "/v1/responses", req, "Idempotency-Key", "r-1")
+	if s1 != 200 || s2 != 200 || !bytes.Equal(b1, b2) || h2.Get("Idempotent-Replayed") != "true" || ts.runs(t) != 1 {
+		t.Fatalf("first %d %s\nsecond %d %s (runs %d)", s1, b1, s2, b2, ts.runs(t))
+	}
+}
