@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/codellm/codellm/internal/execution"
 	"github.com/codellm/codellm/internal/sandbox"
 )
 
@@ -98,8 +99,9 @@ type BlockResult struct {
 	Index         int // 0-based
 	Lang, Program string
 	Outcome       Outcome
-	ExitCode      *int   // nil when a signal ended the block or it never ran
-	Signal        string // e.g. "SIGSEGV"; "" when it exited
+	Status        execution.Status // how its process ended (what the metric reasons are read from)
+	ExitCode      *int             // nil when a signal ended the block or it never ran
+	Signal        string           // e.g. "SIGSEGV"; "" when it exited
 	Duration      time.Duration
 	CPU           time.Duration // user+sys of the block and its reaped descendants
 	MaxRSS        int64

@@ -1042,3 +1042,47 @@ func TestInterpretersStream(t *testing.T) {
 		}
 	})
 }
+
+// Every reason of codellm_kills_total is reachable: each run below ends a block the way its reason says, and
+// the block's typed Status (which the server's KillReason reads, never the limit's English) carries it. The
+// "cpu" reason could never increase while it was derived from the limit's description.
+func TestEveryKillReasonReachable(t *testing.T) {
+	h := newHarness(t, sandbox.ModeNative)
+	fork := "import os, sys, time\nfor _ in range(64):\n    try:\n        if os.fork() == 0:\n            time.sleep(5)\n            os._exit(0)\n" +
+		"    except OSError:\n        sys.exit(3)\n"
+	for _, c := range []struct {
+		reason string
+		lim    *sandbox.Limits
+		steps  []Step
+		cancel bool
+		cap    int64
+		tmo    time.Duration
+	}{
+		{reason: "timeout", steps: []Step{sh(t, "sleep 30")}, tmo: time.Second},
+		{reason: "cancelled", steps: []Step{sh(t, "sleep 30")}, cancel: true},
+		{reason: "output_limit", steps: []Step{sh(t, "yes")}, cap: 1000},
+		{reason: "memory", lim: &sandbox.Limits{Memory: 64 << 20}, steps: []Step{py(t, "b = b'x' * (512 << 20)\n")}},
+		{reason: "pids", lim: &sandbox.Limits{Pids: 24}, steps: []Step{py(t, fork)}},
+		{reason: "cpu", lim: &sandbox.Limits{CPUTime: time.Second}, steps: []Step{py(t, "while True:\n    pass\n")}},
+	} {
+		t.Run(c.reason, func(t *testing.T) {
+			if c.lim != nil && (c.lim.Memory > 0 || c.lim.Pids > 0) && !mechanismAvailable(h.sb, "cgroup") {
+				t.Skip("no cgroup on this host")
+			}
+			hh := *h
+			if c.cap > 0 {
+				hh.cfg.MaxOutputBytes = c.cap
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if c.cancel {
+				time.AfterFunc(300*time.Millisecond, cancel)
+			}
+			res := hh.run(t, ctx, Request{Limits: c.lim, Steps: c.steps, Timeout: c.tmo})
+			if b := res.Blocks[0]; b.Status.MetricReason() != c.reason {
+				t.Fatalf("status %v (reason %q), want reason %q; outcome %s, exit %v signal %q limit %q, err %+v",
+					b.Status, b.Status.MetricReason(), c.reason, b.Outcome, b.ExitCode, b.Signal, b.Limit, res.Err)
+			}
+		})
+	}
+}

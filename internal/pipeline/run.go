@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/codellm/codellm/internal/execution"
 	"github.com/codellm/codellm/internal/sandbox"
 )
 
@@ -555,17 +556,16 @@ func (r *run) killRunning(reason Outcome) {
 			b.killReason = reason
 			if p := b.proc.Load(); reason == OutcomeTimedOut {
 				// SIGTERM first (the block's init forwards it to the program), SIGKILL after the grace.
-				p.Terminate()
-				r.termKills = append(r.termKills, time.AfterFunc(sandbox.TermGrace, p.Kill))
+				if t := execution.Stop(p, r.sb, execution.ForTimeout); t != nil {
+					r.termKills = append(r.termKills, t)
+				}
 			} else {
 				p.Kill()
 			}
 			killed = true
 		}
 	}
-	if killed && reason == OutcomeTimedOut {
-		r.termKills = append(r.termKills, time.AfterFunc(sandbox.TermGrace, r.sb.Kill))
-	} else if killed && reason != OutcomeExcused {
+	if killed && reason != OutcomeExcused && reason != OutcomeTimedOut {
 		// Belt and braces: everything of the run, descendants included.
 		r.sb.Kill()
 	}
@@ -642,16 +642,40 @@ func (r *run) finish() {
 	_ = r.sb.Close()
 }
 
+// status is the block's process outcome (execution.Of) given why codellm stopped it, if it did; a block
+// that never ran is a sandbox error (its start failed) or cancelled.
+func (b *block) status() execution.Status {
+	if !b.exited {
+		if b.startErr != nil || b.outcome == OutcomeSandboxError {
+			return execution.SandboxError
+		}
+		return execution.Cancelled
+	}
+	why := execution.NotStopped
+	switch {
+	case b.outcome == OutcomeOutputLimit: // decided at the overflow, before the kill that followed
+		why = execution.ForOutput
+	case b.killReason == OutcomeTimedOut:
+		why = execution.ForTimeout
+	case b.killReason == OutcomeCancelled:
+		why = execution.ForCancel
+	case b.killReason == OutcomeExcused:
+		why = execution.ForUnneeded
+	}
+	return execution.Of(b.res, why).Status
+}
+
 // result assembles the report and selects the error of §5.3.
 func (r *run) result() *Result {
 	res := &Result{Blocks: make([]BlockResult, r.n)}
 	for i, b := range r.blocks {
 		br := BlockResult{Index: i, Lang: b.step.Lang, Program: b.step.Program, Outcome: b.outcome,
 			Stderr: b.errTail.bytes(), Setup: b.setup}
+		br.Status = b.status()
 		if b.exited {
 			br.Duration, br.CPU, br.MaxRSS, br.Limit = b.res.Wall, b.res.CPU, b.res.MaxRSS, b.res.LimitDesc
 			if b.res.Signal != 0 {
-				br.Signal = signalName(b.res.Signal)
+				br.Signal = execution.SignalName(b.res.Signal)
 			} else if b.res.Err == nil || b.res.ExitCode >= 0 {
 				code := b.res.ExitCode
 				br.ExitCode = &code
@@ -706,7 +730,7 @@ func (r *run) blockError(b *block, br *BlockResult) *Error {
 		e.Code = CodeNonzeroExit
 		var s string
 		if b.res.Signal != 0 {
-			s = "killed by signal " + signalName(b.res.Signal)
+			s = "killed by signal " + execution.SignalName(b.res.Signal)
 		} else {
 			s = fmt.Sprintf("non-zero exit (code %d)", b.res.ExitCode)
 		}

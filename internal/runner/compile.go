@@ -2,12 +2,12 @@ package runner
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path"
 	"path/filepath"
 	"time"
 
+	"github.com/codellm/codellm/internal/execution"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/sandbox"
 )
@@ -43,17 +43,17 @@ func (r *Runner) compile(ctx context.Context, s *session, dir, in string, p *pre
 		return nil, false, sandboxFailed("compiler: "+err.Error(), err)
 	}
 	limits := stageLimits{timeout: p.compileTimeout, memory: p.compileMemory, cpu: p.compileCPU}
-	st, killed, res, e := r.stage(ctx, prog, argv, compileEnv(env, build), dir, nil, limits)
+	st, status, e := r.stage(ctx, prog, argv, compileEnv(env, build), dir, nil, limits)
 	if e != nil {
 		return nil, false, e
 	}
-	if s != nil && killed == "canceled" {
-		r.markDirty(s, "the previous execute was killed mid-compile")
-	}
-	if killed == "canceled" {
+	if status == execution.Cancelled {
+		if s != nil {
+			r.markDirty(s, "the previous execute was killed mid-compile")
+		}
 		return nil, false, canceled(ctx)
 	}
-	return st, st.Status == nil && res.ExitCode == 0, nil
+	return st, st.Status == nil, nil
 }
 
 // runArgv is the run stage's program and argv (with in the workspace as the program sees it): Run
@@ -85,94 +85,22 @@ type stageLimits struct {
 	cpu     time.Duration
 }
 
-// stage runs one sandboxed process in its own cgroup and captures it like the run stage. killed is why
-// codellm stopped it ("timeout", "output", "canceled" or "").
-func (r *Runner) stage(ctx context.Context, prog string, argv, env []string, dir string, stdin *os.File, l stageLimits) (*StageResult, string, sandbox.Result, *Error) {
+// stage runs one sandboxed process in its own cgroup and captures it like the run stage.
+func (r *Runner) stage(ctx context.Context, prog string, argv, env []string, dir string, stdin *os.File, l stageLimits) (*StageResult, execution.Status, *Error) {
 	run, err := r.cfg.Sandbox.NewRun(&sandbox.Limits{Memory: l.memory, CPUTime: l.cpu})
 	if err != nil {
-		return nil, "", sandbox.Result{}, sandboxFailed("sandbox: "+err.Error(), err)
+		return nil, 0, sandboxFailed("sandbox: "+err.Error(), err)
 	}
 	defer run.Close()
-	outR, outW, err := os.Pipe()
+	max := r.cfg.MaxOutputBytes
+	sup, err := execution.Supervise(ctx, run, sandbox.Spec{Path: prog, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true, Stdin: stdin},
+		execution.Options{Timeout: l.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true})
 	if err != nil {
-		return nil, "", sandbox.Result{}, sandboxFailed("cannot create pipes: "+err.Error(), err)
+		return nil, 0, sandboxFailed("sandbox: "+err.Error(), err)
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, "", sandbox.Result{}, sandboxFailed("cannot create pipes: "+err.Error(), err)
+	if sup.Status == execution.SandboxError {
+		return nil, 0, sandboxFailed("the sandbox failed during the compile: "+sup.Err.Error(), sup.Err)
 	}
-	proc, err := run.Start(sandbox.Spec{Path: prog, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true, Stdin: stdin, Stdout: outW, Stderr: errW})
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		return nil, "", sandbox.Result{}, sandboxFailed("sandbox: "+err.Error(), err)
-	}
-	capt := newCapture(r.cfg.MaxOutputBytes)
-	capt.start(outR, errR)
-	waitc := make(chan sandbox.Result, 1)
-	go func() { waitc <- proc.Wait() }()
-	timer := time.NewTimer(l.timeout)
-	defer timer.Stop()
-	var killed string
-	var res sandbox.Result
-	select {
-	case res = <-waitc:
-	case <-timer.C:
-		killed = "timeout"
-	case <-capt.overflow:
-		killed = "output"
-	case <-ctx.Done():
-		killed = "canceled"
-	}
-	if killed != "" {
-		run.Kill()
-		if res = <-waitc; res.Signal == 0 {
-			killed = ""
-		}
-	}
-	capt.finish(killGrace)
-	if res.Err != nil {
-		return nil, "", res, sandboxFailed("the sandbox failed during the compile: "+res.Err.Error(), res.Err)
-	}
-	return r.stageResult(capt, res, killed, l.timeout, ctx), killed, res, nil
-}
-
-// stageResult builds Piston's stage object from a finished process.
-func (r *Runner) stageResult(capt *capture, res sandbox.Result, killed string, timeout time.Duration, ctx context.Context) *StageResult {
-	stdout, stderr, output, overOut, overErr := capt.result()
-	st := &StageResult{Stdout: stdout, Stderr: stderr, Output: output,
-		WallTime: res.Wall.Milliseconds(), CPUTime: res.CPU.Milliseconds(), Memory: res.MaxRSS}
-	if res.Signal != 0 {
-		name := signalName(res.Signal)
-		st.Signal = &name
-	} else {
-		code := res.ExitCode
-		st.Code = &code
-	}
-	status, msg := "", ""
-	switch {
-	case killed == "timeout":
-		status, msg = StatusTimeout, fmt.Sprintf("compile timed out after %d ms", timeout.Milliseconds())
-	case overOut:
-		status, msg = StatusStdoutLimit, fmt.Sprintf("stdout length exceeded (limit %d bytes)", r.cfg.MaxOutputBytes)
-	case overErr:
-		status, msg = StatusStderrLimit, fmt.Sprintf("stderr length exceeded (limit %d bytes)", r.cfg.MaxOutputBytes)
-	case killed == "canceled":
-		status, msg = StatusInternal, "execution canceled: "+context.Cause(ctx).Error()
-	case res.Signal != 0:
-		status, msg = StatusSignal, "killed by signal "+signalName(res.Signal)
-		if res.LimitDesc != "" {
-			msg += " (" + res.LimitDesc + ")"
-		}
-	case res.ExitCode != 0:
-		status, msg = StatusRuntimeError, fmt.Sprintf("non-zero exit code %d", res.ExitCode)
-	}
-	if status != "" {
-		st.Status, st.Message = &status, &msg
-	}
-	return st
+	st := stageResult(sup, "compile", l.timeout, max, ctx)
+	return &st, sup.Status, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/codellm/codellm/internal/execution"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/slots"
@@ -196,115 +197,30 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 		return nil, sandboxFailed("cannot find the program to run: "+err.Error(), err)
 	}
 
-	outR, outW, err := os.Pipe()
+	max := r.cfg.MaxOutputBytes
+	sup, err := execution.Supervise(ctx, run, sandbox.Spec{
+		Path: runPath, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true, Stdin: stdin,
+	}, execution.Options{Timeout: p.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true})
 	if err != nil {
-		return nil, sandboxFailed("cannot create pipes: "+err.Error(), err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, sandboxFailed("cannot create pipes: "+err.Error(), err)
-	}
-	proc, err := run.Start(sandbox.Spec{
-		Path: runPath, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true,
-		Stdin: stdin, Stdout: outW, Stderr: errW,
-	})
-	// Our copies of the write ends must go, or the readers never see EOF.
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
 		// Start failed before the program was exec'd: nothing ran, the workspace is as we left it.
 		return nil, sandboxFailed("sandbox: "+err.Error(), err)
 	}
-	capt := newCapture(r.cfg.MaxOutputBytes)
-	capt.start(outR, errR)
-
-	waitc := make(chan sandbox.Result, 1)
-	go func() { waitc <- proc.Wait() }()
-	timer := time.NewTimer(p.timeout)
-	defer timer.Stop()
-	var killed string // why codellm killed the run: "timeout", "output", "canceled"
-	var res sandbox.Result
-	select {
-	case res = <-waitc:
-	case <-timer.C:
-		killed = "timeout"
-	case <-capt.overflow:
-		killed = "output"
-	case <-ctx.Done():
-		killed = "canceled"
+	if sup.Status == execution.SandboxError {
+		return nil, fail("the sandbox failed during the run", sup.Err)
 	}
-	switch killed {
-	case "timeout":
-		// SIGTERM first, as a shell's timeout(1) or a supervisor would (the block's init forwards it to the
-		// program, which may clean up); SIGKILL for everything after the grace.
-		proc.Terminate()
-		select {
-		case res = <-waitc:
-		case <-time.After(sandbox.TermGrace):
-			run.Kill()
-			res = <-waitc
-		}
-		run.Kill() // what the program left behind
-	case "output", "canceled":
-		run.Kill()
-		res = <-waitc
-		if res.Signal == 0 {
-			killed = "" // it exited on its own just before the kill: report what it did
-		}
-	}
-	capt.finish(killGrace)
-
-	stdout, stderr, output, overOut, overErr := capt.result()
-	st := StageResult{Stdout: stdout, Stderr: stderr, Output: output,
-		WallTime: res.Wall.Milliseconds(), CPUTime: res.CPU.Milliseconds(), Memory: res.MaxRSS}
-	if res.Signal != 0 {
-		name := signalName(res.Signal)
-		st.Signal = &name
-	} else {
-		code := res.ExitCode
-		st.Code = &code
-	}
-	status, msg := "", ""
-	switch {
-	case killed == "timeout":
-		status, msg = StatusTimeout, fmt.Sprintf("run timed out after %d ms", p.timeout.Milliseconds())
-	case overOut:
-		status, msg = StatusStdoutLimit, fmt.Sprintf("stdout length exceeded (limit %d bytes)", r.cfg.MaxOutputBytes)
-	case overErr:
-		status, msg = StatusStderrLimit, fmt.Sprintf("stderr length exceeded (limit %d bytes)", r.cfg.MaxOutputBytes)
-	case killed == "canceled":
-		status, msg = StatusInternal, "execution canceled: "+context.Cause(ctx).Error()
-	case res.Signal != 0:
-		status, msg = StatusSignal, "killed by signal "+signalName(res.Signal)
-		if res.LimitDesc != "" {
-			msg += " (" + res.LimitDesc + ")"
-		}
-	case res.ExitCode != 0:
-		status, msg = StatusRuntimeError, fmt.Sprintf("non-zero exit code %d", res.ExitCode)
-	}
-	if status != "" {
-		st.Status, st.Message = &status, &msg
-	}
-
-	if res.Err != nil {
-		return nil, fail("the sandbox failed during the run", res.Err)
-	}
+	st := stageResult(sup, "run", p.timeout, max, ctx)
 	if s != nil {
 		// A run stopped at run_timeout or an output cap still gets its reply, which says so: the client
 		// knows what happened, as after a crash, so the session stays usable (LibreChat's models retry in
 		// the same session). Only a run whose reply is lost (the caller went away) leaves it unknown.
 		switch {
-		case killed == "canceled":
-			r.markDirty(s, "the previous execute was killed mid-run ("+msg+")")
-		case res.Limit != "":
-			r.markDirty(s, "the previous execute was killed by the sandbox ("+res.LimitDesc+")")
+		case sup.Status == execution.Cancelled:
+			r.markDirty(s, "the previous execute was killed mid-run ("+*st.Message+")")
+		case sup.LimitDesc != "":
+			r.markDirty(s, "the previous execute was killed by the sandbox ("+sup.LimitDesc+")")
 		}
 	}
-	if killed == "canceled" {
+	if sup.Status == execution.Cancelled {
 		return nil, canceled(ctx)
 	}
 
@@ -323,6 +239,42 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 	}
 	resp.Files, resp.FilesTruncated = files, omitted > 0
 	return resp, nil
+}
+
+// stageResult is the one table from an outcome to Piston's stage object (stage is "run" or "compile"):
+// code or signal, and status and message (status null when the program exited 0 on its own).
+func stageResult(o *execution.Supervised, stage string, timeout time.Duration, maxOut int64, ctx context.Context) StageResult {
+	st := StageResult{Stdout: string(o.Stdout), Stderr: string(o.Stderr), Output: string(o.Output),
+		WallTime: o.Wall.Milliseconds(), CPUTime: o.CPU.Milliseconds(), Memory: o.MaxRSS}
+	if o.Signal != 0 {
+		name := execution.SignalName(o.Signal)
+		st.Signal = &name
+	} else {
+		code := o.Code
+		st.Code = &code
+	}
+	status, msg := "", ""
+	switch {
+	case o.Status == execution.WallTimeout:
+		status, msg = StatusTimeout, fmt.Sprintf("%s timed out after %d ms", stage, timeout.Milliseconds())
+	case o.StdoutCut:
+		status, msg = StatusStdoutLimit, fmt.Sprintf("stdout length exceeded (limit %d bytes)", maxOut)
+	case o.StderrCut:
+		status, msg = StatusStderrLimit, fmt.Sprintf("stderr length exceeded (limit %d bytes)", maxOut)
+	case o.Status == execution.Cancelled:
+		status, msg = StatusInternal, "execution canceled: "+context.Cause(ctx).Error()
+	case o.Signal != 0: // Signalled, or a limit's kill (named in the message)
+		status, msg = StatusSignal, "killed by signal "+execution.SignalName(o.Signal)
+		if o.LimitDesc != "" {
+			msg += " (" + o.LimitDesc + ")"
+		}
+	case o.Code != 0:
+		status, msg = StatusRuntimeError, fmt.Sprintf("non-zero exit code %d", o.Code)
+	}
+	if status != "" {
+		st.Status, st.Message = &status, &msg
+	}
+	return st
 }
 
 // stdinFile stages stdin in an unlinked, read-only file (nil for empty stdin, which becomes /dev/null).

@@ -715,26 +715,9 @@ func (s *Server) observeRun(res *pipeline.Result, info engine.RunInfo, rl *reqLo
 	}
 }
 
-// KillReason maps a block's outcome to codellm_kills_total{reason}; "" when codellm did not kill it.
-func KillReason(b pipeline.BlockResult) string {
-	switch b.Outcome {
-	case pipeline.OutcomeTimedOut:
-		return "timeout"
-	case pipeline.OutcomeCancelled:
-		return "cancelled"
-	case pipeline.OutcomeOutputLimit:
-		return "output_limit"
-	}
-	switch {
-	case strings.HasPrefix(b.Limit, "memory"):
-		return "memory"
-	case strings.HasPrefix(b.Limit, "pids"):
-		return "pids"
-	case strings.HasPrefix(b.Limit, "cpu"):
-		return "cpu"
-	}
-	return ""
-}
+// KillReason is a block's codellm_kills_total{reason}: its typed status's metric reason ("" when no limit
+// or kill of codellm's ended it). No English is parsed.
+func KillReason(b pipeline.BlockResult) string { return b.Status.MetricReason() }
 
 // DebugObject renders the x_codellm_debug object (§13) of a run.
 func DebugObject(res *pipeline.Result) map[string]any {

@@ -2,14 +2,12 @@ package workspace
 
 import (
 	"context"
-	"errors"
-	"io"
 	"os"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/codellm/codellm/internal/execution"
 	"github.com/codellm/codellm/internal/sandbox"
 )
 
@@ -183,104 +181,60 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 	}
 	args := []string{commandShell, "-c", commandWrapper, "codellm", dir, command}
 
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return nil, newErr(CodeCommandUnavailable, "cannot create pipes: "+errnoText(err))
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, newErr(CodeCommandUnavailable, "cannot create pipes: "+errnoText(err))
-	}
 	run, err := sb.NewRun(nil)
 	if err != nil {
-		closeAll(outR, outW, errR, errW)
 		return nil, newErr(CodeCommandUnavailable, "sandbox: "+w.scrub(err.Error()))
 	}
 	hook("command-start")
-	proc, err := run.Start(sandbox.Spec{
+	sup, err := execution.Supervise(ctx, run, sandbox.Spec{
 		Path: commandShell, Args: args, Env: commandEnv(tmp), Dir: w.real, Persist: true,
-		Stdout: outW, Stderr: errW,
-	})
-	outW.Close()
-	errW.Close()
+	}, execution.Options{Timeout: timeout, Caps: execution.Caps{Shared: int64(maxOut)}, ReapGrace: reapGrace, Wait: waitReaped})
 	if err != nil {
-		closeAll(outR, errR)
-		run.Close()
 		// Nothing ran: the failure is atomic.
 		return nil, newErr(CodeCommandUnavailable, "sandbox: "+w.scrub(err.Error()))
 	}
-
-	budget := &outputBudget{left: maxOut}
-	var readers sync.WaitGroup
-	var stdout, stderr capture
-	readers.Add(2)
-	go func() { defer readers.Done(); stdout.drain(outR, budget) }()
-	go func() { defer readers.Done(); stderr.drain(errR, budget) }()
-
-	waited := make(chan sandbox.Result, 1)
-	confirm := waitReaped
-	go func() { waited <- confirm(proc) }()
-
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	timedOut, aborted := false, false
-	var res sandbox.Result
-	select {
-	case res = <-waited:
-	case <-timer.C:
-		timedOut = true
-	case <-ctx.Done():
-		aborted = true
+	if sup.Unreaped {
+		// The tree could not be confirmed dead: the cleanup goes on (holding the command slot until it is
+		// done); report may-have-committed.
+		*handedOff = true
+		go func() { <-sup.Done; w.releaseCommand() }()
+		return nil, committedErr(CodeCommandTimeout, "the command's processes could not be confirmed reaped")
 	}
-	if timedOut || aborted {
-		// The grace runs from the timeout (or the cancellation), not from the end of the kill calls, so that the
-		// whole wait stays within timeoutMs + 5 s.
-		grace := time.NewTimer(reapGrace)
-		defer grace.Stop()
-		proc.Kill()
-		run.Kill()
-		select {
-		case res = <-waited:
-		case <-grace.C:
-			// The tree could not be confirmed dead: leave the cleanup running (holding the command slot until
-			// it is done), report may-have-committed.
-			*handedOff = true
-			go func() {
-				run.Close()
-				finishReaders(&readers, outR, errR)
-				w.releaseCommand()
-			}()
-			return nil, committedErr(CodeCommandTimeout, "the command's processes could not be confirmed reaped")
-		}
-	}
-	// SIGKILL whatever the command left behind, then collect the output that is still buffered in the pipes.
-	closeErr := run.Close()
-	finishReaders(&readers, outR, errR)
-	if aborted {
+	return w.commandResult(sup)
+}
+
+// commandResult is the one table from an outcome to the §9.2 result (or its error).
+func (w *Workspace) commandResult(sup *execution.Supervised) (*ExecuteCommandResult, error) {
+	switch sup.Status {
+	case execution.Cancelled:
 		return nil, committedErr(CodeExecutionAborted, "the command was cancelled")
+	case execution.SandboxError:
+		return nil, committedErr(CodeCommandUnavailable, "sandbox failed while the command ran: "+w.scrub(sup.Err.Error()))
 	}
-	if res.Err != nil {
-		return nil, committedErr(CodeCommandUnavailable, "sandbox failed while the command ran: "+w.scrub(res.Err.Error()))
-	}
-	_ = closeErr // cgroup removal failures do not change the command's outcome
-
 	out := &ExecuteCommandResult{
-		Stdout: stdout.text(), Stderr: stderr.text(), Truncated: stdout.cut || stderr.cut, TimedOut: timedOut,
+		Stdout: captured(sup.Stdout, sup.StdoutCut), Stderr: captured(sup.Stderr, sup.StderrCut),
+		Truncated: sup.StdoutCut || sup.StderrCut, TimedOut: sup.Status == execution.WallTimeout,
 	}
 	switch {
-	case timedOut:
-	case res.Signal != 0:
-		out.Signal = signalName(res.Signal)
+	case out.TimedOut:
+	case sup.Signal != 0:
+		out.Signal = execution.SignalName(sup.Signal)
 	default:
-		code := res.ExitCode
+		code := sup.Code
 		if code < 0 || code > 255 {
 			code = 1
 		}
 		out.ExitCode = &code
 	}
 	return out, nil
+}
+
+// captured is a stream's text; a stream that was cut loses the incomplete UTF-8 sequence at its end.
+func captured(b []byte, cut bool) string {
+	if cut {
+		b = trimIncompleteUTF8(b)
+	}
+	return string(b)
 }
 
 // commandWrapper runs as `bash -c commandWrapper codellm DIR COMMAND` inside the sandbox.
@@ -293,84 +247,6 @@ func (w *Workspace) scrub(msg string) string {
 		msg = strings.ReplaceAll(msg, home, "<home>")
 	}
 	return clipUnits(msg, 1000)
-}
-
-// finishReaders lets the output readers drain what is buffered, then closes the pipes. If a writer outside the
-// run still holds a pipe (only possible without a PID namespace) reading stops after a second.
-func finishReaders(readers *sync.WaitGroup, outR, errR *os.File) {
-	if !waitTimeout(readers, time.Second) {
-		closeAll(outR, errR)
-		readers.Wait()
-		return
-	}
-	closeAll(outR, errR)
-}
-
-func closeAll(fs ...*os.File) {
-	for _, f := range fs {
-		f.Close()
-	}
-}
-
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
-// outputBudget is the byte budget stdout and stderr share.
-type outputBudget struct {
-	mu   sync.Mutex
-	left int
-}
-
-func (b *outputBudget) take(n int) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n = min(n, b.left)
-	b.left -= n
-	return n
-}
-
-// capture keeps what fits in the budget and drains (discards) the rest, so the command never blocks on a
-// full pipe and memory stays bounded by the budget.
-type capture struct {
-	buf []byte
-	cut bool
-}
-
-func (c *capture) drain(r io.Reader, b *outputBudget) {
-	chunk := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(chunk)
-		if n > 0 {
-			k := b.take(n)
-			c.buf = append(c.buf, chunk[:k]...)
-			if k < n {
-				c.cut = true
-			}
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) {
-				c.cut = true
-			}
-			return
-		}
-	}
-}
-
-// text returns the captured bytes; a stream that was cut loses the incomplete UTF-8 sequence at its end.
-func (c *capture) text() string {
-	b := c.buf
-	if c.cut {
-		b = trimIncompleteUTF8(b)
-	}
-	return string(b)
 }
 
 func trimIncompleteUTF8(b []byte) []byte {
