@@ -144,7 +144,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer rn.Close()
-	rn.Register(srv.Route)
+	// The runner API, plus what other bridge workers need (the chat operation on execute, the stateful
+	// /sessions/{id}/api/v2 routes): see runner.RegisterBridge.
+	rn.RegisterBridge(srv.Route, srv.Handler())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	dbg, err := startDebugger(ctx, dbgFlags, srv, log)

@@ -13,11 +13,13 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/codellm/codellm/internal/hub"
@@ -203,5 +205,49 @@ func TestStatefulTimeoutKeepsServing(t *testing.T) {
 	case err := <-r.done:
 		t.Fatalf("the worker exited after the timeout: %v", err)
 	default:
+	}
+}
+
+// TestChatThroughEndpointWorker: a worker that forwards assignments over HTTP (the endpoint supervisor,
+// as LibreChat's own worker does) to codellm's runner routes in stateful endpoint mode
+// (/sessions/{runtimeSessionId}/api/v2): the hub's chat assignment (X-Codellm-Operation) reaches the
+// chat pipeline, and exec sessions keep their files through the session path.
+func TestChatThroughEndpointWorker(t *testing.T) {
+	emb := newEmbedded(t, true)
+	mux := http.NewServeMux()
+	emb.Runner.RegisterBridge(func(method, pattern, _ string, h http.HandlerFunc) { mux.HandleFunc(method+" "+pattern, h) }, emb.Chat)
+	var ops []string
+	var mu sync.Mutex
+	rs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		ops = append(ops, r.URL.Path+" "+r.Header.Get(OperationHeader))
+		mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
+	defer rs.Close()
+	ep, err := NewEndpoint(rs.URL+"/sessions/{runtimeSessionId}/api/v2", false, nil)
+	if err != nil || !ep.Stateful() {
+		t.Fatalf("endpoint: %v", err)
+	}
+	h := newTestHub(t, withFiles(t))
+	id, path := h.pair(t, "lc-ep")
+	r := start(t, baseConfig(h, id, path, ep))
+	h.waitReady(t, "lc-ep")
+	defer r.stop(t)
+
+	chat := `{"model":"codellm","messages":[{"role":"user","content":"` + "```bash\\necho '{\\\"answer\\\":\\\"via the worker\\\"}'\\n```" + `"}]}`
+	rep := h.client(t, context.Background(), "/v1/chat/completions", chat, nil)
+	if rep.status != 200 || !strings.Contains(string(rep.body), `"name":"finish"`) || !strings.Contains(string(rep.body), `via the worker`) {
+		t.Fatalf("chat through the worker: %d %s (runner saw %q)", rep.status, rep.body, ops)
+	}
+	first := execLikeLibreChat(t, h, map[string]any{"lang": "py", "code": "open('/mnt/data/n.txt','w').write('7')\nprint('ok')"})
+	second := execLikeLibreChat(t, h, map[string]any{"lang": "py", "session_id": first.SessionID, "code": "print(open('n.txt').read())"})
+	if first.Stdout != "ok\n" || second.Stdout != "7\n" {
+		t.Fatalf("exec through the session path: %+v %+v", first, second)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ops) < 3 || !strings.HasSuffix(ops[0], "/api/v2/execute "+OperationChat) || !strings.HasPrefix(ops[1], "/sessions/"+first.SessionID+"/api/v2/execute") {
+		t.Fatalf("runner saw %q", ops)
 	}
 }

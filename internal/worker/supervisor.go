@@ -237,6 +237,10 @@ func (e *Endpoint) Label() string  { return "nsjail" }
 func (e *Endpoint) Execute(ctx context.Context, call RunnerCall) (*bridge.Object, error) {
 	base := e.URL
 	if e.Stateful() {
+		if call.SessionID == "" {
+			// §11.1: an assignment without a runtime session (a chat) runs in session assignment-<id>.
+			call.SessionID = "assignment-" + call.AssignmentID
+		}
 		base = strings.ReplaceAll(base, PlaceholderSession, bridge.EscapeWorkerID(call.SessionID))
 	} else {
 		call.SessionID = ""
