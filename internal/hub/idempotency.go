@@ -214,6 +214,11 @@ func (h *Hub) idempotent(route http.HandlerFunc, fail func(http.ResponseWriter, 
 			return
 		}
 		h.idem.Wrap(route, func(w http.ResponseWriter, status int, code, msg string) {
+			if code == "idempotency_unavailable" {
+				// Its store is the hub's store: the same outage, the same answer (issue 22).
+				fail(w, errStoreUnavailable())
+				return
+			}
 			fail(w, &clientError{status: status, code: code, message: msg})
 		}).ServeHTTP(w, r)
 	}

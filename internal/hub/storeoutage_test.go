@@ -96,6 +96,10 @@ func TestStoreOutage(t *testing.T) {
 	if r.status != 503 || !strings.Contains(string(r.body), `"error":"store_unavailable"`) || r.header.Get("Retry-After") != "1" {
 		t.Fatalf("exec during outage: %d %q %s", r.status, r.header.Get("Retry-After"), r.body)
 	}
+	r = h.client(t, "/v1/exec", `{"lang":"py","code":"x"}`, map[string]string{"Idempotency-Key": "outage-key-1"})
+	if r.status != 503 || !strings.Contains(string(r.body), `"error":"store_unavailable"`) || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("keyed exec during outage: %d %q %s", r.status, r.header.Get("Retry-After"), r.body)
+	}
 	r = h.client(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if r.status != 503 || !strings.Contains(string(r.body), "store_unavailable") {
 		t.Fatalf("chat during outage: %d %s", r.status, r.body)
