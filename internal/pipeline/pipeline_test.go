@@ -97,6 +97,8 @@ func (h *harness) run(t *testing.T, ctx context.Context, req Request) *Result {
 	if req.Timeout == 0 {
 		req.Timeout = hangLimit
 	}
+	// The sandbox removes closed runs' cgroups in the background, briefly opening descriptors.
+	h.cfg.Sandbox.Settle()
 	before := fdCount(t)
 	if h.afterCount != nil {
 		h.afterCount()

@@ -102,3 +102,16 @@ func (s *Sandbox) newPooledGroup() (pooledGroup, error) {
 	}
 	return pooledGroup{name: name, run: g, block1: c}, nil
 }
+
+// Settle waits until the Sandbox's background cgroup work — removing
+// closed runs' groups, refilling the pool — has finished. Nothing needs it
+// for correctness; tests that count descriptors or cgroup directories call
+// it first, since that work opens and closes descriptors of its own.
+func (s *Sandbox) Settle() {
+	if s.plat.removals != nil {
+		s.plat.removals.Wait()
+	}
+	if s.plat.pool != nil {
+		s.plat.pool.fills.Wait()
+	}
+}

@@ -49,6 +49,9 @@ func Probe(cfg Config) Report {
 	return s.Report()
 }
 
+// Settle: there is no background work without Linux cgroups.
+func (s *Sandbox) Settle() {}
+
 func (r *Run) init() error       { return nil }
 func (r *Run) privateRoot() bool { return false }
 func (r *Run) killAll()          {}
