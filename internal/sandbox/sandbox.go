@@ -2,12 +2,12 @@ package sandbox
 
 import (
 	"errors"
-	"path"
-	"strings"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"path"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -169,6 +169,9 @@ type Spec struct {
 	Stdout  *os.File // required
 	Stderr  *os.File // required
 	Limits  *Limits  // unused by Start (limits are per Run); reserved
+	// Deterministic, when set, makes the block reproducible (see [Determinism]); Start refuses with an
+	// *UnavailableError when the platform cannot honour every part of it.
+	Deterministic *Determinism
 }
 
 func (s *Spec) validate() error {

@@ -645,6 +645,14 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		}
 		hs.Seccomp = prog
 	}
+	if d := spec.Deterministic; d != nil {
+		if err := determinismPlan(hs, d, use); err != nil {
+			specR.Close()
+			statW.Close()
+			return nil, err
+		}
+		attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_SYS_TIME) // time namespace offsets; dropped before exec
+	}
 
 	start := time.Now()
 	osp, err := startOnStableThread(p.helperPath, []string{"codellm-sandbox", hook.Marker}, &os.ProcAttr{

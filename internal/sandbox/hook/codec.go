@@ -73,6 +73,7 @@ func (s *Spec) Encode() []byte {
 	e.bytes(s.Seccomp)
 	e.u64(uint64(s.CapLastCap))
 	e.flag(s.Egress)
+	e.bytes(s.Determ)
 	return e.b
 }
 
@@ -164,6 +165,7 @@ func Decode(b []byte) (*Spec, error) {
 	s.Seccomp = d.bytes()
 	s.CapLastCap = int64(d.u64())
 	s.Egress = d.flag()
+	s.Determ = d.bytes()
 	if d.bad || len(d.b) != 0 || len(s.Seccomp)%8 != 0 {
 		return nil, errBadSpec
 	}

@@ -8,7 +8,7 @@ import (
 func fullSpec() *Spec {
 	return &Spec{
 		Path: "/usr/bin/python3", Args: []string{"python3", "-c", "print('é\x00')"}, Env: []string{"A=1", ""},
-		Dir: "/tmp/w", Persist: true, DirIsTree: true, Mech: MUserNS | MSeccomp | MCaps, Network: true, ProbeOnly: true, Egress: true, Init: true,
+		Dir: "/tmp/w", Persist: true, DirIsTree: true, Mech: MUserNS | MSeccomp | MCaps, Network: true, ProbeOnly: true, Egress: true, Init: true, Determ: []byte("0123456789abcdef0123456789abcdef"),
 		TmpSize: 64 << 20, FileSize: -1, OpenFiles: 1024, CPUSeconds: 1<<63 + 5,
 		SystemDirs: []string{"/usr", "/bin"}, EtcEntries: []string{"ld.so.cache"}, DevNodes: []string{"null"},
 		Passwd: []byte("root:x:0:0\n"), Group: []byte("g\n"), Hosts: []byte("h\n"), Hostname: []byte("codellm\n"),

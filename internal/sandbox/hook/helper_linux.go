@@ -97,6 +97,11 @@ func run() {
 			fail(MCgroupNS, "unshare cgroup namespace: ", err)
 		}
 	}
+	if len(sp.Determ) > 0 {
+		if err := newTimeNamespace(); err != nil {
+			fail(MHelper, err.Error())
+		}
+	}
 	if has(MRootFS) {
 		if err := setupRoot(sp); err != nil {
 			fail(MRootFS, err.Error())
@@ -107,6 +112,11 @@ func run() {
 			fail(MUTSNS, "sethostname: ", err)
 		}
 		_ = syscall.Setdomainname([]byte("(none)"))
+	}
+	if len(sp.Determ) > 0 {
+		if err := setupDeterminism(sp); err != nil {
+			fail(MHelper, err.Error())
+		}
 	}
 	if has(MRootFS) {
 		if err := syscall.Chdir(sp.Dir); err != nil {

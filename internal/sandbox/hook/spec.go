@@ -120,4 +120,9 @@ type Spec struct {
 	// Egress: bring up lo, listen on 127.0.0.1:EgressPort, send the socket
 	// on NetFD; Landlock then allows TCP connect to that port only.
 	Egress bool
+
+	// Determ, when set, is the 32-byte key of a deterministic block: time
+	// namespace, seeded /dev/urandom, getrandom → ENOSYS, ASLR off, umask
+	// 022 (see setupDeterminism; the environment is the server's part).
+	Determ []byte
 }

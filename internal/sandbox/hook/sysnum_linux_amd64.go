@@ -9,6 +9,8 @@ import (
 
 const sysSeccomp = 317
 
+const sysGetrandom = 318
+
 func fstatat(dirfd int, name string, st *syscall.Stat_t) error {
 	p, err := syscall.BytePtrFromString(name)
 	if err != nil {

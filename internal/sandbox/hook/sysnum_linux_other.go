@@ -9,6 +9,8 @@ import "syscall"
 // filter that somehow arrived would fail closed.
 const sysSeccomp = ^uintptr(0)
 
+const sysGetrandom = 0xffffffff // unknown: deterministic mode is refused with seccomp
+
 // fstatat without the per-architecture syscall number: O_PATH|O_NOFOLLOW
 // opens a symlink itself, so fstat describes what lstat would.
 func fstatat(dirfd int, name string, st *syscall.Stat_t) error {

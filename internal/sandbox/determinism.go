@@ -1,0 +1,151 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Determinism asks for a reproducible block: the same program, input,
+// Seed and Now give the same bytes. Each mechanism, and what it covers:
+//
+//   - Wall clock (CLOCK_REALTIME, gettimeofday, time): libfaketime
+//     (LD_PRELOAD of Debian's libfaketime.so.1, FAKETIME="@<Now> i0.001"):
+//     the first read returns Now, and every read advances the clock by a
+//     fixed 1 ms step, so a program that reads the clock the same number of
+//     times sees the same values (measured: python3.11 makes 49 reads before
+//     the body, node 20 makes 9; both identical run to run, and bash's
+//     date(1) follows; bash's own $EPOCHSECONDS and printf %(...)T do not,
+//     measured). It covers
+//     dynamically linked programs only: a statically linked one (Go, musl
+//     static) reads the vDSO clock and sees the host's real time.
+//   - Monotonic and boot clocks: a time namespace (CLONE_NEWTIME) whose
+//     offsets make both read zero when the program starts; they then
+//     advance in real time (libfaketime is told to leave them alone,
+//     FAKETIME_DONT_FAKE_MONOTONIC=1: a frozen or stepped monotonic clock
+//     stops node's timers, measured: setTimeout never fires). A value
+//     printed at a resolution coarser than the run's jitter (whole
+//     seconds, say) is reproducible; microseconds are not. This covers
+//     static programs too (the vDSO honours time namespaces).
+//   - File timestamps: the kernel stamps files with the real clock; what a
+//     dynamically linked program sees through stat is shifted by
+//     libfaketime towards the fake clock, which is only approximately
+//     reproducible (see the package README row).
+//   - Randomness: /dev/urandom and /dev/random are a read-only file of
+//     RandomBytes of the ChaCha20 keystream keyed by SHA-256(Seed); every
+//     open reads it from the start. getrandom(2) fails with ENOSYS, so
+//     runtimes fall back to the device: python's os.urandom, random and
+//     uuid4, OpenSSL (node's crypto, randomUUID and, through V8's entropy
+//     source, Math.random and the V8 hash seed), glibc's arc4random (bash
+//     5.2's $SRANDOM) all did, measured. A program that only knows
+//     getrandom and has no fallback fails instead of running seeded. Two
+//     processes of one block that each open the device read the same bytes.
+//   - Python's hash seed: PYTHONHASHSEED derived from Seed.
+//   - Addresses: ASLR off (personality ADDR_NO_RANDOMIZE) for the program
+//     and its children: python's id(), bash's $RANDOM seed (it mixes in a
+//     stack address, the pid and gettimeofday) and /proc/self/maps repeat.
+//   - PIDs: NOT reproducible. The block has its own PID namespace, but its
+//     init (the helper, PID 1) is a Go program whose runtime starts a
+//     varying number of threads, each taking a PID, before and while it
+//     forks the program (measured: the program is PID 8 or 9; pinning
+//     ns_last_pid before the fork moves the range, 102-106, without fixing
+//     it, because threads start after the last point where the helper still
+//     may write it). So bash's $RANDOM (seeded from the pid, its own
+//     gettimeofday, which libfaketime does not reach in Debian's bash 5.2,
+//     measured, and a stack address) is not reproducible; $SRANDOM is.
+//   - Everything else: the hostname is fixed ("codellm"); user names come
+//     from the generated /etc/passwd; umask 022; TZ=UTC, LANG and LC_ALL
+//     C.UTF-8; the environment is sorted by name. Directory listing order
+//     is the filesystem's (tmpfs lists newest first, so it repeats when a
+//     program creates the same files in the same order; a persistent
+//     workdir's order is its host filesystem's), and is not controlled.
+//     Thread scheduling, and so the interleaving of output written by
+//     several threads, is not controlled either.
+//
+// Only the native platform (own user, PID, mount and time namespaces, a
+// private root, seccomp) can honour all of this; Start refuses otherwise
+// and names the missing piece.
+type Determinism struct {
+	Seed string    // any string; the same seed gives the same stream
+	Now  time.Time // the wall clock's start (UTC, whole seconds)
+}
+
+// FakeTimeLib is the Debian path of libfaketime; deterministic mode needs it.
+const FakeTimeLib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+// fakeTimeLib is FakeTimeLib for the host's architecture.
+func fakeTimeLib() string {
+	if runtime.GOARCH == "arm64" {
+		return "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"
+	}
+	return FakeTimeLib
+}
+
+// Key is the 32-byte stream key of the seed.
+func (d *Determinism) Key() []byte {
+	k := sha256.Sum256([]byte("codellm-determinism-v1\x00" + d.Seed))
+	return k[:]
+}
+
+// HashSeed is PYTHONHASHSEED for the seed: 0..4294967295, never "random".
+func (d *Determinism) HashSeed() uint32 {
+	return binary.LittleEndian.Uint32(d.Key()[:4])
+}
+
+// Environ returns env with the deterministic mode's variables set (they
+// win over the caller's, except that an existing LD_PRELOAD is kept after
+// libfaketime), sorted by name.
+func (d *Determinism) Environ(env []string) []string {
+	set := map[string]string{
+		"FAKETIME":                     "@" + d.Now.UTC().Format("2006-01-02 15:04:05") + " i0.001",
+		"FAKETIME_DONT_FAKE_MONOTONIC": "1",
+		// libfaketime's getrandom/getentropy wrappers return a stream of this seed: OpenSSL 3 (node) calls
+		// getentropy first and, on ENOSYS, refuses a /dev/urandom that is not a device (measured: node
+		// aborts in CSPRNG init without it).
+		"FAKERANDOM_SEED": "0x" + strconv.FormatUint(binary.LittleEndian.Uint64(d.Key()[8:16]), 16),
+		"PYTHONHASHSEED":  strconv.FormatUint(uint64(d.HashSeed()), 10),
+		"TZ":              "UTC",
+		"LANG":            "C.UTF-8",
+		"LC_ALL":          "C.UTF-8",
+		"LD_PRELOAD":      fakeTimeLib(),
+	}
+	out := make([]string, 0, len(env)+len(set))
+	for _, e := range env {
+		name, val, _ := strings.Cut(e, "=")
+		if name == "LD_PRELOAD" && val != "" {
+			set[name] += ":" + val
+			continue
+		}
+		if _, ours := set[name]; ours {
+			continue
+		}
+		out = append(out, e)
+	}
+	for k, v := range set {
+		out = append(out, k+"="+v)
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		an, _, _ := strings.Cut(a, "=")
+		bn, _, _ := strings.Cut(b, "=")
+		return strings.Compare(an, bn)
+	})
+	return out
+}
+
+// determinismHost reports what of deterministic mode this host lacks
+// outside the sandbox's own mechanisms ("" when nothing): the time
+// namespace and libfaketime.
+func determinismHost() string {
+	if _, err := os.Stat("/proc/self/ns/time"); err != nil {
+		return "time namespaces (CONFIG_TIME_NS, Linux 5.6+)"
+	}
+	if _, err := os.Stat(fakeTimeLib()); err != nil {
+		return "libfaketime (" + fakeTimeLib() + "; apt-get install libfaketime)"
+	}
+	return ""
+}

@@ -1,0 +1,37 @@
+//go:build linux
+
+package sandbox
+
+import "github.com/codellm/codellm/internal/sandbox/hook"
+
+// MechDeterminism names deterministic mode in an *UnavailableError.
+const MechDeterminism = "determinism"
+
+// determinismPlan checks that the mechanisms in use can honour d fully and
+// puts it in the helper's spec: the key for the helper's part (see
+// hook.Spec.Determ), the environment for libfaketime and python.
+func determinismPlan(hs *hook.Spec, d *Determinism, use mechSet) error {
+	if missing := determinismMissing(use); missing != "" {
+		return &UnavailableError{Mechanism: MechDeterminism, Reason: "deterministic mode needs " + missing,
+			Fix: "run natively on Linux with user, PID, mount and time namespaces, seccomp and libfaketime, or turn deterministic mode off"}
+	}
+	hs.Determ = d.Key()
+	hs.Env = d.Environ(hs.Env)
+	return nil
+}
+
+// determinismMissing names the first piece of deterministic mode that the
+// mechanisms in use (or the host) lack, "" when none.
+func determinismMissing(use mechSet) string {
+	for _, m := range []struct {
+		bit  mechSet
+		name string
+	}{{mUserNS, "a user namespace (CAP_SYS_TIME for the time namespace)"}, {mPIDNS, "a PID namespace"},
+		{mRootFS, "the private root filesystem (seeded /dev/urandom)"}, {mUTSNS, "a UTS namespace (fixed hostname)"},
+		{mSeccomp, "seccomp (getrandom → ENOSYS)"}} {
+		if !use.has(m.bit) {
+			return m.name
+		}
+	}
+	return determinismHost()
+}

@@ -1,0 +1,6 @@
+echo "wall $(date +%s.%N) $(date -u)"
+read up _ < /proc/uptime; echo "monotonic ${up%%.*}"
+echo "random $SRANDOM $SRANDOM"
+echo "uuid $(od -An -tx1 -N16 /dev/urandom | tr -d ' ')"
+echo "host $(hostname) user $(id -un) umask $(umask)"
+echo "address $(grep -E 'stack|heap' /proc/self/maps | cut -d' ' -f1 | tr '\n' ' ')"
