@@ -89,6 +89,14 @@ func (h *Hub) handleWorkspaceTools(w http.ResponseWriter, r *http.Request) {
 		accept: func(c *bridge.Capabilities) bool { return c.AllowsRequest(req) },
 	}
 	out, err := h.dispatch(r.Context(), d)
+	if errors.Is(err, bridge.ErrWorkerMismatch) {
+		// The worker is up but did not advertise this operation (or mode, feature, workspace): retrying
+		// cannot help, unlike the 503 of a worker that went away.
+		// The protocol's code is kept; the status says "do not retry".
+		writeToolError(w, http.StatusBadRequest, "The worker does not offer "+req.Operation+" with these options on workspace "+req.WorkspaceID,
+			string(bridge.CodeWorkerMismatch), 0)
+		return
+	}
 	if err != nil {
 		ce := h.fail(err)
 		code := ce.code

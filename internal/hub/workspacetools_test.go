@@ -44,7 +44,8 @@ func TestWorkspaceTools(t *testing.T) {
 	}
 	// E27: overwrite:false needs "create", which this worker did not negotiate.
 	r = h.client(t, "/v1/workspace-tools", `{"workerId":"ws-vm","request":{"protocolVersion":1,"operation":"write_file","workspaceId":"primary","path":"n","content":"x","overwrite":false}}`, nil)
-	if r.status != 503 || !bytes.Contains(r.body, []byte(`"code":"WORKER_MISMATCH"`)) {
+	// Not retryable: 400 without Retry-After (a 503 would make clients retry what cannot succeed).
+	if r.status != 400 || !bytes.Contains(r.body, []byte(`"code":"WORKER_MISMATCH"`)) || r.header.Get("Retry-After") != "" {
 		t.Fatalf("unnegotiated mode: %d %s", r.status, r.body)
 	}
 	// A request that fails §9 validation never reaches a worker.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"sort"
+	"strings"
 )
 
 // scratchDir is the workspace subdirectory TMPDIR points at. It is scratch: never listed in files out
@@ -95,10 +96,10 @@ func scan(root *os.Root) (snapshot, error) {
 		if n++; n > maxScanEntries {
 			return errTooManyEntries
 		}
-		if d.IsDir() && name == scratchDir {
-			return fs.SkipDir
+		if d.IsDir() && (name == scratchDir || d.Name() == "__pycache__") {
+			return fs.SkipDir // scratch, and Python's bytecode cache: interpreter byproducts, never files out
 		}
-		if !d.Type().IsRegular() {
+		if !d.Type().IsRegular() || strings.HasSuffix(name, ".pyc") {
 			return nil
 		}
 		info, err := d.Info()

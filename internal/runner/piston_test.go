@@ -45,3 +45,19 @@ func TestLibreChatLeniency(t *testing.T) {
 		t.Fatalf("lenient request: %v %+v", err, resp)
 	}
 }
+
+// TestFilesOutSkipsBytecode: importing a module beside the program writes __pycache__/*.pyc, which is
+// not a file the program made.
+func TestFilesOutSkipsBytecode(t *testing.T) {
+	tr := newRunner(t, nil)
+	resp, err := tr.Execute(t.Context(), "s-pyc", ExecuteRequest{Language: "python", Version: "*", Files: []File{
+		{Name: "main.py", Content: ptr("import helper\nopen('out.txt','w').write(helper.X)\nopen('stray.pyc','wb').write(b'x')")},
+		{Name: "helper.py", Content: ptr("X = 'y'")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Files) != 1 || resp.Files[0].Name != "out.txt" {
+		t.Fatalf("files out %+v, want out.txt only", resp.Files)
+	}
+}
