@@ -563,9 +563,10 @@ func TestOperatorGuideListsServeFlags(t *testing.T) {
 	all := regexp.MustCompile(`fs\.(?:String|Int|Bool|Duration|Var|Int64|Float64)(?:Var)?\((?:&[\w.]+, )?"([a-z0-9-]+)"`)
 	vars := regexp.MustCompile(`fs\.\w+Var\(&[\w.]+, "([a-z0-9-]+)"`) // debugger.go: only registerDebugFlags uses the Var forms
 	sources := map[string]*regexp.Regexp{
-		"../cmd/codellm/serve.go":      all,
-		"../cmd/codellm/execconfig.go": all,
-		"../cmd/codellm/debugger.go":   vars,
+		"../cmd/codellm/serve.go":       all,
+		"../cmd/codellm/execconfig.go":  all,
+		"../cmd/codellm/idempotency.go": all,
+		"../cmd/codellm/debugger.go":    vars,
 	}
 	n := 0
 	for file, re := range sources {
