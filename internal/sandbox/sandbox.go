@@ -161,6 +161,12 @@ type Spec struct {
 	Env     []string // the complete environment (nothing is inherited)
 	Dir     string   // host workdir (exists); working directory, visible at the same path inside
 	Persist bool     // false: Dir copied into a size-limited private tmpfs; true: Dir bind-mounted read-write
+	// ReadOnly binds a persistent Dir read-only (a command that may not write the user's files).
+	ReadOnly bool
+	// AsDirOwner runs the block as the owner of Dir (a user's tree, e.g. a registered workspace) when the
+	// sandbox is root, instead of giving the tree to the sandbox's unprivileged uid; a root-owned Dir is
+	// refused.
+	AsDirOwner bool
 	// MountAt, when set, is where Dir appears inside the sandbox (and the working directory there), so that
 	// no host path shows in $PWD, argv or tracebacks; see [Run.Workdir]. It applies with a private root
 	// only (native mode); elsewhere the program sees Dir itself.

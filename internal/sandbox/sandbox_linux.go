@@ -492,6 +492,31 @@ func (r *Run) spawn(spec *Spec, use mechSet, probe bool) (*Process, error) {
 
 // spawnIn starts the helper with the mechanisms in use, inside cgroup
 // child when given.
+// blockIdentity is the host uid and gid a block runs as. Normally the
+// unprivileged host uid, which must be able to read (and, persistent,
+// write) the workdir the caller created as root with mode 0700, so a root
+// sandbox gives that tree to it. A user's tree (Spec.AsDirOwner) is never
+// chowned: the block runs as the owner of its root instead, and a
+// root-owned root is refused, since code never runs as host root.
+func blockIdentity(spec *Spec, p *platform) (int, int, error) {
+	if spec.AsDirOwner && p.euid == 0 {
+		var st unix.Stat_t
+		if err := unix.Stat(spec.Dir, &st); err != nil {
+			return 0, 0, fmt.Errorf("%w: workdir: %v", ErrInvalidSpec, err)
+		}
+		if st.Uid == 0 {
+			return 0, 0, fmt.Errorf("%w: workdir %s is owned by root: commands run as its owner and never as host root", ErrInvalidSpec, spec.Dir)
+		}
+		return int(st.Uid), int(st.Gid), nil
+	}
+	if p.euid == 0 && p.hostUID != 0 {
+		if err := chownTree(spec.Dir, p.hostUID, p.hostGID); err != nil {
+			return 0, 0, fmt.Errorf("%w: prepare workdir: %v", ErrInvalidSpec, err)
+		}
+	}
+	return p.hostUID, p.hostGID, nil
+}
+
 func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) (*Process, error) {
 	s := r.sb
 	p := &s.plat
@@ -505,16 +530,12 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	if egressOn && !use.has(mNetNS) {
 		return nil, &UnavailableError{Mechanism: MechNetNS, Reason: "the egress proxy needs the block's own network namespace", Fix: mechFix(mNetNS)}
 	}
-	// The block runs as the unprivileged host uid: it must be able to read
-	// (and, persistent, write) its workdir, which the caller created as
-	// root with mode 0700.
-	if p.euid == 0 && p.hostUID != 0 {
-		if err := chownTree(spec.Dir, p.hostUID, p.hostGID); err != nil {
-			return nil, fmt.Errorf("%w: prepare workdir: %v", ErrInvalidSpec, err)
-		}
+	uid, gid, err := blockIdentity(spec, p)
+	if err != nil {
+		return nil, err
 	}
 	hs := &hook.Spec{
-		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir, HostDir: spec.Dir, Persist: spec.Persist,
+		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir, HostDir: spec.Dir, Persist: spec.Persist, ReadOnly: spec.ReadOnly,
 		Network: s.cfg.Network, TmpSize: r.lim.TmpSize, FileSize: r.lim.FileSize,
 		OpenFiles: int64(r.lim.OpenFiles), ProbeOnly: probe, CapLastCap: capLastCap(), Shared: s.cfg.Shared,
 		Init: use.has(mPIDNS) && !s.cfg.ProgramAsPID1,
@@ -591,17 +612,17 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	attr := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if use.has(mUserNS) {
 		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxUID, HostID: p.hostUID, Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxGID, HostID: p.hostGID, Size: 1}}
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxUID, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxGID, HostID: gid, Size: 1}}
 		attr.GidMappingsEnableSetgroups = false
 		attr.Credential = &syscall.Credential{Uid: sandboxUID, Gid: sandboxGID, NoSetGroups: true}
 		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
 		if egressOn {
 			attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_NET_ADMIN) // bring up lo
 		}
-	} else if p.euid == 0 && p.hostUID != 0 {
+	} else if p.euid == 0 && uid != 0 {
 		// No user namespace but root: still never run code as host root.
-		attr.Credential = &syscall.Credential{Uid: uint32(p.hostUID), Gid: uint32(p.hostGID), Groups: []uint32{}}
+		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
 		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
 		if egressOn {
 			attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_NET_ADMIN)

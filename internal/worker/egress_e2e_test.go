@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -64,6 +65,9 @@ func TestE2ECommandAllowedDomains(t *testing.T) {
 	} {
 		w := pairProc(t, h, tc.id)
 		dir := t.TempDir()
+		if os.Geteuid() == 0 {
+			os.Chown(dir, 65534, 65534) // commands run as the workspace's owner, never as host root (issue 14)
+		}
 		w.run(t, append([]string{"--worker-dir", dir, "--allow-workspace-commands"}, tc.domains...)...)
 		h.waitReady(t, tc.id)
 		res := command(tc.id, curl)

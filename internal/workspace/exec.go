@@ -188,6 +188,7 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 	hook("command-start")
 	sup, err := execution.Supervise(ctx, run, sandbox.Spec{
 		Path: commandShell, Args: args, Env: commandEnv(tmp), Dir: w.real, Persist: true,
+		AsDirOwner: true, ReadOnly: !w.opts.AllowWrites, // never chown the user's tree; a command writes only with --allow-writes
 	}, execution.Options{Timeout: timeout, Caps: execution.Caps{Shared: int64(maxOut)}, ReapGrace: reapGrace, Wait: waitReaped})
 	if err != nil {
 		// Nothing ran: the failure is atomic.

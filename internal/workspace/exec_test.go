@@ -54,7 +54,7 @@ func nativeSandboxTB(t testing.TB) *sandbox.Sandbox {
 		}
 		defer os.RemoveAll(dir)
 		os.Chown(dir, sandboxUID, sandboxUID)
-		ws, err := Open(dir, Options{AllowCommands: true, Sandbox: sb, HomeDir: "/nonexistent-home"})
+		ws, err := Open(dir, Options{AllowCommands: true, AllowWrites: true, Sandbox: sb, HomeDir: "/nonexistent-home"})
 		if err != nil {
 			nativeErr = err
 			return

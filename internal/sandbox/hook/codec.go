@@ -74,6 +74,7 @@ func (s *Spec) Encode() []byte {
 	e.u64(uint64(s.CapLastCap))
 	e.flag(s.Egress)
 	e.bytes(s.Determ)
+	e.flag(s.ReadOnly)
 	return e.b
 }
 
@@ -166,6 +167,7 @@ func Decode(b []byte) (*Spec, error) {
 	s.CapLastCap = int64(d.u64())
 	s.Egress = d.flag()
 	s.Determ = d.bytes()
+	s.ReadOnly = d.flag()
 	if d.bad || len(d.b) != 0 || len(s.Seccomp)%8 != 0 {
 		return nil, errBadSpec
 	}

@@ -356,7 +356,11 @@ func setupWorkdir(r string, sp *Spec, dirFD int) error {
 		if _, _, e := syscall.Syscall6(sysMoveMount, uintptr(dirFD), uintptr(unsafe.Pointer(p)), ^uintptr(99) /* AT_FDCWD */, uintptr(unsafe.Pointer(d)), moveMountFEmptyPath, 0); e != 0 {
 			return wrap("build root filesystem: attach workdir", e)
 		}
-		return restrict(dst, mountAttrNosuid|mountAttrNodev)
+		attr := uint64(mountAttrNosuid | mountAttrNodev)
+		if sp.ReadOnly {
+			attr |= mountAttrRdonly
+		}
+		return restrict(dst, attr)
 	}
 	if err := mountTmpfs(dst, sp.TmpSize, "0700"); err != nil {
 		return wrap("build root filesystem: mount workdir tmpfs", err)

@@ -125,4 +125,7 @@ type Spec struct {
 	// namespace, seeded /dev/urandom, getrandom → ENOSYS, ASLR off, umask
 	// 022 (see setupDeterminism; the environment is the server's part).
 	Determ []byte
+
+	// ReadOnly binds a persistent workdir read-only.
+	ReadOnly bool
 }
