@@ -77,6 +77,10 @@ type Config struct {
 	// response (default 8 MiB; larger ones are refused on repeat, not run again).
 	IdempotencyTTL      time.Duration
 	IdempotencyMaxBytes int64
+	// IdempotencyMaxEntries and IdempotencyMaxTotalBytes bound all recorded responses together (default
+	// 10000 and 64 MiB; the oldest finished go first).
+	IdempotencyMaxEntries    int
+	IdempotencyMaxTotalBytes int64
 }
 
 func (c *Config) defaults() {
@@ -104,6 +108,12 @@ func (c *Config) defaults() {
 	}
 	if c.IdempotencyMaxBytes <= 0 {
 		c.IdempotencyMaxBytes = 8 << 20
+	}
+	if c.IdempotencyMaxEntries <= 0 {
+		c.IdempotencyMaxEntries = 10000
+	}
+	if c.IdempotencyMaxTotalBytes <= 0 {
+		c.IdempotencyMaxTotalBytes = 64 << 20
 	}
 	if c.QueueMax <= 0 {
 		c.QueueMax = 100

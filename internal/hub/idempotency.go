@@ -6,7 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,9 +25,12 @@ import (
 // "epoch" keys), JSON of idemRecord, Volatile class (in-flight state: the embedded store keeps it in
 // memory, Redis for every replica) with the record's own expiry: the claim bound while pending, the TTL
 // once finished. The claim is one Update that reads the key and writes the pending record only if it
-// is absent, so two replicas cannot both claim. Waiters poll the record (PollInterval). The bound is
-// per record (a response over MaxBytes is kept as a too-large marker) and in time (the TTL); the count
-// of records is the TTL times the request rate, which the store's own memory limit must allow.
+// is absent, so two replicas cannot both claim. Waiters re-read the record on a change or a poll. The
+// bound: a response over the per-record cap is kept as a too-large marker, every record expires with
+// the TTL, and the finished records are indexed in the set "idem:index" ("<unix nanos>|<bytes>|<key>")
+// so that, at most once a second per replica and after each Finish, the oldest finished records beyond
+// the entries and bytes bounds are deleted (EventEvicted). Replicas trim concurrently, so the bound may
+// be exceeded by what finished within that second.
 
 type idemRecord struct {
 	idempotency.Entry
@@ -31,17 +38,21 @@ type idemRecord struct {
 }
 
 type backendIdem struct {
-	b        store.Backend
-	changes  func() <-chan struct{} // the hub's change notification (local, or other replicas' Publish)
-	poll     time.Duration
-	maxBytes int
-	onEvent  func(string)
-	mu       sync.Mutex
-	held     map[string]string // key → holder token of the claims this replica holds
+	b          store.Backend
+	maxEntries int
+	maxTotal   int64
+	lastTrim   time.Time
+	trimEvery  time.Duration          // at most one trim per interval per replica (1 s)
+	changes    func() <-chan struct{} // the hub's change notification (local, or other replicas' Publish)
+	poll       time.Duration
+	maxBytes   int
+	onEvent    func(string)
+	mu         sync.Mutex
+	held       map[string]string // key → holder token of the claims this replica holds
 }
 
 func newBackendIdem(b store.Backend, changes func() <-chan struct{}, poll time.Duration, maxBytes int, onEvent func(string)) *backendIdem {
-	return &backendIdem{b: b, changes: changes, poll: min(poll, time.Second), maxBytes: maxBytes, onEvent: onEvent, held: map[string]string{}}
+	return &backendIdem{b: b, trimEvery: time.Second, maxEntries: 10000, maxTotal: 64 << 20, changes: changes, poll: min(poll, time.Second), maxBytes: maxBytes, onEvent: onEvent, held: map[string]string{}}
 }
 
 func idemKey(key string) string { return "idem:" + key }
@@ -117,14 +128,86 @@ func (s *backendIdem) Finish(ctx context.Context, key string, resp *idempotency.
 		rec.Done, rec.Response = true, resp
 		b, _ := json.Marshal(rec)
 		tx.Put(idemKey(key), b, store.Volatile, tx.Now().Add(ttl))
+		tx.SetAdd(idemIndex, fmt.Sprintf("%d|%d|%s", tx.Now().UnixNano(), len(b), key))
 		tx.Publish() // wake the waiters on every replica
 		return nil
 	})
 	if err == nil {
 		s.onEvent(idempotency.EventRecorded)
+		s.trim(ctx)
 	}
 	return err
 }
+
+const idemIndex = "idem:index"
+
+type indexed struct {
+	member, key string
+	at, size    int64
+}
+
+// trim deletes the oldest finished records beyond the bounds, and index members whose record expired;
+// at most once a second per replica. A failure leaves the bound to the next trim (the TTL still holds).
+func (s *backendIdem) trim(ctx context.Context) {
+	s.mu.Lock()
+	now := s.b.Now()
+	if now.Sub(s.lastTrim) < s.trimEvery && !s.lastTrim.IsZero() {
+		s.mu.Unlock()
+		return
+	}
+	s.lastTrim = now
+	s.mu.Unlock()
+	members, err := s.b.Members(ctx, idemIndex)
+	if err != nil {
+		return
+	}
+	list := make([]indexed, 0, len(members))
+	var total int64
+	for _, m := range members {
+		var e indexed
+		parts := strings.SplitN(m, "|", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		e.member, e.key = m, parts[2]
+		e.at, _ = strconv.ParseInt(parts[0], 10, 64)
+		e.size, _ = strconv.ParseInt(parts[1], 10, 64)
+		list = append(list, e)
+		total += e.size
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].at < list[j].at })
+	for i, e := range list {
+		over := len(list)-i > s.maxEntries || total > s.maxTotal
+		evicted := false
+		_ = s.b.Update(ctx, func(tx store.Txn) error {
+			evicted = false
+			got, err := tx.Get(idemKey(e.key))
+			if err != nil {
+				return err
+			}
+			if got[0] == nil { // expired: only the index member is left
+				tx.SetRemove(idemIndex, e.member)
+				return nil
+			}
+			if !over {
+				return store.Abort(errStopTrim)
+			}
+			tx.Delete(idemKey(e.key))
+			tx.SetRemove(idemIndex, e.member)
+			evicted = true
+			return nil
+		})
+		if evicted {
+			s.onEvent(idempotency.EventEvicted)
+		}
+		if !over {
+			return // the rest is younger and within the bounds
+		}
+		total -= e.size
+	}
+}
+
+var errStopTrim = errors.New("within the bounds")
 
 // Release implements idempotency.Store.
 func (s *backendIdem) Release(ctx context.Context, key string) error {
@@ -179,8 +262,10 @@ func (h *Hub) setupIdempotency(st Store) {
 		return
 	}
 	event := func(e string) { h.metrics.Idempotency.WithLabelValues(e).Inc() }
+	is := newBackendIdem(bs.Backend(), h.changes, h.cfg.PollInterval, int(h.cfg.IdempotencyMaxBytes), event)
+	is.maxEntries, is.maxTotal = h.cfg.IdempotencyMaxEntries, h.cfg.IdempotencyMaxTotalBytes
 	h.idem = &idempotency.Guard{
-		Store:   newBackendIdem(bs.Backend(), h.changes, h.cfg.PollInterval, int(h.cfg.IdempotencyMaxBytes), event),
+		Store:   is,
 		TTL:     h.cfg.IdempotencyTTL,
 		Pending: h.cfg.MaxTimeout + h.cfg.QueueTimeout,
 		MaxBody: h.cfg.MaxBody,

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,5 +61,38 @@ func TestChatIdempotency(t *testing.T) {
 	}
 	if r = h.client(t, "/v1/chat/completions", body, map[string]string{"Idempotency-Key": "unauth"}); r.status != 200 || r.header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("a 401 was recorded: %d %v", r.status, r.header)
+	}
+}
+
+// The hub's records are bounded together: beyond IdempotencyMaxEntries the oldest finished record is
+// deleted (and counted), so its key runs again, while the newest still replays.
+func TestIdempotencyBound(t *testing.T) {
+	h := newTestHub(t, func(c *Config) { c.IdempotencyMaxEntries = 2 })
+	h.idem.Store.(*backendIdem).trimEvery = 0
+	w := newWorker(t, h, "idem-bound")
+	w.caps.Runtimes = append(w.caps.Runtimes, ChatRuntimeLabel)
+	w.pair(h)
+	w.mustRegister()
+	var runs atomic.Int64
+	stop := w.serve(func(a *bridge.Assignment) bridge.Settlement {
+		runs.Add(1)
+		return fulfilled(a, w.incarnation, completion)
+	})
+	defer stop()
+	body := `{"messages":[{"role":"user","content":"a"}]}`
+	for _, k := range []string{"a", "b", "c"} {
+		if r := h.client(t, "/v1/chat/completions", body, map[string]string{"Idempotency-Key": k}); r.status != 200 {
+			t.Fatalf("%s: %d %s", k, r.status, r.body)
+		}
+	}
+	if r := h.client(t, "/v1/chat/completions", body, map[string]string{"Idempotency-Key": "c"}); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("the newest record was evicted")
+	}
+	if r := h.client(t, "/v1/chat/completions", body, map[string]string{"Idempotency-Key": "a"}); r.header.Get("Idempotent-Replayed") != "" || runs.Load() != 4 {
+		t.Fatalf("the oldest record was kept (runs %d)", runs.Load())
+	}
+	members, err := h.store.Backend().Members(context.Background(), idemIndex)
+	if err != nil || len(members) > 2 {
+		t.Fatalf("index %v (%v)", members, err)
 	}
 }
