@@ -4,7 +4,7 @@
 // plus the embedded step UI at "/" and the terminal stepper behind `codellm debug`.
 //
 // Every run goes through internal/engine, so it uses the production sandbox, limits, environment, slots
-// and timeout; errors become the §11 envelope through server.APIError, so a failure carries the same code
+// and timeout; errors become the §11 envelope through apierror.Map, so a failure carries the same code
 // here as on the chat endpoint.
 package debugger
 

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/codellm/codellm/internal/apierror"
 	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/openai"
-	"github.com/codellm/codellm/internal/server"
 )
 
 const sessionsPrefix = "/debug/sessions/"
@@ -158,7 +158,7 @@ func apiError(err error) *openai.Error {
 	case errors.Is(err, context.Canceled):
 		return openai.NewError(499, "cancelled", "the client went away")
 	}
-	return server.APIError(err)
+	return apierror.Map(err, 5*time.Second)
 }
 
 // fields is a decoded request object.

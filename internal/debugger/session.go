@@ -12,12 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/codellm/codellm/internal/apierror"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/markdown"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/pipeline"
-	"github.com/codellm/codellm/internal/server"
 )
 
 // Sentinels of the step-session errors; the HTTP layer maps each to its §14.3 status and code.
@@ -404,7 +404,7 @@ func (s *Session) Step(ctx context.Context, stdin []byte) (*StepResult, error) {
 func finalOf(stdout []byte) *Final {
 	calls, err := engine.Answer(stdout, nil)
 	if err != nil {
-		return &Final{Err: server.APIError(err)}
+		return &Final{Err: apierror.Map(err, 5*time.Second)}
 	}
 	return &Final{OK: true, ToolCalls: calls}
 }

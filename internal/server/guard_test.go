@@ -9,7 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/codellm/codellm/internal/apierror"
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/server"
 )
@@ -123,14 +125,14 @@ func TestPublicListenerProbes(t *testing.T) {
 func TestDescriptorExhaustionIsNotSandboxUnavailable(t *testing.T) {
 	emfile := &pipeline.Error{Code: pipeline.CodeSandboxUnavailable, Message: "block 1/2: sandbox unavailable: x",
 		Cause: fmt.Errorf("sandbox: spec pipe: %w", &os.SyscallError{Syscall: "pipe2", Err: syscall.EMFILE})}
-	e := server.APIError(emfile)
+	e := apierror.Map(emfile, 5*time.Second)
 	if e.Status != 503 || e.Code != "descriptors_exhausted" || e.Header.Get("Retry-After") == "" ||
 		!strings.HasPrefix(e.Message, "block 1/2: ") {
 		t.Fatalf("EMFILE: %+v", e)
 	}
 	broken := &pipeline.Error{Code: pipeline.CodeSandboxUnavailable, Message: "block 1/1: sandbox unavailable: x",
 		Cause: fmt.Errorf("sandbox: %w", syscall.EPERM)}
-	if e := server.APIError(broken); e.Status != 422 || e.Code != "sandbox_unavailable" {
+	if e := apierror.Map(broken, 5*time.Second); e.Status != 422 || e.Code != "sandbox_unavailable" {
 		t.Fatalf("EPERM: %+v", e)
 	}
 }

@@ -1,0 +1,65 @@
+package layering
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/codellm/codellm/"
+
+// rules: each package must not depend (directly or not) on any of the listed ones.
+var rules = []struct {
+	pkg       string
+	forbidden []string
+	why       string
+}{
+	{"internal/worker", []string{"internal/server", "internal/debugger"},
+		"the worker calls the execution core (runner, workspace) directly, never the HTTP server"},
+	{"internal/debugger", []string{"internal/server"},
+		"the debugger maps errors through internal/apierror, like the server, instead of importing it"},
+	{"internal/execution", []string{"internal/pipeline", "internal/runner", "internal/workspace", "internal/engine", "internal/server"},
+		"the capture/limit/kill core sits under every surface"},
+	{"internal/pipeline", []string{"internal/engine", "internal/server", "internal/runner", "internal/workspace"},
+		"the pipeline is a layer below the engine and the surfaces"},
+	{"internal/runner", []string{"internal/server", "internal/engine", "internal/pipeline"},
+		"the runner API is one surface over the core, not over the chat surface"},
+	{"internal/workspace", []string{"internal/server", "internal/engine", "internal/runner"},
+		"workspace tools are one surface over the core"},
+	{"internal/sandbox", []string{"internal/execution", "internal/pipeline", "internal/runner", "internal/server"},
+		"the sandbox knows nothing of its users"},
+}
+
+func deps(t *testing.T, pkg string) map[string]bool {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "./"+pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./%s: %v", pkg, err)
+	}
+	m := map[string]bool{}
+	for _, l := range strings.Fields(string(out)) {
+		m[l] = true
+	}
+	return m
+}
+
+func TestDependencyRules(t *testing.T) {
+	for _, r := range rules {
+		d := deps(t, "../../"+r.pkg)
+		for _, f := range r.forbidden {
+			if d[mod+f] {
+				t.Errorf("%s depends on %s: %s", r.pkg, f, r.why)
+			}
+		}
+	}
+}
+
+// The sandbox helper's body runs in package initialisation before the rest of the binary, so it may
+// import nothing outside the standard library (see package hook's documentation).
+func TestHookImportsOnlyTheStandardLibrary(t *testing.T) {
+	for p := range deps(t, "../../internal/sandbox/hook") {
+		if strings.Contains(strings.Split(p, "/")[0], ".") && p != mod+"internal/sandbox/hook" {
+			t.Errorf("package hook depends on %s", p)
+		}
+	}
+}
