@@ -309,3 +309,17 @@ func BenchmarkSeccompProgram(b *testing.B) {
 		}
 	}
 }
+
+// A go-judge that cannot start is reported, not waited for: the service row then records one skip line.
+func TestGoJudgeStartFailureIsReported(t *testing.T) {
+	f, err := exec.LookPath("false")
+	if err != nil {
+		t.Skip("no false(1)")
+	}
+	if s, err := startGoJudge(f, t.TempDir()); err == nil {
+		s.stop()
+		t.Fatal("a go-judge that exits at once was reported as started")
+	} else if !strings.Contains(err.Error(), "exited during startup") {
+		t.Errorf("unexpected error: %v", err)
+	}
+}
