@@ -20,6 +20,7 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/filestore"
+	"github.com/codellm/codellm/internal/hub/store"
 )
 
 // The Code API file surface as LibreChat's client calls it (api/server/services/Files/Code/crud.js and
@@ -67,6 +68,8 @@ func (h *Hub) storeError(err error) *clientError {
 		return fileError(http.StatusBadRequest, "invalid_request", strings.TrimPrefix(err.Error(), "filestore: invalid request: "))
 	case errors.Is(err, filestore.ErrNotFound):
 		return fileError(http.StatusNotFound, "file_not_found", "No such session or file")
+	case errors.Is(err, store.ErrUnavailable):
+		return errStoreUnavailable()
 	}
 	h.cfg.Logger.Printf("file store: %v", err)
 	return fileError(http.StatusInternalServerError, "internal_error", "File store failure")

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/boltstore"
 	"github.com/codellm/codellm/internal/hub/filestore"
@@ -198,5 +200,21 @@ func TestStoreReset(t *testing.T) {
 	w.pair(h)
 	if r, _ := w.register(); r.status != 200 {
 		t.Fatalf("register after pairing again: %d %s", r.status, r.body)
+	}
+}
+
+// The file routes over a Redis file store that cannot be reached answer 503
+// store_unavailable with Retry-After too (they were a bare 500).
+func TestFileStoreOutage(t *testing.T) {
+	// Nothing listens on port 1: every Redis call fails at once.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	fs := filestore.NewRedis(rdb, "test:", filestore.Limits{})
+	t.Cleanup(func() { _ = fs.Close(); _ = rdb.Close() })
+	h := newTestHub(t, func(c *Config) { c.Files = fs })
+	req, _ := http.NewRequest(http.MethodGet, h.srv.URL+"/v1/files/"+newSessionID(), nil)
+	req.Header.Set("X-API-Key", apiKey)
+	r := doHTTP(t, req)
+	if r.status != 503 || !strings.Contains(string(r.body), `"error":"store_unavailable"`) || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("file list with the file store down: %d %q %s", r.status, r.header.Get("Retry-After"), r.body)
 	}
 }

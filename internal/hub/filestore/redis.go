@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/codellm/codellm/internal/hub/store"
 )
 
 // Redis is the shared store for hub replicas. A session is three keys that expire together —
@@ -25,6 +27,12 @@ type Redis struct {
 	now    func() time.Time
 }
 
+// redisFailed marks a Redis failure as a store outage (the hub answers 503
+// store_unavailable with Retry-After, issue 22).
+func redisFailed(err error) error {
+	return store.Unavailable(fmt.Errorf("filestore: redis: %w", err))
+}
+
 // DefaultRedisPrefix is the key namespace (beside the bridge's codellm:bridge:v1:).
 const DefaultRedisPrefix = "codellm:files:v1:"
 
@@ -37,7 +45,7 @@ func OpenRedis(ctx context.Context, url string, l Limits) (*Redis, error) {
 	rdb := redis.NewClient(opt)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("filestore: redis: %w", err)
+		return nil, redisFailed(err)
 	}
 	r := NewRedis(rdb, DefaultRedisPrefix, l)
 	r.own = true
@@ -145,7 +153,7 @@ func (r *Redis) script(ctx context.Context, s *redis.Script, args []any) error {
 		if errors.Is(err, redis.ErrClosed) {
 			return ErrClosed
 		}
-		return fmt.Errorf("filestore: redis: %w", err)
+		return redisFailed(err)
 	}
 	switch res {
 	case "ok":
@@ -171,7 +179,7 @@ func (r *Redis) Owner(ctx context.Context, sid string) (string, error) {
 	owner := pipe.HGet(ctx, r.key(sid, "meta"), "tenant")
 	exp := pipe.ZScore(ctx, r.prefix+"fs:sessions", sid)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return "", fmt.Errorf("filestore: redis: %w", err)
+		return "", redisFailed(err)
 	}
 	// The sorted set is the authority on expiry: a key Redis has not expired yet is already gone when
 	// its session's time has passed, as with Dir.
@@ -191,13 +199,13 @@ func (r *Redis) List(ctx context.Context, tenant, sid string) ([]File, error) {
 	ids, err := r.rdb.LRange(ctx, r.key(sid, "order"), 0, -1).Result()
 	if err != nil || len(ids) == 0 {
 		if err != nil {
-			err = fmt.Errorf("filestore: redis: %w", err)
+			err = redisFailed(err)
 		}
 		return []File{}, err
 	}
 	vals, err := r.rdb.HMGet(ctx, r.key(sid, "files"), ids...).Result()
 	if err != nil {
-		return nil, fmt.Errorf("filestore: redis: %w", err)
+		return nil, redisFailed(err)
 	}
 	out := make([]File, 0, len(vals))
 	for _, v := range vals {
@@ -229,7 +237,7 @@ func (r *Redis) Get(ctx context.Context, tenant, sid, fileID string) (File, []by
 	meta := pipe.HGet(ctx, r.key(sid, "files"), fileID)
 	blob := pipe.HGet(ctx, r.key(sid, "blobs"), fileID)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return File{}, nil, fmt.Errorf("filestore: redis: %w", err)
+		return File{}, nil, redisFailed(err)
 	}
 	if meta.Err() != nil || blob.Err() != nil {
 		return File{}, nil, ErrNotFound
