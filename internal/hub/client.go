@@ -317,21 +317,19 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeChatError(w, bodyError(err))
 		return
 	}
-	if _, oerr := openai.DecodeChatRequest(raw); oerr != nil {
+	req, oerr := openai.DecodeChatRequest(raw)
+	if oerr != nil {
 		openai.WriteError(w, oerr)
 		return
 	}
+	// The assignment carries the client's body with members in the client's order; only stream is
+	// forced off (the worker answers one chat.completion and the hub streams it, below).
 	body, err := bridge.ParseObject(raw)
 	if err != nil {
 		writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_json", message: "Body must be a JSON object"})
 		return
 	}
-	stream := false
-	if v, _ := body.Get("stream"); v == true {
-		stream = true
-	}
 	body.Set("stream", false)
-	model, _ := func() (string, bool) { v, _ := body.Get("model"); s, ok := v.(string); return s, ok }()
 	deadline, err := h.deadline(r, h.cfg.ChatTimeout)
 	if err != nil {
 		writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: err.Error()})
@@ -341,7 +339,7 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request) {
 	headers.Set("X-Codellm-Operation", "openai.chat.completions")
 	d := &dispatchReq{
 		caller: key, kind: bridge.KindSandbox, request: assignmentRequest(body, headers), runtimeLabel: ChatRuntimeLabel,
-		model: model, deadline: deadline, pinned: r.Header.Get("X-Codellm-Worker-Id"),
+		model: req.Model, deadline: deadline, pinned: r.Header.Get("X-Codellm-Worker-Id"),
 	}
 	out, err := h.dispatch(r.Context(), d)
 	if err != nil {
@@ -352,68 +350,23 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeChatError(w, &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg})
 		return
 	}
-	if !stream {
+	if !req.Stream {
 		b, _ := bridge.Canonical(out.result)
 		writeJSON(w, http.StatusOK, b)
 		return
 	}
-	writeSSE(w, out.result)
+	writeSSE(w, out.result, req.IncludeUsage)
 }
 
-// writeSSE replays a settled chat.completion as a stream (§13.2): one chunk
-// with the whole message, one with the finish reason, then [DONE].
-func writeSSE(w http.ResponseWriter, c *bridge.Object) {
-	get := func(o *bridge.Object, k string) any { v, _ := o.Get(k); return v }
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	var choice, msg *bridge.Object
-	if arr, ok := get(c, "choices").([]any); ok && len(arr) > 0 {
-		choice, _ = arr[0].(*bridge.Object)
+// writeSSE streams a worker's settled chat.completion with the service's encoder (openai.Stream, §10.3):
+// the same role chunk, per-call deltas with argument fragments, finish chunk, usage chunk when the client
+// asked for it, and [DONE]. A result that is not a chat.completion is the worker's fault: 502.
+func writeSSE(w http.ResponseWriter, result *bridge.Object, includeUsage bool) {
+	b, _ := bridge.Canonical(result)
+	c, err := openai.ParseCompletion(b)
+	if err != nil {
+		writeChatError(w, &clientError{status: http.StatusBadGateway, code: "execution_failed", message: "The worker's reply is not a chat.completion"})
+		return
 	}
-	if choice != nil {
-		msg, _ = get(choice, "message").(*bridge.Object)
-	}
-	chunk := func(delta *bridge.Object, finish any) []byte {
-		o := &bridge.Object{}
-		o.Set("id", get(c, "id"))
-		o.Set("object", "chat.completion.chunk")
-		o.Set("created", get(c, "created"))
-		o.Set("model", get(c, "model"))
-		ch := &bridge.Object{}
-		ch.Set("index", 0.0)
-		ch.Set("delta", delta)
-		ch.Set("finish_reason", finish)
-		o.Set("choices", []any{ch})
-		b, _ := bridge.Canonical(o)
-		return append(append([]byte("data: "), b...), '\n', '\n')
-	}
-	delta := &bridge.Object{}
-	delta.Set("role", "assistant")
-	if msg != nil {
-		if v, ok := msg.Get("content"); ok {
-			delta.Set("content", v)
-		}
-		if tc, ok := get(msg, "tool_calls").([]any); ok {
-			calls := make([]any, 0, len(tc))
-			for i, t := range tc {
-				if to, ok := t.(*bridge.Object); ok {
-					n := &bridge.Object{}
-					n.Set("index", float64(i))
-					n.Members = append(n.Members, to.Members...)
-					calls = append(calls, n)
-				}
-			}
-			delta.Set("tool_calls", calls)
-		}
-	}
-	var finish any = "stop"
-	if choice != nil {
-		if f, ok := choice.Get("finish_reason"); ok {
-			finish = f
-		}
-	}
-	_, _ = w.Write(chunk(delta, nil))
-	_, _ = w.Write(chunk(&bridge.Object{}, finish))
-	_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	_ = openai.WriteStream(w, c.ID, c.Created, c.Model, c.Calls, includeUsage, c.Extra)
 }
