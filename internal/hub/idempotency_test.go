@@ -5,8 +5,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/boltstore"
 )
 
 // The chat route on one hub (bolt store): a keyed repeat, streamed or not, replays without a second
@@ -94,5 +96,32 @@ func TestIdempotencyBound(t *testing.T) {
 	members, err := h.store.Backend().Members(context.Background(), idemIndex)
 	if err != nil || len(members) > 2 {
 		t.Fatalf("index %v (%v)", members, err)
+	}
+}
+
+// A hub record expires with CODELLM_HUB_IDEMPOTENCY_TTL (the store's clock): the key then runs again.
+func TestIdempotencyTTL(t *testing.T) {
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	h := newTestHub(t, func(c *Config) { c.IdempotencyTTL = 2 * time.Second }, boltstore.WithClock(clock))
+	w := newWorker(t, h, "idem-ttl")
+	w.caps.Runtimes = append(w.caps.Runtimes, ChatRuntimeLabel)
+	w.pair(h)
+	w.mustRegister()
+	var runs atomic.Int64
+	stop := w.serve(func(a *bridge.Assignment) bridge.Settlement {
+		runs.Add(1)
+		return fulfilled(a, w.incarnation, completion)
+	})
+	defer stop()
+	body := `{"messages":[{"role":"user","content":"ttl"}]}`
+	key := map[string]string{"Idempotency-Key": "ttl"}
+	h.client(t, "/v1/chat/completions", body, key)
+	if r := h.client(t, "/v1/chat/completions", body, key); r.header.Get("Idempotent-Replayed") != "true" || runs.Load() != 1 {
+		t.Fatalf("within the TTL: %d %v runs %d", r.status, r.header, runs.Load())
+	}
+	offset.Store(int64(3 * time.Second))
+	if r := h.client(t, "/v1/chat/completions", body, key); r.status != 200 || r.header.Get("Idempotent-Replayed") != "" || runs.Load() != 2 {
+		t.Fatalf("after the TTL: %d %v %s runs %d", r.status, r.header, r.body, runs.Load())
 	}
 }
