@@ -24,6 +24,7 @@ import (
 	"github.com/codellm/codellm/internal/hub/boltstore"
 	"github.com/codellm/codellm/internal/hub/filestore"
 	"github.com/codellm/codellm/internal/hub/redisstore"
+	"github.com/codellm/codellm/internal/hub/store"
 )
 
 // Env looks up a hub setting by its suffix ("HUB_LISTEN"): CODELLM_<s>
@@ -202,7 +203,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 		return fail("%v", err)
 	}
 	defer st.Close()
-	files, err := openFiles(ctx, redisURL, *storePath, cfg.FileLimits)
+	files, err := openFiles(ctx, st, redisURL, path, cfg.FileLimits)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -262,15 +263,27 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	return 0
 }
 
-// openFiles opens the file store that goes with the state store: the same Redis for replicas, or the
+// openFiles opens the file store that goes with the state store: its index in the hub's own store
+// (store.Backend: the bbolt file or the shared Redis), the bytes in the same Redis for replicas or in the
 // directory "files" beside the embedded store's file.
-func openFiles(ctx context.Context, redisURL, storePath string, l filestore.Limits) (filestore.Store, error) {
+func openFiles(ctx context.Context, st Store, redisURL, storePath string, l filestore.Limits) (filestore.Store, error) {
+	withBackend, ok := st.(interface{ Backend() store.Backend })
+	if !ok {
+		return nil, errors.New("file store: the hub store exposes no record backend")
+	}
+	var blobs filestore.Blobs
+	var err error
 	if redisURL != "" {
 		openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		return filestore.OpenRedis(openCtx, redisURL, l)
+		blobs, err = filestore.OpenRedisBlobs(openCtx, redisURL)
+	} else {
+		blobs, err = filestore.OpenDirBlobs(filepath.Join(filepath.Dir(storePath), "files"))
 	}
-	return filestore.OpenDir(filepath.Join(filepath.Dir(storePath), "files"), l)
+	if err != nil {
+		return nil, err
+	}
+	return filestore.NewIndexed(withBackend.Backend(), blobs, l), nil
 }
 
 // storeTarget picks the store: --store redis://… (or CODELLM_HUB_STORE=redis

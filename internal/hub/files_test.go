@@ -7,6 +7,8 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/boltstore"
+	"github.com/codellm/codellm/internal/hub/filestore"
 )
 
 var librechatID = regexp.MustCompile(`^[A-Za-z0-9_-]{21}$`)
@@ -311,4 +315,32 @@ func errField(r reply) string {
 	}
 	_ = json.Unmarshal(r.body, &e)
 	return e.Error
+}
+
+// TestOpenFilesBesideStore: `codellm hub` keeps the file index in its own store and the bytes in files/
+// beside the store's file (not in the working directory).
+func TestOpenFilesBesideStore(t *testing.T) {
+	dir := t.TempDir()
+	bs, err := boltstore.Open(filepath.Join(dir, "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	fs, err := openFiles(t.Context(), bs, "", filepath.Join(dir, "bridge.db"), filestore.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	sid := filestore.NewID()
+	stored, err := fs.Put(t.Context(), "default", sid, []filestore.Upload{{Name: "a.txt", Data: []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "files", sid, stored[0].ID)); err != nil || string(b) != "x" {
+		t.Fatalf("blob beside the store: %q %v", b, err)
+	}
+	recs, err := bs.Backend().Read(t.Context(), "files:{s:"+sid+"}")
+	if err != nil || recs[0] == nil {
+		t.Fatalf("index record in the hub store: %v %v", recs, err)
+	}
 }

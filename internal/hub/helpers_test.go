@@ -54,12 +54,12 @@ func newTestHub(t testing.TB, mod func(*Config), opts ...boltstore.Option) *test
 		mod(&cfg)
 	}
 	if cfg.Files == nil {
-		fs, err := filestore.OpenDir(filepath.Join(t.TempDir(), "files"), cfg.FileLimits)
+		// As `codellm hub` composes it: the index in the hub's store, the bytes in a directory.
+		blobs, err := filestore.OpenDirBlobs(filepath.Join(t.TempDir(), "files"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = fs.Close() })
-		cfg.Files = fs
+		cfg.Files = filestore.NewIndexed(st.Backend(), blobs, cfg.FileLimits)
 	}
 	h, err := New(cfg, st)
 	if err != nil {

@@ -16,6 +16,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/codellm/codellm/internal/hub/boltstore"
+	"github.com/codellm/codellm/internal/hub/redisstore"
 )
 
 var (
@@ -127,7 +130,46 @@ func openRedis(t *testing.T, l Limits, c *clock) Store {
 	return r
 }
 
-func backends() map[string]opener { return map[string]opener{"dir": openDir, "redis": openRedis} }
+// openIndexedBolt is the index in the embedded bbolt backend with blobs in a directory (the one-node hub).
+func openIndexedBolt(t *testing.T, l Limits, c *clock) Store {
+	bs, err := boltstore.Open(filepath.Join(t.TempDir(), "bridge.db"), boltstore.WithClock(c.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs, err := OpenDirBlobs(filepath.Join(t.TempDir(), "files"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := NewIndexed(bs.Backend(), blobs, l)
+	t.Cleanup(func() { _ = x.Close(); _ = bs.Close() })
+	return x
+}
+
+// openIndexedRedis is the index in the Redis backend with blobs in Redis (hub replicas).
+func openIndexedRedis(t *testing.T, l Limits, c *clock) Store {
+	if redisURL == "" {
+		if os.Getenv("CODELLM_REQUIRE_SANDBOX") == "1" {
+			t.Fatal(redisSkip)
+		}
+		t.Skip(redisSkip)
+	}
+	prefixSeq++
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), prefixSeq)
+	rs, err := redisstore.Open(context.Background(), redisURL, redisstore.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, _ := redis.ParseURL(redisURL)
+	rdb := redis.NewClient(opt)
+	x := NewIndexed(rs.Backend(), NewRedisBlobs(rdb, prefix), l)
+	x.now = c.now
+	t.Cleanup(func() { _ = x.Close(); _ = rdb.Close(); _ = rs.Close() })
+	return x
+}
+
+func backends() map[string]opener {
+	return map[string]opener{"dir": openDir, "redis": openRedis, "indexed-bolt": openIndexedBolt, "indexed-redis": openIndexedRedis}
+}
 
 func TestConformance(t *testing.T) {
 	for name, open := range backends() {
@@ -140,7 +182,8 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func newClock() *clock { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+// newClock starts at the real time: Redis expires keys on its own clock.
+func newClock() *clock { return &clock{t: time.Now().Truncate(time.Second)} }
 
 func testRoundtrip(t *testing.T, open opener) {
 	ctx := context.Background()
