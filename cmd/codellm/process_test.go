@@ -239,3 +239,35 @@ func TestNeutralPathsEndToEnd(t *testing.T) {
 		}
 	})
 }
+
+// The compile stage through the real binary: C is compiled by gcc in the sandbox and workspace (the
+// binary lands in /mnt/data's scratch), Piston's "compile" object is reported apart from "run", and a
+// compile error skips the run.
+func TestCompileStageEndToEnd(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc is not installed")
+	}
+	base := startServe(t)
+	type stage struct {
+		Stdout, Stderr string
+		Code           *int
+		Status         *string
+	}
+	run := func(code string) (c *stage, r stage) {
+		var resp struct {
+			Compile *stage
+			Run     stage
+		}
+		postJSON(t, base+"/api/v2/execute", map[string]any{"language": "c", "version": "*",
+			"files": []map[string]string{{"name": "main.c", "content": code}}}, &resp)
+		return resp.Compile, resp.Run
+	}
+	c, r := run("#include <stdio.h>\n#include <unistd.h>\nint main(void){char b[64]; printf(\"%s\\n\", getcwd(b, sizeof b)); return 3;}\n")
+	if c == nil || c.Code == nil || *c.Code != 0 || r.Stdout != "/mnt/data\n" || r.Code == nil || *r.Code != 3 {
+		t.Fatalf("compile %+v run %+v, want a clean compile and the program's exit 3 in /mnt/data", c, r)
+	}
+	c, r = run("int main(void) { return undeclared; }\n")
+	if c == nil || c.Code == nil || *c.Code == 0 || !strings.Contains(c.Stderr, "undeclared") || r.Stdout != "" || str(r.Status) != "RE" {
+		t.Fatalf("compile %+v run %+v, want the compiler's error and a skipped run", c, r)
+	}
+}
