@@ -53,6 +53,7 @@ type execFlags struct {
 
 	egressMetrics lazyEgressMetrics // wired to the server's registry once it exists
 	fs            *flag.FlagSet     // for the trip2g aliases (resolveAliases)
+	deterministic bool              // --deterministic (issue 21)
 }
 
 func (f *execFlags) register(fs *flag.FlagSet) {
@@ -70,6 +71,7 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	f.netMaxBytes = egress.DefaultMaxBytes
 	fs.Var(&f.netMaxBytes, "network-max-bytes", "egress bytes per run, both directions (with --network-allow; default 256MiB)")
 	registerAlias(fs, "network")
+	fs.BoolVar(&f.deterministic, "deterministic", false, "run every block reproducibly: fixed clock, seeded randomness, ASLR off (requests may turn it off or pick metadata.seed/now; needs the native sandbox and libfaketime)")
 	fs.DurationVar(&f.timeout, "timeout", 300*time.Second, "whole-run timeout (requests may lower it)")
 	fs.Var(&f.maxOutput, "max-output-bytes", "cap on captured stdout per block (default 10MiB)")
 	registerAlias(fs, "max-output-bytes")
@@ -257,6 +259,9 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 	if f.network {
 		log.Warn("network access is enabled for blocks (--network)")
 	}
+	if missing := sb.DeterminismMissing(); f.deterministic && missing != "" {
+		return ecfg, nil, fmt.Errorf("--deterministic: this host cannot run blocks deterministically: it needs %s", missing)
+	}
 	log.Info("programs enabled", "programs", fmt.Sprint(programs.Names()), "sandbox", string(sb.Mode()))
 	var pol *egress.Policy
 	if scfg.Egress != nil {
@@ -272,9 +277,10 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 			MaxOutputBytes: int64(f.maxOutput),
 			MaxStderrBytes: int64(f.maxStderr),
 		},
-		Slots:     slots.New(f.maxConcurrent, f.queueTimeout),
-		Timeout:   f.timeout,
-		MaxBlocks: f.maxBlocks,
+		Slots:         slots.New(f.maxConcurrent, f.queueTimeout),
+		Deterministic: f.deterministic,
+		Timeout:       f.timeout,
+		MaxBlocks:     f.maxBlocks,
 	}
 	return ecfg, sb, nil
 }

@@ -51,6 +51,8 @@ type Config struct {
 	Slots        *slots.Pool
 	Timeout      time.Duration // server maximum run timeout (--timeout)
 	MaxBlocks    int
+	// Deterministic is the operator's default for deterministic mode (--deterministic); see Determinism.
+	Deterministic bool
 }
 
 // Engine runs bodies. It is safe for concurrent use.
@@ -161,6 +163,8 @@ type RunRequest struct {
 	// NetworkAllow narrows the operator's egress allow-list for this run (nil: all of it); check it with
 	// CheckNetworkAllow first.
 	NetworkAllow *[]string
+	// Deterministic makes the run reproducible (nil: off); resolve a request's choice with Determinism.
+	Deterministic *sandbox.Determinism
 }
 
 // CheckNetworkAllow validates a request's egress list: it must be a subset of the operator's.
@@ -211,6 +215,8 @@ func (e *Engine) Run(ctx context.Context, rr RunRequest) (*pipeline.Result, RunI
 		Timeout: timeout,
 		Tap:     rr.Tap,
 		Limits:  lim,
+
+		Deterministic: rr.Deterministic,
 	})
 	info.Duration = time.Since(start)
 	return res, info, nil

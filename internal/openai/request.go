@@ -37,6 +37,9 @@ type ChatRequest struct {
 	NetworkAllow *[]string
 	API          string // "" for chat completions, APIResponses for POST /v1/responses
 	Instructions string // the Responses API's instructions (also the first, system, message)
+
+	// Determinism is metadata.deterministic, metadata.seed and metadata.now (issue 21).
+	Determinism Determinism
 }
 
 // Message is one request message. Text is the content with the text parts concatenated in order.
@@ -91,6 +94,9 @@ func DecodeChatRequest(body []byte) (*ChatRequest, *Error) {
 		return nil, e
 	}
 	if r.NetworkAllow, e = decodeNetworkAllow(meta["network_allow"]); e != nil {
+		return nil, e
+	}
+	if r.Determinism, e = decodeDeterminism(meta); e != nil {
 		return nil, e
 	}
 	return r, nil

@@ -67,6 +67,9 @@ func DecodeResponsesRequest(body []byte) (*ChatRequest, *Error) {
 	if r.NetworkAllow, e = decodeNetworkAllow(meta["network_allow"]); e != nil {
 		return nil, e
 	}
+	if r.Determinism, e = decodeDeterminism(meta); e != nil {
+		return nil, e
+	}
 	return r, nil
 }
 

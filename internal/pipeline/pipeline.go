@@ -69,6 +69,8 @@ type Request struct {
 	Tap bool
 	// Limits are the sandbox limits of the run (nil = the sandbox's configured limits).
 	Limits *sandbox.Limits
+	// Deterministic makes every block reproducible (nil: off); see sandbox.Determinism.
+	Deterministic *sandbox.Determinism
 }
 
 // Outcome is how one block ended (§5.3).

@@ -337,6 +337,8 @@ func (r *run) startBlocks() {
 			Stdout:  b.stdout,
 			Stderr:  b.stderr,
 			Limits:  r.req.Limits,
+			// Each block its own seeded stream, one clock (sandbox.Determinism; nil: off).
+			Deterministic: r.req.Deterministic.ForBlock(i),
 		})
 		r.closeChildEnds(r.blocks[i:i+1], !holdStdin)
 		if err != nil {

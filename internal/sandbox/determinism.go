@@ -149,3 +149,33 @@ func determinismHost() string {
 	}
 	return ""
 }
+
+// DefaultNow is the wall clock of a deterministic run that names none (and
+// whose bag has no "now"): 2024-01-01T00:00:00Z.
+var DefaultNow = time.Unix(1704067200, 0).UTC()
+
+// ForBlock is d for block i of a pipeline: each block gets its own stream
+// (block 0 the seed's own), the same clock. Nil stays nil.
+func (d *Determinism) ForBlock(i int) *Determinism {
+	if d == nil {
+		return nil
+	}
+	c := *d
+	if i > 0 {
+		c.Seed = d.Seed + "\x00block " + strconv.Itoa(i)
+	}
+	return &c
+}
+
+// DeterminismMissing names what keeps deterministic mode from running in s
+// ("" when it can run); Start would refuse such a block.
+func (s *Sandbox) DeterminismMissing() string {
+	st := s.report.Determinism
+	if st.Supported {
+		return ""
+	}
+	if st.Missing == "" {
+		return "native mode on Linux"
+	}
+	return st.Missing
+}

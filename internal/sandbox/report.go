@@ -37,6 +37,17 @@ type Report struct {
 	// table (socket families, inode caps, masked /proc files; doctor adds
 	// the listener's and the runner's), one "name: detail" line each.
 	Protections []string `json:"protections,omitempty"`
+	// Determinism says whether deterministic mode (see [Determinism]) can run here.
+	Determinism DeterminismStatus `json:"determinism"`
+}
+
+// DeterminismStatus is the deterministic-mode row of the report.
+type DeterminismStatus struct {
+	Supported bool `json:"supported"`
+	// Missing names the first piece the host or mode lacks ("" when supported).
+	Missing string `json:"missing,omitempty"`
+	// Mechanisms are the mechanisms deterministic mode uses, one "what: how" line each.
+	Mechanisms []string `json:"mechanisms,omitempty"`
 }
 
 // ReportLimits is the effective default policy in plain units.
@@ -60,6 +71,7 @@ func (r Report) clone() Report {
 	c.Missing = append([]string{}, r.Missing...)
 	c.Warnings = append([]string(nil), r.Warnings...)
 	c.Protections = append([]string(nil), r.Protections...)
+	c.Determinism.Mechanisms = append([]string(nil), r.Determinism.Mechanisms...)
 	return c
 }
 
@@ -85,6 +97,11 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 	for _, s := range r.Protections {
 		fmt.Fprintf(tw, "protection: %s\n", s)
+	}
+	if r.Determinism.Supported {
+		fmt.Fprintf(tw, "deterministic mode: supported (%s)\n", strings.Join(r.Determinism.Mechanisms, "; "))
+	} else {
+		fmt.Fprintf(tw, "deterministic mode: unavailable, needs %s\n", dash(r.Determinism.Missing))
 	}
 	return tw.Flush()
 }

@@ -329,6 +329,7 @@ func (s *Sandbox) buildReport() Report {
 			fmt.Sprintf("tmpfs inodes: %d per private tmpfs of %d bytes (workdir, /tmp, /dev/shm)", hook.TmpfsInodes(l.TmpSize), l.TmpSize),
 			"masked /proc files: "+strings.Join(hook.ProcMasked, ", ")+" (read empty)")
 	}
+	rep.Determinism = determinismStatus(use)
 	return rep
 }
 

@@ -609,6 +609,11 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request, rl *reqLog, de
 			return
 		}
 	}
+	det, err := s.eng.Determinism(engine.DeterminismChoice(req.Determinism), bag)
+	if err != nil {
+		s.fail(w, rl, determinismError(err))
+		return
+	}
 	tap := s.cfg.DebugExtension && req.Debug
 	res, info, err := s.eng.Run(r.Context(), engine.RunRequest{
 		Resolved:     resolved,
@@ -616,6 +621,8 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request, rl *reqLog, de
 		Timeout:      s.eng.EffectiveTimeout(req.TimeoutSeconds),
 		Tap:          tap,
 		NetworkAllow: req.NetworkAllow,
+
+		Deterministic: det,
 	})
 	rl.queue = info.QueueWait
 	s.metrics.QueueWait.Observe(info.QueueWait.Seconds())
@@ -624,6 +631,9 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request, rl *reqLog, de
 		return
 	}
 	rl.run = info.Duration
+	if det != nil {
+		w.Header().Set(engine.DeterminismHeader, engine.DeterminismHeaderValue(det))
+	}
 	RedactResult(res, secrets)
 	s.observeRun(res, info, rl)
 	var extra map[string]any
