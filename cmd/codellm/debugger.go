@@ -123,11 +123,20 @@ func cmdDebug(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
 		return 1
 	}
-	sess, err := debugger.NewSession(engine.New(ecfg, nil), body, bag)
+	eng := engine.New(ecfg, nil)
+	sess, err := debugger.NewSession(eng, body, bag)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
 		return 1
 	}
+	// --deterministic (with the bag's now) steps the body as a deterministic chat run of it would.
+	det, err := eng.Determinism(engine.DeterminismChoice{}, bag)
+	if err != nil {
+		sess.Close()
+		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
+		return 1
+	}
+	sess.SetDeterminism(det)
 	defer sess.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

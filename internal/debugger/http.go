@@ -307,7 +307,7 @@ func (d *Debugger) handleBlocks(w http.ResponseWriter, r *http.Request, _ string
 }
 
 func (d *Debugger) handleRunBlock(w http.ResponseWriter, r *http.Request, _ string) {
-	f, e := d.readObject(w, r, false, "body", "block", "stdin", "stdin_base64", "input")
+	f, e := d.readObject(w, r, false, "body", "block", "stdin", "stdin_base64", "input", "metadata")
 	if e != nil {
 		fail(w, e)
 		return
@@ -330,7 +330,12 @@ func (d *Debugger) handleRunBlock(w http.ResponseWriter, r *http.Request, _ stri
 		fail(w, e)
 		return
 	}
-	run, err := RunBlock(r.Context(), d.eng, body, index, stdin, f.input())
+	det, e := d.determinism(w, f)
+	if e != nil {
+		fail(w, e)
+		return
+	}
+	run, err := RunBlockWith(r.Context(), d.eng, body, index, stdin, f.input(), det)
 	if err != nil {
 		fail(w, apiError(err))
 		return
@@ -339,7 +344,7 @@ func (d *Debugger) handleRunBlock(w http.ResponseWriter, r *http.Request, _ stri
 }
 
 func (d *Debugger) handleCreate(w http.ResponseWriter, r *http.Request, _ string) {
-	f, e := d.readObject(w, r, false, "body", "input")
+	f, e := d.readObject(w, r, false, "body", "input", "metadata")
 	if e != nil {
 		fail(w, e)
 		return
@@ -349,11 +354,17 @@ func (d *Debugger) handleCreate(w http.ResponseWriter, r *http.Request, _ string
 		fail(w, e)
 		return
 	}
+	det, e := d.determinism(w, f)
+	if e != nil {
+		fail(w, e)
+		return
+	}
 	s, err := NewSession(d.eng, body, f.input())
 	if err != nil {
 		fail(w, apiError(err))
 		return
 	}
+	s.SetDeterminism(det)
 	if err := d.sessions.add(s); err != nil {
 		s.Close()
 		fail(w, apiError(err))

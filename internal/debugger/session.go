@@ -18,6 +18,7 @@ import (
 	"github.com/codellm/codellm/internal/markdown"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/sandbox"
 )
 
 // Sentinels of the step-session errors; the HTTP layer maps each to its §14.3 status and code.
@@ -157,6 +158,12 @@ func (b *BlockRun) Object() map[string]any {
 // limits, slots and timeout. Errors are those before execution (extraction, range, resolution, sandbox,
 // slots, a client that went away); an executed block that fails is a BlockRun with OK false.
 func RunBlock(ctx context.Context, eng *engine.Engine, body string, index int, stdin, input []byte) (*BlockRun, error) {
+	return RunBlockWith(ctx, eng, body, index, stdin, input, nil)
+}
+
+// RunBlockWith is RunBlock, deterministic when det is set (block k gets det.ForBlock(k), as in a chat run
+// of the whole body, so a block steps to the same bytes it gives there).
+func RunBlockWith(ctx context.Context, eng *engine.Engine, body string, index int, stdin, input []byte, det *sandbox.Determinism) (*BlockRun, error) {
 	blocks, err := markdown.Extract(sources(body))
 	if err != nil {
 		return nil, err
@@ -171,16 +178,17 @@ func RunBlock(ctx context.Context, eng *engine.Engine, body string, index int, s
 	if err := eng.CheckSandbox(); err != nil {
 		return nil, err
 	}
-	return runOne(ctx, eng, r, len(blocks), stdin, input)
+	return runOne(ctx, eng, r, len(blocks), stdin, input, det)
 }
 
 // runOne executes one resolved block as a one-block pipeline. Its stdout is captured under the same cap as
 // a pipeline's last block, so an oversized output is the output_limit failure rather than silent loss.
-func runOne(ctx context.Context, eng *engine.Engine, r interp.Resolved, total int, stdin, input []byte) (*BlockRun, error) {
+func runOne(ctx context.Context, eng *engine.Engine, r interp.Resolved, total int, stdin, input []byte, det *sandbox.Determinism) (*BlockRun, error) {
 	if stdin == nil {
 		stdin = []byte{}
 	}
-	res, _, err := eng.Run(ctx, engine.RunRequest{Resolved: []interp.Resolved{r}, Input: input, Stdin: stdin})
+	res, _, err := eng.Run(ctx, engine.RunRequest{Resolved: []interp.Resolved{r}, Input: input, Stdin: stdin,
+		Deterministic: det.ForBlock(r.Block.Index)})
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +291,7 @@ type Session struct {
 	resolved  []interp.Resolved
 	blocks    []BlockInfo
 	input     []byte
+	det       *sandbox.Determinism // nil: not deterministic (SetDeterminism)
 	maxBuffer int64
 	ctx       context.Context // cancelled when the session is deleted or expires
 	cancel    context.CancelFunc
@@ -321,6 +330,13 @@ func NewSession(eng *engine.Engine, body string, input []byte) (*Session, error)
 		ID: hex.EncodeToString(raw[:]), eng: eng, resolved: resolved, blocks: classify(eng, blocks),
 		input: input, maxBuffer: max, ctx: ctx, cancel: cancel, lastUsed: time.Now(),
 	}, nil
+}
+
+// SetDeterminism makes every later step deterministic with d (nil: off); call it before the first step.
+func (s *Session) SetDeterminism(d *sandbox.Determinism) {
+	s.mu.Lock()
+	s.det = d
+	s.mu.Unlock()
 }
 
 // Close cancels a running step (its processes are killed) and makes the session unusable.
@@ -373,7 +389,7 @@ func (s *Session) Step(ctx context.Context, stdin []byte) (*StepResult, error) {
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
-	run, err := runOne(ctx, s.eng, s.resolved[next], len(s.resolved), stdin, s.input)
+	run, err := runOne(ctx, s.eng, s.resolved[next], len(s.resolved), stdin, s.input, s.det)
 	if s.ctx.Err() != nil {
 		// Deleted or expired while the block ran: the run was killed and nothing is recorded.
 		return nil, ErrSessionNotFound

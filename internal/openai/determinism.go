@@ -23,8 +23,8 @@ func badMeta(field string, raw json.RawMessage, want string) *Error {
 		field, want, truncate(string(bytes.TrimSpace(raw)), 64))
 }
 
-// decodeDeterminism parses the three deterministic-mode fields of metadata.
-func decodeDeterminism(meta map[string]json.RawMessage) (Determinism, *Error) {
+// DecodeDeterminism parses the three deterministic-mode fields of a metadata object (also the debugger's).
+func DecodeDeterminism(meta map[string]json.RawMessage) (Determinism, *Error) {
 	var d Determinism
 	if raw, ok := meta["deterministic"]; ok && !isNull(raw) {
 		var s string

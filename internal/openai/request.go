@@ -96,7 +96,7 @@ func DecodeChatRequest(body []byte) (*ChatRequest, *Error) {
 	if r.NetworkAllow, e = decodeNetworkAllow(meta["network_allow"]); e != nil {
 		return nil, e
 	}
-	if r.Determinism, e = decodeDeterminism(meta); e != nil {
+	if r.Determinism, e = DecodeDeterminism(meta); e != nil {
 		return nil, e
 	}
 	return r, nil

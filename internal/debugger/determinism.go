@@ -1,0 +1,41 @@
+package debugger
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/sandbox"
+)
+
+// determinism reads a run-block or session request's "metadata" the way the chat route does
+// (metadata.deterministic, seed, now; the bag's now and the operator's --deterministic as defaults), so
+// that the debugger steps a body to the bytes a chat run of it gives. A deterministic answer carries
+// engine.DeterminismHeader.
+func (d *Debugger) determinism(w http.ResponseWriter, f fields) (*sandbox.Determinism, *openai.Error) {
+	meta := map[string]json.RawMessage{}
+	if raw, ok := f["metadata"]; ok && string(bytes.TrimSpace(raw)) != "null" {
+		if err := json.Unmarshal(raw, &meta); err != nil || meta == nil {
+			return nil, openai.NewError(http.StatusBadRequest, "invalid_json", "metadata must be an object")
+		}
+	}
+	choice, e := openai.DecodeDeterminism(meta)
+	if e != nil {
+		return nil, e
+	}
+	det, err := d.eng.Determinism(engine.DeterminismChoice(choice), f.input())
+	if err != nil {
+		var de *engine.DeterminismError
+		if errors.As(err, &de) && de.Unavailable {
+			return nil, openai.NewError(http.StatusNotImplemented, "deterministic_unavailable", "%s", err.Error())
+		}
+		return nil, openai.NewError(http.StatusBadRequest, "invalid_metadata", "%s", err.Error())
+	}
+	if det != nil {
+		w.Header().Set(engine.DeterminismHeader, engine.DeterminismHeaderValue(det))
+	}
+	return det, nil
+}
