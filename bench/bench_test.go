@@ -91,8 +91,9 @@ func TestMarkdownTablesWellFormed(t *testing.T) {
 		Spawn: &SpawnResult{Runs: 3, BareP50: 1, BwrapP50: 4, Variants: map[string]VariantStats{"bare": {P50: 1}, "bwrap": {P50: 4, CPU: 2}, "codellm": {P50: 3, CPU: 1}}},
 		Service: &ServiceResult{Peer: "go-judge", Rows: []LoadResult{{System: "codellm", Endpoint: pathChat, Lang: "bash", Concurrency: 1, RPS: 10}},
 			Ratios: []PeerRatio{{Endpoint: pathChat, Lang: "bash", C1P50: 1}}},
-		Pipeline: &PipelineResult{Bytes: 1 << 20, Reps: 1, CodellmMiB: 1, BashMiB: 1, Ratio: 1},
-		Python:   &InterpResult{Runs: 1},
+		Pipeline:      &PipelineResult{Bytes: 1 << 20, Reps: 1, CodellmMiB: 1, BashMiB: 1, Ratio: 1},
+		Python:        &InterpResult{Runs: 1},
+		Deterministic: []*DeterminismResult{{Program: "python3", Runs: 1, OffP50: 1, OnP50: 2}},
 	}
 	r.Targets = targets(r)
 	cells := 0

@@ -29,17 +29,19 @@ import (
 
 // Results is the JSON document written by --json.
 type Results struct {
-	Started  time.Time         `json:"started"`
-	Quick    bool              `json:"quick"`
-	Machine  Machine           `json:"machine"`
-	Spawn    *SpawnResult      `json:"spawn,omitempty"`
-	Service  *ServiceResult    `json:"service,omitempty"`
-	Pipeline *PipelineResult   `json:"pipeline,omitempty"`
-	Python   *InterpResult     `json:"python,omitempty"`
-	Node     *InterpResult     `json:"node,omitempty"`
-	Skipped  map[string]string `json:"skipped,omitempty"`
-	Targets  []Target          `json:"targets"`
-	Seconds  float64           `json:"seconds"`
+	Started  time.Time       `json:"started"`
+	Quick    bool            `json:"quick"`
+	Machine  Machine         `json:"machine"`
+	Spawn    *SpawnResult    `json:"spawn,omitempty"`
+	Service  *ServiceResult  `json:"service,omitempty"`
+	Pipeline *PipelineResult `json:"pipeline,omitempty"`
+	Python   *InterpResult   `json:"python,omitempty"`
+	Node     *InterpResult   `json:"node,omitempty"`
+	// Deterministic is the deterministic-mode row (bench/determinism.go).
+	Deterministic []*DeterminismResult `json:"deterministic,omitempty"`
+	Skipped       map[string]string    `json:"skipped,omitempty"`
+	Targets       []Target             `json:"targets"`
+	Seconds       float64              `json:"seconds"`
 }
 
 // params sizes a run.
@@ -52,7 +54,7 @@ type params struct {
 	interpRuns    int
 }
 
-var allRows = []string{"spawn", "service", "pipeline", "interp"}
+var allRows = []string{"spawn", "service", "pipeline", "interp", "deterministic"}
 
 // noopEnv makes the binary exit from its init: the spawn row's go-exec variant times a Go runtime start
 // (with this binary's size and package inits, like the sandbox helper) with it. An environment variable,
@@ -180,6 +182,12 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 				return nil, err
 			}
 			*in.dst = r
+		}
+	}
+	if want("deterministic") {
+		logf("deterministic: python3 and node, %d interleaved runs off/on", p.interpRuns)
+		if res.Deterministic, err = measureDeterminism(pcfg, p.interpRuns); err != nil {
+			return nil, err
 		}
 	}
 	res.Machine.LoadAfter = load1()

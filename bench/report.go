@@ -119,6 +119,7 @@ func markdown(r *Results) string {
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString(determinismMarkdown(r.Deterministic))
 	for k, v := range r.Skipped {
 		fmt.Fprintf(&b, "Skipped %s: %s\n\n", k, v)
 	}
