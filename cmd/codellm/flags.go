@@ -4,9 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
-	"unicode"
+
+	"github.com/codellm/codellm/internal/bytesize"
 )
 
 // envName maps a flag name to its environment variable: CODELLM_ + upper snake case.
@@ -71,7 +71,8 @@ func (l *prefixFlag) Set(v string) error {
 // byteSize is a size flag accepting plain bytes or a binary/decimal suffix (64MiB, 1GiB, 512K, 10MB).
 type byteSize int64
 
-func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+// String is the human form ("64MiB"), which is also what --help prints as the default.
+func (b *byteSize) String() string { return bytesize.Format(int64(*b)) }
 func (b *byteSize) Set(v string) error {
 	n, err := parseByteSize(v)
 	if err != nil {
@@ -81,26 +82,4 @@ func (b *byteSize) Set(v string) error {
 	return nil
 }
 
-func parseByteSize(v string) (int64, error) {
-	s := strings.TrimSpace(v)
-	i := strings.IndexFunc(s, func(r rune) bool { return !unicode.IsDigit(r) })
-	num, unit := s, ""
-	if i >= 0 {
-		num, unit = s[:i], strings.TrimSpace(s[i:])
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || num == "" {
-		return 0, fmt.Errorf("invalid size %q (want bytes or a suffix such as 64MiB)", v)
-	}
-	mult := map[string]int64{"": 1, "b": 1,
-		"k": 1 << 10, "kb": 1000, "kib": 1 << 10,
-		"m": 1 << 20, "mb": 1000 * 1000, "mib": 1 << 20,
-		"g": 1 << 30, "gb": 1000 * 1000 * 1000, "gib": 1 << 30}[strings.ToLower(unit)]
-	if mult == 0 {
-		return 0, fmt.Errorf("invalid size unit in %q (use B, KiB, MiB, GiB, KB, MB or GB)", v)
-	}
-	if n > (1<<62)/mult {
-		return 0, fmt.Errorf("size %q is too large", v)
-	}
-	return n * mult, nil
-}
+func parseByteSize(v string) (int64, error) { return bytesize.Parse(v) }

@@ -18,7 +18,7 @@ func registerIdempotencyFlags(fs *flag.FlagSet) *idempotencyFlags {
 	f := &idempotencyFlags{maxBytes: 64 << 20}
 	fs.DurationVar(&f.ttl, "idempotency-ttl", 10*time.Minute, "how long a response to an Idempotency-Key (or a Stainless client retry) is replayed; 0 disables the rule")
 	fs.IntVar(&f.maxEntries, "idempotency-max-entries", 10000, "recorded responses kept at most (oldest out first)")
-	fs.Var(&f.maxBytes, "idempotency-max-bytes", "bytes of recorded responses kept at most (default 64MiB; oldest out first)")
+	fs.Var(&f.maxBytes, "idempotency-max-bytes", "bytes of recorded responses kept at most (oldest out first)")
 	return f
 }
 

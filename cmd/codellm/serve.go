@@ -60,7 +60,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.InsecurePublic, "insecure-public", false, "allow a non-loopback listener without authentication (logged as a warning)")
 	fs.BoolVar(&cfg.DebugExtension, "debug-extension", false, "honour the x_codellm_debug request field (exposes block output to callers)")
 	var maxBody byteSize = 10 << 20
-	fs.Var(&maxBody, "max-body-bytes", "maximum request body (default 10MiB)")
+	fs.Var(&maxBody, "max-body-bytes", "maximum request body")
 	dbgFlags := registerDebugFlags(fs)
 	idem := registerIdempotencyFlags(fs)
 	lf := registerListenerFlags(fs, &cfg)

@@ -20,11 +20,13 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/bytesize"
 	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/hub/boltstore"
 	"github.com/codellm/codellm/internal/hub/filestore"
 	"github.com/codellm/codellm/internal/hub/redisstore"
 	"github.com/codellm/codellm/internal/hub/store"
+	"github.com/codellm/codellm/internal/listen"
 )
 
 // Env looks up a hub setting by its suffix ("HUB_LISTEN"): CODELLM_<s>
@@ -49,32 +51,16 @@ func Env(lookup func(string) (string, bool), suffix string) (string, bool) {
 	return "", false
 }
 
-// parseSize accepts plain bytes or a KiB/MiB/GiB suffix.
+// parseSize reads a positive size in codellm's one size syntax (bytesize: 64M, 64MB, 64MiB).
 func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	for suf, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
-		if strings.HasSuffix(s, suf) {
-			s, mult = strings.TrimSuffix(s, suf), m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("invalid size %q", s)
-	}
-	return n * mult, nil
-}
-
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
+	n, err := bytesize.Parse(s)
 	if err != nil {
-		return false
+		return 0, err
 	}
-	if host == "localhost" {
-		return true
+	if n <= 0 {
+		return 0, fmt.Errorf("invalid size %q (must be positive)", s)
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return n, nil
 }
 
 // RunCLI implements `codellm hub [serve|pair|revoke|status] …` and returns
@@ -110,7 +96,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	}
 	fs := flag.NewFlagSet("codellm hub", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", envOr("HUB_LISTEN", "127.0.0.1:8090"), "listen address")
+	listenAddr := fs.String("listen", envOr("HUB_LISTEN", "127.0.0.1:8090"), "listen address")
 	adminToken := fs.String("admin-token", envOr("HUB_ADMIN_TOKEN", ""), "admin bearer token")
 	apiKey := fs.String("api-key", envOr("HUB_API_KEY", ""), "client API key (tenant \"default\")")
 	storePath := fs.String("store", "", "embedded store file (default $CODELLM_HUB_DATA_DIR/bridge.db), or redis://HOST:PORT/DB for the shared Redis store")
@@ -195,8 +181,8 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return fail("--tls-cert and --tls-key go together")
 	}
-	if !isLoopback(*listen) && *tlsCert == "" && !*behindProxy {
-		return fail("listening on non-loopback %s needs --tls-cert/--tls-key or --behind-proxy", *listen)
+	if !listen.IsLoopback(*listenAddr) && *tlsCert == "" && !*behindProxy {
+		return fail("listening on non-loopback %s needs --tls-cert/--tls-key or --behind-proxy", *listenAddr)
 	}
 	st, feed, err := openStore(ctx, redisURL, path, *allowEviction, stderr)
 	if err != nil {
@@ -221,7 +207,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 		go func() { defer close(feedDone); _ = feed.WatchChanges(feedCtx, h.Notify) }()
 		defer func() { stopFeed(); <-feedDone }()
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", *listenAddr)
 	if err != nil {
 		return fail("listen: %v", err)
 	}

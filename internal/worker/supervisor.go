@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/runner"
 )
 
@@ -223,13 +224,8 @@ func NewEndpoint(raw string, allowRemote bool, client *http.Client) (*Endpoint, 
 	return &Endpoint{URL: raw, Client: client}, nil
 }
 
-func loopbackHost(h string) bool {
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
+// loopbackHost is codellm's one loopback rule (internal/listen).
+func loopbackHost(h string) bool { return listen.IsLoopbackHost(h) }
 
 func (e *Endpoint) Stateful() bool { return strings.Contains(e.URL, PlaceholderSession) }
 func (e *Endpoint) Label() string  { return "nsjail" }

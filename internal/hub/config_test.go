@@ -1,0 +1,57 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The hub reads listen addresses and sizes with codellm's one rule each (internal/listen,
+// internal/bytesize). Issue 15: the hub refused LOCALHOST:1 (which serve accepts) and 64M / 10MB. Each
+// case runs serve up to opening its store, which is made to fail (a path under a regular file), so the
+// error says which check stopped it.
+func TestServeConfigRules(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(file, "bridge.db")
+	for _, c := range []struct {
+		listen string
+		env    map[string]string
+		want   string // a fragment of the error; "" for "got as far as the store"
+	}{
+		{"127.0.0.1:1", nil, ""},
+		{"LOCALHOST:1", nil, ""},
+		{"localhost:1", nil, ""},
+		{"127.0.0.2:1", nil, ""},
+		{"[::1]:1", nil, ""},
+		{"[::ffff:127.0.0.1]:1", nil, ""},
+		{"0.0.0.0:1", nil, "non-loopback"},
+		{"[::]:1", nil, "non-loopback"},
+		{"localhost.example:1", nil, "non-loopback"},
+		{"192.168.1.1:1", nil, "non-loopback"},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_MAX_BODY": "64M"}, ""},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_MAX_BODY": "10MB"}, ""},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_MAX_BODY": "64MiB"}, ""},
+		{"127.0.0.1:1", map[string]string{"LIBRECHAT_CODE_HUB_MAX_FILE_BYTES": "1 GiB"}, ""},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_MAX_BODY": "0"}, "CODELLM_HUB_MAX_BODY"},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_MAX_BODY": "64X"}, "CODELLM_HUB_MAX_BODY"},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_MAX_BODY": "1.5MiB"}, "CODELLM_HUB_MAX_BODY"},
+	} {
+		var stderr bytes.Buffer
+		lookup := func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }
+		code := runCLI(context.Background(), []string{"serve", "--listen", c.listen, "--admin-token", adminToken, "--store", store}, &stderr, &stderr, lookup)
+		out := stderr.String()
+		if code != 1 {
+			t.Fatalf("%s %v: exit %d: %s", c.listen, c.env, code, out)
+		}
+		storeErr := strings.Contains(out, "not a directory")
+		if c.want == "" && !storeErr || c.want != "" && (storeErr || !strings.Contains(out, c.want)) {
+			t.Errorf("%s %v: want %q, got %s", c.listen, c.env, c.want, out)
+		}
+	}
+}
