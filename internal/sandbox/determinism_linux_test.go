@@ -111,3 +111,21 @@ func runDet(t *testing.T, s *Sandbox) (*Process, error) {
 	return r.Start(Spec{Path: "/bin/true", Args: []string{"true"}, Dir: dir, Stdout: os.Stderr, Stderr: os.Stderr,
 		Deterministic: &Determinism{Seed: "x", Now: time.Unix(0, 0)}})
 }
+
+// TestDeterminismReported: doctor's and /readyz's row says the mode is supported on a native host, and
+// names the missing piece when a mechanism it needs is off.
+func TestDeterminismReported(t *testing.T) {
+	s := nativeSandbox(t)
+	if st := s.Report().Determinism; !st.Supported || len(st.Mechanisms) == 0 || s.DeterminismMissing() != "" {
+		if determinismHost() == "" {
+			t.Fatalf("native host, yet determinism = %+v", st)
+		}
+	}
+	use := (s.plat.want & s.plat.avail) &^ mSeccomp
+	if st := determinismStatus(use); st.Supported || !strings.Contains(st.Missing, "seccomp") {
+		t.Fatalf("without seccomp: %+v", st)
+	}
+	if !strings.Contains(s.Report().String(), "deterministic mode:") {
+		t.Fatal("doctor table lacks the deterministic mode line")
+	}
+}
