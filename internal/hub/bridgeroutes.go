@@ -140,7 +140,7 @@ func (h *Hub) writeBridgeError(w http.ResponseWriter, rt route, err error) {
 	}
 	var be *bridge.Error
 	if !errors.As(err, &be) && !errors.Is(err, context.Canceled) {
-		h.cfg.Logger.Printf("bridge %s %s: %v", rt.name, rt.workerID, err)
+		h.cfg.Logger.Error("bridge request failed", "route", rt.name, "worker", rt.workerID, "err", err)
 	}
 	bridge.WriteError(w, err)
 }
@@ -249,7 +249,7 @@ func (h *Hub) serveAdmin(w http.ResponseWriter, r *http.Request, rt route, raw [
 		if err := h.store.CreatePairing(ctx, req.WorkerID, bridge.HashSecret(code), req.Binding, exp); err != nil {
 			return err
 		}
-		h.cfg.Logger.Printf("pairing code issued for worker %s", req.WorkerID)
+		h.cfg.Logger.Info("pairing code issued", "worker", req.WorkerID)
 		writeValue(w, http.StatusOK, bridge.CreatePairingResponse{ProtocolVersion: 1, WorkerID: req.WorkerID, Code: code, ExpiresAt: bridge.FormatTime(exp)})
 	case "revoke":
 		if !bridge.ValidWorkerID(rt.workerID) || !h.configured(rt.workerID) {
@@ -259,7 +259,7 @@ func (h *Hub) serveAdmin(w http.ResponseWriter, r *http.Request, rt route, raw [
 			return err
 		}
 		h.notify()
-		h.cfg.Logger.Printf("worker %s revoked", rt.workerID)
+		h.cfg.Logger.Info("worker revoked", "worker", rt.workerID)
 		writeValue(w, http.StatusOK, bridge.RevokeResponse{ProtocolVersion: 1, Revoked: true})
 	case "status":
 		if !bridge.ValidWorkerID(rt.workerID) || !h.configured(rt.workerID) {
@@ -309,7 +309,7 @@ func (h *Hub) handleRedeem(w http.ResponseWriter, r *http.Request, raw []byte) e
 	}); err != nil {
 		return err
 	}
-	h.cfg.Logger.Printf("worker %s paired", req.WorkerID)
+	h.cfg.Logger.Info("worker paired", "worker", req.WorkerID)
 	writeValue(w, http.StatusOK, bridge.CredentialResponse{ProtocolVersion: 1, WorkerID: req.WorkerID, Credential: cred, ExpiresAt: bridge.FormatTime(exp)})
 	return nil
 }

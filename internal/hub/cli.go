@@ -8,7 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -120,7 +120,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	cfg := Config{
 		AdminToken: *adminToken, WorkerToken: *workerToken, AuthMode: *authMode, DynamicWorkers: *dynamic,
 		SignedPathPrefix: envOr("HUB_SIGNED_PATH_PREFIX", ""),
-		Logger:           log.New(stderr, "codellm hub: ", log.LstdFlags),
+		Logger:           slog.New(slog.NewTextHandler(stderr, nil)).With("component", "hub"),
 	}
 	if *apiKey != "" {
 		cfg.ClientKeys = append(cfg.ClientKeys, ClientKey{Key: *apiKey, TenantID: "default"})

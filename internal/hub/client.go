@@ -134,7 +134,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Files != nil {
 		// Other hub replicas learn the session (and its owner) from the shared file store.
 		if err := h.cfg.Files.Touch(context.WithoutCancel(r.Context()), key.TenantID, d.sessionID); err != nil {
-			h.cfg.Logger.Printf("file store: touch session: %v", err)
+			h.cfg.Logger.Warn("file store: touch session failed", "session", d.sessionID, "err", err)
 		}
 	}
 	if out.status != bridge.StatusFulfilled {

@@ -426,7 +426,7 @@ func mapDispatchError(err error) *clientError {
 func (h *Hub) fail(err error) *clientError {
 	ce := mapDispatchError(err)
 	if ce.status == http.StatusInternalServerError {
-		h.cfg.Logger.Printf("dispatch: %v", err)
+		h.cfg.Logger.Error("dispatch failed", "err", err)
 	}
 	return ce
 }

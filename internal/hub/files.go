@@ -71,7 +71,7 @@ func (h *Hub) storeError(err error) *clientError {
 	case errors.Is(err, store.ErrUnavailable):
 		return errStoreUnavailable()
 	}
-	h.cfg.Logger.Printf("file store: %v", err)
+	h.cfg.Logger.Error("file store failed", "err", err)
 	return fileError(http.StatusInternalServerError, "internal_error", "File store failure")
 }
 

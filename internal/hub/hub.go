@@ -11,8 +11,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
-	"io"
-	"log"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -71,7 +70,7 @@ type Config struct {
 	// PollInterval is how often waiting requests re-read the store when no
 	// in-process notification wakes them (≤ 100 ms per §3.5).
 	PollInterval time.Duration
-	Logger       *log.Logger
+	Logger       *slog.Logger // nil: discard
 	// IdempotencyTTL is how long a /v1/exec or chat response to an Idempotency-Key (or a Stainless client
 	// retry) is replayed (default 10 min; negative disables); IdempotencyMaxBytes caps one recorded
 	// response (default 8 MiB; larger ones are refused on repeat, not run again).
@@ -129,7 +128,7 @@ func (c *Config) defaults() {
 		c.MaxExecInputBytes = DefaultMaxExecInputBytes
 	}
 	if c.Logger == nil {
-		c.Logger = log.New(io.Discard, "", 0)
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 

@@ -46,14 +46,14 @@ func (h *Hub) storeFailed(op string, err error) {
 	}
 	h.metrics.StoreErrors.WithLabelValues(op).Inc()
 	if errors.Is(err, store.ErrUnavailable) && !h.health.down.Swap(true) {
-		h.cfg.Logger.Printf("store unavailable (%s): %v; answering 503 store_unavailable until it returns", op, err)
+		h.cfg.Logger.Error("store unavailable; answering 503 store_unavailable until it returns", "operation", op, "err", err)
 	}
 }
 
 // storeOK records that the store answered, logging the recovery.
 func (h *Hub) storeOK() {
 	if h.health.down.Load() && h.health.down.Swap(false) {
-		h.cfg.Logger.Printf("store reachable again")
+		h.cfg.Logger.Info("store reachable again")
 	}
 }
 
@@ -87,7 +87,7 @@ func (h *Hub) checkEpoch(ctx context.Context) error {
 		h.health.epoch = cur
 		if known != "" && cur != known {
 			h.health.reset = &storeReset{DetectedAt: bridge.FormatTime(time.Now()), PreviousEpoch: known, Epoch: cur}
-			h.cfg.Logger.Printf("ERROR: %s (epoch %s, was %s)", resetMessage, cur, known)
+			h.cfg.Logger.Error(resetMessage, "epoch", cur, "previous_epoch", known)
 		}
 	}
 	return nil

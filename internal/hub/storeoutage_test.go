@@ -3,7 +3,7 @@ package hub
 import (
 	"bytes"
 	"context"
-	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -50,7 +50,7 @@ func newFaultHub(t *testing.T) (*testHub, *storetest.FaultBackend, *lockedBuf) {
 	}
 	logs := &lockedBuf{}
 	cfg := Config{AdminToken: adminToken, ClientKeys: []ClientKey{{Key: apiKey, TenantID: "default"}},
-		PollInterval: 20 * time.Millisecond, Files: fs, Logger: log.New(logs, "", 0)}
+		PollInterval: 20 * time.Millisecond, Files: fs, Logger: slog.New(slog.NewTextHandler(logs, nil))}
 	h, err := New(cfg, st)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestStoreReset(t *testing.T) {
 	if r.status != 200 || !strings.Contains(string(r.body), `"store":"reset"`) || !strings.Contains(string(r.body), "pair each worker again") {
 		t.Fatalf("readyz after the reset: %d %s", r.status, r.body)
 	}
-	if n := strings.Count(logs.String(), "ERROR: the hub's store lost its state"); n != 1 {
+	if n := strings.Count(logs.String(), `level=ERROR msg="the hub's store lost its state`); n != 1 {
 		t.Fatalf("reset logged %d times:\n%s", n, logs)
 	}
 	w.pair(h)
