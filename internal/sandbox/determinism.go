@@ -20,8 +20,9 @@ import (
 //     fixed 1 ms step, so a program that reads the clock the same number of
 //     times sees the same values (measured: python3.11 makes 49 reads before
 //     the body, node 20 makes 9; both identical run to run, and bash's
-//     date(1) follows; bash's own $EPOCHSECONDS and printf %(...)T do not,
-//     measured). It covers
+//     date(1) follows; bash's own $EPOCHSECONDS and printf %(...)T do not
+//     when bash is the block's program, measured — they do when a parent
+//     process initialised libfaketime first, e.g. under setarch). It covers
 //     dynamically linked programs only: a statically linked one (Go, musl
 //     static) reads the vDSO clock and sees the host's real time.
 //   - Monotonic and boot clocks: a time namespace (CLONE_NEWTIME) whose
@@ -32,10 +33,11 @@ import (
 //     printed at a resolution coarser than the run's jitter (whole
 //     seconds, say) is reproducible; microseconds are not. This covers
 //     static programs too (the vDSO honours time namespaces).
-//   - File timestamps: the kernel stamps files with the real clock; what a
-//     dynamically linked program sees through stat is shifted by
-//     libfaketime towards the fake clock, which is only approximately
-//     reproducible (see the package README row).
+//   - File timestamps: NOT reproducible. The kernel stamps files with the
+//     real clock (time namespaces do not cover CLOCK_REALTIME), and
+//     Debian's libfaketime does not shift what stat/statx return either
+//     (measured: python's os.stat and stat(1) of a file written under
+//     FAKETIME show today's time). A program that prints mtimes differs.
 //   - Randomness: /dev/urandom and /dev/random are a read-only file of
 //     RandomBytes of the ChaCha20 keystream keyed by SHA-256(Seed); every
 //     open reads it from the start. getrandom(2) fails with ENOSYS, so
