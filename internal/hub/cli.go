@@ -122,19 +122,8 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 		SignedPathPrefix: envOr("HUB_SIGNED_PATH_PREFIX", ""),
 		Logger:           slog.New(slog.NewTextHandler(stderr, nil)).With("component", "hub"),
 	}
-	if *apiKey != "" {
-		cfg.ClientKeys = append(cfg.ClientKeys, ClientKey{Key: *apiKey, TenantID: "default"})
-	}
-	if *keysFile != "" {
-		b, err := os.ReadFile(*keysFile)
-		if err != nil {
-			return fail("client keys: %v", err)
-		}
-		var keys []ClientKey
-		if err := json.Unmarshal(b, &keys); err != nil {
-			return fail("client keys %s: %v", *keysFile, err)
-		}
-		cfg.ClientKeys = append(cfg.ClientKeys, keys...)
+	if err := readClientKeys(&cfg, *apiKey, *keysFile); err != nil {
+		return fail("%v", err)
 	}
 	if *workerIDs != "" {
 		for _, id := range strings.Split(*workerIDs, ",") {
@@ -143,46 +132,15 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 			}
 		}
 	}
-	for suffix, dst := range map[string]*time.Duration{
-		"HUB_CREDENTIAL_TTL": &cfg.CredentialTTL, "HUB_PAIRING_TTL": &cfg.PairingTTL, "HUB_EXEC_TIMEOUT": &cfg.ExecTimeout,
-		"HUB_CHAT_TIMEOUT": &cfg.ChatTimeout, "HUB_FILE_TTL": &cfg.FileLimits.TTL, "HUB_MAX_TIMEOUT": &cfg.MaxTimeout, "HUB_QUEUE_TIMEOUT": &cfg.QueueTimeout,
-		"HUB_IDEMPOTENCY_TTL": &cfg.IdempotencyTTL,
-	} {
-		if v, ok := Env(lookup, suffix); ok {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return fail("CODELLM_%s: invalid duration %q", suffix, v)
-			}
-			*dst = d
-		}
-	}
-	if v, ok := Env(lookup, "HUB_QUEUE_MAX"); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return fail("CODELLM_HUB_QUEUE_MAX: invalid %q", v)
-		}
-		cfg.QueueMax = n
-	}
-	for suffix, dst := range map[string]*int64{"HUB_MAX_BODY": &cfg.MaxBody, "HUB_MAX_SETTLE_BODY": &cfg.MaxSettleBody,
-		"HUB_MAX_FILE_BYTES": &cfg.FileLimits.MaxFileBytes, "HUB_MAX_SESSION_FILE_BYTES": &cfg.FileLimits.MaxSessionBytes,
-		"HUB_MAX_FILE_STORE_BYTES": &cfg.FileLimits.MaxTotalBytes, "HUB_MAX_EXEC_INPUT_BYTES": &cfg.MaxExecInputBytes} {
-		if v, ok := Env(lookup, suffix); ok {
-			n, err := parseSize(v)
-			if err != nil {
-				return fail("CODELLM_%s: %v", suffix, err)
-			}
-			*dst = n
-		}
+	if err := envLimits(&cfg, lookup); err != nil {
+		return fail("%v", err)
 	}
 	redisURL, path, err := storeTarget(*storePath, envOr)
 	if err != nil {
 		return fail("%v", err)
 	}
-	if (*tlsCert == "") != (*tlsKey == "") {
-		return fail("--tls-cert and --tls-key go together")
-	}
-	if !listen.IsLoopback(*listenAddr) && *tlsCert == "" && !*behindProxy {
-		return fail("listening on non-loopback %s needs --tls-cert/--tls-key or --behind-proxy", *listenAddr)
+	if err := checkListener(*listenAddr, *tlsCert, *tlsKey, *behindProxy); err != nil {
+		return fail("%v", err)
 	}
 	st, feed, err := openStore(ctx, redisURL, path, *allowEviction, stderr)
 	if err != nil {
@@ -199,32 +157,117 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	if err != nil {
 		return fail("%v", err)
 	}
-	if feed != nil {
-		// Another replica's changes wake this replica's long polls and
-		// waiting clients at once instead of at the next poll tick.
-		feedCtx, stopFeed := context.WithCancel(ctx)
-		feedDone := make(chan struct{})
-		go func() { defer close(feedDone); _ = feed.WatchChanges(feedCtx, h.Notify) }()
-		defer func() { stopFeed(); <-feedDone }()
+	defer watchFeed(ctx, feed, h)()
+	if err := serveHTTP(ctx, h, *listenAddr, *tlsCert, *tlsKey, stderr); err != nil {
+		return fail("%v", err)
 	}
-	ln, err := net.Listen("tcp", *listenAddr)
+	return 0
+}
+
+// watchFeed makes another replica's changes (the Redis store's feed; nil for the embedded store) wake
+// this replica's long polls and waiting clients at once instead of at the next poll tick. The returned
+// func stops watching and waits for the watcher to end.
+func watchFeed(ctx context.Context, feed *redisstore.Store, h *Hub) (stop func()) {
+	if feed == nil {
+		return func() {}
+	}
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	feedDone := make(chan struct{})
+	go func() { defer close(feedDone); _ = feed.WatchChanges(feedCtx, h.Notify) }()
+	return func() { stopFeed(); <-feedDone }
+}
+
+// checkListener is the hub's listener rule: a non-loopback address (internal/listen's rule) needs TLS or
+// an operator's word that a TLS proxy is in front.
+func checkListener(addr, cert, key string, behindProxy bool) error {
+	if (cert == "") != (key == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if !listen.IsLoopback(addr) && cert == "" && !behindProxy {
+		return fmt.Errorf("listening on non-loopback %s needs --tls-cert/--tls-key or --behind-proxy", addr)
+	}
+	return nil
+}
+
+// readClientKeys adds the --api-key (tenant "default") and the keys of --client-keys-file to cfg.
+func readClientKeys(cfg *Config, apiKey, keysFile string) error {
+	if apiKey != "" {
+		cfg.ClientKeys = append(cfg.ClientKeys, ClientKey{Key: apiKey, TenantID: "default"})
+	}
+	if keysFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(keysFile)
 	if err != nil {
-		return fail("listen: %v", err)
+		return fmt.Errorf("client keys: %v", err)
+	}
+	var keys []ClientKey
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return fmt.Errorf("client keys %s: %v", keysFile, err)
+	}
+	cfg.ClientKeys = append(cfg.ClientKeys, keys...)
+	return nil
+}
+
+// envLimits reads the hub's environment-only settings (durations, the queue length, byte sizes) into cfg;
+// each must be positive.
+func envLimits(cfg *Config, lookup func(string) (string, bool)) error {
+	for suffix, dst := range map[string]*time.Duration{
+		"HUB_CREDENTIAL_TTL": &cfg.CredentialTTL, "HUB_PAIRING_TTL": &cfg.PairingTTL, "HUB_EXEC_TIMEOUT": &cfg.ExecTimeout,
+		"HUB_CHAT_TIMEOUT": &cfg.ChatTimeout, "HUB_FILE_TTL": &cfg.FileLimits.TTL, "HUB_MAX_TIMEOUT": &cfg.MaxTimeout, "HUB_QUEUE_TIMEOUT": &cfg.QueueTimeout,
+		"HUB_IDEMPOTENCY_TTL": &cfg.IdempotencyTTL,
+	} {
+		if v, ok := Env(lookup, suffix); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("CODELLM_%s: invalid duration %q", suffix, v)
+			}
+			*dst = d
+		}
+	}
+	if v, ok := Env(lookup, "HUB_QUEUE_MAX"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("CODELLM_HUB_QUEUE_MAX: invalid %q", v)
+		}
+		cfg.QueueMax = n
+	}
+	for suffix, dst := range map[string]*int64{"HUB_MAX_BODY": &cfg.MaxBody, "HUB_MAX_SETTLE_BODY": &cfg.MaxSettleBody,
+		"HUB_MAX_FILE_BYTES": &cfg.FileLimits.MaxFileBytes, "HUB_MAX_SESSION_FILE_BYTES": &cfg.FileLimits.MaxSessionBytes,
+		"HUB_MAX_FILE_STORE_BYTES": &cfg.FileLimits.MaxTotalBytes, "HUB_MAX_EXEC_INPUT_BYTES": &cfg.MaxExecInputBytes} {
+		if v, ok := Env(lookup, suffix); ok {
+			n, err := parseSize(v)
+			if err != nil {
+				return fmt.Errorf("CODELLM_%s: %v", suffix, err)
+			}
+			*dst = n
+		}
+	}
+	return nil
+}
+
+// serveHTTP serves h on addr (TLS when cert is set) until ctx ends or SIGINT/SIGTERM, then shuts down:
+// h first (waking long polls and waiting clients, so Shutdown does not sit out a 30 s lease wait), then
+// the server within 10 s.
+func serveHTTP(ctx context.Context, h *Hub, addr, cert, key string, stderr io.Writer) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen: %v", err)
 	}
 	// Header, body and idle timeouts and a connection cap (httpguard); settle bodies of up to 32 MiB get
 	// two minutes to arrive.
 	lim := httpguard.Limits{Body: 2 * time.Minute}
-	ln = lim.Listener(ln, *tlsCert == "", nil)
+	ln = lim.Listener(ln, cert == "", nil)
 	srv := lim.Server(h, nil)
 	scheme := "http"
-	if *tlsCert != "" {
+	if cert != "" {
 		scheme = "https"
 	}
 	fmt.Fprintf(stderr, "codellm hub: listening on %s://%s\n", scheme, ln.Addr())
 	errc := make(chan error, 1)
 	go func() {
-		if *tlsCert != "" {
-			errc <- srv.ServeTLS(ln, *tlsCert, *tlsKey)
+		if cert != "" {
+			errc <- srv.ServeTLS(ln, cert, key)
 		} else {
 			errc <- srv.Serve(ln)
 		}
@@ -234,11 +277,9 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	select {
 	case err := <-errc:
 		h.Close()
-		return fail("serve: %v", err)
+		return fmt.Errorf("serve: %v", err)
 	case <-sigCtx.Done():
 	}
-	// Wake long polls and waiting clients first, so Shutdown does not sit
-	// out a 30 s lease wait.
 	h.Close()
 	shCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -246,7 +287,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 		_ = srv.Close()
 	}
 	<-errc
-	return 0
+	return nil
 }
 
 // openFiles opens the file store that goes with the state store: its index in the hub's own store
