@@ -1,5 +1,5 @@
 // Package clients drives the real npm OpenAI clients (openai-node 6, the AI SDK 6 over
-// @ai-sdk/openai-compatible) against a real `codellm serve` built from this tree: node runs run.mjs,
+// @ai-sdk/openai-compatible and @ai-sdk/openai, @openai/agents, LangChain JS) against a real `codellm serve` built from this tree: node runs run.mjs,
 // one scenario per subtest, and this test checks what the clients saw and what the server counted.
 // .ci/run installs the pinned packages with `npm ci` into test/clients/node_modules.
 package clients
@@ -422,4 +422,50 @@ func TestLangChain(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	t.Logf("LangChain used chat %d times, responses %d times", s.route(t, "chat"), s.route(t, "responses"))
+}
+
+// The AI SDK 6 over its OpenAI provider @ai-sdk/openai: openai('…') (the Responses API) and
+// openai.chat('…') (chat completions), generateText and streamText with stopWhen: hasToolCall('finish'),
+// each one step on its own route; a ToolLoopAgent on the Responses API stops at finish, and without it
+// its second step (function_call_output items) gets the guard's finish and runs nothing.
+func TestAISDKOpenAIProvider(t *testing.T) {
+	needNode(t)
+	s := startServe(t)
+	responses, chat, runs := s.route(t, "responses"), s.route(t, "chat"), s.runs(t)
+	type api struct {
+		Steps         int      `json:"steps"`
+		Calls         []string `json:"calls"`
+		Streamed      []string `json:"streamed"`
+		StreamedSteps int      `json:"streamedSteps"`
+		FinishReason  string   `json:"finishReason"`
+		Results       []string `json:"results"`
+	}
+	var r struct {
+		Responses  api      `json:"responses"`
+		Chat       api      `json:"chat"`
+		AgentSteps int      `json:"agentSteps"`
+		LooseSteps int      `json:"looseSteps"`
+		Executed   []string `json:"executed"`
+	}
+	s.node(t, "aisdkOpenAI", &r)
+	for name, a := range map[string]api{"responses": r.Responses, "chat": r.Chat} {
+		if a.Steps != 1 || a.StreamedSteps != 1 || strings.Join(a.Calls, ",") != "write_note,finish" ||
+			strings.Join(a.Streamed, ",") != "write_note,finish" || a.FinishReason != "tool-calls" || strings.Join(a.Results, ",") != "ok,wrote" {
+			t.Errorf("%s: %+v", name, a)
+		}
+	}
+	if r.AgentSteps != 1 || r.LooseSteps != 2 || !strings.HasSuffix(strings.Join(r.Executed, ","), "nothing was executed again") {
+		t.Fatalf("agents: %+v", r)
+	}
+	// openai('…') went to /v1/responses (2 + agent 1 + loose 2), openai.chat('…') to the chat route (2);
+	// the code ran once per request but the guard's answer (2 + 2 + 1 + 1).
+	if n := s.route(t, "responses") - responses; n != 5 {
+		t.Errorf("%d Responses API requests, want 5", n)
+	}
+	if n := s.route(t, "chat") - chat; n != 2 {
+		t.Errorf("%d chat requests, want 2", n)
+	}
+	if n := s.runs(t) - runs; n != 6 {
+		t.Errorf("the code ran %d times, want 6", n)
+	}
 }

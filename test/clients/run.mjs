@@ -116,6 +116,33 @@ const scenarios = {
     return { steps: g.steps.length, text: g.text, calls: g.toolCalls.map((c) => c.toolName), streamedCalls,
       agentSteps: a.steps.length, looseSteps: l.steps.length, executed };
   },
+  // AI SDK 6 over its OpenAI provider @ai-sdk/openai: openai('…') speaks the Responses API,
+  // openai.chat('…') chat completions; generateText and streamText with stopWhen: hasToolCall('finish').
+  async aisdkOpenAI() {
+    const { createOpenAI } = await import('@ai-sdk/openai');
+    const { generateText, streamText, tool, hasToolCall, stepCountIs, ToolLoopAgent } = await import('ai');
+    const openai = createOpenAI({ baseURL, apiKey });
+    const executed = [];
+    const tools = {
+      write_note: tool({ inputSchema: z.object({ path: z.string(), content: z.string() }), execute: async (a) => { executed.push('write_note:' + a.path); return 'ok'; } }),
+      finish: tool({ inputSchema: z.object({ answer: z.string() }), execute: async (a) => { executed.push('finish:' + a.answer); return a.answer; } }),
+    };
+    const out = {};
+    for (const [api, model] of [['responses', openai('codellm')], ['chat', openai.chat('codellm')]]) {
+      const g = await generateText({ model, prompt: writeNote, tools, stopWhen: hasToolCall('finish') });
+      const s = streamText({ model, prompt: writeNote, tools, stopWhen: hasToolCall('finish') });
+      const streamed = (await s.toolCalls).map((c) => c.toolName);
+      out[api] = { steps: g.steps.length, calls: g.toolCalls.map((c) => c.toolName), streamed, streamedSteps: (await s.steps).length,
+        finishReason: g.finishReason, results: g.toolResults.map((r) => r.output) };
+    }
+    // An agent loops (default stepCountIs(20)) unless stopped: with hasToolCall('finish') one step; with
+    // only stepCountIs(2) the second step sends function_call_output items and codellm's guard answers.
+    const agent = new ToolLoopAgent({ model: openai('codellm'), tools, stopWhen: hasToolCall('finish') });
+    out.agentSteps = (await agent.generate({ prompt: writeNote })).steps.length;
+    const loose = new ToolLoopAgent({ model: openai('codellm'), tools, stopWhen: stepCountIs(2) });
+    out.looseSteps = (await loose.generate({ prompt: writeNote })).steps.length;
+    return { ...out, executed };
+  },
   // @openai/agents (Responses API by default): toolUseBehavior stopAtToolNames ['finish'] ends the run at
   // codellm's one answer; without it the second turn (which sends function_call_output items) is
   // answered by the guard, and a reused call id would have thrown ModelBehaviorError there.
