@@ -385,74 +385,13 @@ func workerRun(args []string, stderr io.Writer) int {
 	cfg := worker.Config{BaseURL: r.url, WorkerID: r.workerID, Identity: r.identity, IdentityPath: r.identityPath,
 		StaticToken: f.token, SandboxProfile: f.profile, RequireReady: f.requireReady, Log: stderr,
 		Timing: worker.Timing{LeaseWait: min(f.leaseWait, 30*time.Second)}}
-	var commandSandbox *workspace.Options
-	var runtimes []string
-	switch sup {
-	case "embedded":
-		ecfg, sb, err := ef.build(log)
-		if err != nil {
-			return workerFail(stderr, errors.Join(worker.ErrConfig, err))
-		}
-		rn, err := runner.New(runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
-			Logger: log, MaxRunTimeout: ecfg.Timeout})
-		if err != nil {
-			return workerFail(stderr, errors.Join(worker.ErrConfig, err))
-		}
-		defer rn.Close()
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: log, Version: version}, ecfg, sb)
-		if err != nil {
-			return workerFail(stderr, errors.Join(worker.ErrConfig, err))
-		}
-		// The sandbox self-test runs before registration; a failure is fatal (§11.2).
-		srv.SelfCheck(context.Background())
-		if rd := srv.Readiness(); !rd.Ready {
-			return workerFail(stderr, fmt.Errorf("%w: sandbox self-test failed: %s", worker.ErrConfig, rd.Reason))
-		}
-		cfg.Supervisor = worker.NewEmbedded(rn, srv.Handler(), f.stateful)
-		runtimes = append(ecfg.Programs.Names(), chatRuntimeLabel)
-		commandSandbox = &workspace.Options{Sandbox: sb}
-	case "endpoint":
-		ep := f.endpoint
-		if ep == "" {
-			ep = "http://127.0.0.1:2000/api/v2"
-		}
-		e, err := worker.NewEndpoint(ep, f.allowRemote, nil)
-		if err != nil {
-			return workerFail(stderr, err)
-		}
-		if f.stateful && !e.Stateful() {
-			return workerFail(stderr, fmt.Errorf("%w: --stateful-workspace needs {runtimeSessionId} in the sandbox endpoint", worker.ErrConfig))
-		}
-		cfg.Supervisor = e
-	case "docker", "docker-nsjail", "docker-macos-nsjail":
-		d, err := f.container.dockerSupervisor(sup)
-		if err != nil {
-			return workerFail(stderr, err)
-		}
-		cfg.Supervisor = d
-		if f.commands {
-			// Workspace commands run on the worker host in codellm's own sandbox (the runtime command
-			// sandbox of §11.4 inside the container is not implemented).
-			scfg, err := ef.sandboxConfig(log)
-			if err != nil {
-				return workerFail(stderr, errors.Join(worker.ErrConfig, err))
-			}
-			sb, err := sandbox.New(scfg)
-			if err != nil {
-				return workerFail(stderr, errors.Join(worker.ErrConfig, err))
-			}
-			commandSandbox = &workspace.Options{Sandbox: sb}
-		}
-	default:
-		return workerFail(stderr, fmt.Errorf("%w: runtime supervisor %q is not available in this build (embedded, endpoint, docker, docker-nsjail)", worker.ErrConfig, sup))
+	runtimes, commandSandbox, closeSup, err := f.buildSupervisor(sup, &ef, &cfg, log)
+	if err != nil {
+		return workerFail(stderr, err)
 	}
-	if f.runtimes != "" {
-		runtimes = nil
-		for _, l := range strings.Split(f.runtimes, ",") {
-			if l = strings.TrimSpace(l); l != "" {
-				runtimes = append(runtimes, l)
-			}
-		}
+	defer closeSup()
+	if f.runtimes != "" { // --runtimes replaces the supervisor's labels
+		runtimes = splitList(f.runtimes)
 	}
 	cfg.Runtimes = runtimes
 	cmdPolicy, err := egress.ParseList(f.allowedDomains)
@@ -461,46 +400,11 @@ func workerRun(args []string, stderr io.Writer) int {
 	}
 	domains := cmdPolicy.Entries() // normalised: the digest does not depend on spelling
 
-	root, marker, err := f.workspaceRoot(r, true)
+	commandsOn, closeWS, err := f.openWorkspace(r, &cfg, commandSandbox, cmdPolicy, &ef, log)
 	if err != nil {
 		return workerFail(stderr, err)
 	}
-	commandsOn := false
-	if root != "" {
-		if f.commandBox != "embedded" && f.commandBox != "native-srt" {
-			return workerFail(stderr, fmt.Errorf("%w: --command-sandbox %q is not available (embedded)", worker.ErrConfig, f.commandBox))
-		}
-		lockPath, err := r.lockPath()
-		if err != nil {
-			return workerFail(stderr, err)
-		}
-		opts := workspace.Options{AllowWrites: f.writes, AllowCommands: f.commands, HomeDir: r.home,
-			ProtectedPaths: append([]string{r.identityPath, marker, lockPath}, workspace.StatePaths(r.home)...)}
-		if f.commands && commandSandbox != nil {
-			opts.Sandbox = commandSandbox.Sandbox
-			if !cmdPolicy.Empty() {
-				if opts.Sandbox, err = commandEgressSandbox(&ef, cmdPolicy, log); err != nil {
-					return workerFail(stderr, errors.Join(worker.ErrConfig, err))
-				}
-			}
-		}
-		ws, err := workspace.Open(root, opts)
-		if err != nil {
-			return workerFail(stderr, errors.Join(worker.ErrConfig, err))
-		}
-		defer ws.Close()
-		name := f.workspaceName
-		if name == "" {
-			name = filepath.Base(root)
-			if f.defaultWS {
-				name = f.workspaceID
-			}
-		}
-		cfg.Workspace, cfg.WorkspaceID, cfg.WorkspaceName, cfg.MarkerPath = ws, f.workspaceID, name, marker
-		for _, op := range ws.Operations() {
-			commandsOn = commandsOn || op == workspace.OpExecuteCommand
-		}
-	}
+	defer closeWS()
 	cfg.PolicyDigest = worker.PolicyDigest(f.policy, commandsOn, domains)
 	w, err := worker.New(cfg)
 	if err != nil {
@@ -633,4 +537,128 @@ func commandEgressSandbox(ef *execFlags, pol *egress.Policy, log *slog.Logger) (
 		return nil, fmt.Errorf("command sandbox: %w", err)
 	}
 	return sb, nil
+}
+
+// buildSupervisor makes the runtime supervisor named sup (§11.4) and puts it in cfg. It returns the
+// runtime labels it serves (nil: the supervisor's own), the sandbox for workspace commands (nil: none)
+// and a func to call when the worker stops.
+func (f *workerFlags) buildSupervisor(sup string, ef *execFlags, cfg *worker.Config, log *slog.Logger) ([]string, *workspace.Options, func(), error) {
+	nop := func() {}
+	switch sup {
+	case "embedded":
+		ecfg, sb, err := ef.build(log)
+		if err != nil {
+			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+		}
+		rn, err := runner.New(runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
+			Logger: log, MaxRunTimeout: ecfg.Timeout})
+		if err != nil {
+			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+		}
+		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: log, Version: version}, ecfg, sb)
+		if err != nil {
+			rn.Close()
+			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+		}
+		// The sandbox self-test runs before registration; a failure is fatal (§11.2).
+		srv.SelfCheck(context.Background())
+		if rd := srv.Readiness(); !rd.Ready {
+			rn.Close()
+			return nil, nil, nil, fmt.Errorf("%w: sandbox self-test failed: %s", worker.ErrConfig, rd.Reason)
+		}
+		cfg.Supervisor = worker.NewEmbedded(rn, srv.Handler(), f.stateful)
+		return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close() }, nil
+	case "endpoint":
+		ep := f.endpoint
+		if ep == "" {
+			ep = "http://127.0.0.1:2000/api/v2"
+		}
+		e, err := worker.NewEndpoint(ep, f.allowRemote, nil)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if f.stateful && !e.Stateful() {
+			return nil, nil, nil, fmt.Errorf("%w: --stateful-workspace needs {runtimeSessionId} in the sandbox endpoint", worker.ErrConfig)
+		}
+		cfg.Supervisor = e
+		return nil, nil, nop, nil
+	case "docker", "docker-nsjail", "docker-macos-nsjail":
+		d, err := f.container.dockerSupervisor(sup)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		cfg.Supervisor = d
+		if !f.commands {
+			return nil, nil, nop, nil
+		}
+		// Workspace commands run on the worker host in codellm's own sandbox (the runtime command
+		// sandbox of §11.4 inside the container is not implemented).
+		scfg, err := ef.sandboxConfig(log)
+		if err != nil {
+			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+		}
+		sb, err := sandbox.New(scfg)
+		if err != nil {
+			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+		}
+		return nil, &workspace.Options{Sandbox: sb}, nop, nil
+	}
+	return nil, nil, nil, fmt.Errorf("%w: runtime supervisor %q is not available in this build (embedded, endpoint, docker, docker-nsjail)", worker.ErrConfig, sup)
+}
+
+// openWorkspace opens the worker's workspace (§11.5) when it has one and puts it in cfg: writes and
+// commands as the flags allow, commands in commandSandbox (narrowed to cmdPolicy's egress when it names
+// domains), the worker's own state files protected. It reports whether commands are on, and returns a
+// func to call when the worker stops.
+func (f *workerFlags) openWorkspace(r *resolved, cfg *worker.Config, commandSandbox *workspace.Options, cmdPolicy *egress.Policy,
+	ef *execFlags, log *slog.Logger) (bool, func(), error) {
+	root, marker, err := f.workspaceRoot(r, true)
+	if err != nil || root == "" {
+		return false, func() {}, err
+	}
+	if f.commandBox != "embedded" && f.commandBox != "native-srt" {
+		return false, nil, fmt.Errorf("%w: --command-sandbox %q is not available (embedded)", worker.ErrConfig, f.commandBox)
+	}
+	lockPath, err := r.lockPath()
+	if err != nil {
+		return false, nil, err
+	}
+	opts := workspace.Options{AllowWrites: f.writes, AllowCommands: f.commands, HomeDir: r.home,
+		ProtectedPaths: append([]string{r.identityPath, marker, lockPath}, workspace.StatePaths(r.home)...)}
+	if f.commands && commandSandbox != nil {
+		opts.Sandbox = commandSandbox.Sandbox
+		if !cmdPolicy.Empty() {
+			if opts.Sandbox, err = commandEgressSandbox(ef, cmdPolicy, log); err != nil {
+				return false, nil, errors.Join(worker.ErrConfig, err)
+			}
+		}
+	}
+	ws, err := workspace.Open(root, opts)
+	if err != nil {
+		return false, nil, errors.Join(worker.ErrConfig, err)
+	}
+	name := f.workspaceName
+	if name == "" {
+		name = filepath.Base(root)
+		if f.defaultWS {
+			name = f.workspaceID
+		}
+	}
+	cfg.Workspace, cfg.WorkspaceID, cfg.WorkspaceName, cfg.MarkerPath = ws, f.workspaceID, name, marker
+	commandsOn := false
+	for _, op := range ws.Operations() {
+		commandsOn = commandsOn || op == workspace.OpExecuteCommand
+	}
+	return commandsOn, func() { ws.Close() }, nil
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, l := range strings.Split(v, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }
