@@ -1,6 +1,7 @@
 // Package clients drives the real npm OpenAI clients (openai-node 6, the AI SDK 6 over
-// @ai-sdk/openai-compatible and @ai-sdk/openai, @openai/agents, LangChain JS) against a real `codellm serve` built from this tree: node runs run.mjs,
-// one scenario per subtest, and this test checks what the clients saw and what the server counted.
+// @ai-sdk/openai-compatible and @ai-sdk/openai, @openai/agents, LangChain JS and its createAgent) against
+// a real `codellm serve` built from this tree: node runs run.mjs, one scenario per subtest, and this test
+// checks what the clients saw and what the server counted.
 // .ci/run installs the pinned packages with `npm ci` into test/clients/node_modules.
 package clients
 
@@ -467,5 +468,39 @@ func TestAISDKOpenAIProvider(t *testing.T) {
 	}
 	if n := s.runs(t) - runs; n != 6 {
 		t.Errorf("the code ran %d times, want 6", n)
+	}
+}
+
+// LangChain's createAgent (npm langchain) with finish as a returnDirect: true tool ends after the tools of
+// codellm's one answer (one model request, finish's output the last message); without returnDirect it
+// asks again, codellm's guard answers finish without running anything, until LangGraph's recursion limit.
+func TestLangChainCreateAgent(t *testing.T) {
+	needNode(t)
+	s := startServe(t)
+	chat, runs := s.route(t, "chat"), s.runs(t)
+	var r struct {
+		Messages []string `json:"messages"`
+		Last     struct {
+			Type, Name, Content string
+		} `json:"last"`
+		Stopped    []string `json:"stopped"`
+		Loose      []string `json:"loose"`
+		LooseError string   `json:"looseError"`
+	}
+	s.node(t, "langchainAgent", &r)
+	if strings.Join(r.Messages, ",") != "human,ai,tool,tool" || r.Last.Name != "finish" || r.Last.Content != "wrote" ||
+		strings.Join(r.Stopped, ",") != "write_note:a.md,finish:wrote" {
+		t.Fatalf("returnDirect: %+v", r)
+	}
+	if r.LooseError != "GraphRecursionError" || len(r.Loose) != 4 || r.Loose[3] != "finish:codellm: run already completed; nothing was executed again" {
+		t.Fatalf("without returnDirect: %+v", r)
+	}
+	// One request for the stopped agent, three (recursionLimit 6: model, tools, ×3) for the loose one; the
+	// code ran once per agent.
+	if n := s.route(t, "chat") - chat; n != 4 {
+		t.Errorf("%d chat requests, want 4", n)
+	}
+	if n := s.runs(t) - runs; n != 2 {
+		t.Errorf("the code ran %d times, want 2", n)
 	}
 }

@@ -168,6 +168,33 @@ const scenarios = {
     }
     return { finalOutput: r.finalOutput, executed, looseError };
   },
+  // LangChain's createAgent (npm langchain, on LangGraph) with finish as a returnDirect tool: the run ends
+  // after the tools of codellm's one answer; without returnDirect the agent asks again (the guard answers
+  // finish each time) until LangGraph's recursion limit.
+  async langchainAgent() {
+    const { createAgent, tool: lcTool } = await import('langchain');
+    const { ChatOpenAI } = await import('@langchain/openai');
+    const model = new ChatOpenAI({ model: 'codellm', apiKey, configuration: { baseURL }, maxRetries: 0 });
+    const executed = [];
+    const mk = (returnDirect) => [
+      lcTool(async (a) => { executed.push('write_note:' + a.path); return 'ok'; },
+        { name: 'write_note', description: 'write a note', schema: z.object({ path: z.string(), content: z.string() }) }),
+      lcTool(async (a) => { executed.push('finish:' + a.answer); return a.answer; },
+        { name: 'finish', description: 'finish', schema: z.object({ answer: z.string() }), returnDirect }),
+    ];
+    const agent = createAgent({ model, tools: mk(true), systemPrompt: writeNote });
+    const r = await agent.invoke({ messages: [{ role: 'user', content: 'Begin.' }] });
+    const last = r.messages[r.messages.length - 1];
+    const stopped = executed.splice(0);
+    const loose = createAgent({ model, tools: mk(false), systemPrompt: writeNote });
+    let looseError = '';
+    try {
+      await loose.invoke({ messages: [{ role: 'user', content: 'Begin.' }] }, { recursionLimit: 6 });
+    } catch (e) {
+      looseError = e.constructor.name;
+    }
+    return { messages: r.messages.map((m) => m.type), last: { type: last.type, name: last.name, content: last.content }, stopped, loose: executed, looseError };
+  },
   // LangChain JS ChatOpenAI: gpt-5* ids send the system prompt as role developer; bindTools, invoke and stream.
   async langchain() {
     const { ChatOpenAI } = await import('@langchain/openai');
