@@ -15,10 +15,11 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/chat"
 	"github.com/codellm/codellm/internal/egress"
+	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
-	"github.com/codellm/codellm/internal/server"
 	"github.com/codellm/codellm/internal/worker"
 	"github.com/codellm/codellm/internal/workspace"
 )
@@ -539,6 +540,30 @@ func commandEgressSandbox(ef *execFlags, pol *egress.Policy, log *slog.Logger) (
 	return sb, nil
 }
 
+// embeddedSupervisor runs codellm's runner and chat core in this process. The chat operation calls the
+// chat core directly (no HTTP server in-process): exactly-once is the hub's settlement, so neither the
+// server's idempotency guard nor its listener rules apply here.
+func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log *slog.Logger) ([]string, *workspace.Options, func(), error) {
+	ecfg, sb, err := ef.build(log)
+	if err != nil {
+		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+	}
+	rn, err := runner.New(runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
+		Logger: log, MaxRunTimeout: ecfg.Timeout})
+	if err != nil {
+		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+	}
+	eng := engine.New(ecfg, nil)
+	eng.SweepStale(log)
+	// The sandbox self-test runs before registration; a failure is fatal (§11.2).
+	if reason := eng.SelfCheck(context.Background(), log); reason != "" {
+		rn.Close()
+		return nil, nil, nil, fmt.Errorf("%w: sandbox self-test failed: %s", worker.ErrConfig, reason)
+	}
+	cfg.Supervisor = worker.NewEmbedded(rn, chat.New(chat.Config{Engine: eng, Logger: log}).Handler(), f.stateful)
+	return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close() }, nil
+}
+
 // buildSupervisor makes the runtime supervisor named sup (§11.4) and puts it in cfg. It returns the
 // runtime labels it serves (nil: the supervisor's own), the sandbox for workspace commands (nil: none)
 // and a func to call when the worker stops.
@@ -546,28 +571,7 @@ func (f *workerFlags) buildSupervisor(sup string, ef *execFlags, cfg *worker.Con
 	nop := func() {}
 	switch sup {
 	case "embedded":
-		ecfg, sb, err := ef.build(log)
-		if err != nil {
-			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
-		}
-		rn, err := runner.New(runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
-			Logger: log, MaxRunTimeout: ecfg.Timeout})
-		if err != nil {
-			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
-		}
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: log, Version: version}, ecfg, sb)
-		if err != nil {
-			rn.Close()
-			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
-		}
-		// The sandbox self-test runs before registration; a failure is fatal (§11.2).
-		srv.SelfCheck(context.Background())
-		if rd := srv.Readiness(); !rd.Ready {
-			rn.Close()
-			return nil, nil, nil, fmt.Errorf("%w: sandbox self-test failed: %s", worker.ErrConfig, rd.Reason)
-		}
-		cfg.Supervisor = worker.NewEmbedded(rn, srv.Handler(), f.stateful)
-		return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close() }, nil
+		return f.embeddedSupervisor(ef, cfg, log)
 	case "endpoint":
 		ep := f.endpoint
 		if ep == "" {

@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/codellm/codellm/internal/contract"
@@ -250,4 +252,49 @@ func (e *Engine) RunEmpty(ctx context.Context, program string) (*pipeline.Result
 		timeout = e.cfg.Timeout
 	}
 	return pipeline.Run(ctx, e.cfg.Pipeline, pipeline.Request{Steps: e.Steps(resolved), Timeout: timeout}), nil
+}
+
+// SelfCheck runs an empty file of every enabled interpreter that the pipeline runs (§1.3) and returns why
+// the sandbox cannot run them ("" when all pass), logging the result. Compiled languages (LibreChat's, on
+// the runner API only) and java (an empty source is not a program: its source-file mode needs a class)
+// are skipped: the runner's tests cover them. The server records the result for /readyz; the worker
+// refuses to register on a failure.
+func (e *Engine) SelfCheck(ctx context.Context, log *slog.Logger) string {
+	names := []string{}
+	if e.cfg.Programs != nil {
+		names = e.cfg.Programs.Names()
+	}
+	reason := ""
+	for _, name := range names {
+		if in, ok := e.cfg.Programs.Registry().ByName(name); ok && (in.Compiled() || name == "java") {
+			continue
+		}
+		res, err := e.RunEmpty(ctx, name)
+		if err != nil {
+			reason = fmt.Sprintf("self-check of %s failed: %v", name, err)
+			break
+		}
+		if res.Err != nil {
+			reason = fmt.Sprintf("self-check of %s failed: %s", name, res.Err.Message)
+			break
+		}
+	}
+	if reason != "" {
+		log.Error("sandbox self-check failed", "reason", reason)
+	} else {
+		log.Info("sandbox self-check passed", "programs", strings.Join(names, ","))
+	}
+	return reason
+}
+
+// SweepStale removes the run directories (code and delivery bags) a crashed codellm process left under the
+// pipeline's work root; call it once before the first run.
+func (e *Engine) SweepStale(log *slog.Logger) {
+	removed, errs := pipeline.SweepStale(e.cfg.Pipeline.WorkRoot)
+	for _, d := range removed {
+		log.Info("removed a stale run directory of a dead codellm process", "dir", d)
+	}
+	for _, err := range errs {
+		log.Warn("cannot sweep stale run directories", "err", err)
+	}
 }

@@ -1,7 +1,10 @@
 package layering
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -16,6 +19,10 @@ var rules = []struct {
 }{
 	{"internal/worker", []string{"internal/server", "internal/debugger"},
 		"the worker calls the execution core (runner, workspace) directly, never the HTTP server"},
+	{"internal/chat", []string{"internal/server", "internal/worker", "internal/debugger", "internal/runner", "internal/workspace", "internal/hub"},
+		"the chat core is below every transport: the server and the worker's chat operation both call it"},
+	{"internal/engine", []string{"internal/server", "internal/chat", "internal/worker"},
+		"the engine is below the chat core and the surfaces"},
 	{"internal/debugger", []string{"internal/server"},
 		"the debugger maps errors through internal/apierror, like the server, instead of importing it"},
 	{"internal/execution", []string{"internal/pipeline", "internal/runner", "internal/workspace", "internal/engine", "internal/server"},
@@ -61,5 +68,26 @@ func TestHookImportsOnlyTheStandardLibrary(t *testing.T) {
 		if strings.Contains(strings.Split(p, "/")[0], ".") && p != mod+"internal/sandbox/hook" {
 			t.Errorf("package hook depends on %s", p)
 		}
+	}
+}
+
+// cmd/codellm is one package (serve builds the server), so go list cannot tell its subcommands apart; the
+// worker subcommand's file is checked by its imports instead: its chat operation calls internal/chat
+// directly and never builds an HTTP server in-process.
+func TestWorkerCommandDoesNotBuildAServer(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "../../cmd/codellm/worker.go", nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat := false
+	for _, im := range f.Imports {
+		p, _ := strconv.Unquote(im.Path.Value)
+		if p == mod+"internal/server" {
+			t.Errorf("cmd/codellm/worker.go imports internal/server: the worker calls the chat core (internal/chat) directly")
+		}
+		chat = chat || p == mod+"internal/chat"
+	}
+	if !chat {
+		t.Errorf("cmd/codellm/worker.go does not import internal/chat: where does the worker's chat operation go?")
 	}
 }

@@ -38,7 +38,7 @@ func (s *Server) idempotent(name string, h func(http.ResponseWriter, *http.Reque
 		}
 		if name == "runner.execute" {
 			fail = func(w http.ResponseWriter, status int, code, msg string) {
-				rl.code = code
+				rl.Code = code
 				openai.WriteJSON(w, status, map[string]string{"message": msg, "error": code})
 			}
 		}

@@ -9,7 +9,6 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/chat"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/idempotency"
@@ -33,7 +32,6 @@ import (
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/sandbox"
-	"github.com/codellm/codellm/internal/seal"
 )
 
 // Config holds the service's own settings; execution settings live in engine.Config.
@@ -65,6 +63,7 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	eng      *engine.Engine
+	chat     *chat.Service
 	sb       *sandbox.Sandbox
 	programs *interp.Programs
 	metrics  *metrics.Service
@@ -125,18 +124,14 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	s.check.Store(&selfCheck{reason: "startup self-check has not finished"})
 	s.eng = engine.New(ecfg, s.sandboxReady)
 	// Workdirs (code and delivery bags) a crashed server left behind are removed before serving.
-	removed, errs := pipeline.SweepStale(ecfg.Pipeline.WorkRoot)
-	for _, d := range removed {
-		s.log.Info("removed a stale run directory of a dead codellm process", "dir", d)
-	}
-	for _, err := range errs {
-		s.log.Warn("cannot sweep stale run directories", "err", err)
-	}
+	s.eng.SweepStale(s.log)
 	if ecfg.Slots != nil {
 		s.metrics = metrics.NewService(func() float64 { return float64(ecfg.Slots.InFlight()) })
 	} else {
 		s.metrics = metrics.NewService(func() float64 { return 0 })
 	}
+	s.chat = chat.New(chat.Config{Engine: s.eng, Metrics: s.metrics, Logger: s.log, DebugExtension: cfg.DebugExtension,
+		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter})
 	s.routes = map[string]map[string]routeHandler{
 		"/v1/chat/completions": {http.MethodPost: {"chat", true, s.handleChat}},
 		"/v1/models":           {http.MethodGet: {"models", true, s.handleModels}},
@@ -207,14 +202,7 @@ type reqLog struct {
 	requestID string // the X-Request-Id of the response
 	route     string
 	status    int
-	code      string
-	model     string
-	id        string
-	blocks    int
-	programs  []string
-	exits     []string
-	queue     time.Duration
-	run       time.Duration
+	chat.Facts
 }
 
 type statusWriter struct {
@@ -254,7 +242,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			sw.status = 499 // the handler wrote nothing: the client went away
 		}
 		rl.status = sw.status
-		s.metrics.HTTPRequests.WithLabelValues(rl.route, fmt.Sprint(rl.status), rl.code).Inc()
+		s.metrics.HTTPRequests.WithLabelValues(rl.route, fmt.Sprint(rl.status), rl.Code).Inc()
 		s.logRequest(r, rl, time.Since(start))
 	}()
 	if ref := s.guard.Check(r); ref != nil && !s.probeExempt(r) {
@@ -321,7 +309,7 @@ func (s *Server) authorized(r *http.Request) bool {
 }
 
 func (s *Server) fail(w http.ResponseWriter, rl *reqLog, e *openai.Error) {
-	rl.code = e.Code
+	rl.Code = e.Code
 	if e.Status == 499 {
 		return // nobody to answer
 	}
@@ -331,15 +319,15 @@ func (s *Server) fail(w http.ResponseWriter, rl *reqLog, e *openai.Error) {
 func (s *Server) logRequest(r *http.Request, rl *reqLog, d time.Duration) {
 	attrs := []any{"method", r.Method, "path", r.URL.Path, "route", rl.route, "status", rl.status,
 		"duration_ms", d.Milliseconds(), "request_id", rl.requestID}
-	if rl.id != "" {
-		attrs = append(attrs, "id", rl.id)
+	if rl.ID != "" {
+		attrs = append(attrs, "id", rl.ID)
 	}
-	if rl.code != "" {
-		attrs = append(attrs, "code", rl.code)
+	if rl.Code != "" {
+		attrs = append(attrs, "code", rl.Code)
 	}
 	if rl.route == "chat" || rl.route == "responses" {
-		attrs = append(attrs, "model", rl.model, "blocks", rl.blocks, "programs", strings.Join(rl.programs, ","),
-			"exits", strings.Join(rl.exits, ","), "queue_ms", rl.queue.Milliseconds(), "run_ms", rl.run.Milliseconds())
+		attrs = append(attrs, "model", rl.Model, "blocks", rl.Blocks, "programs", strings.Join(rl.Programs, ","),
+			"exits", strings.Join(rl.Exits, ","), "queue_ms", rl.Queue.Milliseconds(), "run_ms", rl.Run.Milliseconds())
 	}
 	level := slog.LevelInfo
 	if rl.status >= 500 {
@@ -423,33 +411,7 @@ func (s *Server) sandboxReady() (bool, string) {
 // SelfCheck runs an empty file of every enabled interpreter under the configured sandbox and records the
 // result for /readyz and for native-mode refusals (§1.3). A failure never stops the process.
 func (s *Server) SelfCheck(ctx context.Context) {
-	names := []string{}
-	if s.programs != nil {
-		names = s.programs.Names()
-	}
-	reason := ""
-	for _, name := range names {
-		// Compiled languages (LibreChat's, on the runner API only) do not run through the pipeline, and an
-		// empty Java source is not a program (java's source-file mode needs a class): the runner's tests
-		// cover them.
-		if in, ok := s.programs.Registry().ByName(name); ok && (in.Compiled() || name == "java") {
-			continue
-		}
-		res, err := s.eng.RunEmpty(ctx, name)
-		if err != nil {
-			reason = fmt.Sprintf("self-check of %s failed: %v", name, err)
-			break
-		}
-		if res.Err != nil {
-			reason = fmt.Sprintf("self-check of %s failed: %s", name, res.Err.Message)
-			break
-		}
-	}
-	if reason != "" {
-		s.log.Error("sandbox self-check failed", "reason", reason)
-	} else {
-		s.log.Info("sandbox self-check passed", "programs", strings.Join(names, ","))
-	}
+	reason := s.eng.SelfCheck(ctx, s.log)
 	s.check.Store(&selfCheck{done: true, ok: reason == "", reason: reason})
 }
 
@@ -541,240 +503,22 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rl *reqLog) 
 	s.converse(w, r, rl, openai.DecodeChatRequest)
 }
 
-// converse runs a chat completion or a Responses request (decode maps either onto a ChatRequest).
-func (s *Server) converse(w http.ResponseWriter, r *http.Request, rl *reqLog, decode func([]byte) (*openai.ChatRequest, *openai.Error)) {
-	rl.id = openai.NewID()
+// converse runs a chat completion or a Responses request through the chat core (decode maps either onto
+// a ChatRequest); a draining server refuses new runs.
+func (s *Server) converse(w http.ResponseWriter, r *http.Request, rl *reqLog, decode chat.Decoder) {
+	rl.ID = openai.NewID()
 	if s.draining.Load() {
 		s.fail(w, rl, apiError(errShuttingDown, 0))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.fail(w, rl, openai.NewError(http.StatusRequestEntityTooLarge, "request_too_large",
-				"request body exceeds %d bytes", s.cfg.MaxBodyBytes))
-			return
-		}
-		s.fail(w, rl, openai.NewError(http.StatusBadRequest, "invalid_json", "cannot read request body: %v", err))
-		return
-	}
-	req, oe := decode(body)
-	if oe != nil {
-		s.fail(w, rl, oe)
-		return
-	}
-	model := req.Model
-	if model == "" {
-		model = "codellm"
-	}
-	rl.model = model
-	created := time.Now().Unix()
-	if req.Guarded() {
-		s.metrics.ReexecutionGuard.Inc()
-		s.log.Warn("re-execution guard: the conversation was already answered; nothing runs", "id", rl.id)
-		calls := (&contract.Output{Answer: contract.GuardAnswer}).ToolCalls()
-		s.reply(w, rl, req, model, created, calls, nil)
-		return
-	}
-	if err := contract.RequireFinish(req.Tools); err != nil {
-		s.fail(w, rl, apiError(err, 0))
-		return
-	}
-	bag, oe := req.Bag()
-	if oe != nil {
-		s.fail(w, rl, oe)
-		return
-	}
-	// trip2g's sealed secrets: the bag's declared frontmatter fields open with codellm's own SEAL_KEY
-	// into bag.secrets before anything runs; from here on every error and debug byte is redacted.
-	bag, secrets, err := seal.Unseal(bag, os.Getenv, seal.ExposedIn(s.eng.Config().Exposed))
-	if err != nil {
-		s.fail(w, rl, apiError(err, 0))
-		return
-	}
-	resolved, err := s.eng.Plan(req.Sources())
-	if err != nil {
-		s.fail(w, rl, apiError(err, 0))
-		return
-	}
-	rl.blocks = len(resolved)
-	for _, rb := range resolved {
-		rl.programs = append(rl.programs, rb.Interp.Name)
-	}
-	s.metrics.RunBlocks.Observe(float64(len(resolved)))
-	if req.NetworkAllow != nil {
-		if err := s.eng.CheckNetworkAllow(*req.NetworkAllow); err != nil {
-			s.fail(w, rl, openai.NewError(http.StatusBadRequest, "invalid_metadata", `field "metadata.network_allow": %v`, err))
-			return
-		}
-	}
-	det, err := s.eng.Determinism(engine.DeterminismChoice(req.Determinism), bag)
-	if err != nil {
-		s.fail(w, rl, determinismError(err))
-		return
-	}
-	tap := s.cfg.DebugExtension && req.Debug
-	res, info, err := s.eng.Run(r.Context(), engine.RunRequest{
-		Resolved:     resolved,
-		Input:        bag,
-		Timeout:      s.eng.EffectiveTimeout(req.TimeoutSeconds),
-		Tap:          tap,
-		NetworkAllow: req.NetworkAllow,
-
-		Deterministic: det,
-	})
-	rl.queue = info.QueueWait
-	s.metrics.QueueWait.Observe(info.QueueWait.Seconds())
-	if err != nil {
-		s.fail(w, rl, apiError(err, s.cfg.RetryAfter))
-		return
-	}
-	rl.run = info.Duration
-	if det != nil {
-		w.Header().Set(engine.DeterminismHeader, engine.DeterminismHeaderValue(det))
-	}
-	RedactResult(res, secrets)
-	s.observeRun(res, info, rl)
-	var extra map[string]any
-	if tap {
-		extra = map[string]any{"x_codellm_debug": DebugObject(res)}
-	}
-	if res.Err != nil {
-		if res.Err.Code == "cancelled" || r.Context().Err() != nil {
-			rl.code = "cancelled"
-			return
-		}
-		e := apiError(res.Err, 0)
-		s.failExtra(w, rl, e, extra)
-		return
-	}
-	calls, err := engine.Answer(res.Stdout, req.Tools)
-	if err != nil {
-		e := apiError(err, 0)
-		e.Message = seal.Redact(e.Message, secrets) // bad_output quotes the stdout, which may print the bag
-		s.failExtra(w, rl, e, extra)
-		return
-	}
-	s.reply(w, rl, req, model, created, calls, extra)
+	s.chat.Converse(w, r, &rl.Facts, decode)
 }
 
-func (s *Server) failExtra(w http.ResponseWriter, rl *reqLog, e *openai.Error, extra map[string]any) {
-	if extra == nil {
-		s.fail(w, rl, e)
-		return
-	}
-	rl.code = e.Code
-	// The debug object rides beside the envelope (§13): {"error":{…},"x_codellm_debug":{…}}.
-	var env map[string]json.RawMessage
-	if err := json.Unmarshal(e.Body(), &env); err != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	body := map[string]any{"error": env["error"]}
-	for k, v := range extra {
-		body[k] = v
-	}
-	for k, vs := range e.Header {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
-	}
-	openai.WriteJSON(w, e.Status, body)
-}
+// KillReason is a block's codellm_kills_total{reason} (see chat.KillReason).
+func KillReason(b pipeline.BlockResult) string { return chat.KillReason(b) }
 
-func (s *Server) reply(w http.ResponseWriter, rl *reqLog, req *openai.ChatRequest, model string, created int64,
-	calls []contract.ToolCall, extra map[string]any) {
-	calls = openai.WithCallIDs(calls) // unique per response: @openai/agents refuses a reused call id
-	if req.API == openai.APIResponses {
-		s.replyResponses(w, rl, req, created, calls)
-		return
-	}
-	if req.Stream {
-		if err := openai.WriteStream(w, rl.id, created, model, calls, req.IncludeUsage, extra); err != nil {
-			s.log.Debug("stream write failed", "id", rl.id, "err", err)
-		}
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(openai.Completion(rl.id, created, model, calls, extra))
-}
+// DebugObject renders the x_codellm_debug object (§13) of a run (see chat.DebugObject).
+func DebugObject(res *pipeline.Result) map[string]any { return chat.DebugObject(res) }
 
-// observeRun records metrics and log facts of a finished run.
-func (s *Server) observeRun(res *pipeline.Result, info engine.RunInfo, rl *reqLog) {
-	outcome := "ok"
-	if res.Err != nil {
-		outcome = res.Err.Code
-	}
-	s.metrics.RunDuration.WithLabelValues(outcome).Observe(info.Duration.Seconds())
-	for _, b := range res.Blocks {
-		switch {
-		case b.Signal != "":
-			rl.exits = append(rl.exits, b.Signal)
-		case b.ExitCode != nil:
-			rl.exits = append(rl.exits, fmt.Sprint(*b.ExitCode))
-		default:
-			rl.exits = append(rl.exits, "-")
-		}
-		if reason := KillReason(b); reason != "" {
-			s.metrics.Kills.WithLabelValues(reason).Inc()
-		}
-		if b.Setup > 0 { // zero: the block never started, so there is no setup time to report
-			s.metrics.SandboxSetup.Observe(b.Setup.Seconds())
-		}
-	}
-}
-
-// KillReason is a block's codellm_kills_total{reason}: its typed status's metric reason ("" when no limit
-// or kill of codellm's ended it). No English is parsed.
-func KillReason(b pipeline.BlockResult) string { return b.Status.MetricReason() }
-
-// DebugObject renders the x_codellm_debug object (§13) of a run.
-func DebugObject(res *pipeline.Result) map[string]any {
-	blocks := make([]map[string]any, 0, len(res.Blocks))
-	for _, b := range res.Blocks {
-		m := map[string]any{
-			"index":         b.Index,
-			"lang":          b.Lang,
-			"program":       b.Program,
-			"outcome":       string(b.Outcome),
-			"exit_code":     b.ExitCode,
-			"signal":        nil,
-			"duration_ms":   b.Duration.Milliseconds(),
-			"max_rss_bytes": b.MaxRSS,
-		}
-		if b.Signal != "" {
-			m["signal"] = b.Signal
-		}
-		openai.PutBytes(m, "stdout", b.Stdout)
-		openai.PutBytes(m, "stderr", b.Stderr)
-		openai.PutBytes(m, "pipe_buffer", b.PipeBuffer)
-		if b.PipeTruncated {
-			m["pipe_buffer_truncated"] = true
-		}
-		if b.StdoutTruncated {
-			m["stdout_truncated"] = true
-		}
-		blocks = append(blocks, m)
-	}
-	return map[string]any{"blocks": blocks}
-}
-
-// RedactResult removes opened secrets from everything of a run that can reach a caller or an operator
-// besides the parsed tool calls: each block's captures (the x_codellm_debug object) and the error message
-// (which quotes stderr). res.Stdout, which becomes the tool calls, is the role's own output and is left
-// alone; replacing the captures never aliases it.
-func RedactResult(res *pipeline.Result, secrets []string) {
-	if len(secrets) == 0 || res == nil {
-		return
-	}
-	for i := range res.Blocks {
-		b := &res.Blocks[i]
-		b.Stdout = seal.RedactBytes(b.Stdout, secrets)
-		b.Stderr = seal.RedactBytes(b.Stderr, secrets)
-		b.PipeBuffer = seal.RedactBytes(b.PipeBuffer, secrets)
-	}
-	if res.Err != nil {
-		res.Err.Message = seal.Redact(res.Err.Message, secrets)
-	}
-}
+// RedactResult removes opened secrets from a run's captures and error (see chat.RedactResult).
+func RedactResult(res *pipeline.Result, secrets []string) { chat.RedactResult(res, secrets) }

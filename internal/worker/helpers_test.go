@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/chat"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/hub"
 	"github.com/codellm/codellm/internal/hub/boltstore"
@@ -24,7 +26,6 @@ import (
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
-	"github.com/codellm/codellm/internal/server"
 	"github.com/codellm/codellm/internal/slots"
 )
 
@@ -184,12 +185,12 @@ func newEmbedded(t testing.TB, stateful bool) *Embedded {
 	t.Cleanup(r.Close)
 	ecfg := engine.Config{Programs: progs, Pipeline: pipeline.Config{Sandbox: sb, WorkRoot: t.TempDir(), MaxOutputBytes: 1 << 20, MaxStderrBytes: 64 << 10},
 		Slots: pool, Timeout: 60 * time.Second, MaxBlocks: 16}
-	srv, err := server.New(server.Config{Listen: "127.0.0.1:0"}, ecfg, sb)
-	if err != nil {
-		t.Fatal(err)
+	eng := engine.New(ecfg, nil)
+	if reason := eng.SelfCheck(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil))); reason != "" {
+		t.Fatal(reason)
 	}
-	srv.SelfCheck(context.Background())
-	return NewEmbedded(r, srv.Handler(), stateful)
+	// As cmd/codellm's worker does: the chat core directly, no HTTP server in-process.
+	return NewEmbedded(r, chat.New(chat.Config{Engine: eng}).Handler(), stateful)
 }
 
 // running is a worker loop in a goroutine.

@@ -1,0 +1,304 @@
+// Package chat is codellm's chat processing core: it turns a chat completion (or a Responses request mapped
+// onto one) into its answer — read and decode the body, the re-execution guard, the finish tool, the bag and
+// its sealed secrets, plan, run through internal/engine, redact, parse the tool calls and encode the
+// completion, its stream or the OpenAI error envelope. The HTTP server and the worker's in-process chat
+// operation both call it, so the two can never disagree about a request. Listener concerns (the Host and
+// Origin rules, authentication, idempotency, request logging, draining) stay in internal/server.
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/codellm/codellm/internal/apierror"
+	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/metrics"
+	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/seal"
+)
+
+// Config is what the chat core needs besides the engine.
+type Config struct {
+	Engine         *engine.Engine
+	Metrics        *metrics.Service // nil: a private one nobody scrapes
+	Logger         *slog.Logger     // nil: discard
+	DebugExtension bool             // honour x_codellm_debug (§13)
+	MaxBodyBytes   int64            // default 10 MiB
+	RetryAfter     time.Duration    // Retry-After on 429 (default 5 s)
+}
+
+// Service answers chat requests. It is safe for concurrent use.
+type Service struct{ cfg Config }
+
+// New fills in the defaults.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewService(func() float64 { return 0 })
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 10 << 20
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = 5 * time.Second
+	}
+	return &Service{cfg: cfg}
+}
+
+// Facts are what a request tells its log line (the server's request log embeds them).
+type Facts struct {
+	ID       string // the completion id; Converse sets it when empty
+	Code     string // the error code answered ("" on success)
+	Model    string
+	Blocks   int
+	Programs []string
+	Exits    []string
+	Queue    time.Duration
+	Run      time.Duration
+}
+
+// Decoder maps a request body onto a ChatRequest (openai.DecodeChatRequest, openai.DecodeResponsesRequest).
+type Decoder func([]byte) (*openai.ChatRequest, *openai.Error)
+
+// Handler serves chat completions with nothing around them: the worker's in-process chat operation, whose
+// exactly-once is the hub's settlement, not the server's idempotency guard.
+func (s *Service) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.Converse(w, r, &Facts{}, openai.DecodeChatRequest)
+	})
+}
+
+// Converse implements §2.1's processing order for one request and writes the answer to w.
+func (s *Service) Converse(w http.ResponseWriter, r *http.Request, f *Facts, decode Decoder) {
+	if f.ID == "" {
+		f.ID = openai.NewID()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.Fail(w, f, openai.NewError(http.StatusRequestEntityTooLarge, "request_too_large",
+				"request body exceeds %d bytes", s.cfg.MaxBodyBytes))
+			return
+		}
+		s.Fail(w, f, openai.NewError(http.StatusBadRequest, "invalid_json", "cannot read request body: %v", err))
+		return
+	}
+	req, oe := decode(body)
+	if oe != nil {
+		s.Fail(w, f, oe)
+		return
+	}
+	f.Model = req.Model
+	if f.Model == "" {
+		f.Model = "codellm"
+	}
+	created := time.Now().Unix()
+	if req.Guarded() {
+		s.cfg.Metrics.ReexecutionGuard.Inc()
+		s.cfg.Logger.Warn("re-execution guard: the conversation was already answered; nothing runs", "id", f.ID)
+		calls := (&contract.Output{Answer: contract.GuardAnswer}).ToolCalls()
+		s.reply(w, f, req, created, calls, nil)
+		return
+	}
+	if err := contract.RequireFinish(req.Tools); err != nil {
+		s.Fail(w, f, apierror.Map(err, 0))
+		return
+	}
+	s.run(w, r.Context(), f, req, created)
+}
+
+// run opens the bag, plans and runs the blocks and answers with their tool calls.
+func (s *Service) run(w http.ResponseWriter, ctx context.Context, f *Facts, req *openai.ChatRequest, created int64) {
+	eng := s.cfg.Engine
+	bag, oe := req.Bag()
+	if oe != nil {
+		s.Fail(w, f, oe)
+		return
+	}
+	// trip2g's sealed secrets: the bag's declared frontmatter fields open with codellm's own SEAL_KEY
+	// into bag.secrets before anything runs; from here on every error and debug byte is redacted.
+	bag, secrets, err := seal.Unseal(bag, os.Getenv, seal.ExposedIn(eng.Config().Exposed))
+	if err != nil {
+		s.Fail(w, f, apierror.Map(err, 0))
+		return
+	}
+	resolved, err := eng.Plan(req.Sources())
+	if err != nil {
+		s.Fail(w, f, apierror.Map(err, 0))
+		return
+	}
+	f.Blocks = len(resolved)
+	for _, rb := range resolved {
+		f.Programs = append(f.Programs, rb.Interp.Name)
+	}
+	s.cfg.Metrics.RunBlocks.Observe(float64(len(resolved)))
+	if req.NetworkAllow != nil {
+		if err := eng.CheckNetworkAllow(*req.NetworkAllow); err != nil {
+			s.Fail(w, f, openai.NewError(http.StatusBadRequest, "invalid_metadata", `field "metadata.network_allow": %v`, err))
+			return
+		}
+	}
+	det, err := eng.Determinism(engine.DeterminismChoice(req.Determinism), bag)
+	if err != nil {
+		s.Fail(w, f, determinismError(err))
+		return
+	}
+	tap := s.cfg.DebugExtension && req.Debug
+	res, info, err := eng.Run(ctx, engine.RunRequest{
+		Resolved:     resolved,
+		Input:        bag,
+		Timeout:      eng.EffectiveTimeout(req.TimeoutSeconds),
+		Tap:          tap,
+		NetworkAllow: req.NetworkAllow,
+
+		Deterministic: det,
+	})
+	f.Queue = info.QueueWait
+	s.cfg.Metrics.QueueWait.Observe(info.QueueWait.Seconds())
+	if err != nil {
+		s.Fail(w, f, apierror.Map(err, s.cfg.RetryAfter))
+		return
+	}
+	f.Run = info.Duration
+	if det != nil {
+		w.Header().Set(engine.DeterminismHeader, engine.DeterminismHeaderValue(det))
+	}
+	RedactResult(res, secrets)
+	s.observeRun(res, info, f)
+	s.answer(w, ctx, f, req, created, res, secrets, tap)
+}
+
+// answer encodes a finished run: its error, or the tool calls parsed from the last block's stdout.
+func (s *Service) answer(w http.ResponseWriter, ctx context.Context, f *Facts, req *openai.ChatRequest, created int64,
+	res *pipeline.Result, secrets []string, tap bool) {
+	var extra map[string]any
+	if tap {
+		extra = map[string]any{"x_codellm_debug": DebugObject(res)}
+	}
+	if res.Err != nil {
+		if res.Err.Code == "cancelled" || ctx.Err() != nil {
+			f.Code = "cancelled"
+			return
+		}
+		s.failExtra(w, f, apierror.Map(res.Err, 0), extra)
+		return
+	}
+	calls, err := engine.Answer(res.Stdout, req.Tools)
+	if err != nil {
+		e := apierror.Map(err, 0)
+		e.Message = seal.Redact(e.Message, secrets) // bad_output quotes the stdout, which may print the bag
+		s.failExtra(w, f, e, extra)
+		return
+	}
+	s.reply(w, f, req, created, calls, extra)
+}
+
+// Fail records e's code and writes its envelope (nothing for 499: nobody is there to answer).
+func (s *Service) Fail(w http.ResponseWriter, f *Facts, e *openai.Error) {
+	f.Code = e.Code
+	if e.Status == 499 {
+		return
+	}
+	openai.WriteError(w, e)
+}
+
+func (s *Service) failExtra(w http.ResponseWriter, f *Facts, e *openai.Error, extra map[string]any) {
+	if extra == nil {
+		s.Fail(w, f, e)
+		return
+	}
+	f.Code = e.Code
+	// The debug object rides beside the envelope (§13): {"error":{…},"x_codellm_debug":{…}}.
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(e.Body(), &env); err != nil {
+		openai.WriteError(w, e)
+		return
+	}
+	body := map[string]any{"error": env["error"]}
+	for k, v := range extra {
+		body[k] = v
+	}
+	for k, vs := range e.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	openai.WriteJSON(w, e.Status, body)
+}
+
+func (s *Service) reply(w http.ResponseWriter, f *Facts, req *openai.ChatRequest, created int64,
+	calls []contract.ToolCall, extra map[string]any) {
+	calls = openai.WithCallIDs(calls) // unique per response: @openai/agents refuses a reused call id
+	if req.API == openai.APIResponses {
+		s.replyResponses(w, f, req, created, calls)
+		return
+	}
+	if req.Stream {
+		if err := openai.WriteStream(w, f.ID, created, f.Model, calls, req.IncludeUsage, extra); err != nil {
+			s.cfg.Logger.Debug("stream write failed", "id", f.ID, "err", err)
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(openai.Completion(f.ID, created, f.Model, calls, extra))
+}
+
+// replyResponses writes the calls as function_call output items.
+func (s *Service) replyResponses(w http.ResponseWriter, f *Facts, req *openai.ChatRequest, created int64, calls []contract.ToolCall) {
+	id := openai.ResponseID(f.ID)
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(openai.Response(id, created, req, calls))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(openai.ResponseStream(id, created, req, calls)); err != nil {
+		s.cfg.Logger.Debug("stream write failed", "id", f.ID, "err", err)
+		return
+	}
+	if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.cfg.Logger.Debug("stream flush failed", "id", f.ID, "err", err)
+	}
+}
+
+// observeRun records metrics and log facts of a finished run.
+func (s *Service) observeRun(res *pipeline.Result, info engine.RunInfo, f *Facts) {
+	outcome := "ok"
+	if res.Err != nil {
+		outcome = res.Err.Code
+	}
+	m := s.cfg.Metrics
+	m.RunDuration.WithLabelValues(outcome).Observe(info.Duration.Seconds())
+	for _, b := range res.Blocks {
+		switch {
+		case b.Signal != "":
+			f.Exits = append(f.Exits, b.Signal)
+		case b.ExitCode != nil:
+			f.Exits = append(f.Exits, fmt.Sprint(*b.ExitCode))
+		default:
+			f.Exits = append(f.Exits, "-")
+		}
+		if reason := KillReason(b); reason != "" {
+			m.Kills.WithLabelValues(reason).Inc()
+		}
+		if b.Setup > 0 { // zero: the block never started, so there is no setup time to report
+			m.SandboxSetup.Observe(b.Setup.Seconds())
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package chat
+
+import (
+	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/seal"
+)
+
+// KillReason is a block's codellm_kills_total{reason}: its typed status's metric reason ("" when no limit
+// or kill of codellm's ended it). No English is parsed.
+func KillReason(b pipeline.BlockResult) string { return b.Status.MetricReason() }
+
+// DebugObject renders the x_codellm_debug object (§13) of a run.
+func DebugObject(res *pipeline.Result) map[string]any {
+	blocks := make([]map[string]any, 0, len(res.Blocks))
+	for _, b := range res.Blocks {
+		m := map[string]any{
+			"index":         b.Index,
+			"lang":          b.Lang,
+			"program":       b.Program,
+			"outcome":       string(b.Outcome),
+			"exit_code":     b.ExitCode,
+			"signal":        nil,
+			"duration_ms":   b.Duration.Milliseconds(),
+			"max_rss_bytes": b.MaxRSS,
+		}
+		if b.Signal != "" {
+			m["signal"] = b.Signal
+		}
+		openai.PutBytes(m, "stdout", b.Stdout)
+		openai.PutBytes(m, "stderr", b.Stderr)
+		openai.PutBytes(m, "pipe_buffer", b.PipeBuffer)
+		if b.PipeTruncated {
+			m["pipe_buffer_truncated"] = true
+		}
+		if b.StdoutTruncated {
+			m["stdout_truncated"] = true
+		}
+		blocks = append(blocks, m)
+	}
+	return map[string]any{"blocks": blocks}
+}
+
+// RedactResult removes opened secrets from everything of a run that can reach a caller or an operator
+// besides the parsed tool calls: each block's captures (the x_codellm_debug object) and the error message
+// (which quotes stderr). res.Stdout, which becomes the tool calls, is the role's own output and is left
+// alone; replacing the captures never aliases it.
+func RedactResult(res *pipeline.Result, secrets []string) {
+	if len(secrets) == 0 || res == nil {
+		return
+	}
+	for i := range res.Blocks {
+		b := &res.Blocks[i]
+		b.Stdout = seal.RedactBytes(b.Stdout, secrets)
+		b.Stderr = seal.RedactBytes(b.Stderr, secrets)
+		b.PipeBuffer = seal.RedactBytes(b.PipeBuffer, secrets)
+	}
+	if res.Err != nil {
+		res.Err.Message = seal.Redact(res.Err.Message, secrets)
+	}
+}
