@@ -1,7 +1,8 @@
 // Package clients drives the real npm OpenAI clients (openai-node 6, the AI SDK 6 over
 // @ai-sdk/openai-compatible and @ai-sdk/openai, @openai/agents, LangChain JS and its createAgent) against
 // a real `codellm serve` built from this tree: node runs run.mjs, one scenario per subtest, and this test
-// checks what the clients saw and what the server counted.
+// checks what the clients saw and what the server counted. langchaingo_test.go drives langchaingo (Go) the
+// same way, without node.
 // .ci/run installs the pinned packages with `npm ci` into test/clients/node_modules.
 package clients
 
