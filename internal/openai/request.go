@@ -216,10 +216,23 @@ func decodeContent(field string, raw json.RawMessage) (string, *Error) {
 	return b.String(), nil
 }
 
-// decodeTools returns the offered function names. tools absent, null or [] → nil (no tool-list check,
-// §10.2). Entries without a function name (other tool types) offer nothing but still make the list
-// non-nil, so a request that sent tools without finish fails the check instead of skipping it.
+// decodeTools returns the offered function names of a chat tools array ({type:"function",
+// function:{name:…}}). tools absent, null or [] → nil (no tool-list check, §10.2). Entries without a
+// function name (other tool types) offer nothing but still make the list non-nil, so a request that sent
+// tools without finish fails the check instead of skipping it.
 func decodeTools(raw json.RawMessage) ([]string, *Error) {
+	return decodeToolList(raw, func(obj map[string]json.RawMessage, field string) (string, *Error) {
+		fn, e := optObject(obj, "function", field+".function")
+		if e != nil {
+			return "", e
+		}
+		return optString(fn, "name", field+".function.name")
+	})
+}
+
+// decodeToolList walks a tools array (absent, null or [] → nil) and collects the non-empty names that
+// nameOf finds in each entry; the chat and Responses shapes differ only in where the name sits.
+func decodeToolList(raw json.RawMessage, nameOf func(obj map[string]json.RawMessage, field string) (string, *Error)) ([]string, *Error) {
 	if raw == nil || isNull(raw) {
 		return nil, nil
 	}
@@ -237,11 +250,7 @@ func decodeTools(raw json.RawMessage) ([]string, *Error) {
 		if !ok {
 			return nil, badJSON(`field %q must be an object, got %s`, field, kind(item))
 		}
-		fn, e := optObject(obj, "function", field+".function")
-		if e != nil {
-			return nil, e
-		}
-		name, e := optString(fn, "name", field+".function.name")
+		name, e := nameOf(obj, field)
 		if e != nil {
 			return nil, e
 		}

@@ -166,32 +166,16 @@ func decodeInputMessage(field string, obj map[string]json.RawMessage) (Message, 
 // decodeResponseTools returns the offered function names of a Responses tools array ({type:"function",
 // name:…}); like decodeTools, absent, null or [] → nil, and non-function tools offer nothing.
 func decodeResponseTools(raw json.RawMessage) ([]string, *Error) {
-	if raw == nil || isNull(raw) {
-		return nil, nil
-	}
-	list, ok := array(raw)
-	if !ok {
-		return nil, badJSON(`field "tools" must be an array or null, got %s`, kind(raw))
-	}
-	if len(list) == 0 {
-		return nil, nil
-	}
-	names := make([]string, 0, len(list))
-	for i, item := range list {
-		field := fmt.Sprintf("tools[%d]", i)
-		obj, ok := object(item)
-		if !ok {
-			return nil, badJSON(`field %q must be an object, got %s`, field, kind(item))
-		}
+	return decodeToolList(raw, func(obj map[string]json.RawMessage, field string) (string, *Error) {
 		name, e := optString(obj, "name", field+".name")
 		if e != nil {
-			return nil, e
+			return "", e
 		}
-		if typ, _ := optString(obj, "type", field+".type"); typ == "function" && name != "" {
-			names = append(names, name)
+		if typ, _ := optString(obj, "type", field+".type"); typ != "function" {
+			return "", nil
 		}
-	}
-	return names, nil
+		return name, nil
+	})
 }
 
 // responseCall is a function_call output item.
