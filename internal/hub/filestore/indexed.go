@@ -113,20 +113,9 @@ func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) (
 	add := batchBytes(files)
 	var all []string
 	err := x.b.Update(ctx, func(t store.Txn) error {
-		recs, err := t.Get(sessionKey(sid), usageKey)
+		s, u, err := loadSessionUsage(t, sid, tenant, now)
 		if err != nil {
 			return err
-		}
-		s, err := decodeSession(recs[0], now)
-		if err != nil {
-			return store.Abort(err)
-		}
-		u := usageRec{}
-		if recs[1] != nil && json.Unmarshal(recs[1], &u) != nil {
-			return store.Abort(store.ErrCorrupt)
-		}
-		if s == nil {
-			s = &sessionRec{Tenant: tenant}
 		}
 		switch total := u.total(now); {
 		case s.Tenant != tenant:
@@ -189,20 +178,9 @@ func (x *Indexed) Touch(ctx context.Context, tenant, sid string) error {
 	expires := now.Add(x.limits.TTL)
 	var ids []string
 	err := x.b.Update(ctx, func(t store.Txn) error {
-		recs, err := t.Get(sessionKey(sid), usageKey)
+		s, u, err := loadSessionUsage(t, sid, tenant, now)
 		if err != nil {
 			return err
-		}
-		s, err := decodeSession(recs[0], now)
-		if err != nil {
-			return store.Abort(err)
-		}
-		u := usageRec{}
-		if recs[1] != nil && json.Unmarshal(recs[1], &u) != nil {
-			return store.Abort(store.ErrCorrupt)
-		}
-		if s == nil {
-			s = &sessionRec{Tenant: tenant}
 		}
 		if s.Tenant != tenant {
 			return store.Abort(ErrNotFound)
@@ -420,4 +398,25 @@ func (r *RedisBlobs) Close() error {
 		return r.rdb.Close()
 	}
 	return nil
+}
+
+// loadSessionUsage reads a session's record (a fresh one owned by tenant when absent) and the total-usage
+// record inside one transaction. A record that does not decode aborts the transaction.
+func loadSessionUsage(t store.Txn, sid, tenant string, now time.Time) (*sessionRec, usageRec, error) {
+	u := usageRec{}
+	recs, err := t.Get(sessionKey(sid), usageKey)
+	if err != nil {
+		return nil, u, err
+	}
+	s, err := decodeSession(recs[0], now)
+	if err != nil {
+		return nil, u, store.Abort(err)
+	}
+	if recs[1] != nil && json.Unmarshal(recs[1], &u) != nil {
+		return nil, u, store.Abort(store.ErrCorrupt)
+	}
+	if s == nil {
+		s = &sessionRec{Tenant: tenant}
+	}
+	return s, u, nil
 }
