@@ -114,33 +114,8 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		<-exited
 	}()
 	base := "http://" + addr
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			var rd struct {
-				Ready   bool   `json:"ready"`
-				Sandbox string `json:"sandbox"`
-			}
-			json.NewDecoder(resp.Body).Decode(&rd)
-			resp.Body.Close()
-			if rd.Ready {
-				if rd.Sandbox != "native" {
-					t.Fatalf("default sandbox %q, want native", rd.Sandbox)
-				}
-				break
-			}
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("serve exited early (%v); logs:\n%s", err, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready within 60s; logs:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if sb := waitReady(t, base, exited, logs); sb != "native" {
+		t.Fatalf("default sandbox %q, want native", sb)
 	}
 	post := func(body string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))

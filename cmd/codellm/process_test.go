@@ -34,13 +34,24 @@ func startServe(t *testing.T, args ...string) string {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
 	base := "http://" + addr
+	waitReady(t, base, exited, logs)
+	return base
+}
+
+// waitReady polls base's /readyz until it says ready (returning the sandbox mode it reports), failing the
+// test when the server exits first or is not ready within 60 s.
+func waitReady(t *testing.T, base string, exited chan error, logs *syncBuffer) string {
+	t.Helper()
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		if resp, err := http.Get(base + "/readyz"); err == nil {
-			var rd struct{ Ready bool }
+			var rd struct {
+				Ready   bool   `json:"ready"`
+				Sandbox string `json:"sandbox"`
+			}
 			json.NewDecoder(resp.Body).Decode(&rd)
 			resp.Body.Close()
 			if rd.Ready {
-				return base
+				return rd.Sandbox
 			}
 		}
 		select {

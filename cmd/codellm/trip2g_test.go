@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/codellm/codellm/internal/seal"
 )
@@ -42,27 +41,8 @@ func serveWith(t *testing.T, addr string, env []string, args ...string) *served 
 		<-exited
 	})
 	base := "http://" + addr
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if resp, err := http.Get(base + "/readyz"); err == nil {
-			var rd struct{ Ready bool }
-			json.NewDecoder(resp.Body).Decode(&rd)
-			resp.Body.Close()
-			if rd.Ready {
-				return &served{base: base, logs: logs}
-			}
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("serve exited early (%v); logs:\n%s", err, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready within 60s; logs:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitReady(t, base, exited, logs)
+	return &served{base: base, logs: logs}
 }
 
 // chat posts messages (and a fleet_input bag when bag != nil) and returns the status and the tool calls
