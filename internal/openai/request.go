@@ -86,20 +86,29 @@ func DecodeChatRequest(body []byte) (*ChatRequest, *Error) {
 	if r.Debug, e = optBool(top, "x_codellm_debug", "x_codellm_debug"); e != nil {
 		return nil, e
 	}
-	meta, e := optObject(top, "metadata", "metadata")
-	if e != nil {
-		return nil, e
-	}
-	if r.TimeoutSeconds, e = decodeTimeout(meta["timeout_seconds"]); e != nil {
-		return nil, e
-	}
-	if r.NetworkAllow, e = decodeNetworkAllow(meta["network_allow"]); e != nil {
-		return nil, e
-	}
-	if r.Determinism, e = DecodeDeterminism(meta); e != nil {
+	if e = decodeMetadata(top, r); e != nil {
 		return nil, e
 	}
 	return r, nil
+}
+
+// decodeMetadata reads the metadata fields codellm honours (timeout_seconds, network_allow and the
+// deterministic options) into r; the chat and Responses decoders share it.
+func decodeMetadata(top map[string]json.RawMessage, r *ChatRequest) *Error {
+	meta, e := optObject(top, "metadata", "metadata")
+	if e != nil {
+		return e
+	}
+	if r.TimeoutSeconds, e = decodeTimeout(meta["timeout_seconds"]); e != nil {
+		return e
+	}
+	if r.NetworkAllow, e = decodeNetworkAllow(meta["network_allow"]); e != nil {
+		return e
+	}
+	if r.Determinism, e = DecodeDeterminism(meta); e != nil {
+		return e
+	}
+	return nil
 }
 
 // decodeNetworkAllow parses metadata.network_allow: comma-separated host names; nil when absent.

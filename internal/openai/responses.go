@@ -57,17 +57,7 @@ func DecodeResponsesRequest(body []byte) (*ChatRequest, *Error) {
 	if r.Tools, e = decodeResponseTools(top["tools"]); e != nil {
 		return nil, e
 	}
-	meta, e := optObject(top, "metadata", "metadata")
-	if e != nil {
-		return nil, e
-	}
-	if r.TimeoutSeconds, e = decodeTimeout(meta["timeout_seconds"]); e != nil {
-		return nil, e
-	}
-	if r.NetworkAllow, e = decodeNetworkAllow(meta["network_allow"]); e != nil {
-		return nil, e
-	}
-	if r.Determinism, e = DecodeDeterminism(meta); e != nil {
+	if e = decodeMetadata(top, r); e != nil {
 		return nil, e
 	}
 	return r, nil
