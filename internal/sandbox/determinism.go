@@ -51,15 +51,20 @@ import (
 //   - Addresses: ASLR off (personality ADDR_NO_RANDOMIZE) for the program
 //     and its children: python's id(), bash's $RANDOM seed (it mixes in a
 //     stack address, the pid and gettimeofday) and /proc/self/maps repeat.
-//   - PIDs: NOT reproducible. The block has its own PID namespace, but its
-//     init (the helper, PID 1) is a Go program whose runtime starts a
-//     varying number of threads, each taking a PID, before and while it
-//     forks the program (measured: the program is PID 8 or 9; pinning
-//     ns_last_pid before the fork moves the range, 102-106, without fixing
-//     it, because threads start after the last point where the helper still
-//     may write it). So bash's $RANDOM (seeded from the pid, its own
-//     gettimeofday, which libfaketime does not reach in Debian's bash 5.2,
-//     measured, and a stack address) is not reproducible; $SRANDOM is.
+//   - PIDs: the program is PID hook.ProgramPID (32) of its namespace and
+//     its children follow in fork order. The init (the helper, PID 1) is a
+//     Go program whose runtime starts a varying number of threads, each
+//     taking a PID (unpinned the program was PID 8 or 9; pinning
+//     ns_last_pid while the helper still had CAP_SYS_ADMIN gave 102-106:
+//     threads start later). So the init, just before the program's fork,
+//     forks children that exit at once until the last got 31 (the
+//     allocator is sequential), with its signal relay already started and
+//     parked; no init thread takes a PID after (measured: 32, python child
+//     45, 15 runs of testdata/determinism/body.sh). Bash's $RANDOM still
+//     varies: its seed mixes in the pid, a stack address and bash's own
+//     gettimeofday, which libfaketime does not reach in Debian's bash 5.2
+//     (measured: $EPOCHREALTIME is the real time, in a nested bash too);
+//     $SRANDOM is reproducible.
 //   - Everything else: the hostname is fixed ("codellm"); user names come
 //     from the generated /etc/passwd; umask 022; TZ=UTC, LANG and LC_ALL
 //     C.UTF-8; the environment is sorted by name. Directory listing order

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codellm/codellm/internal/sandbox/hook"
 )
 
 // deterministicBodies runs the python, node and bash bodies of
@@ -72,7 +75,8 @@ func TestDeterministicBodies(t *testing.T) {
 		t.Fatalf("same seed and clock, different output:\n%s\n---\n%s", first, second)
 	}
 	t.Logf("deterministic output:\n%s", first)
-	for _, want := range []string{"wall 1704164645", "monotonic 0", "host codellm"} {
+	pid := strconv.Itoa(hook.ProgramPID)
+	for _, want := range []string{"wall 1704164645", "monotonic 0", "host codellm", "pid " + pid + " " + pid + "\n", " " + pid + "\n"} {
 		if !strings.Contains(first, want) {
 			t.Errorf("output lacks %q", want)
 		}

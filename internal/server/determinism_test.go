@@ -23,7 +23,7 @@ console.log(JSON.stringify({answer: [Date.now(), new Date().toISOString(), Math.
   crypto.randomUUID(), crypto.randomBytes(8).toString('hex'), os.hostname(), ...maps].join(' ')}));`),
 	block("bash", `read up _ < /proc/uptime
 maps=$(grep -E 'heap|stack' /proc/self/maps | cut -d' ' -f1 | tr '\n' ' ')
-echo "{\"answer\":\"$(date +%s.%N) ${up%%.*} $SRANDOM $SRANDOM $(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') $(hostname) $maps\"}"`),
+echo "{\"answer\":\"$(date +%s.%N) ${up%%.*} $SRANDOM $SRANDOM $(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') $(hostname) $maps pid $$ $(/usr/bin/python3 -c 'import os; print(os.getpid(), os.getppid())')\"}"`),
 }
 
 // detRun posts the three bodies with the given metadata and returns their tool calls (and the last
@@ -63,6 +63,10 @@ func TestDeterministicToolCalls(t *testing.T) {
 	}
 	if !strings.Contains(first[0][0].Args["answer"].(string), "1704164645.") {
 		t.Errorf("python's wall clock is not metadata.now: %v", first[0])
+	}
+	// 32 is hook.ProgramPID: the init pins the program's PID in deterministic mode.
+	if !strings.Contains(first[2][0].Args["answer"].(string), " pid 32 ") {
+		t.Errorf("bash's $$ is not the pinned program PID 32: %v", first[2])
 	}
 	if other, _ := detRun(t, ts, map[string]any{"deterministic": "true", "seed": "s2", "now": "2024-01-02T03:04:05Z"}); reflect.DeepEqual(other, first) {
 		t.Error("another seed gave the same tool calls")

@@ -3,6 +3,7 @@
 package hook
 
 import (
+	"runtime"
 	"syscall"
 	"unsafe"
 )
@@ -199,4 +200,56 @@ func rotl(v uint32, n uint) uint32 { return v<<n | v>>(32-n) }
 
 func le32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// ProgramPID is the PID a deterministic block's program gets in its PID
+// namespace (the init is 1; its Go runtime's threads take the PIDs in
+// between, a varying number of them).
+const ProgramPID = 32
+
+// pinProgramPID makes the next PID of the namespace ProgramPID by forking
+// children that exit at once until the last one got ProgramPID-1. It runs
+// on the init's thread just before the program's fork, after the init
+// has nothing left to do that could start a runtime thread (GOMAXPROCS=1,
+// no blocking syscall through the scheduler in between; see runInit), so
+// the PID allocator, sequential within the namespace, gives the program
+// ProgramPID. Writing ns_last_pid or clone3's set_tid would need
+// CAP_SYS_ADMIN, which the init no longer has here.
+//
+// The children are raw forks of this thread only; each child makes no
+// call but exit (no allocation, no stack growth), like the runtime's own
+// fork child.
+func pinProgramPID() error {
+	for {
+		r, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+		if e != 0 {
+			return wrap("deterministic mode: fork to pin the program's pid", e)
+		}
+		if r == 0 {
+			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
+		}
+		var ws syscall.WaitStatus
+		for {
+			_, _, e = syscall.RawSyscall6(syscall.SYS_WAIT4, r, uintptr(unsafe.Pointer(&ws)), 0, 0, 0, 0)
+			if e != syscall.EINTR {
+				break
+			}
+		}
+		switch {
+		case int(r) == ProgramPID-1:
+			return nil
+		case int(r) >= ProgramPID:
+			return &herr{"deterministic mode: the init already used pid " + itoa(int64(r)) + ", past the program's " + itoa(ProgramPID), nil}
+		}
+	}
+}
+
+// quietPIDs lets the init's runtime start the threads it needs now (the
+// relay goroutine parks, the scheduler hands the P off once) and then pins
+// the program's PID (pinProgramPID).
+func quietPIDs() error {
+	for i := 0; i < 3; i++ {
+		runtime.Gosched()
+	}
+	return pinProgramPID()
 }

@@ -43,6 +43,16 @@ func runInit(sp *Spec) {
 	sigs := make(chan os.Signal, 64)
 	// Before the program exists, so no early SIGTERM is missed.
 	signal.Notify(sigs, forwarded[:]...)
+	// The relay starts (and parks) before the fork, so that no goroutine
+	// is made, and no runtime thread started for it, once the program runs.
+	progc := make(chan int, 1)
+	go relay(sigs, progc)
+	if len(sp.Determ) > 0 {
+		if err := quietPIDs(); err != nil {
+			_, _ = syscall.Write(StatusFD, Failure(MHelper, err.Error()))
+			syscall.Exit(125)
+		}
+	}
 	pid, err := syscall.ForkExec(sp.Path, sp.Args, &syscall.ProcAttr{
 		Env:   sp.Env,
 		Files: []uintptr{0, 1, 2},
@@ -63,12 +73,16 @@ func runInit(sp *Spec) {
 		syscall.Close(fd)
 	}
 	signal.Ignore(ignored[:]...)
-	go func() {
-		for s := range sigs {
-			_ = syscall.Kill(pid, s.(syscall.Signal))
-		}
-	}()
+	progc <- pid
 	exitLike(reap(pid))
+}
+
+// relay passes each forwarded signal on to the program, once its pid is known.
+func relay(sigs <-chan os.Signal, progc <-chan int) {
+	pid := <-progc
+	for s := range sigs {
+		_ = syscall.Kill(pid, s.(syscall.Signal))
+	}
 }
 
 // reap reaps every child that ends until the program does, and returns the

@@ -4,3 +4,5 @@ echo "random $SRANDOM $SRANDOM"
 echo "uuid $(od -An -tx1 -N16 /dev/urandom | tr -d ' ')"
 echo "host $(hostname) user $(id -un) umask $(umask)"
 echo "address $(grep -E 'stack|heap' /proc/self/maps | cut -d' ' -f1 | tr '\n' ' ')"
+echo "pid $$ $BASHPID"
+/usr/bin/python3 -c 'import os; print("child", os.getpid(), os.getppid())'
