@@ -136,23 +136,11 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		if status != 200 {
 			t.Fatalf("status %d: %s", status, out)
 		}
-		var c struct {
-			Choices []struct {
-				Message struct {
-					ToolCalls []struct {
-						Function struct{ Name, Arguments string } `json:"function"`
-					} `json:"tool_calls"`
-				} `json:"message"`
-			} `json:"choices"`
-		}
+		var c chatReply
 		if err := json.Unmarshal([]byte(out), &c); err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for _, tc := range c.Choices[0].Message.ToolCalls {
-			got = append(got, tc.Function.Name+" "+tc.Function.Arguments)
-		}
-		return got
+		return c.calls()
 	}
 	msg := func(role, content string) map[string]any { return map[string]any{"role": role, "content": content} }
 	req := func(msgs ...map[string]any) string {

@@ -3,30 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
-)
 
-// startOrigin is the destination of the egress tests: an HTTP server on 127.0.0.1 that the host's own
-// resolver reaches as "localhost" (from /etc/hosts), so the real binary needs no test hook.
-func startOrigin(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "origin saw %s", r.Host)
-	}), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().(*net.TCPAddr).AddrPort().String()[len("127.0.0.1:"):]
-}
+	"github.com/codellm/codellm/internal/testhelp"
+)
 
 // `codellm serve --network-allow` end to end: a block reaches an allowed name through the proxy, a
 // request's metadata.network_allow narrows the list (and may not widen it), and decisions are counted.
@@ -35,7 +19,7 @@ func TestServeNetworkAllow(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed")
 	}
-	port := startOrigin(t)
+	port := testhelp.Origin(t)
 	bin := binary(t)
 	addr := freeAddr(t)
 	cmd := exec.Command(bin, "serve", "--listen", addr, "--allowed-programs", "bash", "--network-allow", "LOCALHOST.,127.0.0.1")

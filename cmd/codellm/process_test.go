@@ -67,6 +67,27 @@ func waitReady(t *testing.T, base string, exited chan error, logs *syncBuffer) s
 	}
 }
 
+// chatReply is the part of a chat.completion (or its error envelope) the real-binary tests read.
+type chatReply struct {
+	Choices []struct {
+		Message struct {
+			ToolCalls []struct {
+				Function struct{ Name, Arguments string } `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"message"`
+	} `json:"choices"`
+	Error struct{ Code, Message string } `json:"error"`
+}
+
+// calls lists the first choice's tool calls as "name arguments".
+func (c *chatReply) calls() []string {
+	var got []string
+	for _, tc := range c.Choices[0].Message.ToolCalls {
+		got = append(got, tc.Function.Name+" "+tc.Function.Arguments)
+	}
+	return got
+}
+
 func postJSON(t *testing.T, url string, body any, out any) {
 	t.Helper()
 	b, _ := json.Marshal(body)
@@ -234,15 +255,7 @@ func TestNeutralPathsEndToEnd(t *testing.T) {
 	t.Run("chat block", func(t *testing.T) {
 		body := map[string]any{"model": "codellm", "messages": []map[string]string{{"role": "user",
 			"content": "```bash\nm=$(grep -c codellm-run /proc/self/mountinfo)\nprintf '{\"answer\":\"%s %s %s\"}' \"$PWD\" \"$FLEET_INPUT\" \"$m\"\n```"}}}
-		var resp struct {
-			Choices []struct {
-				Message struct {
-					ToolCalls []struct {
-						Function struct{ Arguments string } `json:"function"`
-					} `json:"tool_calls"`
-				} `json:"message"`
-			} `json:"choices"`
-		}
+		var resp chatReply
 		postJSON(t, base+"/v1/chat/completions", body, &resp)
 		got := resp.Choices[0].Message.ToolCalls[0].Function.Arguments
 		if got != `{"answer":"/mnt/data /mnt/data/input.json 0"}` {

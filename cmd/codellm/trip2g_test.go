@@ -64,25 +64,12 @@ func (s *served) chat(t *testing.T, body string, bag any) (int, []string, string
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Choices []struct {
-			Message struct {
-				ToolCalls []struct {
-					Function struct{ Name, Arguments string } `json:"function"`
-				} `json:"tool_calls"`
-			} `json:"message"`
-		} `json:"choices"`
-		Error struct{ Code, Message string } `json:"error"`
-	}
+	var out chatReply
 	json.NewDecoder(resp.Body).Decode(&out)
 	if resp.StatusCode != http.StatusOK {
 		return resp.StatusCode, nil, out.Error.Code + ": " + out.Error.Message
 	}
-	var calls []string
-	for _, c := range out.Choices[0].Message.ToolCalls {
-		calls = append(calls, c.Function.Name+" "+c.Function.Arguments)
-	}
-	return resp.StatusCode, calls, ""
+	return resp.StatusCode, out.calls(), ""
 }
 
 // trip2gEnv is how trip2g's deploy scripts start its codellm: only trip2g's variable names.

@@ -4,30 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-)
 
-// egressOrigin is an HTTP server on 127.0.0.1 that the host resolver reaches as "localhost".
-func egressOrigin(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "origin saw %s", r.Host)
-	}), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
-}
+	"github.com/codellm/codellm/internal/testhelp"
+)
 
 // Workspace commands through `codellm hub` → `codellm worker`: with --command-allowed-domains a command
 // reaches exactly the allowed name through the egress proxy; without it (differential) the same command
@@ -40,7 +24,7 @@ func TestE2ECommandAllowedDomains(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed")
 	}
-	port := egressOrigin(t)
+	port := testhelp.Origin(t)
 	h := startHubProc(t, "127.0.0.1:0", filepath.Join(t.TempDir(), "bridge.db"))
 	command := func(id, cmd string) map[string]any {
 		t.Helper()

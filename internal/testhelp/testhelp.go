@@ -1,0 +1,29 @@
+// Package testhelp holds test helpers that several packages' tests share, so that a fix to one lands in
+// all. It is imported only from _test.go files.
+package testhelp
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Origin starts an HTTP server on 127.0.0.1 that answers "origin saw <Host>", stopped at the test's end,
+// and returns its port. It is the destination of the egress tests: the host's own resolver reaches it as
+// "localhost" (from /etc/hosts), so a real binary needs no resolver hook to be pointed at it.
+func Origin(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "origin saw %s", r.Host)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
