@@ -1,4 +1,6 @@
-// Package layering holds codellm's dependency rules as a test (in the style of tailscale's deptest): which
-// packages must never be linked into which. It has no code; `go test ./internal/layering` checks the rules
-// with `go list -deps`, so a violating import fails CI instead of growing unnoticed.
+// Package layering holds codellm's repository-wide rules as tests (in the style of tailscale's deptest):
+// which packages must never be linked into which (`go list -deps`), and that no function outside tests is
+// longer than 80 lines (a go/ast walk, with an explicit allow-list of the ones still being split). It has
+// no code; `go test ./internal/layering` checks the rules, so a violation fails CI instead of growing
+// unnoticed.
 package layering
