@@ -1,0 +1,55 @@
+package config
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Usage writes the sets registered into fs as --help: each flag with its placeholder, default, usage and
+// every other spelling under the families, then the environment-only settings, then the precedence rule.
+func Usage(w io.Writer, fs *flag.FlagSet, families []Family) {
+	var b strings.Builder
+	var envOnly []*Setting
+	b.WriteString("Flags:\n")
+	for _, s := range Sets(fs) {
+		for i := range s.Settings {
+			st := &s.Settings[i]
+			if st.EnvOnly {
+				envOnly = append(envOnly, st)
+				continue
+			}
+			writeSetting(&b, st, "--"+st.Name+" "+st.Kind.placeholder(), families)
+		}
+	}
+	if len(envOnly) > 0 {
+		b.WriteString("\nEnvironment only:\n")
+		for _, st := range envOnly {
+			writeSetting(&b, st, st.EnvName()+"="+st.Kind.placeholder(), families)
+		}
+	}
+	b.WriteString("\nThe command line wins, then CODELLM_*")
+	for _, f := range families {
+		b.WriteString(", then " + f.Prefix + "*")
+	}
+	b.WriteString(", then the other spellings in the order shown; an empty variable counts as unset.\n")
+	io.WriteString(w, b.String())
+}
+
+func writeSetting(b *strings.Builder, st *Setting, head string, families []Family) {
+	fmt.Fprintf(b, "  %s", strings.TrimSpace(head))
+	if st.Default != "" && !st.Secret {
+		fmt.Fprintf(b, " (default %s)", st.Default)
+	}
+	fmt.Fprintf(b, "\n    \t%s\n", st.Usage)
+	var other []string
+	for _, p := range st.Spellings(families) {
+		if p.Name != "--"+st.Name {
+			other = append(other, p.Name)
+		}
+	}
+	if len(other) > 0 {
+		fmt.Fprintf(b, "    \talso: %s\n", strings.Join(other, ", "))
+	}
+}
