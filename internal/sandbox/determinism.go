@@ -19,10 +19,13 @@ import (
 //     the first read returns Now, and every read advances the clock by a
 //     fixed 1 ms step, so a program that reads the clock the same number of
 //     times sees the same values (measured: python3.11 makes 49 reads before
-//     the body, node 20 makes 9; both identical run to run, and bash's
-//     date(1) follows; bash's own $EPOCHSECONDS and printf %(...)T do not
-//     when bash is the block's program, measured — they do when a parent
-//     process initialised libfaketime first, e.g. under setarch). It covers
+//     the body, node 20 makes 9; both identical run to run, and date(1)
+//     follows). The same FAKETIME is also the block's /etc/faketimerc:
+//     bash exports its own getenv, which answers from its variable table,
+//     empty at bash's first clock read, so libfaketime found no FAKETIME
+//     there and did not fake bash's own clock ($EPOCHSECONDS,
+//     $EPOCHREALTIME, printf %(...)T, the seed of $RANDOM); with the file,
+//     its fallback, it does (measured; see hook.writeFakeTimeRC). It covers
 //     dynamically linked programs only: a statically linked one (Go, musl
 //     static) reads the vDSO clock and sees the host's real time.
 //   - Monotonic and boot clocks: a time namespace (CLONE_NEWTIME) whose
@@ -49,8 +52,7 @@ import (
 //     processes of one block that each open the device read the same bytes.
 //   - Python's hash seed: PYTHONHASHSEED derived from Seed.
 //   - Addresses: ASLR off (personality ADDR_NO_RANDOMIZE) for the program
-//     and its children: python's id(), bash's $RANDOM seed (it mixes in a
-//     stack address, the pid and gettimeofday) and /proc/self/maps repeat.
+//     and its children: python's id() and /proc/self/maps repeat.
 //   - PIDs: the program is PID hook.ProgramPID (32) of its namespace and
 //     its children follow in fork order. The init (the helper, PID 1) is a
 //     Go program whose runtime starts a varying number of threads, each
@@ -60,11 +62,9 @@ import (
 //     forks children that exit at once until the last got 31 (the
 //     allocator is sequential), with its signal relay already started and
 //     parked; no init thread takes a PID after (measured: 32, python child
-//     45, 15 runs of testdata/determinism/body.sh). Bash's $RANDOM still
-//     varies: its seed mixes in the pid, a stack address and bash's own
-//     gettimeofday, which libfaketime does not reach in Debian's bash 5.2
-//     (measured: $EPOCHREALTIME is the real time, in a nested bash too);
-//     $SRANDOM is reproducible.
+//     45, 15 runs of testdata/determinism/body.sh). Bash's $RANDOM, seeded
+//     from gettimeofday (faked, see the wall clock) and the pid, repeats
+//     with them; $SRANDOM comes from the seeded device.
 //   - Everything else: the hostname is fixed ("codellm"); user names come
 //     from the generated /etc/passwd; umask 022; TZ=UTC, LANG and LC_ALL
 //     C.UTF-8; the environment is sorted by name. Directory listing order
@@ -109,7 +109,7 @@ func (d *Determinism) HashSeed() uint32 {
 // libfaketime), sorted by name.
 func (d *Determinism) Environ(env []string) []string {
 	set := map[string]string{
-		"FAKETIME":                     "@" + d.Now.UTC().Format("2006-01-02 15:04:05") + " i0.001",
+		"FAKETIME":                     d.fakeTime(),
 		"FAKETIME_DONT_FAKE_MONOTONIC": "1",
 		// libfaketime's getrandom/getentropy wrappers return a stream of this seed: OpenSSL 3 (node) calls
 		// getentropy first and, on ENOSYS, refuses a /dev/urandom that is not a device (measured: node
@@ -143,6 +143,16 @@ func (d *Determinism) Environ(env []string) []string {
 	})
 	return out
 }
+
+// fakeTime is libfaketime's FAKETIME for d: start at Now, +1 ms per read.
+func (d *Determinism) fakeTime() string {
+	return "@" + d.Now.UTC().Format("2006-01-02 15:04:05") + " i0.001"
+}
+
+// FakeTimeRC is the block's /etc/faketimerc: the same clock as FAKETIME,
+// for the programs in which libfaketime's getenv finds no FAKETIME (bash:
+// see hook.writeFakeTimeRC).
+func (d *Determinism) FakeTimeRC() []byte { return []byte(d.fakeTime() + "\n") }
 
 // determinismHost reports what of deterministic mode this host lacks
 // outside the sandbox's own mechanisms ("" when nothing): the time

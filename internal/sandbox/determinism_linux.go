@@ -16,6 +16,7 @@ func determinismPlan(hs *hook.Spec, d *Determinism, use mechSet) error {
 			Fix: "run natively on Linux with user, PID, mount and time namespaces, seccomp and libfaketime, or turn deterministic mode off"}
 	}
 	hs.Determ = d.Key()
+	hs.FakeTimeRC = d.FakeTimeRC()
 	hs.Env = d.Environ(hs.Env)
 	return nil
 }

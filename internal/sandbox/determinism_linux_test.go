@@ -76,7 +76,7 @@ func TestDeterministicBodies(t *testing.T) {
 	}
 	t.Logf("deterministic output:\n%s", first)
 	pid := strconv.Itoa(hook.ProgramPID)
-	for _, want := range []string{"wall 1704164645", "monotonic 0", "host codellm", "pid " + pid + " " + pid + "\n", " " + pid + "\n"} {
+	for _, want := range []string{"wall 1704164645", "epoch 1704164645 1704164645.", "monotonic 0", "host codellm", "pid " + pid + " " + pid + "\n", " " + pid + "\n"} {
 		if !strings.Contains(first, want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -23,7 +23,7 @@ console.log(JSON.stringify({answer: [Date.now(), new Date().toISOString(), Math.
   crypto.randomUUID(), crypto.randomBytes(8).toString('hex'), os.hostname(), ...maps].join(' ')}));`),
 	block("bash", `read up _ < /proc/uptime
 maps=$(grep -E 'heap|stack' /proc/self/maps | cut -d' ' -f1 | tr '\n' ' ')
-echo "{\"answer\":\"$(date +%s.%N) ${up%%.*} $SRANDOM $SRANDOM $(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') $(hostname) $maps pid $$ $(/usr/bin/python3 -c 'import os; print(os.getpid(), os.getppid())')\"}"`),
+echo "{\"answer\":\"$(date +%s.%N) $EPOCHSECONDS $EPOCHREALTIME $(printf '%(%F %T)T' -1) ${up%%.*} $RANDOM $RANDOM $SRANDOM $SRANDOM $(od -An -tx1 -N16 /dev/urandom | tr -d ' \n') $(hostname) $maps pid $$ $(/usr/bin/python3 -c 'import os; print(os.getpid(), os.getppid())')\"}"`),
 }
 
 // detRun posts the three bodies with the given metadata and returns their tool calls (and the last
@@ -63,6 +63,10 @@ func TestDeterministicToolCalls(t *testing.T) {
 	}
 	if !strings.Contains(first[0][0].Args["answer"].(string), "1704164645.") {
 		t.Errorf("python's wall clock is not metadata.now: %v", first[0])
+	}
+	// bash's own clock ($EPOCHSECONDS, printf %(…)T) is libfaketime's too (the block's /etc/faketimerc).
+	if !strings.Contains(first[2][0].Args["answer"].(string), " 1704164645 1704164645.") {
+		t.Errorf("bash's $EPOCHSECONDS/$EPOCHREALTIME are not metadata.now: %v", first[2])
 	}
 	// 32 is hook.ProgramPID: the init pins the program's PID in deterministic mode.
 	if !strings.Contains(first[2][0].Args["answer"].(string), " pid 32 ") {

@@ -75,6 +75,7 @@ func (s *Spec) Encode() []byte {
 	e.flag(s.Egress)
 	e.bytes(s.Determ)
 	e.flag(s.ReadOnly)
+	e.bytes(s.FakeTimeRC)
 	return e.b
 }
 
@@ -168,6 +169,7 @@ func Decode(b []byte) (*Spec, error) {
 	s.Egress = d.flag()
 	s.Determ = d.bytes()
 	s.ReadOnly = d.flag()
+	s.FakeTimeRC = d.bytes()
 	if d.bad || len(d.b) != 0 || len(s.Seccomp)%8 != 0 {
 		return nil, errBadSpec
 	}

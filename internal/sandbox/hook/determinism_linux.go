@@ -95,6 +95,23 @@ func zeroClocks() error {
 	return wrap("deterministic mode: write /proc/self/timens_offsets", writeAll(fd, buf))
 }
 
+// writeFakeTimeRC writes sp.FakeTimeRC as the root's /etc/faketimerc.
+// libfaketime reads FAKETIME with getenv at a program's first clock call,
+// and falls back to /etc/faketimerc when that finds nothing. bash exports
+// its own getenv, which libfaketime binds to, and which answers only from
+// bash's variable table: at bash's first clock read (shell_start_time, in
+// main, before the environment is imported) that table is empty, so
+// without the file libfaketime decides not to fake and caches that
+// (measured: $EPOCHSECONDS, printf %(...)T and the gettimeofday half of
+// $RANDOM's seed were the real time when bash was the first preloaded
+// process, and faked with the file).
+func writeFakeTimeRC(root string, sp *Spec) error {
+	if len(sp.FakeTimeRC) == 0 {
+		return nil
+	}
+	return wrap("build root filesystem: write /etc/faketimerc", writeFile(root+"/etc/faketimerc", sp.FakeTimeRC, 0o444))
+}
+
 // seededRandom binds a read-only file of the key's keystream over
 // /dev/urandom and /dev/random. The file is made in /dev/shm (a tmpfs of
 // this mount namespace, so it can be bound) and unlinked at once: the

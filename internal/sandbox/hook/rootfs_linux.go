@@ -67,6 +67,9 @@ func setupRoot(sp *Spec) error {
 			return wrap("build root filesystem: write /etc/"+f.name, err)
 		}
 	}
+	if err := writeFakeTimeRC(r, sp); err != nil {
+		return err
+	}
 	if err := setupDev(r, sp); err != nil {
 		return err
 	}

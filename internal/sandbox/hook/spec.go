@@ -128,4 +128,9 @@ type Spec struct {
 
 	// ReadOnly binds a persistent workdir read-only.
 	ReadOnly bool
+
+	// FakeTimeRC, when set, is written as the new root's /etc/faketimerc:
+	// libfaketime's fallback when getenv("FAKETIME") finds nothing, which
+	// is the case in bash (see writeFakeTimeRC).
+	FakeTimeRC []byte
 }
