@@ -5,16 +5,14 @@ package openai
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/httpserve"
 )
 
 // Error is the §11 error envelope with its HTTP status. Type derives from Status; Header carries extra
@@ -147,16 +145,6 @@ func marshalErr(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// RequestID returns the X-Request-Id of a response: the client's own id when it is safe to echo (1 to
-// 128 bytes of letters, digits and "-_.:"; nothing that could split a header or forge a log line), else
-// a fresh "req_" + 32 hex digits from crypto/rand, the form OpenAI uses.
-func RequestID(client string) string {
-	if n := len(client); n > 0 && n <= 128 && strings.Trim(client, requestIDChars) == "" {
-		return client
-	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "req_" + hex.EncodeToString(b[:])
-}
-
-const requestIDChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:"
+// RequestID returns the X-Request-Id of a response (the rule is httpserve.RequestID, shared by every
+// listener).
+func RequestID(client string) string { return httpserve.RequestID(client) }

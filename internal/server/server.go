@@ -6,7 +6,6 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -16,15 +15,14 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/codellm/codellm/internal/chat"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/httpguard"
+	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/idempotency"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/listen"
@@ -69,15 +67,12 @@ type Server struct {
 	metrics  *metrics.Service
 	log      *slog.Logger
 	handler  http.Handler
+	router   *httpserve.Router
 	guard    *httpguard.Policy
 
 	draining atomic.Bool
 	baseCtx  atomic.Value // context.Context of runs, set by Serve (cancelled after the drain grace)
 	check    atomic.Pointer[selfCheck]
-
-	// extra routes registered by other components on the main listener (the runner API).
-	mu     sync.Mutex
-	routes map[string]map[string]routeHandler
 }
 
 type selfCheck struct {
@@ -132,23 +127,20 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	}
 	s.chat = chat.New(chat.Config{Engine: s.eng, Metrics: s.metrics, Logger: s.log, DebugExtension: cfg.DebugExtension,
 		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter})
-	s.routes = map[string]map[string]routeHandler{
-		"/v1/chat/completions": {http.MethodPost: {"chat", true, s.handleChat}},
-		"/v1/models":           {http.MethodGet: {"models", true, s.handleModels}},
-		"/v1/responses":        {http.MethodPost: {"responses", true, s.handleResponses}},
-		"/v1/models/":          {http.MethodGet: {"models", true, s.handleModel}},
-		"/healthz":             {http.MethodGet: {"healthz", false, s.handleHealthz}},
-		"/readyz":              {http.MethodGet: {"readyz", false, s.handleReadyz}},
-		"/metrics":             {http.MethodGet: {"metrics", true, s.handleMetrics}},
-	}
 	s.setupIdempotency()
-	for _, methods := range s.routes {
-		for m, rh := range methods {
-			rh.h = s.idempotent(rh.name, rh.h)
-			methods[m] = rh
-		}
+	s.router = httpserve.NewRouter(s.notFound, s.methodNotAllowed)
+	for pattern, rh := range map[string]routeHandler{
+		"POST /v1/chat/completions": {"chat", true, s.handleChat},
+		"GET /v1/models":            {"models", true, s.handleModels},
+		"POST /v1/responses":        {"responses", true, s.handleResponses},
+		"GET /v1/models/":           {"models", true, s.handleModel},
+		"GET /healthz":              {"healthz", false, s.handleHealthz},
+		"GET /readyz":               {"readyz", false, s.handleReadyz},
+		"GET /metrics":              {"metrics", true, s.handleMetrics},
+	} {
+		s.router.Handle(pattern, s.route(rh))
 	}
-	s.handler = http.HandlerFunc(s.serveHTTP)
+	s.handler = httpserve.WithRequestID(http.HandlerFunc(s.serveHTTP))
 	if cfg.InsecurePublic && !listen.IsLoopback(cfg.Listen) && cfg.APIKey == "" && cfg.ClientCA == "" {
 		s.log.Warn("serving unauthenticated on a public address (--insecure-public): anyone who can reach it can run code",
 			"listen", cfg.Listen)
@@ -168,33 +160,51 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Route registers an extra handler on the main listener behind the same authentication (used by the
 // runner API). pattern is an exact path or a prefix ending in "/". Register before serving.
 func (s *Server) Route(method, pattern, name string, h http.HandlerFunc) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.routes[pattern] == nil {
-		s.routes[pattern] = map[string]routeHandler{}
-	}
-	s.routes[pattern][method] = routeHandler{name: name, auth: true, h: s.idempotent(name, func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
-		h(w, r)
-	})}
+	s.router.Handle(method+" "+pattern, s.route(routeHandler{name: name, auth: true,
+		h: func(w http.ResponseWriter, r *http.Request, rl *reqLog) { h(w, r) }}))
 }
 
-func (s *Server) lookup(path string) (map[string]routeHandler, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if m, ok := s.routes[path]; ok {
-		return m, true
+// route is one route's handler on the router: it names the request for the log and the metrics, then
+// checks the content type and the credential, in that order, and runs rh (made idempotent).
+func (s *Server) route(rh routeHandler) http.Handler {
+	h := s.idempotent(rh.name, rh.h)
+	var inner http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w, r, reqLogOf(r)) })
+	if rh.auth {
+		inner = httpserve.Auth(httpserve.BearerKey(s.cfg.APIKey), s.unauthorized, inner)
 	}
-	// Longest prefix route ending in "/".
-	best := ""
-	for p := range s.routes {
-		if strings.HasSuffix(p, "/") && strings.HasPrefix(path, p) && len(p) > len(best) {
-			best = p
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rl := reqLogOf(r)
+		rl.route = rh.name
+		if ref := httpguard.CheckContentType(r); ref != nil {
+			s.fail(w, rl, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
+			return
 		}
-	}
-	if best != "" {
-		return s.routes[best], true
-	}
-	return nil, false
+		inner.ServeHTTP(w, r)
+	})
+}
+
+type reqLogKey struct{}
+
+// reqLogOf is the request's log record (serveHTTP puts it in the context before routing).
+func reqLogOf(r *http.Request) *reqLog { return r.Context().Value(reqLogKey{}).(*reqLog) }
+
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	s.fail(w, reqLogOf(r), openai.NewError(http.StatusNotFound, "not_found", "no route for %s %s", r.Method, r.URL.Path))
+}
+
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow []string) {
+	e := openai.NewError(http.StatusMethodNotAllowed, "method_not_allowed", "method %s is not allowed on %s (allowed: %s)",
+		r.Method, r.URL.Path, strings.Join(allow, ", "))
+	e.Header = http.Header{"Allow": []string{strings.Join(allow, ", ")}}
+	s.fail(w, reqLogOf(r), e)
+}
+
+// unauthorized refuses a request without the bearer key (mTLS, if configured, was already enforced by
+// the TLS handshake; without a key every request is let through).
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
+	e := openai.NewError(http.StatusUnauthorized, "invalid_api_key", "missing or invalid API key (send Authorization: Bearer <key>)")
+	e.Header = http.Header{"Www-Authenticate": []string{"Bearer"}}
+	s.fail(w, reqLogOf(r), e)
 }
 
 // reqLog collects what the request log line and the metrics report.
@@ -235,8 +245,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
-	rl := &reqLog{route: "unknown", requestID: openai.RequestID(r.Header.Get("X-Request-Id"))}
-	w.Header().Set("X-Request-Id", rl.requestID)
+	rl := &reqLog{route: "unknown", requestID: httpserve.RequestIDOf(r)}
 	defer func() {
 		if sw.status == 0 {
 			sw.status = 499 // the handler wrote nothing: the client went away
@@ -249,39 +258,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(sw, rl, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
 		return
 	}
-	methods, ok := s.lookup(r.URL.Path)
-	if !ok {
-		s.fail(sw, rl, openai.NewError(http.StatusNotFound, "not_found", "no route for %s %s", r.Method, r.URL.Path))
-		return
-	}
-	rh, ok := methods[r.Method]
-	if !ok && r.Method == http.MethodHead {
-		rh, ok = methods[http.MethodGet]
-	}
-	if !ok {
-		allow := make([]string, 0, len(methods))
-		for m := range methods {
-			allow = append(allow, m)
-		}
-		sort.Strings(allow)
-		e := openai.NewError(http.StatusMethodNotAllowed, "method_not_allowed", "method %s is not allowed on %s (allowed: %s)",
-			r.Method, r.URL.Path, strings.Join(allow, ", "))
-		e.Header = http.Header{"Allow": []string{strings.Join(allow, ", ")}}
-		s.fail(sw, rl, e)
-		return
-	}
-	rl.route = rh.name
-	if ref := httpguard.CheckContentType(r); ref != nil {
-		s.fail(sw, rl, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
-		return
-	}
-	if rh.auth && !s.authorized(r) {
-		e := openai.NewError(http.StatusUnauthorized, "invalid_api_key", "missing or invalid API key (send Authorization: Bearer <key>)")
-		e.Header = http.Header{"Www-Authenticate": []string{"Bearer"}}
-		s.fail(sw, rl, e)
-		return
-	}
-	rh.h(sw, r, rl)
+	s.router.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqLogKey{}, rl)))
 }
 
 // probeExempt lets health and readiness probes of a public listener through the Host rule: orchestrators
@@ -291,21 +268,6 @@ func (s *Server) probeExempt(r *http.Request) bool {
 		return false
 	}
 	return r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
-}
-
-// authorized checks the bearer key in constant time. Without a key the header is ignored (mTLS, if
-// configured, was already enforced by the TLS handshake).
-func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.APIKey == "" {
-		return true
-	}
-	h := r.Header.Get("Authorization")
-	const prefix = "Bearer "
-	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return false
-	}
-	tok := h[len(prefix):]
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.APIKey)) == 1
 }
 
 func (s *Server) fail(w http.ResponseWriter, rl *reqLog, e *openai.Error) {
@@ -458,41 +420,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return err
 	}
-	ln = s.cfg.Limits.Listener(ln, tc == nil, s.log)
-	if tc != nil {
-		ln = tls.NewListener(ln, tc)
-	}
-	runCtx, cancelRuns := context.WithCancel(context.WithoutCancel(ctx))
-	s.baseCtx.Store(runCtx)
-	defer cancelRuns()
-	hs := s.cfg.Limits.Server(s.handler, s.log)
-	hs.BaseContext = func(net.Listener) context.Context { return runCtx }
-	go s.SelfCheck(runCtx)
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	s.draining.Store(true)
-	s.log.Info("shutting down: draining in-flight runs")
-	grace := s.eng.Config().Timeout + s.cfg.KillGrace
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	err = hs.Shutdown(sctx)
-	if err != nil {
+	return httpserve.Serve(ctx, ln, s.handler, httpserve.Options{
+		Limits: s.cfg.Limits, Log: s.log, TLS: tc,
+		Started: func(runs context.Context) {
+			s.baseCtx.Store(runs)
+			go s.SelfCheck(runs)
+		},
+		Draining: func() {
+			s.draining.Store(true)
+			s.log.Info("shutting down: draining in-flight runs")
+		},
 		// Deadline passed: kill what still runs, then wait for the handlers to notice.
-		cancelRuns()
-		hctx, hcancel := context.WithTimeout(context.Background(), s.cfg.KillGrace+5*time.Second)
-		defer hcancel()
-		err = hs.Shutdown(hctx)
-	}
-	<-errc
-	if err != nil {
-		hs.Close()
-	}
-	return err
+		Grace:       s.eng.Config().Timeout + s.cfg.KillGrace,
+		AfterCancel: s.cfg.KillGrace + 5*time.Second,
+	})
 }
 
 // Draining reports whether shutdown has begun.
