@@ -70,6 +70,27 @@ func Run() {
 // capabilities go before seccomp, seccomp is last), then execs. It never
 // returns.
 func run() {
+	sp := readSpec()
+	buildWorld(sp)
+	lockDown(sp)
+	if sp.ProbeOnly {
+		_, _ = syscall.Write(StatusFD, []byte{Started})
+		syscall.Exit(0)
+	}
+	if sp.Init {
+		runInit(sp)
+	}
+	if _, err := syscall.Write(StatusFD, []byte{Started}); err != nil {
+		syscall.Exit(126)
+	}
+	err := syscall.Exec(sp.Path, sp.Args, sp.Env)
+	_, _ = syscall.Write(StatusFD, Failure(MExec, sp.Path+": "+err.Error()))
+	syscall.Exit(127)
+}
+
+// readSpec makes the helper non-dumpable, then reads and decodes the
+// server's spec; a status pipe it cannot keep private ends it at once.
+func readSpec() *Spec {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, StatusFD, syscall.F_SETFD, syscall.FD_CLOEXEC); e != 0 {
 		syscall.Exit(126) // no status channel: the parent sees EOF without Started
 	}
@@ -88,8 +109,15 @@ func run() {
 	if err != nil {
 		fail(MHelper, "read spec from the server: malformed spec (", err, ")")
 	}
-	has := func(m uint32) bool { return sp.Mech&m == m }
+	return sp
+}
 
+// buildWorld makes what the program will see, while the helper still has
+// its capabilities in the namespace: the cgroup and time namespaces, the
+// private root, the host name, the deterministic pieces, the working
+// directory and the egress listener.
+func buildWorld(sp *Spec) {
+	has := func(m uint32) bool { return sp.Mech&m == m }
 	if has(MCgroupNS) {
 		// After the spec was read the server has placed us in the run's
 		// cgroup, so the namespace is rooted there.
@@ -130,6 +158,13 @@ func run() {
 			fail(MNetNS, err.Error())
 		}
 	}
+}
+
+// lockDown applies the per-thread confinement, in the only order that
+// works: rlimits, no_new_privs, Landlock, no capabilities, no stray
+// descriptors, seccomp last.
+func lockDown(sp *Spec) {
+	has := func(m uint32) bool { return sp.Mech&m == m }
 	if has(MRlimit) {
 		if err := applyRlimits(sp); err != nil {
 			fail(MRlimit, err.Error())
@@ -163,19 +198,6 @@ func run() {
 			fail(MSeccomp, "cannot install filter: ", err)
 		}
 	}
-	if sp.ProbeOnly {
-		_, _ = syscall.Write(StatusFD, []byte{Started})
-		syscall.Exit(0)
-	}
-	if sp.Init {
-		runInit(sp)
-	}
-	if _, err := syscall.Write(StatusFD, []byte{Started}); err != nil {
-		syscall.Exit(126)
-	}
-	err = syscall.Exec(sp.Path, sp.Args, sp.Env)
-	_, _ = syscall.Write(StatusFD, Failure(MExec, sp.Path+": "+err.Error()))
-	syscall.Exit(127)
 }
 
 // fail reports a setup failure on the status pipe and exits 125.
