@@ -178,6 +178,15 @@ type Spec struct {
 	// Deterministic, when set, makes the block reproducible (see [Determinism]); Start refuses with an
 	// *UnavailableError when the platform cannot honour every part of it.
 	Deterministic *Determinism
+	// Collect, when set, is called once the program has ended and everything else in its namespace has
+	// been killed and reaped, before the namespace goes: root is the block's working directory as the
+	// server can read it (/proc/<init>/root + the workdir inside), so a Persist false block's private
+	// tmpfs can be copied out. root is not a trustworthy path: open it with os.OpenRoot and never follow
+	// what is inside out of it. A block stopped by Kill still gets its Collect (Kill then ends the
+	// program but holds the namespace); one whose init was killed from outside does not (see
+	// Result.Collected). Only runs with a private root can collect ([Run.CanCollect]); elsewhere Start
+	// refuses the Spec.
+	Collect func(root string) error
 }
 
 func (s *Spec) validate() error {
@@ -270,6 +279,9 @@ type Result struct {
 	Limit     LimitKind     // which sandbox limit ended it, if known ("" otherwise)
 	LimitDesc string        // human text for messages, e.g. "memory limit 512 MiB"
 	Err       error         // non-nil if the sandbox failed after Start (rare)
+	// Collected says Spec.Collect ran; CollectErr is what it returned.
+	Collected  bool
+	CollectErr error
 }
 
 // Sentinel errors. *UnavailableError matches ErrUnavailable with errors.Is.
@@ -414,6 +426,10 @@ type Run struct {
 	plat runPlatform
 }
 
+// CanCollect reports whether the run's blocks may have a Spec.Collect: they get a private root and the
+// sandbox's own init, which can hold the namespace once the program is over.
+func (r *Run) CanCollect() bool { return r.privateRoot() && !r.sb.cfg.ProgramAsPID1 }
+
 // ID names the run in logs (egress decisions carry it).
 func (r *Run) ID() string { return r.id }
 
@@ -426,6 +442,9 @@ func (r *Run) Limits() Limits { return r.lim }
 func (r *Run) Start(spec Spec) (*Process, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
+	}
+	if spec.Collect != nil && !r.CanCollect() {
+		return nil, fmt.Errorf("%w: Collect needs a private root and the sandbox's init (native mode, or besteffort with user, mount and PID namespaces)", ErrInvalidSpec)
 	}
 	r.mu.Lock()
 	if r.closed {
@@ -460,10 +479,16 @@ func (r *Run) Kill() {
 		ps = append(ps, p)
 	}
 	r.mu.Unlock()
+	hold := true
 	for _, p := range ps {
 		p.Kill()
+		hold = hold && p.holds()
 	}
-	r.killAll()
+	if len(ps) == 0 || !hold {
+		// A holding block's Kill keeps its namespace for Collect; each is its PID namespace's init, so
+		// nothing of it can be outside the namespace the init ends.
+		r.killAll()
+	}
 }
 
 // Close kills every process, waits for them and releases the run's

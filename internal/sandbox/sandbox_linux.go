@@ -71,7 +71,27 @@ type procPlatform struct {
 	started time.Time
 
 	egressLn net.Listener // the block's egress listener, closed when it is reaped
+
+	// With Spec.Collect the init holds the namespace once the program is over (hook.Spec.Hold).
+	collect   func(root string) error
+	collectAt string // /proc/<init>/root + the workdir inside
+	recorded  bool   // the init's wait record arrived: the program is over, the init holds
 }
+
+// holdKillGrace is how long Kill lets a holding init end its namespace (hook.HoldSignal) and report before
+// it is killed outright, files and all; ending and reaping a namespace takes milliseconds.
+const holdKillGrace = 2 * time.Second
+
+// setHold makes the block's init hold its namespace for spec.Collect (Start has checked the run can).
+func (pp *procPlatform) setHold(spec *Spec, hs *hook.Spec, pid int) {
+	if spec.Collect == nil || !hs.Init {
+		return
+	}
+	hs.Hold = true
+	pp.collect, pp.collectAt = spec.Collect, "/proc/"+strconv.Itoa(pid)+"/root"+hs.Dir
+}
+
+func (p *Process) holds() bool { return p.plat.collect != nil }
 
 func (s *Sandbox) init() error {
 	p := &s.plat
@@ -689,6 +709,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	}
 	proc := &Process{run: r, pid: osp.Pid, start: start, done: make(chan struct{})}
 	proc.plat = procPlatform{osp: osp, pgKill: !use.has(mPIDNS), limits: r.lim, started: start, group: child, runGrp: r.plat.group}
+	proc.plat.setHold(spec, hs, osp.Pid)
 
 	// v1: join the block's cgroup now, while the helper is blocked reading
 	// its spec and so has run nothing of the user's.
@@ -786,6 +807,8 @@ func helperFailure(msg []byte, rerr error, st *os.ProcessState) error {
 // a zombie (so its id cannot have been reused), then the leader is reaped.
 func (p *Process) reap() {
 	pp := &p.plat
+	prog := programStatus(pp.status)
+	collected, cerr := p.collectHeld(prog != nil)
 	if pp.pgKill {
 		var info unix.Siginfo
 		for {
@@ -805,7 +828,8 @@ func (p *Process) reap() {
 	pp.reaped = true
 	killed := pp.killed
 	pp.mu.Unlock()
-	res := buildResult(st, err, time.Since(pp.started), pp.limits, killed, programStatus(pp.status))
+	res := buildResult(st, err, time.Since(pp.started), pp.limits, killed, prog)
+	res.Collected, res.CollectErr = collected, cerr
 	if pp.group != nil && pp.offMode {
 		_ = pp.group.Kill() // daemons that left the process group
 		_ = pp.group.WaitEmpty(cgroup.DefaultWait)
@@ -837,16 +861,39 @@ func (p *Process) reap() {
 	close(p.done)
 }
 
+// collectHeld runs Collect against the held namespace once the program is
+// over (recorded: the init's wait record arrived), then ends the init.
+func (p *Process) collectHeld(recorded bool) (bool, error) {
+	pp := &p.plat
+	if pp.collect == nil {
+		return false, nil
+	}
+	pp.mu.Lock()
+	pp.recorded = recorded
+	pp.mu.Unlock()
+	var err error
+	if recorded {
+		err = pp.collect(pp.collectAt)
+	}
+	_ = pp.osp.Signal(syscall.SIGKILL)
+	return recorded, err
+}
+
 // programStatus reads the init's report of its program's wait status (see
-// hook.WaitRecord) once the init is gone; nil when there was no init or
-// it was killed before the program ended (codellm's SIGKILL, which ends
-// the whole namespace: then the init's own status is the program's too).
+// hook.WaitRecord): one fixed-size record, which a holding init writes and
+// then lives on, and any other init writes right before it exits. nil when
+// there was no init or it was killed before the program ended (codellm's
+// SIGKILL, which ends the whole namespace: then the init's own status is
+// the program's too).
 func programStatus(status *os.File) *syscall.WaitStatus {
 	if status == nil {
 		return nil
 	}
 	defer status.Close()
-	msg, _ := io.ReadAll(io.LimitReader(status, 64))
+	msg := make([]byte, len(hook.WaitRecord(0)))
+	if _, err := io.ReadFull(status, msg); err != nil {
+		return nil
+	}
 	raw, ok := hook.ParseWait(msg)
 	if !ok {
 		return nil
@@ -923,7 +970,25 @@ func (p *Process) kill() {
 			_ = pp.group.Kill()
 		}
 	}
+	if pp.collect != nil {
+		if !pp.recorded {
+			// End the program but keep its files for Collect; kill outright should the init not report.
+			_ = pp.osp.Signal(hook.HoldSignal)
+			time.AfterFunc(holdKillGrace, p.killUnrecorded)
+		}
+		return // held: the reaper kills the init after Collect
+	}
 	_ = pp.osp.Signal(syscall.SIGKILL)
+}
+
+// killUnrecorded kills a holding init that has not reported within holdKillGrace of Kill.
+func (p *Process) killUnrecorded() {
+	pp := &p.plat
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if !pp.reaped && !pp.recorded {
+		_ = pp.osp.Signal(syscall.SIGKILL)
+	}
 }
 
 // chownTree gives dir and everything below it to uid:gid without following

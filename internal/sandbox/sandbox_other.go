@@ -54,6 +54,7 @@ func (s *Sandbox) Settle() {}
 
 func (r *Run) init() error       { return nil }
 func (r *Run) privateRoot() bool { return false }
+func (p *Process) holds() bool   { return false }
 func (r *Run) killAll()          {}
 func (r *Run) release() error    { return nil }
 

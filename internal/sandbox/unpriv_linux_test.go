@@ -108,6 +108,22 @@ func unprivilegedChild(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "out")); err != nil {
 		t.Fatalf("persist write not visible: %v", err)
 	}
+	// Collect: the server reads the held namespace's private workdir through /proc/<init>/root, although
+	// the init is non-dumpable: the server owns the block's user namespace.
+	var got []byte
+	cr, err := be.NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cr.Close()
+	cp, err := cr.Start(Spec{Path: "/bin/sh", Args: sh("echo held > h"), Dir: workdir(t, nil), MountAt: "/work", Stdout: null, Stderr: null,
+		Collect: func(root string) (err error) { got, err = os.ReadFile(root + "/h"); return err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := cp.Wait(); !res.Collected || res.CollectErr != nil || string(got) != "held\n" {
+		t.Fatalf("collect unprivileged: %+v, read %q", res, got)
+	}
 	nat, err := New(Config{Mode: ModeNative})
 	if err != nil {
 		t.Fatal(err)

@@ -76,6 +76,7 @@ func (s *Spec) Encode() []byte {
 	e.bytes(s.Determ)
 	e.flag(s.ReadOnly)
 	e.bytes(s.FakeTimeRC)
+	e.flag(s.Hold)
 	return e.b
 }
 
@@ -170,6 +171,7 @@ func Decode(b []byte) (*Spec, error) {
 	s.Determ = d.bytes()
 	s.ReadOnly = d.flag()
 	s.FakeTimeRC = d.bytes()
+	s.Hold = d.flag()
 	if d.bad || len(d.b) != 0 || len(s.Seccomp)%8 != 0 {
 		return nil, errBadSpec
 	}

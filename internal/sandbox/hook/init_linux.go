@@ -22,6 +22,12 @@ var forwarded = [...]os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, 
 var ignored = [...]os.Signal{syscall.SIGABRT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM,
 	syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGIO, syscall.SIGPWR}
 
+// HoldSignal is what the server sends a holding init (Spec.Hold) instead of
+// SIGKILL: the init ends everything else in its namespace at once, as the
+// kernel would at its own death, but lives on with the private workdir.
+// The program may send it too; it then only kills itself.
+const HoldSignal = syscall.SIGUSR2
+
 // runInit is the helper's last step when the block has its own PID
 // namespace: instead of becoming the program (which, as PID 1, would be
 // immune to every signal it has no handler for, even its own kill -9), the
@@ -38,15 +44,37 @@ var ignored = [...]os.Signal{syscall.SIGABRT, syscall.SIGUSR1, syscall.SIGUSR2, 
 // namespace. Before exiting it writes the program's wait status on the
 // status pipe ([WaitRecord]): a PID-namespace init cannot die of a signal
 // it raises itself, so its exit code alone could not carry "killed by
-// SIGABRT". It never returns.
+// SIGABRT". With Spec.Hold it does not exit but holds (see hold). It never
+// returns.
 func runInit(sp *Spec) {
 	sigs := make(chan os.Signal, 64)
 	// Before the program exists, so no early SIGTERM is missed.
 	signal.Notify(sigs, forwarded[:]...)
+	if sp.Hold {
+		signal.Notify(sigs, HoldSignal)
+	}
 	// The relay starts (and parks) before the fork, so that no goroutine
 	// is made, and no runtime thread started for it, once the program runs.
 	progc := make(chan int, 1)
 	go relay(sigs, progc)
+	pid := startProgram(sp)
+	if sp.Hold {
+		signal.Ignore(ignoredExcept(HoldSignal)...)
+	} else {
+		signal.Ignore(ignored[:]...)
+	}
+	progc <- pid
+	ws := reap(pid)
+	if sp.Hold {
+		hold(ws)
+	}
+	exitLike(ws)
+}
+
+// startProgram forks the program (after pinning PIDs for a deterministic
+// block), reports Started and gives up the block's pipes; on failure it
+// reports and exits.
+func startProgram(sp *Spec) int {
 	if len(sp.Determ) > 0 {
 		if err := quietPIDs(); err != nil {
 			_, _ = syscall.Write(StatusFD, Failure(MHelper, err.Error()))
@@ -72,16 +100,54 @@ func runInit(sp *Spec) {
 	for fd := 0; fd <= 2; fd++ {
 		syscall.Close(fd)
 	}
-	signal.Ignore(ignored[:]...)
-	progc <- pid
-	exitLike(reap(pid))
+	return pid
 }
 
-// relay passes each forwarded signal on to the program, once its pid is known.
+func ignoredExcept(keep os.Signal) []os.Signal {
+	var out []os.Signal
+	for _, s := range ignored {
+		if s != keep {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// relay passes each forwarded signal on to the program, once its pid is
+// known; HoldSignal (only subscribed with Spec.Hold) instead kills every
+// other process of the namespace (kill(2) of -1 by a namespace's init
+// spares only the init).
 func relay(sigs <-chan os.Signal, progc <-chan int) {
 	pid := <-progc
 	for s := range sigs {
+		if s == HoldSignal {
+			_ = syscall.Kill(-1, syscall.SIGKILL)
+			continue
+		}
 		_ = syscall.Kill(pid, s.(syscall.Signal))
+	}
+}
+
+// hold ends whatever the program left in the namespace (daemons, a
+// background job still writing), reaps it all, so that nothing can change
+// the workdir any more, then reports the program's wait status and waits,
+// holding the namespace and its private mounts for the server to read
+// through /proc/<init>/root, until the server kills it (or dies: the
+// helper's parent-death signal).
+func hold(ws syscall.WaitStatus) {
+	_ = syscall.Kill(-1, syscall.SIGKILL)
+	for {
+		var st syscall.WaitStatus
+		_, err := syscall.Wait4(-1, &st, 0, nil)
+		if err != nil && err != syscall.EINTR {
+			break // ECHILD: the namespace holds only the init
+		}
+	}
+	_, _ = syscall.Write(StatusFD, WaitRecord(uint32(ws)))
+	for {
+		// No descriptors, no timeout: sleeps until a signal, never returns
+		// otherwise.
+		_, _ = syscall.Select(0, nil, nil, nil, nil)
 	}
 }
 

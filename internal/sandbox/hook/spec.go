@@ -133,4 +133,12 @@ type Spec struct {
 	// libfaketime's fallback when getenv("FAKETIME") finds nothing, which
 	// is the case in bash (see writeFakeTimeRC).
 	FakeTimeRC []byte
+
+	// Hold (with Init) keeps the block's namespace alive after the program
+	// ends, so the server can read the private workdir through
+	// /proc/<init>/root: the init kills and reaps everything else, writes
+	// the wait record and waits for the server's SIGKILL. HoldSignal sent
+	// to such an init ends the program (and everything else in the
+	// namespace) at once, as SIGKILL would, but keeps the namespace.
+	Hold bool
 }
