@@ -23,7 +23,6 @@ var longFuncAllowed = map[string]string{
 	"internal/sandbox/sandbox_linux.go:Run.spawnIn":   "perf",
 	"internal/sandbox/sandbox_linux.go:probeStatic":   "sockets",
 	"internal/sandbox/hook/rootfs_linux.go:setupRoot": "sockets",
-	"internal/sandbox/hook/helper_linux.go:run":       "nonroot",
 	"internal/runner/execute.go:Runner.run":           "nonroot",
 	"bench/spawn.go:measureSpawn":                     "perf",
 	"cmd/codellm/serve.go:cmdServe":                   "config",
