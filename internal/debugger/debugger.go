@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/engine"
-	"github.com/codellm/codellm/internal/httpguard"
+	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/listen"
 )
 
@@ -69,6 +69,7 @@ type Debugger struct {
 	eng      *engine.Engine
 	log      *slog.Logger
 	sessions *store
+	router   *httpserve.Router
 	handler  http.Handler
 }
 
@@ -97,6 +98,7 @@ func New(cfg Config) (*Debugger, error) {
 	}
 	d := &Debugger{cfg: cfg, eng: cfg.Engine, log: cfg.Logger,
 		sessions: &store{m: map[string]*Session{}, max: cfg.MaxSessions, ttl: cfg.SessionTTL}}
+	d.router = d.routes()
 	d.handler = http.HandlerFunc(d.serveHTTP)
 	return d, nil
 }
@@ -126,28 +128,10 @@ func (d *Debugger) ListenAndServe(ctx context.Context, addr string) error {
 // Serve serves on ln until ctx is done, then stops accepting, closes every session (killing a running
 // step) and waits for in-flight requests, at most the run timeout plus the kill grace.
 func (d *Debugger) Serve(ctx context.Context, ln net.Listener) error {
-	runCtx, cancelRuns := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRuns()
-	ln = httpguard.Limits{}.Listener(ln, true, d.log)
-	hs := httpguard.Limits{}.Server(d.handler, d.log)
-	hs.BaseContext = func(net.Listener) context.Context { return runCtx }
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		d.sessions.closeAll()
-		return err
-	case <-ctx.Done():
-	}
-	// Nobody can step a session once the listener is gone, so their runs are cut short now.
-	d.sessions.closeAll()
-	sctx, cancel := context.WithTimeout(context.Background(), d.eng.Config().Timeout+d.cfg.KillGrace)
-	defer cancel()
-	err := hs.Shutdown(sctx)
-	if err != nil {
-		cancelRuns()
-		hs.Close()
-	}
-	<-errc
-	return err
+	defer d.sessions.closeAll()
+	return httpserve.Serve(ctx, ln, d.handler, httpserve.Options{Log: d.log,
+		// Nobody can step a session once the listener is gone, so their runs are cut short now.
+		Draining: d.sessions.closeAll,
+		Grace:    d.eng.Config().Timeout + d.cfg.KillGrace,
+	})
 }

@@ -8,58 +8,61 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/codellm/codellm/internal/apierror"
 	"github.com/codellm/codellm/internal/httpguard"
+	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/openai"
 )
 
-const sessionsPrefix = "/debug/sessions/"
-
-// route is one endpoint: its allowed methods and the handler with the session id (when the path has one).
-type route map[string]func(w http.ResponseWriter, r *http.Request, id string)
-
-// match resolves a path to its route. The session routes carry their id in the path.
-func (d *Debugger) match(path string) (route, string) {
-	switch path {
-	case "/":
-		return route{http.MethodGet: d.handleUI}, ""
-	case "/debug/blocks":
-		return route{http.MethodGet: d.handleBlocks, http.MethodPost: d.handleBlocks}, ""
-	case "/debug/run-block":
-		return route{http.MethodPost: d.handleRunBlock}, ""
-	case "/debug/sessions":
-		return route{http.MethodPost: d.handleCreate}, ""
-	case SealPath:
-		return route{http.MethodGet: d.handleSeal, http.MethodPost: d.handleSeal}, ""
+// routes registers every endpoint on the router; the session routes carry their id in the path.
+func (d *Debugger) routes() *httpserve.Router {
+	rt := httpserve.NewRouter(func(w http.ResponseWriter, r *http.Request) {
+		fail(w, openai.NewError(http.StatusNotFound, "not_found", "no route for %s %s", r.Method, r.URL.Path))
+	}, func(w http.ResponseWriter, r *http.Request, allow []string) {
+		e := openai.NewError(http.StatusMethodNotAllowed, "method_not_allowed", "method %s is not allowed on %s (allowed: %s)",
+			r.Method, r.URL.Path, strings.Join(allow, ", "))
+		fail(w, e.WithHeader("Allow", strings.Join(allow, ", ")))
+	})
+	for pattern, h := range map[string]func(w http.ResponseWriter, r *http.Request, id string){
+		"GET /{$}":                        d.handleUI,
+		"GET /debug/blocks":               d.handleBlocks,
+		"POST /debug/blocks":              d.handleBlocks,
+		"POST /debug/run-block":           d.handleRunBlock,
+		"POST /debug/sessions":            d.handleCreate,
+		"GET " + SealPath:                 d.handleSeal,
+		"POST " + SealPath:                d.handleSeal,
+		"GET /debug/sessions/{id}":        d.handleGet,
+		"DELETE /debug/sessions/{id}":     d.handleDelete,
+		"POST /debug/sessions/{id}/step":  d.handleStep,
+		"PUT /debug/sessions/{id}/buffer": d.handleBuffer,
+		"POST /debug/sessions/{id}/reset": d.handleReset,
+	} {
+		rt.Handle(pattern, d.route(h))
 	}
-	rest, ok := strings.CutPrefix(path, sessionsPrefix)
-	if !ok || rest == "" {
-		return nil, ""
-	}
-	id, action, _ := strings.Cut(rest, "/")
-	if id == "" || strings.Contains(action, "/") {
-		return nil, ""
-	}
-	switch action {
-	case "":
-		return route{http.MethodGet: d.handleGet, http.MethodDelete: d.handleDelete}, id
-	case "step":
-		return route{http.MethodPost: d.handleStep}, id
-	case "buffer":
-		return route{http.MethodPut: d.handleBuffer}, id
-	case "reset":
-		return route{http.MethodPost: d.handleReset}, id
-	}
-	return nil, ""
+	return rt
 }
 
-// serveHTTP applies §14.1's request hygiene before any route: the Host check defeats DNS rebinding, the
-// JSON content type keeps cross-site forms out (they cannot send it without a preflight, never granted),
-// and a role lookup is refused with its own code.
+// route wraps an endpoint: after routing, the JSON content type keeps cross-site forms out (they cannot
+// send it without a preflight, never granted) and a role lookup is refused with its own code.
+func (d *Debugger) route(h func(w http.ResponseWriter, r *http.Request, id string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ref := httpguard.CheckContentType(r); ref != nil {
+			fail(w, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
+			return
+		}
+		if q := r.URL.Query(); q.Has("path") || q.Has("role") {
+			fail(w, errRoleLookup())
+			return
+		}
+		h(w, r, r.PathValue("id"))
+	})
+}
+
+// serveHTTP applies §14.1's request hygiene before any route: the Host check defeats DNS rebinding and a
+// foreign Origin is refused.
 func (d *Debugger) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
@@ -71,35 +74,7 @@ func (d *Debugger) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(sw, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
 		return
 	}
-	rt, id := d.match(r.URL.Path)
-	if rt == nil {
-		fail(sw, openai.NewError(http.StatusNotFound, "not_found", "no route for %s %s", r.Method, r.URL.Path))
-		return
-	}
-	h, ok := rt[r.Method]
-	if !ok && r.Method == http.MethodHead {
-		h, ok = rt[http.MethodGet]
-	}
-	if !ok {
-		allow := make([]string, 0, len(rt))
-		for m := range rt {
-			allow = append(allow, m)
-		}
-		sort.Strings(allow)
-		e := openai.NewError(http.StatusMethodNotAllowed, "method_not_allowed", "method %s is not allowed on %s (allowed: %s)",
-			r.Method, r.URL.Path, strings.Join(allow, ", "))
-		fail(sw, e.WithHeader("Allow", strings.Join(allow, ", ")))
-		return
-	}
-	if ref := httpguard.CheckContentType(r); ref != nil {
-		fail(sw, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
-		return
-	}
-	if q := r.URL.Query(); q.Has("path") || q.Has("role") {
-		fail(sw, errRoleLookup())
-		return
-	}
-	h(sw, r, id)
+	d.router.ServeHTTP(sw, r)
 }
 
 func errRoleLookup() *openai.Error {
