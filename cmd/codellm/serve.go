@@ -129,6 +129,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		MaxSessionsPerOwner: runnerPerOwner,
 		EvictIdle:           runnerEvict,
 		WorkspaceSize:       int64(runnerWorkspace),
+		Deterministic:       ecfg.Deterministic,
 		Logger:              log,
 	}
 	rn, err := runner.New(rcfg)

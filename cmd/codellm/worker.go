@@ -549,7 +549,7 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 	}
 	rn, err := runner.New(runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
-		Logger: log, MaxRunTimeout: ecfg.Timeout})
+		Logger: log, MaxRunTimeout: ecfg.Timeout, Deterministic: ecfg.Deterministic})
 	if err != nil {
 		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 	}

@@ -42,7 +42,7 @@ func (r *Runner) compile(ctx context.Context, s *session, dir, in string, p *pre
 	if err != nil {
 		return nil, false, sandboxFailed("compiler: "+err.Error(), err)
 	}
-	limits := stageLimits{timeout: p.compileTimeout, memory: p.compileMemory, cpu: p.compileCPU}
+	limits := stageLimits{timeout: p.compileTimeout, memory: p.compileMemory, cpu: p.compileCPU, det: p.det}
 	st, status, e := r.stage(ctx, prog, argv, compileEnv(env, build), dir, nil, limits)
 	if e != nil {
 		return nil, false, e
@@ -83,6 +83,7 @@ type stageLimits struct {
 	timeout time.Duration
 	memory  int64
 	cpu     time.Duration
+	det     *sandbox.Determinism // deterministic mode (nil: off)
 }
 
 // stage runs one sandboxed process in its own cgroup and captures it like the run stage.
@@ -93,7 +94,8 @@ func (r *Runner) stage(ctx context.Context, prog string, argv, env []string, dir
 	}
 	defer run.Close()
 	max := r.cfg.MaxOutputBytes
-	sup, err := execution.Supervise(ctx, run, sandbox.Spec{Path: prog, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true, Stdin: stdin},
+	sup, err := execution.Supervise(ctx, run, sandbox.Spec{Path: prog, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true, Stdin: stdin,
+		Deterministic: l.det},
 		execution.Options{Timeout: l.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true})
 	if err != nil {
 		return nil, 0, sandboxFailed("sandbox: "+err.Error(), err)

@@ -55,6 +55,8 @@ type ExecuteResponse struct {
 	Compile        *StageResult `json:"compile,omitempty"`
 	Files          []OutFile    `json:"files,omitempty"`
 	FilesTruncated bool         `json:"files_truncated,omitempty"`
+	// Deterministic is set when the run was deterministic (request metadata or the operator's default).
+	Deterministic *Deterministic `json:"deterministic,omitempty"`
 }
 
 // Execute runs one request, in the session workspace sessionID ("" = a fresh directory removed
@@ -84,6 +86,9 @@ func (r *Runner) execute(ctx context.Context, sessionID string, req *ExecuteRequ
 	}
 	p, e := r.prepare(req)
 	if e != nil {
+		return nil, e
+	}
+	if p.det, e = r.determinism(req.Metadata); e != nil {
 		return nil, e
 	}
 
@@ -199,7 +204,7 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 
 	max := r.cfg.MaxOutputBytes
 	sup, err := execution.Supervise(ctx, run, sandbox.Spec{
-		Path: runPath, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true, Stdin: stdin,
+		Path: runPath, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true, Stdin: stdin, Deterministic: p.det,
 	}, execution.Options{Timeout: p.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true})
 	if err != nil {
 		// Start failed before the program was exec'd: nothing ran, the workspace is as we left it.
@@ -224,7 +229,8 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 		return nil, canceled(ctx)
 	}
 
-	resp := &ExecuteResponse{Language: p.rt.Language, Version: p.rt.Version, Run: st, Compile: compiled}
+	resp := &ExecuteResponse{Language: p.rt.Language, Version: p.rt.Version, Run: st, Compile: compiled,
+		Deterministic: deterministicReply(p.det)}
 	after, err := scan(root)
 	if err != nil && !errors.Is(err, errTooManyEntries) {
 		return nil, fail("scanning the workspace after the run failed", err)

@@ -76,9 +76,12 @@ func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	status, reply := r.ExecuteJSON(WithOwner(req.Context(), ownerOf(req)), sid, body)
+	status, reply, resp := r.executeJSON(WithOwner(req.Context(), ownerOf(req)), sid, body)
 	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", retryAfter)
+	}
+	if resp != nil && resp.Deterministic != nil {
+		w.Header().Set(DeterminismHeader, resp.Deterministic.headerValue())
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -90,15 +93,24 @@ func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
 // in-process callers that forward a runner request verbatim (the bridge worker's embedded supervisor,
 // bridge-protocol.md §11.2). A 429 reply should carry Retry-After when forwarded over HTTP.
 func (r *Runner) ExecuteJSON(ctx context.Context, sessionID string, body []byte) (status int, reply []byte) {
+	status, reply, _ = r.executeJSON(ctx, sessionID, body)
+	return status, reply
+}
+
+// executeJSON is ExecuteJSON that also returns the reply as a value (nil on an error).
+func (r *Runner) executeJSON(ctx context.Context, sessionID string, body []byte) (int, []byte, *ExecuteResponse) {
 	var er ExecuteRequest
 	if e := decodeRequest(body, &er); e != nil {
-		return errorBody(e)
+		status, b := errorBody(e)
+		return status, b, nil
 	}
 	resp, e := r.execute(ctx, sessionID, &er)
 	if e != nil {
-		return errorBody(e)
+		status, b := errorBody(e)
+		return status, b, nil
 	}
-	return marshal(http.StatusOK, resp)
+	status, b := marshal(http.StatusOK, resp)
+	return status, b, resp
 }
 
 // decodeRequest parses one JSON object. Unknown members are ignored (Piston clients send extras); a

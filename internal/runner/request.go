@@ -3,6 +3,7 @@ package runner
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"path"
 	"regexp"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/codellm/codellm/internal/sandbox"
 )
 
 // File is one entry of ExecuteRequest.Files. Exactly one of Content or ID (+ StorageSessionID) is set;
@@ -42,6 +45,9 @@ type ExecuteRequest struct {
 	EnvVars            map[string]string `json:"env_vars,omitempty"`
 	SessionID          string            `json:"session_id,omitempty"`        // storage session; accepted, unused
 	OutputSessionID    string            `json:"output_session_id,omitempty"` // storage session; accepted, unused
+	// Metadata carries codellm's deterministic-mode fields, as on the chat routes: "deterministic"
+	// ("true"/"false"), "seed", "now" (RFC 3339 or Unix seconds). Other members are ignored.
+	Metadata map[string]json.RawMessage `json:"metadata,omitempty"`
 }
 
 // prepared is a validated request: everything an execute needs, decided before any slot or session is
@@ -59,6 +65,8 @@ type prepared struct {
 	compileTimeout time.Duration // the compile stage's limits (compiled languages only)
 	compileMemory  int64
 	compileCPU     time.Duration
+
+	det *sandbox.Determinism // deterministic mode (nil: off), both stages
 }
 
 type decodedFile struct {

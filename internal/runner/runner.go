@@ -91,6 +91,10 @@ type Config struct {
 	// are probed once with `cmd --version`.
 	Versions map[string]string
 
+	// Deterministic is the operator's default for deterministic mode (--deterministic); a request's
+	// metadata.deterministic overrides it (see determinism).
+	Deterministic bool
+
 	Logger *slog.Logger
 }
 
