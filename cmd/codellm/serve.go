@@ -148,6 +148,12 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	// The runner API, plus what other bridge workers need (the chat operation on execute, the stateful
 	// /sessions/{id}/api/v2 routes): see runner.RegisterBridge.
 	rn.RegisterBridge(srv.Route, srv.Handler())
+	closeWS, err := registerWorkspaceRoute(srv.Route, sb, ef.workDir, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm serve: runtime command route: %v\n", err)
+		return 1
+	}
+	defer closeWS()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	dbg, err := startDebugger(ctx, dbgFlags, srv, log)

@@ -39,6 +39,7 @@ type workerFlags struct {
 	requireReady, allowRemote              bool
 	leaseWait                              time.Duration
 	container                              containerFlags
+	docker                                 *worker.Docker // the docker supervisor, for the runtime command sandbox
 }
 
 // containerFlags configure the docker supervisors (§11.4).
@@ -90,7 +91,7 @@ func (f *workerFlags) register(fs *flag.FlagSet, run bool) {
 	fs.StringVar(&f.workspaceName, "workspace-name", "", "workspace display name (default: the directory's basename)")
 	fs.BoolVar(&f.writes, "allow-workspace-writes", false, "enable write_file, edit_file and preview_edit")
 	fs.BoolVar(&f.commands, "allow-workspace-commands", false, "enable execute_command (in codellm's sandbox)")
-	fs.StringVar(&f.commandBox, "command-sandbox", "embedded", "command sandbox: embedded (native-srt is an alias)")
+	fs.StringVar(&f.commandBox, "command-sandbox", "", "command sandbox: embedded (native-srt is an alias) or runtime (docker-nsjail's runtime container; the default there)")
 	fs.StringVar(&f.allowedDomains, "command-allowed-domains", "", "destinations workspace commands may reach through codellm's egress proxy: names, *.suffix, IPs, CIDRs (normalised into the policy digest)")
 	fs.BoolVar(&f.requireReady, "require-ready", false, "set requiresReadyConfirmation")
 	fs.DurationVar(&f.leaseWait, "lease-wait", 25*time.Second, "long-poll wait per lease (at most 30s)")
@@ -406,7 +407,9 @@ func workerRun(args []string, stderr io.Writer) int {
 		return workerFail(stderr, err)
 	}
 	defer closeWS()
-	cfg.PolicyDigest = worker.PolicyDigest(f.policy, commandsOn, domains)
+	// The digest names codellm's embedded command sandbox and its egress only when commands run in it
+	// (the reference adds nothing for the runtime command sandbox).
+	cfg.PolicyDigest = worker.PolicyDigest(f.policy, commandsOn && f.commandSandbox(sup) != "runtime", domains)
 	w, err := worker.New(cfg)
 	if err != nil {
 		return workerFail(stderr, err)
@@ -591,12 +594,11 @@ func (f *workerFlags) buildSupervisor(sup string, ef *execFlags, cfg *worker.Con
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		cfg.Supervisor = d
-		if !f.commands {
+		cfg.Supervisor, f.docker = d, d
+		if !f.commands || f.commandSandbox(sup) == "runtime" {
 			return nil, nil, nop, nil
 		}
-		// Workspace commands run on the worker host in codellm's own sandbox (the runtime command
-		// sandbox of §11.4 inside the container is not implemented).
+		// --command-sandbox embedded: workspace commands run on the worker host in codellm's own sandbox.
 		scfg, err := ef.sandboxConfig(log)
 		if err != nil {
 			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
@@ -620,15 +622,20 @@ func (f *workerFlags) openWorkspace(r *resolved, cfg *worker.Config, commandSand
 	if err != nil || root == "" {
 		return false, func() {}, err
 	}
-	if f.commandBox != "embedded" && f.commandBox != "native-srt" {
-		return false, nil, fmt.Errorf("%w: --command-sandbox %q is not available (embedded)", worker.ErrConfig, f.commandBox)
-	}
 	lockPath, err := r.lockPath()
 	if err != nil {
 		return false, nil, err
 	}
 	opts := workspace.Options{AllowWrites: f.writes, AllowCommands: f.commands, HomeDir: r.home,
 		ProtectedPaths: append([]string{r.identityPath, marker, lockPath}, workspace.StatePaths(r.home)...)}
+	switch box := f.commandSandbox(f.supervisor); {
+	case box != "embedded" && box != "native-srt" && box != "runtime":
+		return false, nil, fmt.Errorf("%w: --command-sandbox %q is not available (embedded, runtime)", worker.ErrConfig, f.commandBox)
+	case box == "runtime" && f.commands:
+		if opts.CommandRunner, err = f.runtimeCommands(r, root, cmdPolicy); err != nil {
+			return false, nil, err
+		}
+	}
 	if f.commands && commandSandbox != nil {
 		opts.Sandbox = commandSandbox.Sandbox
 		if !cmdPolicy.Empty() {
@@ -654,6 +661,39 @@ func (f *workerFlags) openWorkspace(r *resolved, cfg *worker.Config, commandSand
 		commandsOn = commandsOn || op == workspace.OpExecuteCommand
 	}
 	return commandsOn, func() { ws.Close() }, nil
+}
+
+// commandSandbox is --command-sandbox, defaulting to runtime under docker-nsjail (§12) and embedded elsewhere.
+func (f *workerFlags) commandSandbox(sup string) string {
+	if f.commandBox != "" {
+		return f.commandBox
+	}
+	if sup == "docker-nsjail" || sup == "docker-macos-nsjail" {
+		return "runtime"
+	}
+	return "embedded"
+}
+
+// runtimeCommands is the runtime command sandbox (§11.4): the docker-nsjail supervisor runs the workspace's
+// commands in a container of their own, the root mounted at /mnt/workspace, authenticated by the HMAC token
+// of the worker's private key (or static token) over the canonical root.
+func (f *workerFlags) runtimeCommands(r *resolved, root string, cmdPolicy *egress.Policy) (workspace.CommandRunner, error) {
+	if f.docker == nil {
+		return nil, fmt.Errorf("%w: --command-sandbox runtime requires the docker-nsjail runtime supervisor", worker.ErrConfig)
+	}
+	if !cmdPolicy.Empty() {
+		return nil, fmt.Errorf("%w: --command-allowed-domains needs --command-sandbox embedded: the runtime container has no network", worker.ErrConfig)
+	}
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("%w: invalid workspace registration", worker.ErrConfig)
+	}
+	key := f.token
+	if r.identity != nil {
+		key = r.identity.PrivateKey
+	}
+	return f.docker.WorkspaceCommands(worker.WorkspaceMount{Root: real, Token: worker.WorkspaceCommandToken(key, real),
+		SessionID: worker.WorkspaceCommandSession(r.workerID, f.workspaceID), ReadOnly: !f.writes})
 }
 
 // splitList splits a comma-separated list, dropping blanks.

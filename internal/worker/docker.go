@@ -49,11 +49,18 @@ type DockerConfig struct {
 // `docker exec … curl` (§11.4): the container has no network and publishes no port.
 type Docker struct {
 	cfg     DockerConfig
-	args    []string // the docker run arguments after the name, up to and including the image
-	profile string
+	imageID string
+	seccomp []byte
+	runSpec
 
 	mu    sync.Mutex
 	locks map[string]*sessionLock
+}
+
+// runSpec is one kind of container: its docker run arguments and the profile label they hash to.
+type runSpec struct {
+	args    []string // the docker run arguments after the name, up to and including the image
+	profile string
 }
 
 type sessionLock struct {
@@ -93,19 +100,20 @@ func NewDocker(ctx context.Context, cfg DockerConfig) (*Docker, error) {
 			return nil, fmt.Errorf("%w: docker-nsjail needs CODELLM_DOCKER_PACKAGES_PATH, an absolute directory (got %q)", ErrConfig, cfg.PackagesPath)
 		}
 	}
-	d := &Docker{cfg: cfg, locks: map[string]*sessionLock{}}
+	d := &Docker{cfg: cfg, seccomp: seccomp, locks: map[string]*sessionLock{}}
 	out, err := d.cli(ctx, nil, "image", "inspect", "--format", "{{.Id}}", cfg.Image)
 	if err != nil {
 		return nil, fmt.Errorf("%w: runtime image %q: %v", ErrConfig, cfg.Image, err)
 	}
-	imageID := strings.TrimSpace(string(out))
-	d.args, d.profile = d.runArgs(imageID, seccomp)
+	d.imageID = strings.TrimSpace(string(out))
+	d.runSpec = d.runArgs(nil, nil, "")
 	return d, nil
 }
 
 // runArgs builds the fixed part of `docker run` and the profile: the sha256 of everything that shapes a
-// container (image ID, capabilities, seccomp bytes, mounts, environment).
-func (d *Docker) runArgs(imageID string, seccomp []byte) ([]string, string) {
+// container (image ID, capabilities, seccomp bytes, mounts, environment, user). extraMounts, extraEnv and
+// user are the runtime command sandbox's (docker_workspace.go).
+func (d *Docker) runArgs(extraMounts, extraEnv []string, user string) runSpec {
 	var caps, mounts, env []string
 	env = append(env, "SANDBOX_SESSION_WORKSPACE_ENABLED=true")
 	if d.cfg.NSJail {
@@ -113,11 +121,16 @@ func (d *Docker) runArgs(imageID string, seccomp []byte) ([]string, string) {
 		mounts = append(mounts, "type=bind,src="+d.cfg.PackagesPath+",dst=/pkgs,readonly")
 		env = append(env, "SANDBOX_USE_CGROUPV2=false", "SANDBOX_REMOVE_UMOUNT_AFTER_STARTUP=false")
 	}
-	env = append(env, d.cfg.Env...)
+	mounts = append(mounts, extraMounts...)
+	env = append(append(env, d.cfg.Env...), extraEnv...)
+	seccomp := d.seccomp
 	h := sha256.New()
-	fmt.Fprintf(h, "image\x00%s\x00caps\x00%s\x00seccomp\x00%d\x00", imageID, strings.Join(caps, ","), len(seccomp))
+	fmt.Fprintf(h, "image\x00%s\x00caps\x00%s\x00seccomp\x00%d\x00", d.imageID, strings.Join(caps, ","), len(seccomp))
 	h.Write(seccomp)
 	fmt.Fprintf(h, "\x00mounts\x00%s\x00env\x00%s", strings.Join(mounts, "\x00"), strings.Join(env, "\x00"))
+	if user != "" {
+		fmt.Fprintf(h, "\x00user\x00%s", user)
+	}
 	profile := hex.EncodeToString(h.Sum(nil))
 
 	a := []string{"--network", "none", "--cap-drop", "ALL"}
@@ -135,7 +148,10 @@ func (d *Docker) runArgs(imageID string, seccomp []byte) ([]string, string) {
 	for _, e := range env {
 		a = append(a, "--env", e)
 	}
-	return append(a, d.cfg.Image), profile
+	if user != "" {
+		a = append(a, "--user", user)
+	}
+	return runSpec{args: append(a, d.cfg.Image), profile: profile}
 }
 
 // ContainerName is codellm-<H(sessionId)[:24]>.
@@ -170,7 +186,7 @@ func (d *Docker) Execute(ctx context.Context, call RunnerCall) (*bridge.Object, 
 	if call.SessionID == "" {
 		defer func() { _ = d.remove(context.WithoutCancel(ctx), name) }()
 	}
-	if err := d.ensure(ctx, name, call.SessionID != ""); err != nil {
+	if err := d.ensure(ctx, name, call.SessionID != "", &d.runSpec); err != nil {
 		return nil, err
 	}
 	return d.exec(ctx, name, call)
@@ -235,22 +251,22 @@ func stateLoss(format string, args ...any) error {
 }
 
 // ensure makes the container exist, run the current profile and answer its health check.
-func (d *Docker) ensure(ctx context.Context, name string, stateful bool) error {
+func (d *Docker) ensure(ctx context.Context, name string, stateful bool, sp *runSpec) error {
 	out, err := d.cli(ctx, nil, "container", "inspect", "--format",
 		`{{.State.Running}} {{index .Config.Labels "io.codellm.runtime-profile"}}`, name)
 	switch {
 	case err != nil && isMissing(err):
-		return d.create(ctx, name)
+		return d.create(ctx, name, sp)
 	case err != nil:
 		return &RunError{Message: "inspect runtime container: " + err.Error(), KnownClean: true}
 	}
 	running, profile, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
-	if profile != d.profile {
+	if profile != sp.profile {
 		if err := d.remove(ctx, name); err != nil {
 			return &RunError{Message: err.Error()}
 		}
 		if !stateful {
-			return d.create(ctx, name)
+			return d.create(ctx, name, sp)
 		}
 		return stateLoss("container %s was created with another runtime profile and has been discarded", name)
 	}
@@ -269,8 +285,8 @@ func (d *Docker) ensure(ctx context.Context, name string, stateful bool) error {
 	return d.health(ctx, name)
 }
 
-func (d *Docker) create(ctx context.Context, name string) error {
-	args := append([]string{"run", "--detach", "--name", name, "--label", "io.codellm.runtime-hash=" + strings.TrimPrefix(name, "codellm-")}, d.args...)
+func (d *Docker) create(ctx context.Context, name string, sp *runSpec) error {
+	args := append([]string{"run", "--detach", "--name", name, "--label", "io.codellm.runtime-hash=" + strings.TrimPrefix(name, "codellm-")}, sp.args...)
 	if _, err := d.cli(ctx, nil, args...); err != nil {
 		_ = d.remove(context.WithoutCancel(ctx), name)
 		return &RunError{Message: "create runtime container: " + err.Error(), KnownClean: true}
@@ -309,39 +325,51 @@ func (d *Docker) health(ctx context.Context, name string) error {
 	}
 }
 
-// exec posts the body to the container's runner through `docker exec --interactive … curl` and reads the
-// status code after a per-call random marker, so no reply body can forge it.
+// exec posts the body to the container's runner (§11.4 Execute) and classifies the reply (§11.1).
 func (d *Docker) exec(ctx context.Context, name string, call RunnerCall) (*bridge.Object, error) {
-	var mb [32]byte
-	_, _ = rand.Read(mb[:])
-	marker := hex.EncodeToString(mb[:])
-	args := []string{"exec", "--interactive", name, "curl", "--silent", "--show-error", "--request", "POST"}
 	hdrs := slices.Clone(call.Headers)
 	hdrs = append(hdrs, [2]string{"Content-Type", "application/json"})
 	if call.SessionID != "" {
 		hdrs = append(hdrs, [2]string{runner.SessionHeader, call.SessionID})
 	}
+	status, body, err := d.post(ctx, name, "/execute", hdrs, call.Body, nil)
+	if err != nil {
+		return nil, err
+	}
+	return classify(status, body)
+}
+
+// post sends body to the runner route path through `docker exec --interactive … curl` and reads the status
+// code after a per-call random marker, so no reply body can forge it. pre, when set, runs curl through
+// `sh -c` inside the container with these words before "$@" (the runtime command route adds its token
+// header from the container's own environment: the capability never appears in a host argv).
+func (d *Docker) post(ctx context.Context, name, path string, hdrs [][2]string, body []byte, pre []string) (int, []byte, error) {
+	var mb [32]byte
+	_, _ = rand.Read(mb[:])
+	marker := hex.EncodeToString(mb[:])
+	args := []string{"exec", "--interactive", name}
+	args = append(args, pre...)
+	args = append(args, "curl", "--silent", "--show-error", "--request", "POST")
 	for _, kv := range hdrs {
 		if strings.ContainsAny(kv[0]+kv[1], "\r\n\x00") || kv[0] == "" || strings.ContainsAny(kv[0], ": ") {
-			return nil, &RunError{Message: "request header " + strconvQuote(kv[0]) + " contains CR, LF or a separator", KnownClean: true}
+			return 0, nil, &RunError{Message: "request header " + strconvQuote(kv[0]) + " contains CR, LF or a separator", KnownClean: true}
 		}
 		args = append(args, "--header", kv[0]+": "+kv[1])
 	}
-	args = append(args, "--data-binary", "@-", "--write-out", "\n"+marker+"%{http_code}", containerRunner+"/execute")
-	out, err := d.cli(ctx, call.Body, args...)
+	args = append(args, "--data-binary", "@-", "--write-out", "\n"+marker+"%{http_code}", containerRunner+path)
+	out, err := d.cli(ctx, body, args...)
 	if err != nil {
-		return nil, &RunError{Message: "runtime container execution failed: " + err.Error()}
+		return 0, nil, &RunError{Message: "runtime container execution failed: " + err.Error()}
 	}
 	i := bytes.LastIndex(out, []byte("\n"+marker))
 	if i < 0 || len(out)-(i+1+len(marker)) != 3 {
-		return nil, &RunError{Message: "runtime container reply is not framed by the marker"}
+		return 0, nil, &RunError{Message: "runtime container reply is not framed by the marker"}
 	}
-	code := out[i+1+len(marker):]
-	status, err := strconv.Atoi(string(code))
+	status, err := strconv.Atoi(string(out[i+1+len(marker):]))
 	if err != nil || status < 100 {
-		return nil, &RunError{Message: "runtime container reply has no HTTP status"}
+		return 0, nil, &RunError{Message: "runtime container reply has no HTTP status"}
 	}
-	return classify(status, out[:i])
+	return status, out[:i], nil
 }
 
 func strconvQuote(s string) string { return strconv.Quote(s) }

@@ -56,6 +56,8 @@ func (w *Workspace) commandsUsable() error {
 	switch {
 	case !w.opts.AllowCommands:
 		return newErr(CodeCommandDisabled, "commands are not enabled for this workspace")
+	case w.opts.CommandRunner != nil:
+		return nil
 	case sb == nil:
 		return newErr(CodeCommandDisabled, "no command sandbox is configured; commands never run in a host shell")
 	case sb.Mode() == sandbox.ModeOff && !w.opts.AllowUnconfinedCommands:
@@ -140,6 +142,9 @@ func (w *Workspace) ExecuteCommand(ctx context.Context, r *ExecuteCommandRequest
 	}
 	if !si.mode.IsDir() {
 		return nil, newErr(CodeInvalidPath, "cwd is not a directory: "+displayPath(cwd))
+	}
+	if cr := w.opts.CommandRunner; cr != nil {
+		return cr.RunCommand(ctx, Command{Command: r.Command, Cwd: cwd, TimeoutMs: timeoutMs, MaxOutputBytes: maxOut})
 	}
 	return w.runCommand(ctx, r.Command, cwd, time.Duration(timeoutMs)*time.Millisecond, maxOut, &handedOff)
 }

@@ -44,6 +44,24 @@ type Options struct {
 	ProtectedPaths []string
 	// RipgrepPath overrides the rg executable ("" = look up "rg" in PATH).
 	RipgrepPath string
+	// CommandRunner, when set, runs execute_command instead of Sandbox: the docker-nsjail runtime command
+	// sandbox (bridge-protocol §11.4), where the command runs inside the session container against the root
+	// mounted at /mnt/workspace. The request is validated here first, cwd included.
+	CommandRunner CommandRunner
+}
+
+// CommandRunner runs one validated execute_command elsewhere. Errors must be *Error values (§9.9 codes).
+type CommandRunner interface {
+	RunCommand(ctx context.Context, c Command) (*ExecuteCommandResult, error)
+}
+
+// Command is a validated execute_command: Cwd is the cleaned relative directory ("" = the root), the
+// limits are the request's or their defaults.
+type Command struct {
+	Command        string
+	Cwd            string
+	TimeoutMs      int
+	MaxOutputBytes int
 }
 
 // Workspace is one registered root. Its methods are safe for concurrent use; mutations of one workspace are
