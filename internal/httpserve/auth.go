@@ -16,10 +16,10 @@ func Bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(tok), true
 }
 
-// Equal compares a presented secret with the configured one in constant time; an empty configured
-// secret matches nothing.
+// Equal compares a presented secret with the configured one in constant time; an empty secret on either
+// side matches nothing.
 func Equal(presented, configured string) bool {
-	return configured != "" && subtle.ConstantTimeCompare([]byte(presented), []byte(configured)) == 1
+	return presented != "" && configured != "" && subtle.ConstantTimeCompare([]byte(presented), []byte(configured)) == 1
 }
 
 // BearerKey accepts requests carrying "Authorization: Bearer <key>"; an empty key accepts every request

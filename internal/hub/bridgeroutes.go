@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/hub/store"
 )
 
@@ -169,8 +170,8 @@ func (h *Hub) preauth(r *http.Request, rt route) error {
 		return h.authAdmin(r)
 	}
 	if h.cfg.AuthMode == AuthStatic {
-		tok, ok := bearer(r)
-		if !ok || !constantEq(tok, h.cfg.WorkerToken) {
+		tok, ok := httpserve.Bearer(r)
+		if !ok || !httpserve.Equal(tok, h.cfg.WorkerToken) {
 			return errAuthRequired
 		}
 		return nil
@@ -216,8 +217,8 @@ func (h *Hub) authAdmin(r *http.Request) error {
 	if h.cfg.AdminToken == "" {
 		return errNoAdmin
 	}
-	tok, ok := bearer(r)
-	if !ok || !constantEq(tok, h.cfg.AdminToken) {
+	tok, ok := httpserve.Bearer(r)
+	if !ok || !httpserve.Equal(tok, h.cfg.AdminToken) {
 		return errAdminAuth
 	}
 	return nil
@@ -323,8 +324,8 @@ type authenticated struct {
 // authWorker applies §4.2's verification steps (or the static bearer).
 func (h *Hub) authWorker(ctx context.Context, r *http.Request, workerID string, canonical []byte) (*authenticated, error) {
 	if h.cfg.AuthMode == AuthStatic {
-		tok, ok := bearer(r)
-		if !ok || !constantEq(tok, h.cfg.WorkerToken) || !bridge.ValidWorkerID(workerID) {
+		tok, ok := httpserve.Bearer(r)
+		if !ok || !httpserve.Equal(tok, h.cfg.WorkerToken) || !bridge.ValidWorkerID(workerID) {
 			return nil, errAuthRequired
 		}
 		return &authenticated{}, nil
@@ -371,7 +372,7 @@ func (h *Hub) serveWorker(w http.ResponseWriter, r *http.Request, rt route, raw 
 		if _, ok := bridge.ProofFromHeaders(r.Header); !ok {
 			return errAuthRequired
 		}
-	} else if _, ok := bearer(r); !ok {
+	} else if _, ok := httpserve.Bearer(r); !ok {
 		return errAuthRequired
 	}
 	o, canonical, err := bridge.ParseBody(raw)

@@ -22,6 +22,7 @@ import (
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/bytesize"
 	"github.com/codellm/codellm/internal/httpguard"
+	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/hub/boltstore"
 	"github.com/codellm/codellm/internal/hub/filestore"
 	"github.com/codellm/codellm/internal/hub/redisstore"
@@ -247,46 +248,28 @@ func envLimits(cfg *Config, lookup func(string) (string, bool)) error {
 }
 
 // serveHTTP serves h on addr (TLS when cert is set) until ctx ends or SIGINT/SIGTERM, then shuts down:
-// h first (waking long polls and waiting clients, so Shutdown does not sit out a 30 s lease wait), then
-// the server within 10 s.
+// h first (waking long polls and waiting clients, so the drain does not sit out a 30 s lease wait), then
+// the server within 10 s (internal/httpserve's sequence).
 func serveHTTP(ctx context.Context, h *Hub, addr, cert, key string, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %v", err)
 	}
-	// Header, body and idle timeouts and a connection cap (httpguard); settle bodies of up to 32 MiB get
-	// two minutes to arrive.
-	lim := httpguard.Limits{Body: 2 * time.Minute}
-	ln = lim.Listener(ln, cert == "", nil)
-	srv := lim.Server(h, nil)
 	scheme := "http"
 	if cert != "" {
 		scheme = "https"
 	}
 	fmt.Fprintf(stderr, "codellm hub: listening on %s://%s\n", scheme, ln.Addr())
-	errc := make(chan error, 1)
-	go func() {
-		if cert != "" {
-			errc <- srv.ServeTLS(ln, cert, key)
-		} else {
-			errc <- srv.Serve(ln)
-		}
-	}()
 	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	select {
-	case err := <-errc:
-		h.Close()
-		return fmt.Errorf("serve: %v", err)
-	case <-sigCtx.Done():
-	}
+	// Header, body and idle timeouts and a connection cap (httpguard); settle bodies of up to 32 MiB get
+	// two minutes to arrive.
+	err = httpserve.Serve(sigCtx, ln, h, httpserve.Options{Limits: httpguard.Limits{Body: 2 * time.Minute},
+		CertFile: cert, KeyFile: key, Draining: h.Close, Grace: 10 * time.Second})
 	h.Close()
-	shCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shCtx); err != nil {
-		_ = srv.Close()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("serve: %v", err)
 	}
-	<-errc
 	return nil
 }
 

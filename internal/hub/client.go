@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/openai"
 )
 
@@ -21,13 +22,13 @@ const ChatRuntimeLabel = "codellm.openai.chat.v1"
 func (h *Hub) clientKey(r *http.Request) *ClientKey {
 	tok := r.Header.Get("X-API-Key")
 	if tok == "" {
-		tok, _ = bearer(r)
+		tok, _ = httpserve.Bearer(r)
 	}
 	if tok == "" {
 		return nil
 	}
 	for i := range h.cfg.ClientKeys {
-		if constantEq(tok, h.cfg.ClientKeys[i].Key) {
+		if httpserve.Equal(tok, h.cfg.ClientKeys[i].Key) {
 			k := h.cfg.ClientKeys[i]
 			return &k
 		}

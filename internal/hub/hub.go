@@ -9,7 +9,6 @@ package hub
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/hub/filestore"
 	"github.com/codellm/codellm/internal/hub/store"
 	"github.com/codellm/codellm/internal/idempotency"
@@ -150,6 +150,7 @@ type Hub struct {
 
 	closing   chan struct{}
 	closeOnce sync.Once
+	router    *httpserve.Router
 
 	metrics *metrics.Hub
 	// largeBodies bounds concurrent settle-body reads (largeBodySlot).
@@ -181,6 +182,7 @@ func New(cfg Config, st Store) (*Hub, error) {
 		sessions: map[string]*session{}, queues: map[string][]*waiter{}, closing: make(chan struct{}),
 	}
 	h.metrics = metrics.NewHub(h.onlineWorkers)
+	h.router = h.routes()
 	h.setupIdempotency(st)
 	if o, ok := st.(interface{ ObserveErrors(func(string, error)) }); ok {
 		o.ObserveErrors(h.storeFailed)
@@ -270,28 +272,59 @@ func (h *Hub) wait(ctx context.Context, ch <-chan struct{}, until time.Time) boo
 }
 
 // ServeHTTP routes every request.
-func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	path := bridge.RequestPath(r)
-	switch {
-	case path == "/healthz":
-		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
-	case path == "/readyz":
-		h.serveReady(w, r)
-	case path == "/metrics":
-		h.serveMetrics(w, r)
-	case path == "/v1/exec":
-		h.idempotent(h.handleExec, writeExecError)(w, r)
-	case path == "/v1/chat/completions":
-		h.idempotent(h.handleChat, writeChatError)(w, r)
-	case path == "/v1/workspace-tools":
-		h.handleWorkspaceTools(w, r)
-	case strings.HasPrefix(path, "/v1/bridge/"):
-		h.serveBridge(w, r, strings.TrimPrefix(path, "/v1/bridge/"))
-	default:
-		if !h.fileRoute(w, r, path) {
-			writeJSON(w, http.StatusNotFound, []byte(`{"error":"Not found"}`))
-		}
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.router.ServeHTTP(w, r) }
+
+// routes builds the hub's router. Every route checks its own method (each answers 405 in its own
+// envelope) and works on the raw request path (bridge.RequestPath), which is what bridge signatures
+// cover: a request whose raw path is not the route's own (percent-encoded letters, an absolute URI) is
+// not found, as it always was.
+func (h *Hub) routes() *httpserve.Router {
+	rt := httpserve.NewRouter(notFound, func(w http.ResponseWriter, r *http.Request, _ []string) { notFound(w, r) })
+	for pattern, serve := range map[string]func(w http.ResponseWriter, r *http.Request, path string){
+		"/healthz": func(w http.ResponseWriter, r *http.Request, _ string) {
+			writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+		},
+		"/readyz":  func(w http.ResponseWriter, r *http.Request, _ string) { h.serveReady(w, r) },
+		"/metrics": func(w http.ResponseWriter, r *http.Request, _ string) { h.serveMetrics(w, r) },
+		"/v1/exec": func(w http.ResponseWriter, r *http.Request, _ string) {
+			h.idempotent(h.handleExec, writeExecError)(w, r)
+		},
+		"/v1/chat/completions": func(w http.ResponseWriter, r *http.Request, _ string) {
+			h.idempotent(h.handleChat, writeChatError)(w, r)
+		},
+		"/v1/workspace-tools": func(w http.ResponseWriter, r *http.Request, _ string) { h.handleWorkspaceTools(w, r) },
+		"/v1/bridge/": func(w http.ResponseWriter, r *http.Request, path string) {
+			h.serveBridge(w, r, strings.TrimPrefix(path, "/v1/bridge/"))
+		},
+		"/v1/upload":    h.serveFiles,
+		"/v1/files/":    h.serveFiles,
+		"/v1/download/": h.serveFiles,
+	} {
+		rt.Handle(pattern, onRawPath(pattern, serve))
 	}
+	return rt
+}
+
+// onRawPath runs serve when the raw request path is pattern (or, for a pattern ending in "/", below it).
+func onRawPath(pattern string, serve func(w http.ResponseWriter, r *http.Request, path string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		path := bridge.RequestPath(r)
+		if path != pattern && !(strings.HasSuffix(pattern, "/") && strings.HasPrefix(path, pattern)) {
+			notFound(w, r)
+			return
+		}
+		serve(w, r, path)
+	}
+}
+
+func (h *Hub) serveFiles(w http.ResponseWriter, r *http.Request, path string) {
+	if !h.fileRoute(w, r, path) {
+		notFound(w, r)
+	}
+}
+
+func notFound(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusNotFound, []byte(`{"error":"Not found"}`))
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
@@ -307,19 +340,6 @@ func writeValue(w http.ResponseWriter, status int, v any) {
 		return
 	}
 	writeJSON(w, status, b)
-}
-
-func constantEq(a, b string) bool {
-	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
-}
-
-// bearer extracts a Bearer token (scheme case-insensitive, value trimmed).
-func bearer(r *http.Request) (string, bool) {
-	scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	return strings.TrimSpace(tok), true
 }
 
 // configured reports whether workerID is admitted by the allow-list. With no
