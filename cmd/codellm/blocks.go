@@ -5,6 +5,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/markdown"
 )
 
@@ -13,12 +14,11 @@ func cmdBlocks(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("blocks", "blocks [flags] FILE.md|-", stderr)
 	var ef execFlags
 	ef.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	set, code := parse(fs, args, nil)
+	register(fs, []config.Setting{{Name: "json", Kind: config.Bool, Usage: "print JSON instead of a table"}}, nil)
+	v, code := parse(fs, args)
 	if code >= 0 {
 		return code
 	}
-	ef.set = set
 	ef.sandboxMode = "off" // listing runs nothing; do not probe the sandbox
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "codellm blocks: want exactly one FILE.md (or - for stdin)")
@@ -64,7 +64,7 @@ func cmdBlocks(args []string, stdout, stderr io.Writer) int {
 			rows[i].Program = r.Interp.Name
 		}
 	}
-	if *asJSON {
+	if v.Bool("json") {
 		writeJSON(stdout, map[string]any{"blocks": rows})
 	} else {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

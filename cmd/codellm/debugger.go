@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -13,23 +12,25 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/debugger"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/server"
 )
 
-// debugFlags are serve's flags for the step debugger (openai-contract §14).
+// debugFlags are serve's settings of the step debugger (openai-contract §14).
 type debugFlags struct {
 	listen      string
 	maxSessions int
 	sessionTTL  time.Duration
 }
 
+// registerDebugFlags registers the debugger's settings into fs; the result is filled when fs is loaded.
 func registerDebugFlags(fs *flag.FlagSet) *debugFlags {
 	f := &debugFlags{}
-	fs.StringVar(&f.listen, "debug-listen", "", "loopback address of the step debugger (empty: off)")
-	fs.IntVar(&f.maxSessions, "debug-max-sessions", debugger.DefaultMaxSessions, "maximum open step sessions of the debugger")
-	fs.DurationVar(&f.sessionTTL, "debug-session-ttl", debugger.DefaultSessionTTL, "idle time after which a step session expires")
+	register(fs, debugSettings(), func(v *config.Values) {
+		f.listen, f.maxSessions, f.sessionTTL = v.String("debug-listen"), v.Int("debug-max-sessions"), v.Duration("debug-session-ttl")
+	})
 	return f
 }
 
@@ -82,13 +83,12 @@ func cmdDebug(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("debug", "debug [flags] FILE.md|-", stderr)
 	var ef execFlags
 	ef.register(fs)
-	inputFile := fs.String("input", "", "JSON file with the fleet_input bag (written to $FLEET_INPUT; default {})")
-	editor := fs.String("editor", "", "command that edits the pipe buffer (default $VISUAL, then $EDITOR, then vi)")
-	set, code := parse(fs, args, nil)
+	register(fs, []config.Setting{inputSetting,
+		{Name: "editor", Kind: config.String, Usage: "command that edits the pipe buffer (default $VISUAL, then $EDITOR, then vi)"}}, nil)
+	v, code := parse(fs, args)
 	if code >= 0 {
 		return code
 	}
-	ef.set = set
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "codellm debug: want exactly one FILE.md (or - for stdin)")
 		return 2
@@ -107,16 +107,10 @@ func cmdDebug(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
 		return 1
 	}
-	var bag []byte
-	if *inputFile != "" {
-		if bag, err = os.ReadFile(*inputFile); err != nil {
-			fmt.Fprintf(stderr, "codellm debug: --input: %v\n", err)
-			return 1
-		}
-		if !json.Valid(bag) {
-			fmt.Fprintf(stderr, "codellm debug: --input %s is not valid JSON\n", *inputFile)
-			return 1
-		}
+	bag, err := readBag(v.String("input"))
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
+		return 1
 	}
 	ecfg, _, err := ef.build(log)
 	if err != nil {
@@ -140,7 +134,7 @@ func cmdDebug(args []string, stdout, stderr io.Writer) int {
 	defer sess.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	ok, err := debugger.Terminal(ctx, sess, os.Stdin, stdout, debugger.EditorCommand(*editor, os.Stdin, stdout, stderr))
+	ok, err := debugger.Terminal(ctx, sess, os.Stdin, stdout, debugger.EditorCommand(v.String("editor"), os.Stdin, stdout, stderr))
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
 		return 1

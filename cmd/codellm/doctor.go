@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
@@ -15,12 +16,11 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("doctor", "doctor [flags]", stderr)
 	var ef execFlags
 	ef.register(fs)
-	asJSON := fs.Bool("json", false, "print the report as JSON (the same object /readyz serves)")
-	set, code := parse(fs, args, nil)
+	register(fs, []config.Setting{{Name: "json", Kind: config.Bool, Usage: "print the report as JSON (the same object /readyz serves)"}}, nil)
+	v, code := parse(fs, args)
 	if code >= 0 {
 		return code
 	}
-	ef.set = set
 	log, err := ef.logger(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm doctor: %v\n", err)
@@ -33,7 +33,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	}
 	rep := sandbox.Probe(scfg)
 	rep.Protections = append(rep.Protections, serviceProtections()...)
-	if *asJSON {
+	if v.Bool("json") {
 		writeJSON(stdout, rep)
 	} else {
 		rep.WriteTable(stdout)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/fleetkit"
@@ -23,8 +24,8 @@ import (
 	"github.com/codellm/codellm/internal/slots"
 )
 
-// execFlags are the execution settings shared by serve, run, blocks and doctor, so that `codellm run`
-// behaves exactly like the service with the same flags.
+// execFlags are the execution settings shared by serve, run, debug, blocks, doctor and worker run
+// (execSettings), so that `codellm run` behaves exactly like the service with the same flags.
 type execFlags struct {
 	allowed       string
 	interpreters  string
@@ -32,65 +33,58 @@ type execFlags struct {
 	network       bool
 	networkAllow  string
 	netMaxConns   int
-	netMaxBytes   byteSize
+	netMaxBytes   int64
 	timeout       time.Duration
-	maxOutput     byteSize
-	maxStderr     byteSize
+	maxOutput     int64
+	maxStderr     int64
 	maxBlocks     int
 	maxConcurrent int
 	queueTimeout  time.Duration
-	exposeEnv     listFlag
-	exposePrefix  prefixFlag
-	memory        byteSize
+	exposeEnv     []string
+	exposePrefix  []string
+	memory        int64
 	pids          int
 	cpuTime       time.Duration
-	tmpSize       byteSize
+	tmpSize       int64
 	workDir       string
 	logFormat     string
 	logLevel      string
+	deterministic bool
 
-	set map[string]bool // which flags were given (flag or environment)
+	v *config.Values // every loaded setting of the command: which were given, the warnings
 
 	egressMetrics lazyEgressMetrics // wired to the server's registry once it exists
-	fs            *flag.FlagSet     // for the trip2g aliases (resolveAliases)
-	deterministic bool              // --deterministic (issue 21)
 }
 
-func (f *execFlags) register(fs *flag.FlagSet) {
-	f.fs = fs
-	f.maxOutput = 10 << 20 // trip2g's default for the last block's stdout
-	f.maxStderr = 64 << 10
-	f.memory = byteSize(sandbox.DefaultMemory)
-	f.tmpSize = byteSize(sandbox.DefaultTmpSize)
-	fs.StringVar(&f.allowed, "allowed-programs", "", "comma-separated canonical program names to enable (absent: every installed interpreter; empty: execution disabled)")
-	fs.StringVar(&f.interpreters, "interpreters", "", "JSON file replacing the embedded interpreter registry")
-	fs.StringVar(&f.sandboxMode, "sandbox", "native", "sandbox mode: native (every mechanism or refuse), besteffort, off")
-	fs.BoolVar(&f.network, "network", false, "give blocks network access (default: an empty network namespace)")
-	fs.StringVar(&f.networkAllow, "network-allow", "", "comma-separated host names, *.suffix wildcards, IPs or CIDRs blocks may reach through codellm's filtering egress proxy (default: none)")
-	fs.IntVar(&f.netMaxConns, "network-max-connections", egress.DefaultMaxConns, "egress connections per run (with --network-allow)")
-	f.netMaxBytes = egress.DefaultMaxBytes
-	fs.Var(&f.netMaxBytes, "network-max-bytes", "egress bytes per run, both directions (with --network-allow)")
-	registerAlias(fs, "network")
-	fs.BoolVar(&f.deterministic, "deterministic", false, "run every block reproducibly: fixed clock, seeded randomness, ASLR off (requests may turn it off or pick metadata.seed/now; needs the native sandbox and libfaketime)")
-	fs.DurationVar(&f.timeout, "timeout", 300*time.Second, "whole-run timeout (requests may lower it)")
-	fs.Var(&f.maxOutput, "max-output-bytes", "cap on captured stdout per block")
-	registerAlias(fs, "max-output-bytes")
-	fs.Var(&f.maxStderr, "max-stderr-bytes", "captured stderr per block; the last bytes are kept")
-	fs.IntVar(&f.maxBlocks, "max-blocks", 64, "maximum code blocks per request")
-	fs.IntVar(&f.maxConcurrent, "max-concurrent", 2*runtime.NumCPU(), "maximum concurrent runs")
-	fs.DurationVar(&f.queueTimeout, "queue-timeout", 30*time.Second, "how long a run waits for a slot before 429")
-	fs.Var(&f.exposeEnv, "expose-env", "expose this variable of codellm's environment to every block (repeatable, comma-separated)")
-	fs.Var(&f.exposePrefix, "expose-env-prefix", "expose variables with this prefix (repeatable; CODELLM_* never)")
-	fs.Var(&f.memory, "memory-limit", "memory limit per run, all blocks together, swap included")
-	fs.IntVar(&f.pids, "pids-limit", sandbox.DefaultPids, "maximum tasks (processes and threads) per run")
-	fs.DurationVar(&f.cpuTime, "cpu-time-limit", 0, "CPU time limit per process (RLIMIT_CPU backstop; 0: only the wall-clock timeout)")
-	fs.Var(&f.tmpSize, "tmp-size", "size of each block's private scratch filesystems")
-	fs.StringVar(&f.workDir, "work-dir", "", "parent directory of per-run workdirs (default: the system temp dir)")
-	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+func (f *execFlags) register(fs *flag.FlagSet) { register(fs, execSettings(), f.bind) }
+
+func (f *execFlags) bind(v *config.Values) {
+	f.v = v
+	f.allowed, f.interpreters, f.sandboxMode = v.String("allowed-programs"), v.String("interpreters"), v.String("sandbox")
+	f.network, f.networkAllow, f.deterministic = v.Bool("network"), v.String("network-allow"), v.Bool("deterministic")
+	f.netMaxConns, f.netMaxBytes = v.Int("network-max-connections"), v.Size("network-max-bytes")
+	f.timeout, f.queueTimeout, f.cpuTime = v.Duration("timeout"), v.Duration("queue-timeout"), v.Duration("cpu-time-limit")
+	f.maxOutput, f.maxStderr = v.Size("max-output-bytes"), v.Size("max-stderr-bytes")
+	f.maxBlocks, f.maxConcurrent, f.pids = v.Int("max-blocks"), v.Int("max-concurrent"), v.Int("pids-limit")
+	if !v.IsSet("max-concurrent") {
+		f.maxConcurrent = 2 * runtime.NumCPU() // the default depends on the host, so the table cannot hold it
+	}
+	f.exposeEnv, f.exposePrefix = v.List("expose-env"), v.List("expose-env-prefix")
+	f.memory, f.tmpSize, f.workDir = v.Size("memory-limit"), v.Size("tmp-size"), v.String("work-dir")
+	f.logFormat, f.logLevel = v.String("log-format"), v.String("log-level")
 }
 
+// logger builds the command's logger from --log-format and --log-level and logs the configuration's
+// warnings (two spellings of a setting that differ) with it.
 func (f *execFlags) logger(w io.Writer) (*slog.Logger, error) {
+	log, err := f.newLogger(w)
+	if err == nil && f.v != nil {
+		f.v.Warn(log)
+	}
+	return log, err
+}
+
+func (f *execFlags) newLogger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
@@ -135,10 +129,10 @@ func (f *execFlags) baseSandboxConfig(log *slog.Logger) (sandbox.Config, error) 
 		Network: f.network,
 		Logger:  log,
 		Limits: sandbox.Limits{
-			Memory:  int64(f.memory),
+			Memory:  f.memory,
 			Pids:    f.pids,
 			CPUTime: f.cpuTime,
-			TmpSize: int64(f.tmpSize),
+			TmpSize: f.tmpSize,
 		},
 	}
 	return cfg, nil
@@ -154,7 +148,7 @@ func (f *execFlags) egressProxy(list, who string, log *slog.Logger) (*egress.Pro
 		return nil, errors.New("egress caps must not be negative")
 	}
 	log.Warn(who+" may reach these destinations through the egress proxy", "allow", strings.Join(pol.Entries(), ","))
-	return egress.New(egress.Config{Policy: pol, MaxConns: f.netMaxConns, MaxBytes: int64(f.netMaxBytes),
+	return egress.New(egress.Config{Policy: pol, MaxConns: f.netMaxConns, MaxBytes: f.netMaxBytes,
 		Logger: log, Metrics: &f.egressMetrics})
 }
 
@@ -191,28 +185,12 @@ func (l *lazyEgressMetrics) Bytes(direction string, n int64) {
 // names the flag or entry.
 func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, error) {
 	var ecfg engine.Config
-	if f.fs != nil {
-		if err := resolveAliases(f.fs, f.set, log); err != nil {
-			return ecfg, nil, err
-		}
-	}
-	reg := interp.Builtin()
-	if f.interpreters != "" {
-		r, err := interp.LoadFile(f.interpreters)
-		if err != nil {
-			return ecfg, nil, fmt.Errorf("--interpreters: %w", err)
-		}
-		reg = r
-	}
-	// fleetkit (trip2g's block helpers) on every python and node block's module path, read-only.
-	kitDir, err := fleetkit.Materialise("")
+	reg, kitDir, err := f.registry(log)
 	if err != nil {
-		log.Warn("fleetkit unavailable: blocks that import it will fail", "err", err)
-	} else {
-		reg = fleetkit.Install(reg, kitDir)
+		return ecfg, nil, err
 	}
 	var allowed []string
-	if f.set["allowed-programs"] {
+	if f.v != nil && f.v.IsSet("allowed-programs") {
 		allowed = interp.ParseAllowed(f.allowed, true)
 	}
 	programs, err := interp.Enable(reg, allowed, nil)
@@ -227,40 +205,17 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 		return ecfg, nil, fmt.Errorf("%s would hand the seal key (%s) to every block, letting any role open any sealed secret",
 			what, seal.DefaultKeyEnv)
 	}
-	if f.timeout <= 0 {
-		return ecfg, nil, fmt.Errorf("--timeout must be positive, got %v", f.timeout)
-	}
-	if f.maxBlocks < 1 {
-		return ecfg, nil, fmt.Errorf("--max-blocks must be at least 1, got %d", f.maxBlocks)
-	}
-	if f.maxConcurrent < 1 {
-		return ecfg, nil, fmt.Errorf("--max-concurrent must be at least 1, got %d", f.maxConcurrent)
-	}
-	if f.maxOutput < 1 {
-		return ecfg, nil, fmt.Errorf("--max-output-bytes must be positive")
+	if err := f.checkLimits(); err != nil {
+		return ecfg, nil, err
 	}
 	scfg, err := f.sandboxConfig(log)
 	if err != nil {
 		return ecfg, nil, err
 	}
 	scfg.Shared = kitDir
-	sb, err := sandbox.New(scfg)
+	sb, err := f.newSandbox(scfg, log)
 	if err != nil {
-		return ecfg, nil, fmt.Errorf("sandbox: %w", err)
-	}
-	switch sb.Mode() {
-	case sandbox.ModeOff:
-		log.Warn("sandbox is OFF (--sandbox off): blocks run unconfined as codellm's own user; use only where the container is the boundary")
-	case sandbox.ModeBestEffort:
-		if rep := sb.Report(); len(rep.Missing) > 0 {
-			log.Warn("sandbox besteffort: some mechanisms are missing and will not be applied", "missing", fmt.Sprint(rep.Missing))
-		}
-	}
-	if f.network {
-		log.Warn("network access is enabled for blocks (--network)")
-	}
-	if missing := sb.DeterminismMissing(); f.deterministic && missing != "" {
-		return ecfg, nil, fmt.Errorf("--deterministic: this host cannot run blocks deterministically: it needs %s", missing)
+		return ecfg, nil, err
 	}
 	log.Info("programs enabled", "programs", fmt.Sprint(programs.Names()), "sandbox", string(sb.Mode()))
 	var pol *egress.Policy
@@ -274,8 +229,8 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 		Pipeline: pipeline.Config{
 			Sandbox:        sb,
 			WorkRoot:       f.workDir,
-			MaxOutputBytes: int64(f.maxOutput),
-			MaxStderrBytes: int64(f.maxStderr),
+			MaxOutputBytes: f.maxOutput,
+			MaxStderrBytes: f.maxStderr,
 		},
 		Slots:         slots.New(f.maxConcurrent, f.queueTimeout),
 		Deterministic: f.deterministic,
@@ -283,4 +238,60 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 		MaxBlocks:     f.maxBlocks,
 	}
 	return ecfg, sb, nil
+}
+
+// registry is the interpreter registry of --interpreters (or the embedded one) with fleetkit (trip2g's
+// block helpers) on every python and node block's module path, read-only; kitDir is "" without it.
+func (f *execFlags) registry(log *slog.Logger) (reg *interp.Registry, kitDir string, err error) {
+	reg = interp.Builtin()
+	if f.interpreters != "" {
+		if reg, err = interp.LoadFile(f.interpreters); err != nil {
+			return nil, "", fmt.Errorf("--interpreters: %w", err)
+		}
+	}
+	kitDir, err = fleetkit.Materialise("")
+	if err != nil {
+		log.Warn("fleetkit unavailable: blocks that import it will fail", "err", err)
+		return reg, "", nil
+	}
+	return fleetkit.Install(reg, kitDir), kitDir, nil
+}
+
+// checkLimits refuses run limits that cannot work.
+func (f *execFlags) checkLimits() error {
+	switch {
+	case f.timeout <= 0:
+		return fmt.Errorf("--timeout must be positive, got %v", f.timeout)
+	case f.maxBlocks < 1:
+		return fmt.Errorf("--max-blocks must be at least 1, got %d", f.maxBlocks)
+	case f.maxConcurrent < 1:
+		return fmt.Errorf("--max-concurrent must be at least 1, got %d", f.maxConcurrent)
+	case f.maxOutput < 1:
+		return fmt.Errorf("--max-output-bytes must be positive")
+	}
+	return nil
+}
+
+// newSandbox opens the sandbox and says what it leaves out (off, besteffort's missing mechanisms, the
+// network); --deterministic on a host that cannot is an error.
+func (f *execFlags) newSandbox(scfg sandbox.Config, log *slog.Logger) (*sandbox.Sandbox, error) {
+	sb, err := sandbox.New(scfg)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	switch sb.Mode() {
+	case sandbox.ModeOff:
+		log.Warn("sandbox is OFF (--sandbox off): blocks run unconfined as codellm's own user; use only where the container is the boundary")
+	case sandbox.ModeBestEffort:
+		if rep := sb.Report(); len(rep.Missing) > 0 {
+			log.Warn("sandbox besteffort: some mechanisms are missing and will not be applied", "missing", fmt.Sprint(rep.Missing))
+		}
+	}
+	if f.network {
+		log.Warn("network access is enabled for blocks (--network)")
+	}
+	if missing := sb.DeterminismMissing(); f.deterministic && missing != "" {
+		return nil, fmt.Errorf("--deterministic: this host cannot run blocks deterministically: it needs %s", missing)
+	}
+	return sb, nil
 }

@@ -3,83 +3,58 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
-	"github.com/codellm/codellm/internal/bytesize"
+	"github.com/codellm/codellm/internal/config"
 )
 
-// envName maps a flag name to its environment variable: CODELLM_ + upper snake case.
-func envName(flagName string) string {
-	return "CODELLM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+// newFlagSet returns a FlagSet whose --help prints the command's usage and its settings tables
+// (internal/config) to stderr.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: codellm %s\n\n", synopsis)
+		config.Usage(stderr, fs, families(fs))
+	}
+	return fs
 }
 
-// applyEnv sets every flag not given on the command line from its CODELLM_ variable (or an alias), so
-// that each flag can be configured either way and the command line wins. It reports which flags ended up
-// set (from either source), which matters for flags whose absence differs from an empty value
-// (--allowed-programs).
-func applyEnv(fs *flag.FlagSet, aliases map[string][]string) (map[string]bool, error) {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
-			return
-		}
-		names := append([]string{envName(f.Name)}, aliases[f.Name]...)
-		for _, n := range names {
-			v, ok := os.LookupEnv(n)
-			if !ok {
-				continue
-			}
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %v", n, v, e)
-				return
-			}
-			set[f.Name] = true
-			return
-		}
-	})
-	return set, err
-}
-
-// listFlag is a repeatable flag whose values may also be comma-separated.
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-func (l *listFlag) Set(v string) error {
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			*l = append(*l, p)
-		}
+// families are the alias families a command reads: LIBRECHAT_CODE_* for the worker (bridge-protocol
+// §12), none for the rest (serve reads trip2g's names, which are per-setting aliases).
+func families(fs *flag.FlagSet) []config.Family {
+	if strings.HasPrefix(fs.Name(), "worker") {
+		return []config.Family{config.LibreChat}
 	}
 	return nil
 }
 
-// prefixFlag is a repeatable flag of non-empty prefixes (an empty prefix would expose everything).
-type prefixFlag []string
-
-func (l *prefixFlag) String() string { return strings.Join(*l, ",") }
-func (l *prefixFlag) Set(v string) error {
-	if v == "" {
-		return fmt.Errorf("an empty prefix would expose the whole environment")
-	}
-	*l = append(*l, v)
-	return nil
+// register adds one settings table to fs; bind receives the loaded values.
+func register(fs *flag.FlagSet, settings []config.Setting, bind func(*config.Values)) {
+	(&config.Set{Settings: settings, Bind: bind}).Register(fs)
 }
 
-// byteSize is a size flag accepting plain bytes or a binary/decimal suffix (64MiB, 1GiB, 512K, 10MB).
-type byteSize int64
+// parse parses args, then loads every table registered into fs from the command line and the
+// environment (internal/config's one rule). It returns an exit code >= 0 when the command should stop:
+// 0 for --help, 2 for a bad flag or variable.
+func parse(fs *flag.FlagSet, args []string) (*config.Values, int) {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil, 0
+		}
+		return nil, 2
+	}
+	return load(fs)
+}
 
-// String is the human form ("64MiB"), which is also what --help prints as the default.
-func (b *byteSize) String() string { return bytesize.Format(int64(*b)) }
-func (b *byteSize) Set(v string) error {
-	n, err := parseByteSize(v)
+// load is parse's second half, for commands that parse the command line themselves.
+func load(fs *flag.FlagSet) (*config.Values, int) {
+	v, err := config.Load(fs, families(fs), os.LookupEnv)
 	if err != nil {
-		return err
+		fmt.Fprintf(fs.Output(), "codellm %s: %v\n", fs.Name(), err)
+		return nil, 2
 	}
-	*b = byteSize(n)
-	return nil
+	return v, -1
 }
-
-func parseByteSize(v string) (int64, error) { return bytesize.Parse(v) }

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/contract"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/markdown"
@@ -29,19 +30,33 @@ func readBody(name string) (string, error) {
 	return string(b), err
 }
 
+// readBag reads --input's fleet_input bag (nil without one); it must be JSON.
+func readBag(name string) ([]byte, error) {
+	if name == "" {
+		return nil, nil
+	}
+	bag, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("--input: %v", err)
+	}
+	if !json.Valid(bag) {
+		return nil, fmt.Errorf("--input %s is not valid JSON", name)
+	}
+	return bag, nil
+}
+
 // cmdRun runs a markdown body through exactly the service's pipeline and sandbox, so role authors can try
 // a role locally. Exit status: 0 success, 1 the run or its output failed (message on stderr), 2 usage.
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", "run [flags] FILE.md|-", stderr)
 	var ef execFlags
 	ef.register(fs)
-	changes := fs.Bool("changes", false, "print the raw {changes, answer} output instead of tool calls")
-	inputFile := fs.String("input", "", "JSON file with the fleet_input bag (written to $FLEET_INPUT; default {})")
-	set, code := parse(fs, args, nil)
+	register(fs, []config.Setting{inputSetting,
+		{Name: "changes", Kind: config.Bool, Usage: "print the raw {changes, answer} output instead of tool calls"}}, nil)
+	v, code := parse(fs, args)
 	if code >= 0 {
 		return code
 	}
-	ef.set = set
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "codellm run: want exactly one FILE.md (or - for stdin)")
 		return 2
@@ -56,48 +71,55 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm run: %v\n", err)
 		return 1
 	}
-	var bag []byte
-	if *inputFile != "" {
-		bag, err = os.ReadFile(*inputFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "codellm run: --input: %v\n", err)
-			return 1
-		}
-		if !json.Valid(bag) {
-			fmt.Fprintf(stderr, "codellm run: --input %s is not valid JSON\n", *inputFile)
-			return 1
-		}
+	bag, err := readBag(v.String("input"))
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm run: %v\n", err)
+		return 1
 	}
 	ecfg, _, err := ef.build(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm run: %v\n", err)
 		return 1
 	}
+	res, secrets, err := runBody(ecfg, body, bag)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm run: %v\n", err)
+		return 1
+	}
+	return printRun(stdout, stderr, res, secrets, v.Bool("changes"))
+}
+
+// runBody unseals the bag's secrets and runs the body as one chat run of it would, until SIGTERM or
+// SIGINT; the result's output is already redacted of the secrets.
+func runBody(ecfg engine.Config, body string, bag []byte) (*pipeline.Result, []string, error) {
 	bag, secrets, err := seal.Unseal(bag, os.Getenv, seal.ExposedIn(ecfg.Exposed))
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm run: %v (unseal_error)\n", err)
-		return 1
+		return nil, nil, fmt.Errorf("%v (unseal_error)", err)
 	}
 	eng := engine.New(ecfg, nil)
 	resolved, err := eng.Plan([]markdown.Source{{Message: 0, Text: body}})
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm run: %v\n", err)
-		return 1
+		return nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	res, _, err := eng.Run(ctx, engine.RunRequest{Resolved: resolved, Input: bag})
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm run: %v\n", err)
-		return 1
+		return nil, nil, err
 	}
 	server.RedactResult(res, secrets)
+	return res, secrets, nil
+}
+
+// printRun prints a run's tool calls (or with changes its raw {changes, answer}) and returns the exit
+// status.
+func printRun(stdout, stderr io.Writer, res *pipeline.Result, secrets []string, changes bool) int {
 	if res.Err != nil {
 		printStderrs(stderr, res)
 		fmt.Fprintf(stderr, "codellm run: %s (%s)\n", res.Err.Message, res.Err.Code)
 		return 1
 	}
-	if *changes {
+	if changes {
 		if _, err := contract.Parse(res.Stdout); err != nil {
 			fmt.Fprintf(stderr, "codellm run: %s\n", seal.Redact(err.Error(), secrets))
 			return 1

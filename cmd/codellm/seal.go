@@ -1,12 +1,12 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/seal"
 )
 
@@ -23,29 +23,30 @@ func cmdSeal(args []string, stdout, stderr io.Writer) int {
 // stdout. Trailing newlines are what echo and heredocs add, never part of a credential.
 func sealCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("seal", "seal [--env-key NAME] < plaintext", stderr)
-	envKey := fs.String("env-key", seal.DefaultKeyEnv, "environment variable holding the 32-byte seal key (SEAL_KEY or SEAL_KEY_<SUFFIX>)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	// --env-key names the variable; it is never itself read from the environment (FlagOnly), as before.
+	register(fs, []config.Setting{{Name: "env-key", Kind: config.String, FlagOnly: true, Default: seal.DefaultKeyEnv,
+		Usage: "environment variable holding the 32-byte seal key (SEAL_KEY or SEAL_KEY_<SUFFIX>)"}}, nil)
+	v, code := parse(fs, args)
+	if code >= 0 {
+		return code
 	}
+	envKey := v.String("env-key")
 	if fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "codellm seal: the plaintext is read from stdin, never from arguments")
 		return 2
 	}
-	if !seal.KeyEnvAllowed(*envKey) {
+	if !seal.KeyEnvAllowed(envKey) {
 		fmt.Fprintf(stderr, "codellm seal: --env-key %q: want %s or %s_<SUFFIX> (the names serve opens)\n",
-			*envKey, seal.DefaultKeyEnv, seal.DefaultKeyEnv)
+			envKey, seal.DefaultKeyEnv, seal.DefaultKeyEnv)
 		return 2
 	}
-	key := os.Getenv(*envKey)
+	key := os.Getenv(envKey)
 	if key == "" {
-		fmt.Fprintf(stderr, "codellm seal: %s is not set\n", *envKey)
+		fmt.Fprintf(stderr, "codellm seal: %s is not set\n", envKey)
 		return 1
 	}
 	if len(key) != seal.KeySize {
-		fmt.Fprintf(stderr, "codellm seal: %s must hold exactly %d bytes\n", *envKey, seal.KeySize)
+		fmt.Fprintf(stderr, "codellm seal: %s must hold exactly %d bytes\n", envKey, seal.KeySize)
 		return 1
 	}
 	data, err := io.ReadAll(io.LimitReader(stdin, maxSealInput+1))

@@ -9,79 +9,60 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
+	"github.com/codellm/codellm/internal/config"
+	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/runner"
+	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/server"
 )
-
-// newFlagSet returns a FlagSet whose --help prints the command's usage and flags to stderr.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: codellm %s\n\nFlags (each also readable from CODELLM_<FLAG_NAME>):\n", synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parse parses args and applies the environment; it returns an exit code > 0 on failure (0 for --help).
-func parse(fs *flag.FlagSet, args []string, aliases map[string][]string) (map[string]bool, int) {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil, 0
-		}
-		return nil, 2
-	}
-	set, err := applyEnv(fs, aliases)
-	if err != nil {
-		fmt.Fprintf(fs.Output(), "codellm %s: %v\n", fs.Name(), err)
-		return nil, 2
-	}
-	return set, -1
-}
 
 // defaultRootWorkspaceSize is --runner-workspace-size for a root codellm that does not set it.
 const defaultRootWorkspaceSize = 256 << 20
 
-func cmdServe(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("serve", "serve [flags]", stderr)
-	var ef execFlags
-	ef.register(fs)
-	var cfg server.Config
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "listen address (non-loopback needs --api-key, --client-ca or --insecure-public)")
-	registerAlias(fs, "listen")
-	fs.StringVar(&cfg.APIKey, "api-key", "", "require Authorization: Bearer <key> (prefer CODELLM_API_KEY: flags show in process listings)")
-	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (serve HTTPS)")
-	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key file")
-	fs.StringVar(&cfg.ClientCA, "client-ca", "", "CA file: require client certificates signed by it (mutual TLS)")
-	fs.BoolVar(&cfg.InsecurePublic, "insecure-public", false, "allow a non-loopback listener without authentication (logged as a warning)")
-	fs.BoolVar(&cfg.DebugExtension, "debug-extension", false, "honour the x_codellm_debug request field (exposes block output to callers)")
-	var maxBody byteSize = 10 << 20
-	fs.Var(&maxBody, "max-body-bytes", "maximum request body")
-	dbgFlags := registerDebugFlags(fs)
-	idem := registerIdempotencyFlags(fs)
-	lf := registerListenerFlags(fs, &cfg)
-	var runnerTTL time.Duration
-	var runnerSessions int
-	fs.DurationVar(&runnerTTL, "runner-session-ttl", 30*time.Minute, "idle time after which a runner API session (X-Runtime-Session-Id) is deleted")
-	fs.IntVar(&runnerSessions, "runner-max-sessions", 64, "maximum live runner API sessions")
-	var runnerPerOwner int
-	var runnerEvict time.Duration
-	fs.IntVar(&runnerPerOwner, "runner-max-sessions-per-credential", 0, "live runner sessions per API key or client certificate (0: half of --runner-max-sessions); at the cap the credential's least recently used idle session is replaced")
-	fs.DurationVar(&runnerEvict, "runner-session-evict-idle", runner.DefaultEvictIdle, "a full session table evicts the least recently used session idle this long instead of refusing new ones")
-	var runnerWorkspace byteSize
-	fs.Var(&runnerWorkspace, "runner-workspace-size", "make each runner API workspace a tmpfs of this size (root only; default 256MiB as root, else 0: plain directories bounded per file)")
-	set, code := parse(fs, args, nil)
-	if code >= 0 {
-		return code
-	}
-	ef.set = set
-	if !set["runner-workspace-size"] && os.Geteuid() == 0 {
+// serveFlags are serve's own settings (serveSettings) beside the execution ones.
+type serveFlags struct {
+	cfg           server.Config
+	maxBody       int64
+	dbg           *debugFlags
+	idem          idempotencyFlags
+	rcfg          runner.Config // the session settings; the rest is filled from the engine's
+	workspaceSize bool          // --runner-workspace-size was given
+}
+
+func (s *serveFlags) bind(v *config.Values) {
+	c := &s.cfg
+	c.Listen, c.APIKey, c.TLSCert, c.TLSKey = v.String("listen"), v.String("api-key"), v.String("tls-cert"), v.String("tls-key")
+	c.ClientCA, c.InsecurePublic, c.DebugExtension = v.String("client-ca"), v.Bool("insecure-public"), v.Bool("debug-extension")
+	c.AllowedHosts, c.AllowedOrigins = v.List("allowed-hosts"), v.List("allowed-origins")
+	c.Limits.MaxConns, c.Limits.Body, c.Limits.Idle = v.Int("max-connections"), v.Duration("body-timeout"), v.Duration("idle-timeout")
+	s.maxBody = v.Size("max-body-bytes")
+	s.idem = idempotencyFlags{ttl: v.Duration("idempotency-ttl"), maxEntries: v.Int("idempotency-max-entries"), maxBytes: v.Size("idempotency-max-bytes")}
+	s.rcfg = runner.Config{SessionTTL: v.Duration("runner-session-ttl"), MaxSessions: v.Int("runner-max-sessions"),
+		MaxSessionsPerOwner: v.Int("runner-max-sessions-per-credential"), EvictIdle: v.Duration("runner-session-evict-idle"),
+		WorkspaceSize: v.Size("runner-workspace-size")}
+	s.workspaceSize = v.IsSet("runner-workspace-size")
+	if !s.workspaceSize && os.Geteuid() == 0 {
 		// Root can bound every runner workspace on the host disk, so it does by default (issue 14).
-		runnerWorkspace = defaultRootWorkspaceSize
+		s.rcfg.WorkspaceSize = defaultRootWorkspaceSize
+	}
+}
+
+// serveFlagSet is serve's FlagSet: the execution, serve and debugger tables.
+func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *execFlags, *serveFlags) {
+	fs := newFlagSet("serve", "serve [flags]", stderr)
+	ef, sf := &execFlags{}, &serveFlags{}
+	ef.register(fs)
+	register(fs, serveSettings(), sf.bind)
+	sf.dbg = registerDebugFlags(fs)
+	return fs, ef, sf
+}
+
+func cmdServe(args []string, stdout, stderr io.Writer) int {
+	fs, ef, sf := serveFlagSet(stderr)
+	if _, code := parse(fs, args); code >= 0 {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "codellm serve: unexpected argument %q\n", fs.Arg(0))
@@ -97,49 +78,12 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 1
 	}
-	if err := checkAPIKeyLength(cfg.APIKey, cfg.Listen, log); err != nil {
-		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
-		return 1
-	}
-	cfg.MaxBodyBytes = int64(maxBody)
-	lf.apply(&cfg)
-	cfg.Logger = log
-	cfg.Version = version
-	cfg.Network = ef.network
-	cfg.Idempotency = idem.guard()
-	srv, err := server.New(cfg, ecfg, sb)
+	srv, err := sf.server(ef, ecfg, sb, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 1
 	}
-	ef.egressMetrics.m.Store(srv.Metrics().Egress)
-	// The Piston-compatible runner API shares the listener, its authentication, the sandbox and the slots.
-	rcfg := runner.Config{
-		Programs:            ecfg.Programs,
-		Sandbox:             sb,
-		Slots:               ecfg.Slots,
-		Exposed:             ecfg.Exposed,
-		WorkRoot:            ef.workDir,
-		MaxRunTimeout:       ef.timeout,
-		MaxMemory:           int64(ef.memory),
-		MaxOutputBytes:      ef.runnerOutputBytes(),
-		MaxBodyBytes:        int64(maxBody),
-		SessionTTL:          runnerTTL,
-		MaxSessions:         runnerSessions,
-		MaxSessionsPerOwner: runnerPerOwner,
-		EvictIdle:           runnerEvict,
-		WorkspaceSize:       int64(runnerWorkspace),
-		Deterministic:       ecfg.Deterministic,
-		Logger:              log,
-	}
-	rn, err := runner.New(rcfg)
-	if err != nil && !set["runner-workspace-size"] && runnerWorkspace > 0 {
-		// The root default needs mount rights (a container may withhold them): fall back, loudly.
-		log.Warn("runner workspaces are not bounded on the host disk: the default --runner-workspace-size tmpfs cannot be mounted here",
-			"err", err.Error())
-		rcfg.WorkspaceSize = 0
-		rn, err = runner.New(rcfg)
-	}
+	rn, err := sf.runner(ef, ecfg, sb, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: runner API: %v\n", err)
 		return 1
@@ -154,25 +98,67 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeWS()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	dbg, err := startDebugger(ctx, dbgFlags, srv, log)
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
-		return 1
-	}
-	log.Info("codellm serving", "listen", cfg.Listen, "version", version, "tls", cfg.TLSCert != "",
-		"auth", cfg.APIKey != "" || cfg.ClientCA != "")
-	err = srv.ListenAndServe(ctx)
-	if dbg != nil {
-		dbg()
-	}
-	if err != nil {
+	if err := sf.serve(srv, log); err != nil {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 1
 	}
 	log.Info("codellm stopped")
 	return 0
+}
+
+// server builds the HTTP service; a short API key is refused off loopback.
+func (s *serveFlags) server(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandbox, log *slog.Logger) (*server.Server, error) {
+	cfg := s.cfg
+	if err := checkAPIKeyLength(cfg.APIKey, cfg.Listen, log); err != nil {
+		return nil, err
+	}
+	cfg.MaxBodyBytes = s.maxBody
+	cfg.Logger = log
+	cfg.Version = version
+	cfg.Network = ef.network
+	cfg.Idempotency = s.idem.guard()
+	srv, err := server.New(cfg, ecfg, sb)
+	if err != nil {
+		return nil, err
+	}
+	ef.egressMetrics.m.Store(srv.Metrics().Egress)
+	return srv, nil
+}
+
+// runner builds the Piston-compatible runner API, which shares the listener, its authentication, the
+// sandbox and the slots.
+func (s *serveFlags) runner(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandbox, log *slog.Logger) (*runner.Runner, error) {
+	rcfg := s.rcfg
+	rcfg.Programs, rcfg.Sandbox, rcfg.Slots, rcfg.Exposed = ecfg.Programs, sb, ecfg.Slots, ecfg.Exposed
+	rcfg.WorkRoot, rcfg.MaxRunTimeout, rcfg.MaxMemory = ef.workDir, ef.timeout, ef.memory
+	rcfg.MaxOutputBytes, rcfg.MaxBodyBytes, rcfg.Logger = ef.runnerOutputBytes(), s.maxBody, log
+	rcfg.Deterministic = ecfg.Deterministic
+	rn, err := runner.New(rcfg)
+	if err != nil && !s.workspaceSize && rcfg.WorkspaceSize > 0 {
+		// The root default needs mount rights (a container may withhold them): fall back, loudly.
+		log.Warn("runner workspaces are not bounded on the host disk: the default --runner-workspace-size tmpfs cannot be mounted here",
+			"err", err.Error())
+		rcfg.WorkspaceSize = 0
+		rn, err = runner.New(rcfg)
+	}
+	return rn, err
+}
+
+// serve runs the service (and the step debugger when configured) until SIGTERM or SIGINT.
+func (s *serveFlags) serve(srv *server.Server, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	dbg, err := startDebugger(ctx, s.dbg, srv, log)
+	if err != nil {
+		return err
+	}
+	log.Info("codellm serving", "listen", s.cfg.Listen, "version", version, "tls", s.cfg.TLSCert != "",
+		"auth", s.cfg.APIKey != "" || s.cfg.ClientCA != "")
+	err = srv.ListenAndServe(ctx)
+	if dbg != nil {
+		dbg()
+	}
+	return err
 }
 
 // minAPIKeyLength is trip2g's floor for an API key: it guards code execution, so a guessable key guards
@@ -194,8 +180,8 @@ func checkAPIKeyLength(key, addr string, log *slog.Logger) error {
 // runnerOutputBytes is the runner API's per-stream cap: --max-output-bytes when given, otherwise the
 // runner's own 1 MiB default (the 10 MiB default is trip2g's, for the chat pipeline's last block).
 func (f *execFlags) runnerOutputBytes() int64 {
-	if f.set["max-output-bytes"] {
-		return int64(f.maxOutput)
+	if f.v != nil && f.v.IsSet("max-output-bytes") {
+		return f.maxOutput
 	}
 	return 1 << 20
 }

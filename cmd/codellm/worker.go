@@ -16,6 +16,7 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/chat"
+	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/runner"
@@ -27,8 +28,8 @@ import (
 // chatRuntimeLabel advertises codellm's chat pipeline to the hub (§13.2).
 const chatRuntimeLabel = "codellm.openai.chat.v1"
 
-// workerFlags are the settings of `codellm worker run` and its siblings (bridge-protocol.md §12). Each
-// flag reads CODELLM_<NAME> and then LIBRECHAT_CODE_<NAME>.
+// workerFlags are the settings of `codellm worker run` and its siblings (bridge-protocol.md §12,
+// workerSettings): each also reads CODELLM_<NAME> and then LIBRECHAT_CODE_<NAME>.
 type workerFlags struct {
 	url, workerID, token, identity         string
 	supervisor, endpoint, profile          string
@@ -47,14 +48,6 @@ type containerFlags struct {
 	cli, image, seccomp, packages, sandbox string
 }
 
-func (c *containerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.cli, "container-cli", "docker", "docker-compatible CLI of the docker supervisors (podman works)")
-	fs.StringVar(&c.image, "runtime-image", "", "runtime image of the docker supervisors (CODELLM_RUNTIME_IMAGE)")
-	fs.StringVar(&c.seccomp, "docker-seccomp-profile", "", "absolute path of the containers' seccomp profile (required for docker-nsjail)")
-	fs.StringVar(&c.packages, "docker-packages-path", "", "directory mounted read-only at /pkgs (required for docker-nsjail)")
-	fs.StringVar(&c.sandbox, "container-sandbox", "", "codellm's sandbox mode inside the runtime container: native or besteffort (required for docker; an explicit choice)")
-}
-
 // dockerSupervisor builds the docker or docker-nsjail supervisor.
 func (c *containerFlags) dockerSupervisor(sup string) (*worker.Docker, error) {
 	switch c.sandbox {
@@ -69,65 +62,31 @@ func (c *containerFlags) dockerSupervisor(sup string) (*worker.Docker, error) {
 }
 
 func (f *workerFlags) register(fs *flag.FlagSet, run bool) {
-	fs.StringVar(&f.url, "url", "", "hub base URL, e.g. https://hub.example.com/v1 (default: the identity's URL)")
-	fs.StringVar(&f.workerID, "worker-id", "", "worker ID (default: the identity's)")
-	fs.StringVar(&f.token, "worker-token", "", "static worker token: selects static mode (development)")
-	fs.StringVar(&f.identity, "identity", "", "identity file (default ~/.config/codellm/worker/<id>.json; also CODELLM_IDENTITY_FILE)")
-	fs.StringVar(&f.workerDir, "worker-dir", "", "register this directory as a workspace")
-	fs.BoolVar(&f.defaultWS, "default-workspace", false, "register codellm's default workspace directory")
-	fs.StringVar(&f.workspaceID, "workspace-id", "primary", "workspace ID")
-	fs.StringVar(&f.markerFile, "workspace-quarantine-file", "", "mutation quarantine marker path (default under ~/.local/state/codellm/worker)")
-	if !run {
-		return
+	register(fs, workerSettings(), f.bind)
+	if run {
+		register(fs, workerRunSettings(), f.bindRun)
 	}
-	fs.StringVar(&f.supervisor, "runtime-supervisor", "", "embedded (default), endpoint, docker, docker-nsjail (alias docker-macos-nsjail)")
-	f.container.register(fs)
-	fs.StringVar(&f.endpoint, "sandbox-endpoint", "", "loopback runner URL for the endpoint supervisor (may contain {runtimeSessionId})")
-	fs.BoolVar(&f.stateful, "stateful-workspace", false, "give each runtime session a persistent workspace")
-	fs.BoolVar(&f.allowRemote, "allow-remote-endpoint", false, "allow a non-loopback sandbox endpoint")
-	fs.StringVar(&f.profile, "sandbox-profile", "", "sandboxProfile capability label")
-	fs.StringVar(&f.runtimes, "runtimes", "", "comma-separated runtime labels (default: the enabled programs and the chat label)")
-	fs.StringVar(&f.policy, "policy", "default-deny", "policy text hashed into policyDigest")
-	fs.StringVar(&f.workspaceName, "workspace-name", "", "workspace display name (default: the directory's basename)")
-	fs.BoolVar(&f.writes, "allow-workspace-writes", false, "enable write_file, edit_file and preview_edit")
-	fs.BoolVar(&f.commands, "allow-workspace-commands", false, "enable execute_command (in codellm's sandbox)")
-	fs.StringVar(&f.commandBox, "command-sandbox", "", "command sandbox: embedded (native-srt is an alias) or runtime (docker-nsjail's runtime container; the default there)")
-	fs.StringVar(&f.allowedDomains, "command-allowed-domains", "", "destinations workspace commands may reach through codellm's egress proxy: names, *.suffix, IPs, CIDRs (normalised into the policy digest)")
-	fs.BoolVar(&f.requireReady, "require-ready", false, "set requiresReadyConfirmation")
-	fs.DurationVar(&f.leaseWait, "lease-wait", 25*time.Second, "long-poll wait per lease (at most 30s)")
 }
 
-// workerAliases makes every flag answer to LIBRECHAT_CODE_<NAME> after CODELLM_<NAME>, and the identity
-// flag to CODELLM_IDENTITY_FILE as the spec names it.
-func workerAliases(fs *flag.FlagSet, stderr io.Writer) map[string][]string {
-	al := map[string][]string{}
-	fs.VisitAll(func(f *flag.Flag) {
-		suffix := strings.TrimPrefix(envName(f.Name), "CODELLM_")
-		names := []string{"LIBRECHAT_CODE_" + suffix}
-		switch f.Name {
-		case "identity":
-			names = []string{"CODELLM_IDENTITY_FILE", "LIBRECHAT_CODE_IDENTITY_FILE", "LIBRECHAT_CODE_IDENTITY"}
-		case "sandbox":
-			names = nil // CODELLM_SANDBOX is the sandbox mode; the alias namespace uses SANDBOX_* for other things
-		}
-		al[f.Name] = names
-		primary := append([]string{envName(f.Name)}, names...)
-		var seen, seenName string
-		for _, n := range primary {
-			if v, ok := os.LookupEnv(n); ok {
-				if seenName != "" && v != seen {
-					fmt.Fprintf(stderr, "codellm worker: warning: %s and %s differ; using %s\n", seenName, n, seenName)
-				}
-				if seenName == "" {
-					seen, seenName = v, n
-				}
-			}
-		}
-	})
-	return al
+func (f *workerFlags) bind(v *config.Values) {
+	f.url, f.workerID, f.token, f.identity = v.String("url"), v.String("worker-id"), v.String("worker-token"), v.String("identity")
+	f.workerDir, f.defaultWS, f.workspaceID = v.String("worker-dir"), v.Bool("default-workspace"), v.String("workspace-id")
+	f.markerFile = v.String("workspace-quarantine-file")
 }
 
-// parseInterspersed parses flags that may follow positional arguments, then applies the environment.
+func (f *workerFlags) bindRun(v *config.Values) {
+	f.supervisor, f.endpoint, f.stateful = v.String("runtime-supervisor"), v.String("sandbox-endpoint"), v.Bool("stateful-workspace")
+	f.allowRemote, f.profile, f.runtimes, f.policy = v.Bool("allow-remote-endpoint"), v.String("sandbox-profile"), v.String("runtimes"), v.String("policy")
+	f.workspaceName, f.writes, f.commands = v.String("workspace-name"), v.Bool("allow-workspace-writes"), v.Bool("allow-workspace-commands")
+	f.commandBox, f.allowedDomains = v.String("command-sandbox"), v.String("command-allowed-domains")
+	f.requireReady, f.leaseWait = v.Bool("require-ready"), v.Duration("lease-wait")
+	c := &f.container
+	c.cli, c.image, c.seccomp = v.String("container-cli"), v.String("runtime-image"), v.String("docker-seccomp-profile")
+	c.packages, c.sandbox = v.String("docker-packages-path"), v.String("container-sandbox")
+}
+
+// parseInterspersed parses flags that may follow positional arguments, then loads the environment and
+// warns about differing spellings on stderr.
 func parseInterspersed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, int) {
 	var pos []string
 	for {
@@ -150,10 +109,11 @@ func parseInterspersed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]str
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	if _, err := applyEnv(fs, workerAliases(fs, stderr)); err != nil {
-		fmt.Fprintf(stderr, "codellm worker: %v\n", err)
-		return nil, 2
+	v, code := load(fs)
+	if code >= 0 {
+		return nil, code
 	}
+	v.Warn(slog.New(slog.NewTextHandler(stderr, nil)))
 	return pos, -1
 }
 
@@ -356,13 +316,6 @@ func workerRun(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm worker: unexpected argument %q\n", pos[0])
 		return 2
 	}
-	ef.set = map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { ef.set[fl.Name] = true })
-	for _, n := range []string{"allowed-programs"} {
-		if _, ok := os.LookupEnv(envName(n)); ok {
-			ef.set[n] = true
-		}
-	}
 	r, err := f.resolve()
 	if err != nil {
 		return workerFail(stderr, err)
@@ -427,8 +380,11 @@ func workerReset(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("worker reset-workspace", "worker reset-workspace <runtimeSessionId> [flags]", stderr)
 	var f workerFlags
 	f.register(fs, false)
-	fs.StringVar(&f.supervisor, "runtime-supervisor", "", "the worker's runtime supervisor: docker* removes the session's container")
-	fs.StringVar(&f.container.cli, "container-cli", "docker", "docker-compatible CLI of the docker supervisors")
+	register(fs, []config.Setting{
+		{Name: "runtime-supervisor", Kind: config.String, Usage: "the worker's runtime supervisor: docker* removes the session's container"},
+		containerCLI}, func(v *config.Values) {
+		f.supervisor, f.container.cli = v.String("runtime-supervisor"), v.String("container-cli")
+	})
 	pos, code := parseInterspersed(fs, args, stderr)
 	if code >= 0 {
 		return code

@@ -76,6 +76,7 @@ type Setting struct {
 	Default      string // in the setting's own syntax ("10MiB", "300s"); "" is the kind's zero
 	Usage        string
 	EnvOnly      bool    // read from the environment only: no flag
+	FlagOnly     bool    // read from the command line only: a per-call argument (hub pair --tenant), no variable
 	NoFamilies   bool    // the command's families do not apply (the worker's --sandbox: LIBRECHAT_CODE_SANDBOX_* means other things)
 	EmptyIsValue bool    // an empty variable sets the empty value instead of counting as unset
 	Secret       bool    // never log or print the value
@@ -114,6 +115,9 @@ func (s *Setting) Spellings(families []Family) []Spelling {
 		if a.Flag != "" {
 			out = append(out, Spelling{Name: "-" + a.Flag, Family: a.Family, flag: a.Flag, unset: a.Unset})
 		}
+	}
+	if s.FlagOnly {
+		return out
 	}
 	out = append(out, Spelling{Name: s.EnvName(), Family: "codellm", env: s.EnvName()})
 	if !s.NoFamilies {

@@ -36,6 +36,7 @@ func testSet() *Set {
 		{Name: "sandbox", Kind: String, Default: "native", Usage: "mode", NoFamilies: true},
 		{Name: "worker-token", Env: "HUB_WORKER_TOKEN", Kind: String, Usage: "token", Secret: true,
 			Aliases: []Alias{{Env: "CODEAPI_BRIDGE_TOKEN", Family: "CODEAPI_BRIDGE"}}},
+		{Name: "tenant", Kind: String, FlagOnly: true, Usage: "per-call argument"},
 		{Name: "hub-max-body", Env: "HUB_MAX_BODY", Kind: Size, Default: "1MiB", Usage: "body", EnvOnly: true, Positive: true},
 	}}
 }
@@ -53,7 +54,9 @@ func load(args []string, env map[string]string) (*Values, string, error) {
 		return nil, "", err
 	}
 	var logs bytes.Buffer
-	v.Warn(slog.New(slog.NewTextHandler(&logs, nil)))
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	v.Warn(log)
+	v.Warn(log) // warnings are logged once: the callers' counts below would see a second copy
 	return v, logs.String(), nil
 }
 
@@ -93,6 +96,8 @@ func TestLoad(t *testing.T) {
 		{name: "LIBRECHAT_CODE_ over the reference's", env: env{"LIBRECHAT_CODE_HUB_WORKER_TOKEN": "a", "CODEAPI_BRIDGE_TOKEN": "b"},
 			get: str("worker-token"), want: "a", warn: "LIBRECHAT_CODE_HUB_WORKER_TOKEN and CODEAPI_BRIDGE_TOKEN differ"},
 		{name: "the reference's alone", env: env{"CODEAPI_BRIDGE_TOKEN": "b"}, get: str("worker-token"), want: "b", isSet: "worker-token"},
+		{name: "flag-only reads no variable", env: env{"CODELLM_TENANT": "t"}, get: str("tenant"), want: ""},
+		{name: "flag-only flag", args: []string{"--tenant", "t"}, get: str("tenant"), want: "t"},
 		// empty values
 		{name: "empty variable is unset", env: env{"CODELLM_LISTEN": "", "CODELLM_ADDR": "t:1"}, get: str("listen"), want: "t:1"},
 		{name: "empty variable keeps the default", env: env{"CODELLM_TIMEOUT": ""}, get: func(v *Values) any { return v.Duration("timeout") }, want: 300 * time.Second},
@@ -194,6 +199,24 @@ func TestUsage(t *testing.T) {
 	}
 	if strings.Count(out, "(default 10MiB)") != 1 || strings.Contains(out, "--hub-max-body") {
 		t.Errorf("usage:\n%s", out)
+	}
+}
+
+// Markdown lists every setting with every spelling in precedence order (docs/operator.md's reference).
+func TestMarkdown(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	testSet().Register(fs)
+	var b bytes.Buffer
+	Markdown(&b, fs, []Family{LibreChat})
+	for _, want := range []string{
+		"| --listen | string | `127.0.0.1:8080` | `--listen` `-addr` `CODELLM_LISTEN` `LIBRECHAT_CODE_LISTEN` `CODELLM_ADDR` | listen address |",
+		"| --worker-token | string | — | `--worker-token` `CODELLM_HUB_WORKER_TOKEN` `LIBRECHAT_CODE_HUB_WORKER_TOKEN` `CODEAPI_BRIDGE_TOKEN` | token |",
+		"| --tenant | string | — | `--tenant` | per-call argument |",
+		"| CODELLM_HUB_MAX_BODY | size | `1MiB` | `CODELLM_HUB_MAX_BODY` `LIBRECHAT_CODE_HUB_MAX_BODY` | body |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, b.String())
+		}
 	}
 }
 

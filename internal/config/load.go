@@ -124,8 +124,12 @@ type warning struct {
 // environment (lookup is os.LookupEnv in production; families are the command's alias families) by the
 // package's rules, then calls each set's Bind. A bad value is an *Error.
 func Load(fs *flag.FlagSet, families []Family, lookup func(string) (string, bool)) (*Values, error) {
+	return LoadSets(fs, families, lookup, Sets(fs)...)
+}
+
+// LoadSets is Load for the given sets (registered into fs, or environment-only).
+func LoadSets(fs *flag.FlagSet, families []Family, lookup func(string) (string, bool), sets ...*Set) (*Values, error) {
 	out := &Values{vals: map[string]*value{}}
-	sets := Sets(fs)
 	for _, s := range sets {
 		for i := range s.Settings {
 			v, err := out.load(&s.Settings[i], families, fs, lookup)
@@ -217,9 +221,12 @@ func (s *Setting) parseAll(raws []string) (any, error) {
 	return s.parse(raws[len(raws)-1])
 }
 
-// Warn logs one warning per setting given by several spellings whose values differ.
+// Warn logs one warning per setting given by several spellings whose values differ, once: a second
+// call logs nothing.
 func (v *Values) Warn(log *slog.Logger) {
-	for _, w := range v.warnings {
+	ws := v.warnings
+	v.warnings = nil
+	for _, w := range ws {
 		used, ignored := w.used.from, w.ignored.from
 		attrs := []any{"setting", w.setting.display(), "using", used.Name, "ignored", ignored.Name}
 		if !w.setting.Secret {

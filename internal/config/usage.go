@@ -29,6 +29,16 @@ func Usage(w io.Writer, fs *flag.FlagSet, families []Family) {
 			writeSetting(&b, st, st.EnvName()+"="+st.Kind.placeholder(), families)
 		}
 	}
+	other := false
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := f.Value.(*flagValue); !ok {
+			if !other {
+				b.WriteString("\nOther flags (command line only):\n")
+				other = true
+			}
+			fmt.Fprintf(&b, "  --%s\n    \t%s\n", f.Name, f.Usage)
+		}
+	})
 	b.WriteString("\nThe command line wins, then CODELLM_*")
 	for _, f := range families {
 		b.WriteString(", then " + f.Prefix + "*")
@@ -52,4 +62,27 @@ func writeSetting(b *strings.Builder, st *Setting, head string, families []Famil
 	if len(other) > 0 {
 		fmt.Fprintf(b, "    \talso: %s\n", strings.Join(other, ", "))
 	}
+}
+
+// Markdown writes the sets registered into fs as a Markdown table for the docs: each setting with its
+// kind, default, every spelling in precedence order and its usage.
+func Markdown(w io.Writer, fs *flag.FlagSet, families []Family) {
+	var b strings.Builder
+	b.WriteString("| setting | kind | default | spellings, highest first | meaning |\n|---|---|---|---|---|\n")
+	for _, s := range Sets(fs) {
+		for i := range s.Settings {
+			st := &s.Settings[i]
+			var names []string
+			for _, p := range st.Spellings(families) {
+				names = append(names, "`"+p.Name+"`")
+			}
+			def := "—"
+			if st.Default != "" && !st.Secret {
+				def = "`" + st.Default + "`"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", st.display(), st.Kind, def, strings.Join(names, " "),
+				strings.ReplaceAll(st.Usage, "|", "\\|"))
+		}
+	}
+	io.WriteString(w, b.String())
 }

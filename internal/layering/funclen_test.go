@@ -25,9 +25,6 @@ var longFuncAllowed = map[string]string{
 	"internal/sandbox/hook/rootfs_linux.go:setupRoot": "sockets",
 	"internal/runner/execute.go:Runner.run":           "nonroot",
 	"bench/spawn.go:measureSpawn":                     "perf",
-	"cmd/codellm/serve.go:cmdServe":                   "config",
-	"cmd/codellm/run.go:cmdRun":                       "config",
-	"cmd/codellm/execconfig.go:execFlags.build":       "config",
 	// scaffold's, being split this round.
 	"internal/bridge/workspace.go:ValidateWorkspaceResult":  "scaffold",
 	"internal/bridge/workspace.go:ValidateWorkspaceRequest": "scaffold",
