@@ -73,11 +73,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 2
 	}
+	ef.prestart = true // a long-lived server: the next request's helper waits ready
 	ecfg, sb, err := ef.build(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 1
 	}
+	defer sb.Close() // kill the waiting helpers, remove the pooled cgroups
 	srv, err := sf.server(ef, ecfg, sb, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)

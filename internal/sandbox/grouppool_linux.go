@@ -25,12 +25,14 @@ type groupPool struct {
 	mu      sync.Mutex
 	ready   []pooledGroup
 	filling bool
+	closed  bool           // Sandbox.Close: no more refills
 	fills   sync.WaitGroup // the refill goroutine, for tests
 }
 
 type pooledGroup struct {
 	name        string
 	run, block1 *cgroup.Group
+	helper      *idleHelper // pre-started inside block1 (Config.PrestartHelpers); nil otherwise
 }
 
 // take returns a pooled group for limits lim, or ok false when none is
@@ -42,11 +44,24 @@ func (s *Sandbox) takeGroup(lim cgroup.Limits) (pg pooledGroup, ok bool) {
 		return pooledGroup{}, false
 	}
 	gp.mu.Lock()
+	if gp.closed {
+		gp.mu.Unlock()
+		return pooledGroup{}, false
+	}
 	if n := len(gp.ready); n > 0 {
 		pg, ok = gp.ready[n-1], true
 		gp.ready = gp.ready[:n-1]
 	}
-	start := !gp.filling
+	gp.mu.Unlock()
+	s.startRefill()
+	return pg, ok
+}
+
+// startRefill starts the refill goroutine unless it runs already.
+func (s *Sandbox) startRefill() {
+	gp := s.plat.pool
+	gp.mu.Lock()
+	start := !gp.filling && !gp.closed
 	gp.filling = true
 	if start {
 		gp.fills.Add(1)
@@ -55,7 +70,6 @@ func (s *Sandbox) takeGroup(lim cgroup.Limits) (pg pooledGroup, ok bool) {
 	if start {
 		go s.refillGroups()
 	}
-	return pg, ok
 }
 
 func (s *Sandbox) poolLimits() cgroup.Limits {
@@ -70,7 +84,7 @@ func (s *Sandbox) refillGroups() {
 	defer gp.fills.Done()
 	for {
 		gp.mu.Lock()
-		if len(gp.ready) >= groupPoolSize {
+		if len(gp.ready) >= groupPoolSize || gp.closed {
 			gp.filling = false
 			gp.mu.Unlock()
 			return
@@ -100,7 +114,47 @@ func (s *Sandbox) newPooledGroup() (pooledGroup, error) {
 		_ = g.Remove()
 		return pooledGroup{}, err
 	}
-	return pooledGroup{name: name, run: g, block1: c}, nil
+	pg := pooledGroup{name: name, run: g, block1: c}
+	if s.prestartable() {
+		h, err := s.prestartHelper(c)
+		if err != nil {
+			// The run's first block then starts its helper itself (and
+			// reports whatever is wrong with the host).
+			s.log.Debug("sandbox: pre-starting a helper failed", "err", err)
+		}
+		pg.helper = h
+	}
+	return pg, nil
+}
+
+// Close drains what the Sandbox made ahead of need: pre-started helpers are
+// killed and reaped, pooled run groups removed, and no more are made. Runs
+// already created are unaffected and new ones make their groups on demand.
+// It returns once closed runs' groups are removed too (see Settle).
+func (s *Sandbox) Close() error {
+	gp := s.plat.pool
+	if gp == nil {
+		return nil
+	}
+	gp.mu.Lock()
+	gp.closed = true
+	gp.mu.Unlock()
+	gp.fills.Wait()
+	gp.mu.Lock()
+	ready := gp.ready
+	gp.ready = nil
+	gp.mu.Unlock()
+	var first error
+	for _, pg := range ready {
+		if pg.helper != nil {
+			pg.helper.discard()
+		}
+		if err := pg.run.Remove(); err != nil && first == nil {
+			first = fmt.Errorf("sandbox: remove pooled run cgroup: %w", err)
+		}
+	}
+	s.Settle()
+	return first
 }
 
 // Settle waits until the Sandbox's background cgroup work — removing

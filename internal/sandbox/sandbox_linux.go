@@ -55,6 +55,9 @@ type runPlatform struct {
 	group  *cgroup.Group // the run's cgroup; nil without cgroups
 	block1 *cgroup.Group // first block's group when group came from the pool
 	use    mechSet       // mechanisms for the run's blocks, fixed at NewRun
+	// helper is the idle helper that came with a pooled group (inside
+	// block1), for the first block; taken once (Swap), or discarded by release.
+	helper atomic.Pointer[idleHelper]
 }
 
 type procPlatform struct {
@@ -122,6 +125,9 @@ func (s *Sandbox) init() error {
 	}
 	p.use = p.want & p.avail
 	s.report = s.buildReport()
+	if p.cg != nil && s.prestartable() {
+		s.startRefill() // the first request finds its helper waiting
+	}
 	return nil
 }
 
@@ -400,6 +406,9 @@ func (r *Run) init() error {
 	lim := cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids}
 	if pg, ok := s.takeGroup(lim); ok {
 		r.id, r.plat.group, r.plat.block1 = pg.name, pg.run, pg.block1
+		if pg.helper != nil {
+			r.plat.helper.Store(pg.helper)
+		}
 		return nil
 	}
 	g, err := p.cg.NewGroup(r.id, lim)
@@ -435,6 +444,9 @@ func (r *Run) killAll() {
 // Anything still inside is killed and waited for here, and a failure is
 // Close's error.
 func (r *Run) release() error {
+	if h := r.plat.helper.Swap(nil); h != nil {
+		h.discard() // the run never started a block
+	}
 	g := r.plat.group
 	if g == nil {
 		return nil
@@ -511,8 +523,6 @@ func (r *Run) spawn(spec *Spec, use mechSet, probe bool) (*Process, error) {
 	return r.spawnIn(spec, use, probe, nil)
 }
 
-// spawnIn starts the helper with the mechanisms in use, inside cgroup
-// child when given.
 // blockIdentity is the host uid and gid a block runs as. Normally the
 // unprivileged host uid, which must be able to read (and, persistent,
 // write) the workdir the caller created as root with mode 0700, so a root
@@ -536,215 +546,6 @@ func blockIdentity(spec *Spec, p *platform) (int, int, error) {
 		}
 	}
 	return p.hostUID, p.hostGID, nil
-}
-
-func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) (*Process, error) {
-	s := r.sb
-	p := &s.plat
-	if !use.has(mHelper) {
-		return nil, &UnavailableError{Mechanism: MechHelper, Reason: p.detail[mHelper], Fix: mechFix(mHelper)}
-	}
-	if s.cfg.Network {
-		use &^= mNetNS
-	}
-	egressOn := r.egress != nil && !probe
-	if egressOn && !use.has(mNetNS) {
-		return nil, &UnavailableError{Mechanism: MechNetNS, Reason: "the egress proxy needs the block's own network namespace", Fix: mechFix(mNetNS)}
-	}
-	uid, gid, err := blockIdentity(spec, p)
-	if err != nil {
-		return nil, err
-	}
-	hs := &hook.Spec{
-		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir, HostDir: spec.Dir, Persist: spec.Persist, ReadOnly: spec.ReadOnly,
-		Network: s.cfg.Network, TmpSize: r.lim.TmpSize, FileSize: r.lim.FileSize,
-		OpenFiles: int64(r.lim.OpenFiles), ProbeOnly: probe, CapLastCap: capLastCap(), Shared: s.cfg.Shared,
-		Init: use.has(mPIDNS) && !s.cfg.ProgramAsPID1,
-	}
-	if r.lim.CPUTime > 0 {
-		hs.CPUSeconds = uint64((r.lim.CPUTime + time.Second - 1) / time.Second)
-	}
-	if hs.Env == nil {
-		hs.Env = []string{}
-	}
-	var netParent *os.File
-	var extra []*os.File
-	if egressOn {
-		hs.Egress, hs.Env = true, proxyEnv(hs.Env)
-		np, netChild, perr := egressPair()
-		if perr != nil {
-			return nil, perr
-		}
-		netParent = np
-		defer netParent.Close()
-		defer netChild.Close()
-		extra = append(extra, netChild)
-	}
-	specR, specW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: spec pipe: %w", err)
-	}
-	defer specW.Close()
-	statR, statW, err := os.Pipe()
-	if err != nil {
-		specR.Close()
-		return nil, fmt.Errorf("sandbox: status pipe: %w", err)
-	}
-	keepStat := false
-	defer func() {
-		if !keepStat {
-			statR.Close()
-		}
-	}()
-	stdin := spec.Stdin
-	if stdin == nil {
-		if stdin, err = os.Open(os.DevNull); err != nil {
-			specR.Close()
-			statW.Close()
-			return nil, fmt.Errorf("sandbox: open %s: %w", os.DevNull, err)
-		}
-		defer stdin.Close()
-	}
-
-	var dirf *os.File
-	if spec.Persist && p.euid == 0 && use.has(mRootFS) {
-		// A descriptor of a mount in the server's namespace cannot be bound
-		// from the helper's namespace, and the helper's unprivileged uid may
-		// not traverse the workdir's parents. A detached copy of the mount
-		// (open_tree) can be attached anywhere by the helper.
-		fd, oerr := unix.OpenTree(unix.AT_FDCWD, spec.Dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-		if oerr != nil {
-			specR.Close()
-			statW.Close()
-			return nil, &UnavailableError{Mechanism: MechRootFS, Reason: "open_tree of the workdir: " + oerr.Error(), Fix: mechFix(mRootFS)}
-		}
-		dirf = os.NewFile(uintptr(fd), "workdir-tree")
-		hs.DirIsTree = true
-	} else {
-		dirf, err = os.OpenFile(spec.Dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
-		if err != nil {
-			specR.Close()
-			statW.Close()
-			return nil, fmt.Errorf("%w: open workdir: %v", ErrInvalidSpec, err)
-		}
-	}
-	defer dirf.Close()
-
-	attr := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	if use.has(mUserNS) {
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxUID, HostID: uid, Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxGID, HostID: gid, Size: 1}}
-		attr.GidMappingsEnableSetgroups = false
-		attr.Credential = &syscall.Credential{Uid: sandboxUID, Gid: sandboxGID, NoSetGroups: true}
-		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
-		if egressOn {
-			attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_NET_ADMIN) // bring up lo
-		}
-	} else if p.euid == 0 && uid != 0 {
-		// No user namespace but root: still never run code as host root.
-		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
-		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
-		if egressOn {
-			attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_NET_ADMIN)
-		}
-	}
-	for _, ns := range []struct {
-		bit  mechSet
-		flag uintptr
-	}{{mPIDNS, syscall.CLONE_NEWPID}, {mMountNS, syscall.CLONE_NEWNS}, {mNetNS, syscall.CLONE_NEWNET},
-		{mIPCNS, syscall.CLONE_NEWIPC}, {mUTSNS, syscall.CLONE_NEWUTS}} {
-		if use.has(ns.bit) {
-			attr.Cloneflags |= ns.flag
-		}
-	}
-	if !use.has(mMountNS) || !use.has(mPIDNS) {
-		// The private root needs its own mount namespace, and its /proc
-		// must be the block's PID namespace, never the host's.
-		use &^= mRootFS
-	}
-	if child == nil {
-		use &^= mCgroupNS // nothing to root a cgroup namespace at
-	} else if fd, ok := child.FD(); ok {
-		attr.UseCgroupFD, attr.CgroupFD = true, fd // v2: born inside, no race
-	}
-	hs.Mech = uint32(use)
-	if use.has(mRootFS) && spec.MountAt != "" {
-		hs.Dir = spec.MountAt
-	}
-	if use.has(mRootFS) {
-		rootContents(hs)
-	}
-	if use.has(mLandlock) {
-		landlockPlan(hs, p.landlockABI, use.has(mRootFS))
-	}
-	if use.has(mSeccomp) {
-		prog, err := seccompProgram()
-		if err != nil {
-			specR.Close()
-			statW.Close()
-			return nil, &UnavailableError{Mechanism: MechSeccomp, Reason: err.Error(), Fix: mechFix(mSeccomp)}
-		}
-		hs.Seccomp = prog
-	}
-	if d := spec.Deterministic; d != nil {
-		if err := determinismPlan(hs, d, use); err != nil {
-			specR.Close()
-			statW.Close()
-			return nil, err
-		}
-		attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_SYS_TIME) // time namespace offsets; dropped before exec
-	}
-
-	start := time.Now()
-	osp, err := startOnStableThread(p.helperPath, []string{"codellm-sandbox", hook.Marker}, &os.ProcAttr{
-		Env:   helperEnv,
-		Files: append([]*os.File{stdin, spec.Stdout, spec.Stderr, specR, statW, dirf}, extra...),
-		Sys:   attr,
-	})
-	specR.Close()
-	statW.Close()
-	if err != nil {
-		return nil, startError(use, err)
-	}
-	proc := &Process{run: r, pid: osp.Pid, start: start, done: make(chan struct{})}
-	proc.plat = procPlatform{osp: osp, pgKill: !use.has(mPIDNS), limits: r.lim, started: start, group: child, runGrp: r.plat.group}
-	proc.plat.setHold(spec, hs, osp.Pid)
-
-	// v1: join the block's cgroup now, while the helper is blocked reading
-	// its spec and so has run nothing of the user's.
-	if child != nil && !attr.UseCgroupFD {
-		if err := child.Add(osp.Pid); err != nil {
-			_ = osp.Kill()
-			_, _ = osp.Wait()
-			return nil, &UnavailableError{Mechanism: MechCgroup, Reason: "join block cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
-		}
-	}
-	_, err = specW.Write(hs.Encode())
-	specW.Close()
-	_ = err // a write error means the helper died; the status pipe says why
-
-	msg, rerr := readStarted(statR, hs.Init)
-	if rerr != nil || len(msg) == 0 || msg[0] != hook.Started || len(msg) > 1 {
-		_ = osp.Kill()
-		st, _ := osp.Wait()
-		return nil, helperFailure(msg, rerr, st)
-	}
-	if egressOn {
-		ln, err := receiveListener(netParent)
-		if err != nil {
-			_ = osp.Kill()
-			_, _ = osp.Wait()
-			return nil, &UnavailableError{Mechanism: MechNetNS, Reason: err.Error(), Fix: mechFix(mNetNS)}
-		}
-		proc.plat.egressLn = ln
-		go r.egress.Serve(ln)
-	}
-	if hs.Init {
-		keepStat, proc.plat.status = true, statR
-	}
-	go proc.reap()
-	return proc, nil
 }
 
 // readStarted reads the helper's answer to its spec. A helper that execs

@@ -52,6 +52,9 @@ func Probe(cfg Config) Report {
 // Settle: there is no background work without Linux cgroups.
 func (s *Sandbox) Settle() {}
 
+// Close: nothing is made ahead of need without Linux.
+func (s *Sandbox) Close() error { return nil }
+
 func (r *Run) init() error       { return nil }
 func (r *Run) privateRoot() bool { return false }
 func (p *Process) holds() bool   { return false }

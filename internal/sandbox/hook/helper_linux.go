@@ -100,6 +100,12 @@ func readSpec() *Spec {
 	if e := prctl(syscall.PR_SET_DUMPABLE, 0); e != nil {
 		fail(MHelper, "set non-dumpable: ", e)
 	}
+	if pooled() {
+		// Started ahead of need: everything of the block arrives now.
+		if err := receiveStdio(); err != nil {
+			fail(MHelper, err.Error())
+		}
+	}
 	raw, err := readAll(SpecFD, maxSpec)
 	if err != nil {
 		fail(MHelper, "read spec from the server: ", err)

@@ -9,6 +9,12 @@ const Marker = "\x01codellm-sandbox-helper"
 // no syscall, so ordinary codellm processes pay nothing for the hook.
 const EnvMarker = "CODELLM_SANDBOX_HELPER"
 
+// EnvPooled is set (to "1") in the environment of a helper started ahead
+// of need, before its block exists: its SpecFD is a Unix socket on which
+// the block's stdin, stdout, stderr and workdir arrive (SCM_RIGHTS) ahead
+// of the spec; until then its descriptors 0-2 and DirFD are /dev/null.
+const EnvPooled = "CODELLM_SANDBOX_POOLED"
+
 // Descriptor numbers in the helper: 0-2 are the block's stdio, the spec
 // arrives on SpecFD and setup errors leave on StatusFD.
 const (

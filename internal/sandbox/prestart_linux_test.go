@@ -1,0 +1,267 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// prestartSandbox is a native Sandbox with pre-started helpers, closed
+// (pool drained) when the test ends.
+func prestartSandbox(t *testing.T) *Sandbox {
+	t.Helper()
+	nativeSandbox(t) // skips (or fails under CODELLM_REQUIRE_SANDBOX=1) where native cannot run
+	s, err := New(Config{Mode: ModeNative, PrestartHelpers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	if s.plat.cg == nil {
+		skipOrFail(t, "no usable cgroups: pre-started helpers ride on pooled run groups")
+	}
+	return s
+}
+
+// pooledRun is a new run that carries an idle helper (the pool is refilled
+// first, so one is waiting).
+func pooledRun(t *testing.T, s *Sandbox) (*Run, *idleHelper) {
+	t.Helper()
+	s.Settle()
+	r, err := s.NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := r.plat.helper.Load()
+	if h == nil {
+		r.Close()
+		t.Fatal("a run from the refilled pool has no pre-started helper")
+	}
+	return r, h
+}
+
+// childPIDs lists this process's live children.
+func childPIDs(t *testing.T) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := strconv.Itoa(os.Getpid())
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[1] == me {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// startBlock starts argv as the run's next block with stdin as its input
+// and returns its outcome.
+func startBlock(t *testing.T, r *Run, stdin string, argv ...string) (outcome, int) {
+	t.Helper()
+	dir := workdir(t, map[string]string{"in.txt": "from the workdir"})
+	inR, inW, _ := os.Pipe()
+	go func() { inW.WriteString(stdin); inW.Close() }()
+	defer inR.Close()
+	outR, outW, _ := os.Pipe()
+	errR, errW, _ := os.Pipe()
+	p, err := r.Start(Spec{Path: argv[0], Args: argv, Env: stdEnv(dir), Dir: dir, Stdin: inR, Stdout: outW, Stderr: errW})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		t.Fatalf("Start: %v", err)
+	}
+	so, se := readAllString(outR), readAllString(errR)
+	res := p.Wait()
+	return outcome{Result: res, Stdout: so, Stderr: se}, p.Pid()
+}
+
+func readAllString(f *os.File) string {
+	defer f.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := f.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String()
+		}
+	}
+}
+
+// A pre-started helper serves exactly its run's first block, with that
+// block's stdio and workdir, and every confinement applied after the
+// hand-over: the block is the helper (same pid), confined like any other.
+func TestPrestartedHelperServesFirstBlock(t *testing.T) {
+	s := prestartSandbox(t)
+	r, h := pooledRun(t, s)
+	defer r.Close()
+	script := `cat; echo; cat in.txt; echo err >&2
+grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status | tr -s '\t ' ' '
+id -u; exit 3`
+	o, pid := startBlock(t, r, "from stdin", sh(script)...)
+	if pid != h.osp.Pid {
+		t.Fatalf("block pid %d, the pre-started helper was %d: not used", pid, h.osp.Pid)
+	}
+	if o.ExitCode != 3 || o.Stderr != "err\n" {
+		t.Fatalf("exit %d stderr %q, want 3 and %q (stdout %q)", o.ExitCode, o.Stderr, "err\n", o.Stdout)
+	}
+	for _, want := range []string{"from stdin\nfrom the workdir", "Seccomp: 2\n", "NoNewPrivs: 1\n",
+		"CapEff: 0000000000000000\n", "\n" + strconv.Itoa(sandboxUID) + "\n"} {
+		if !strings.Contains(o.Stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, o.Stdout)
+		}
+	}
+	// The second block of the run gets a helper of its own, started for it.
+	o2, pid2 := startBlock(t, r, "", sh("echo second")...)
+	if o2.ExitCode != 0 || o2.Stdout != "second\n" || pid2 == pid {
+		t.Fatalf("second block: %+v pid %d (first %d)", o2, pid2, pid)
+	}
+}
+
+// Each pre-started helper has namespaces of its own: two blocks served by
+// two of them share none with each other or with the server.
+func TestPrestartedHelpersHaveFreshNamespaces(t *testing.T) {
+	s := prestartSandbox(t)
+	nsList := []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"}
+	script := "for n in " + strings.Join(nsList, " ") + "; do readlink /proc/self/ns/$n; done"
+	seen := map[string]string{}
+	for _, n := range nsList {
+		l, err := os.Readlink("/proc/self/ns/" + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[l] = "the server"
+	}
+	for i := range 2 {
+		r, _ := pooledRun(t, s)
+		o, _ := startBlock(t, r, "", sh(script)...)
+		r.Close()
+		links := strings.Fields(o.Stdout)
+		if o.ExitCode != 0 || len(links) != len(nsList) {
+			t.Fatalf("block %d: %+v", i, o)
+		}
+		for _, l := range links {
+			if who, dup := seen[l]; dup {
+				t.Errorf("block %d shares %s with %s", i, l, who)
+			}
+			seen[l] = "block " + strconv.Itoa(i)
+		}
+	}
+}
+
+// A pre-started helper that does not fit the first block (here: deterministic
+// mode keeps CAP_SYS_TIME into its setup), that died while it waited, or whose
+// run never starts a block is killed and reaped; the block gets a helper
+// started for it. Close leaves no helper, no pooled group and no descriptor.
+func TestPrestartedHelpersNeverLeak(t *testing.T) {
+	fdsBefore := countOpenFDs(t)
+	s := prestartSandbox(t)
+
+	r, h := pooledRun(t, s)
+	_ = syscall.Kill(h.osp.Pid, syscall.SIGKILL) // died while waiting
+	waitZombie(t, h.osp.Pid)
+	o, pid := startBlock(t, r, "", sh("echo cold")...)
+	if o.ExitCode != 0 || o.Stdout != "cold\n" || pid == h.osp.Pid {
+		t.Fatalf("after the idle helper died: %+v pid %d", o, pid)
+	}
+	r.Close()
+
+	r, h = pooledRun(t, s)
+	dir := workdir(t, nil)
+	null, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	p, err := r.Start(Spec{Path: "/bin/true", Args: []string{"true"}, Env: stdEnv(dir), Dir: dir, Stdout: null, Stderr: null,
+		Deterministic: &Determinism{Seed: "x", Now: time.Unix(0, 0)}})
+	if err != nil {
+		t.Fatalf("deterministic block: %v", err)
+	}
+	if res := p.Wait(); res.ExitCode != 0 || p.Pid() == h.osp.Pid {
+		t.Fatalf("deterministic block: %+v pid %d, idle helper %d", res, p.Pid(), h.osp.Pid)
+	}
+	r.Close()
+	null.Close()
+
+	r, h = pooledRun(t, s)
+	groupDir := r.plat.group.Path()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.Settle()
+	if _, err := os.Stat(groupDir); !os.IsNotExist(err) {
+		t.Errorf("closed run's group %s: %v", groupDir, err)
+	}
+
+	s.Settle()
+	var pooled []string
+	for _, pg := range s.plat.pool.ready {
+		pooled = append(pooled, pg.run.Path())
+	}
+	if len(pooled) == 0 {
+		t.Fatal("no pooled groups to drain")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if kids := childPIDs(t); len(kids) > 0 {
+		t.Errorf("processes left after Close: %v", kids)
+	}
+	for _, g := range pooled {
+		if _, err := os.Stat(g); !os.IsNotExist(err) {
+			t.Errorf("pooled group %s left after Close: %v", filepath.Base(g), err)
+		}
+	}
+	if n := countOpenFDs(t); n > fdsBefore+1 { // +1: the sealed helper binary, kept for the Sandbox's life
+		ents, _ := os.ReadDir("/proc/self/fd")
+		var l []string
+		for _, e := range ents {
+			d, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			l = append(l, e.Name()+"="+d)
+		}
+		t.Errorf("descriptors: %d before New, %d after Close: %v", fdsBefore, n, l)
+	}
+}
+
+func countOpenFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents) - 1 // the ReadDir's own
+}
+
+// waitZombie waits until pid has exited (without reaping it).
+func waitZombie(t *testing.T, pid int) {
+	t.Helper()
+	for range 5000 {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return
+		}
+		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("pid %d did not exit after SIGKILL", pid)
+}
