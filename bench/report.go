@@ -77,6 +77,7 @@ func markdown(r *Results) string {
 			{"unshare", "`unshare -Urmpfn --mount-proc`"},
 			{"bwrap", "bubblewrap, codellm-like root"},
 			{"codellm", "codellm: new run + block + close"},
+			{"codellm-prestart", "the same with a pre-started helper (as `serve` runs)"},
 			{"codellm-block", "codellm: one more block in a run"},
 			{"codellm-block-pid1", "the same, program exec'd as PID 1 (before the init)"},
 		} {

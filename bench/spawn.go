@@ -14,22 +14,26 @@ import (
 
 // SpawnResult is row 1: `true` started and reaped by each mechanism, interleaved.
 type SpawnResult struct {
-	Runs           int      `json:"runs"`
-	BareP50        float64  `json:"bare_p50_ms"`
-	BareP99        float64  `json:"bare_p99_ms"`
-	UnshareP50     float64  `json:"unshare_p50_ms,omitempty"`
-	UnshareP99     float64  `json:"unshare_p99_ms,omitempty"`
-	BwrapP50       float64  `json:"bwrap_p50_ms,omitempty"`
-	BwrapP99       float64  `json:"bwrap_p99_ms,omitempty"`
-	CodellmP50     float64  `json:"codellm_p50_ms"`
-	CodellmP99     float64  `json:"codellm_p99_ms"`
-	CodellmMin     float64  `json:"codellm_min_ms"`
-	BlockP50       float64  `json:"codellm_block_p50_ms"`
-	BlockP99       float64  `json:"codellm_block_p99_ms"`
-	OverBwrap      float64  `json:"codellm_over_bwrap,omitempty"`
-	OverheadMs     float64  `json:"codellm_overhead_ms"`
-	BlockOverBwrap float64  `json:"codellm_block_over_bwrap,omitempty"`
-	Skipped        []string `json:"skipped,omitempty"`
+	Runs           int     `json:"runs"`
+	BareP50        float64 `json:"bare_p50_ms"`
+	BareP99        float64 `json:"bare_p99_ms"`
+	UnshareP50     float64 `json:"unshare_p50_ms,omitempty"`
+	UnshareP99     float64 `json:"unshare_p99_ms,omitempty"`
+	BwrapP50       float64 `json:"bwrap_p50_ms,omitempty"`
+	BwrapP99       float64 `json:"bwrap_p99_ms,omitempty"`
+	CodellmP50     float64 `json:"codellm_p50_ms"`
+	CodellmP99     float64 `json:"codellm_p99_ms"`
+	CodellmMin     float64 `json:"codellm_min_ms"`
+	BlockP50       float64 `json:"codellm_block_p50_ms"`
+	BlockP99       float64 `json:"codellm_block_p99_ms"`
+	OverBwrap      float64 `json:"codellm_over_bwrap,omitempty"`
+	OverheadMs     float64 `json:"codellm_overhead_ms"`
+	BlockOverBwrap float64 `json:"codellm_block_over_bwrap,omitempty"`
+	// Prestart*: the whole one-block run with a pre-started helper (Config.PrestartHelpers, as serve runs).
+	PrestartP50       float64  `json:"codellm_prestart_p50_ms,omitempty"`
+	PrestartP99       float64  `json:"codellm_prestart_p99_ms,omitempty"`
+	PrestartOverBwrap float64  `json:"codellm_prestart_over_bwrap,omitempty"`
+	Skipped           []string `json:"skipped,omitempty"`
 	// Variants holds every variant's numbers, CPU included, keyed by bare, unshare, bwrap, codellm,
 	// codellm-block.
 	Variants map[string]VariantStats `json:"variants"`
@@ -84,8 +88,24 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
-
 	res := &SpawnResult{Runs: runs}
+	vs := hostVariants(res, null, dir, truePath)
+	spec := sandbox.Spec{Path: truePath, Args: []string{"true"}, Dir: dir, Stdout: null, Stderr: null}
+	cvs, cleanup, err := codellmVariants(sb, spec)
+	defer cleanup()
+	if err != nil {
+		return nil, err
+	}
+	if err := measureRounds(append(vs, cvs...), runs, logf); err != nil {
+		return nil, err
+	}
+	summarizeSpawn(res, append(vs, cvs...))
+	return res, nil
+}
+
+// hostVariants are the references: bare `true`, a Go runtime start, unshare(1) and bubblewrap (each
+// skipped with a line in res when missing or failing here).
+func hostVariants(res *SpawnResult, null *os.File, dir, truePath string) []*variant {
 	procEnv := func(env []string, path string, argv ...string) func() (time.Duration, error) {
 		return func() (time.Duration, error) {
 			t0 := time.Now()
@@ -113,29 +133,66 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 	if self, err := os.Executable(); err == nil {
 		vs = append(vs, &variant{name: "go-exec", run: procEnv([]string{noopEnv + "=1"}, self, "bench")})
 	}
-	if u, err := exec.LookPath("unshare"); err == nil {
-		v := &variant{name: "unshare", run: proc(u, "unshare", "-Urmpfn", "--mount-proc", truePath)}
-		if _, err := v.run(); err != nil {
-			res.Skipped = append(res.Skipped, "unshare: "+err.Error())
-		} else {
-			vs = append(vs, v)
+	tryTool := func(name, missing string, argv func(path string) []string) {
+		path, err := exec.LookPath(name)
+		if err != nil {
+			res.Skipped = append(res.Skipped, name+": "+missing)
+			return
 		}
-	} else {
-		res.Skipped = append(res.Skipped, "unshare: not installed (apt-get install util-linux)")
-	}
-	if bw, err := exec.LookPath("bwrap"); err == nil {
-		v := &variant{name: "bwrap", run: proc(bw, bwrapArgs(dir, truePath)...)}
+		a := argv(path)
+		v := &variant{name: name, run: proc(path, a...)}
 		if _, err := v.run(); err != nil {
-			res.Skipped = append(res.Skipped, "bwrap: "+err.Error())
-		} else {
-			vs = append(vs, v)
+			res.Skipped = append(res.Skipped, name+": "+err.Error())
+			return
 		}
-	} else {
-		res.Skipped = append(res.Skipped, "bwrap: not installed; install it with `apt-get install bubblewrap` to get the bubblewrap row")
+		vs = append(vs, v)
 	}
-	spec := sandbox.Spec{Path: truePath, Args: []string{"true"}, Dir: dir, Stdout: null, Stderr: null}
+	tryTool("unshare", "not installed (apt-get install util-linux)", func(string) []string {
+		return []string{"unshare", "-Urmpfn", "--mount-proc", truePath}
+	})
+	tryTool("bwrap", "not installed; install it with `apt-get install bubblewrap` to get the bubblewrap row", func(string) []string {
+		return bwrapArgs(dir, truePath)
+	})
+	return vs
+}
+
+// codellmVariants are codellm's: a whole one-block run (cold, and with a pre-started helper), one more
+// block in a run, and one more block with the program as PID 1. cleanup closes what they hold.
+func codellmVariants(sb *sandbox.Sandbox, spec sandbox.Spec) (vs []*variant, cleanup func(), err error) {
+	var closers []func()
+	cleanup = func() {
+		for _, c := range closers {
+			c()
+		}
+	}
 	// codellm: what one single-block request pays — a fresh run (its cgroup), the block, and the cleanup.
-	full := &variant{name: "codellm", run: func() (time.Duration, error) {
+	vs = append(vs, &variant{name: "codellm", run: fullRun(sb, spec)})
+	pcfg := sb.Config()
+	pcfg.PrestartHelpers = true
+	if psb, err := sandbox.New(pcfg); err == nil {
+		closers = append(closers, func() { _ = psb.Close() })
+		vs = append(vs, &variant{name: "codellm-prestart", run: fullRun(psb, spec)})
+	}
+	// codellm-block: one more block of an already created run (the per-block cost of a multi-block
+	// pipeline). The run is renewed every 200 blocks so its bookkeeping stays small.
+	blk, closeBlk := moreBlocks(sb, spec, 200)
+	closers = append(closers, closeBlk)
+	vs = append(vs, &variant{name: "codellm-block", run: blk})
+	// codellm-block-pid1: the same with the program exec'd as its namespace's PID 1 (no init kept), the
+	// behaviour before the init, so the init's cost is measured in the same interleaved run.
+	pcfg = sb.Config()
+	pcfg.ProgramAsPID1 = true
+	if psb, err := sandbox.New(pcfg); err == nil {
+		pblk, closeP := moreBlocks(psb, spec, 1<<30)
+		closers = append(closers, closeP)
+		vs = append(vs, &variant{name: "codellm-block-pid1", run: pblk})
+	}
+	return vs, cleanup, nil
+}
+
+// fullRun is one single-block request's sandbox work: NewRun, Start, Wait, Close.
+func fullRun(sb *sandbox.Sandbox, spec sandbox.Spec) func() (time.Duration, error) {
+	return func() (time.Duration, error) {
 		t0 := time.Now()
 		r, err := sb.NewRun(nil)
 		if err != nil {
@@ -153,13 +210,15 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 			return 0, fmt.Errorf("codellm: %+v", w)
 		}
 		return d, cerr
-	}}
-	// codellm-block: one more block of an already created run (the per-block cost of a multi-block
-	// pipeline). The run is renewed every 200 blocks so its bookkeeping stays small.
+	}
+}
+
+// moreBlocks times one more block of a shared run, renewed every renew blocks.
+func moreBlocks(sb *sandbox.Sandbox, spec sandbox.Spec, renew int) (run func() (time.Duration, error), closeRun func()) {
 	var shared *sandbox.Run
 	blocks := 0
-	block := &variant{name: "codellm-block", run: func() (time.Duration, error) {
-		if shared == nil || blocks == 200 {
+	run = func() (time.Duration, error) {
+		if shared == nil || blocks == renew {
 			if shared != nil {
 				shared.Close()
 			}
@@ -178,45 +237,24 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 		w := p.Wait()
 		d := time.Since(t0)
 		if w.ExitCode != 0 || w.Err != nil {
-			return 0, fmt.Errorf("codellm-block: %+v", w)
+			return 0, fmt.Errorf("block: %+v", w)
 		}
 		return d, nil
-	}}
-	defer func() {
+	}
+	return run, func() {
 		if shared != nil {
 			shared.Close()
 		}
-	}()
-	vs = append(vs, full, block)
-	// codellm-block-pid1: the same with the program exec'd as its namespace's PID 1 (no init kept), the
-	// behaviour before the init, so the init's cost is measured in the same interleaved run.
-	pcfg := sb.Config()
-	pcfg.ProgramAsPID1 = true
-	if psb, err := sandbox.New(pcfg); err == nil {
-		prun, err := psb.NewRun(nil)
-		if err != nil {
-			return nil, err
-		}
-		defer prun.Close()
-		vs = append(vs, &variant{name: "codellm-block-pid1", run: func() (time.Duration, error) {
-			t0 := time.Now()
-			p, err := prun.Start(spec)
-			if err != nil {
-				return 0, err
-			}
-			w := p.Wait()
-			if w.ExitCode != 0 || w.Err != nil {
-				return 0, fmt.Errorf("codellm-block-pid1: %+v", w)
-			}
-			return time.Since(t0), nil
-		}})
 	}
+}
 
+// measureRounds warms every variant up, then runs them round-robin runs times, recording wall and CPU.
+func measureRounds(vs []*variant, runs int, logf func(string, ...any)) error {
 	// Warm up page cache and the helper binary's pages before measuring.
 	for _, v := range vs {
 		for range 5 {
 			if _, err := v.run(); err != nil {
-				return nil, fmt.Errorf("spawn %s: %w", v.name, err)
+				return fmt.Errorf("spawn %s: %w", v.name, err)
 			}
 		}
 	}
@@ -225,7 +263,7 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 			c0 := cpuNow()
 			d, err := v.run()
 			if err != nil {
-				return nil, fmt.Errorf("spawn %s: %w", v.name, err)
+				return fmt.Errorf("spawn %s: %w", v.name, err)
 			}
 			v.cpu += cpuNow() - c0
 			v.s = append(v.s, d)
@@ -234,6 +272,11 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 			logf("spawn: %d/%d rounds", i+1, runs)
 		}
 	}
+	return nil
+}
+
+// summarizeSpawn fills res from the variants' samples.
+func summarizeSpawn(res *SpawnResult, vs []*variant) {
 	by := map[string]sample{}
 	res.Variants = map[string]VariantStats{}
 	for _, v := range vs {
@@ -253,7 +296,10 @@ func measureSpawn(sb *sandbox.Sandbox, runs int, logf func(string, ...any)) (*Sp
 	res.OverBwrap = ratio(res.CodellmP50, res.BwrapP50)
 	res.BlockOverBwrap = ratio(res.BlockP50, res.BwrapP50)
 	res.OverheadMs = round3(res.CodellmP50 - res.BareP50)
-	return res, nil
+	if s, ok := by["codellm-prestart"]; ok {
+		res.PrestartP50, res.PrestartP99 = ms(s.p50()), ms(s.p99())
+		res.PrestartOverBwrap = ratio(res.PrestartP50, res.BwrapP50)
+	}
 }
 
 // bwrapArgs is bubblewrap doing what codellm's native sandbox does: every namespace, the same read-only
