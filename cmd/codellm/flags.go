@@ -40,21 +40,5 @@ func register(fs *flag.FlagSet, settings []config.Setting, bind func(*config.Val
 // environment (internal/config's one rule). It returns an exit code >= 0 when the command should stop:
 // 0 for --help, 2 for a bad flag or variable.
 func parse(fs *flag.FlagSet, args []string) (*config.Values, int) {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil, 0
-		}
-		return nil, 2
-	}
-	return load(fs)
-}
-
-// load is parse's second half, for commands that parse the command line themselves.
-func load(fs *flag.FlagSet) (*config.Values, int) {
-	v, err := config.Load(fs, families(fs), os.LookupEnv)
-	if err != nil {
-		fmt.Fprintf(fs.Output(), "codellm %s: %v\n", fs.Name(), err)
-		return nil, 2
-	}
-	return v, -1
+	return config.Parse(fs, args, families(fs), os.LookupEnv)
 }

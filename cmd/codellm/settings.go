@@ -14,6 +14,7 @@ import (
 	"github.com/codellm/codellm/internal/debugger"
 	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/httpguard"
+	"github.com/codellm/codellm/internal/hub"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
 )
@@ -161,8 +162,9 @@ func workerRunSettings() []config.Setting {
 
 // referenceSection is one command's part of docs/operator.md's generated settings reference.
 type referenceSection struct {
-	title string
-	fs    *flag.FlagSet
+	title    string
+	fs       *flag.FlagSet
+	families []config.Family // nil: the command's (families)
 }
 
 // settingsReference is every command's FlagSet as the command builds it, for the reference.
@@ -174,13 +176,16 @@ func settingsReference() []referenceSection {
 		{Name: "changes", Kind: config.Bool, Usage: "run: print the raw {changes, answer} output instead of tool calls"},
 		{Name: "editor", Kind: config.String, Usage: "debug: command that edits the pipe buffer (default $VISUAL, then $EDITOR, then vi)"},
 		{Name: "json", Kind: config.Bool, Usage: "blocks, doctor: print JSON"}}, nil)
+	hubServe, hubAdmin, hubFamilies := hub.SettingsReference()
 	worker := newFlagSet("worker run", "worker run", io.Discard)
 	(&workerFlags{}).register(worker, true)
 	(&execFlags{}).register(worker)
 	return []referenceSection{
-		{"`codellm serve`", serve},
-		{"`codellm run`, `debug`, `blocks`, `doctor` (the execution settings of serve, plus their own)", local},
-		{"`codellm worker` (`run`; `pair`, `reset-workspace` and `clear-workspace-quarantine` take the first eight)", worker},
+		{"`codellm serve`", serve, nil},
+		{"`codellm run`, `debug`, `blocks`, `doctor` (the execution settings of serve, plus their own)", local, nil},
+		{"`codellm worker` (`run`; `pair`, `reset-workspace` and `clear-workspace-quarantine` take the first eight)", worker, nil},
+		{"`codellm hub serve`", hubServe, hubFamilies},
+		{"`codellm hub pair|revoke|status`", hubAdmin, hubFamilies},
 	}
 }
 
@@ -188,6 +193,10 @@ func settingsReference() []referenceSection {
 func writeSettingsReference(w io.Writer) {
 	for _, s := range settingsReference() {
 		fmt.Fprintf(w, "\n### %s\n\n", s.title)
-		config.Markdown(w, s.fs, families(s.fs))
+		fams := s.families
+		if fams == nil {
+			fams = families(s.fs)
+		}
+		config.Markdown(w, s.fs, fams)
 	}
 }

@@ -109,7 +109,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]str
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	v, code := load(fs)
+	v, code := config.Parse(fs, nil, families(fs), os.LookupEnv) // the flags are parsed: this loads
 	if code >= 0 {
 		return nil, code
 	}

@@ -157,7 +157,7 @@ func (out *Values) load(st *Setting, families []Family, fs *flag.FlagSet, lookup
 	}
 	v := &value{s: st}
 	if len(got) == 0 {
-		typed, err := st.parseAll(defaultRaws(st))
+		typed, err := defaultValue(st)
 		if err != nil {
 			panic(fmt.Sprintf("config: default of %s: %v", st.Name, err))
 		}
@@ -177,14 +177,13 @@ func (out *Values) load(st *Setting, families []Family, fs *flag.FlagSet, lookup
 	return v, nil
 }
 
-func defaultRaws(st *Setting) []string {
-	if st.Kind == List && st.Default == "" {
-		return nil
+// defaultValue is the setting's default: its Default parsed, or the kind's zero (not checked against
+// Positive: an unset limit means "the component's own default").
+func defaultValue(st *Setting) (any, error) {
+	if st.Default == "" {
+		return map[Kind]any{String: "", Bool: false, Int: 0, Size: int64(0), Duration: time.Duration(0), List: []string{}}[st.Kind], nil
 	}
-	if st.Default == "" && st.Kind != String && st.Kind != List {
-		return []string{map[Kind]string{Bool: "false", Int: "0", Size: "0", Duration: "0s"}[st.Kind]}
-	}
-	return []string{st.Default}
+	return st.parseAll([]string{st.Default})
 }
 
 // read is spelling p's value, if it was given (an empty variable is not, unless EmptyIsValue; nor is
@@ -287,4 +286,22 @@ func (v *Values) From(name string) string {
 
 func (k Kind) String() string {
 	return [...]string{"string", "bool", "int", "size", "duration", "list"}[k]
+}
+
+// Parse parses args into fs and loads every set registered into it. It returns the exit code the
+// command should stop with, or -1 to go on: 0 after --help, 2 for a bad flag (the flag package has said
+// why) or a bad value (written to fs.Output() as "codellm NAME: …").
+func Parse(fs *flag.FlagSet, args []string, families []Family, lookup func(string) (string, bool)) (*Values, int) {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil, 0
+		}
+		return nil, 2
+	}
+	v, err := Load(fs, families, lookup)
+	if err != nil {
+		fmt.Fprintf(fs.Output(), "codellm %s: %v\n", fs.Name(), err)
+		return nil, 2
+	}
+	return v, -1
 }

@@ -55,7 +55,7 @@ func writeSetting(b *strings.Builder, st *Setting, head string, families []Famil
 	fmt.Fprintf(b, "\n    \t%s\n", st.Usage)
 	var other []string
 	for _, p := range st.Spellings(families) {
-		if p.Name != "--"+st.Name {
+		if p.Name != "--"+st.Name && !(st.EnvOnly && p.Name == st.EnvName()) {
 			other = append(other, p.Name)
 		}
 	}

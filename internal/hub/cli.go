@@ -14,13 +14,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
-	"github.com/codellm/codellm/internal/bytesize"
+	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/hub/boltstore"
@@ -29,40 +28,6 @@ import (
 	"github.com/codellm/codellm/internal/hub/store"
 	"github.com/codellm/codellm/internal/listen"
 )
-
-// Env looks up a hub setting by its suffix ("HUB_LISTEN"): CODELLM_<s>
-// first, then LIBRECHAT_CODE_<s>, then the reference's CODEAPI_BRIDGE_*
-// aliases (§12).
-func Env(lookup func(string) (string, bool), suffix string) (string, bool) {
-	if v, ok := lookup("CODELLM_" + suffix); ok && v != "" {
-		return v, true
-	}
-	if v, ok := lookup("LIBRECHAT_CODE_" + suffix); ok && v != "" {
-		return v, true
-	}
-	alias := map[string]string{
-		"HUB_AUTH_MODE": "CODEAPI_BRIDGE_AUTH_MODE", "HUB_WORKER_TOKEN": "CODEAPI_BRIDGE_TOKEN",
-		"HUB_DYNAMIC_WORKERS": "CODEAPI_BRIDGE_DYNAMIC_WORKERS",
-	}[suffix]
-	if alias != "" {
-		if v, ok := lookup(alias); ok && v != "" {
-			return v, true
-		}
-	}
-	return "", false
-}
-
-// parseSize reads a positive size in codellm's one size syntax (bytesize: 64M, 64MB, 64MiB).
-func parseSize(s string) (int64, error) {
-	n, err := bytesize.Parse(s)
-	if err != nil {
-		return 0, err
-	}
-	if n <= 0 {
-		return 0, fmt.Errorf("invalid size %q (must be positive)", s)
-	}
-	return n, nil
-}
 
 // RunCLI implements `codellm hub [serve|pair|revoke|status] …` and returns
 // the exit code: 0 success, 1 error, 2 usage.
@@ -88,62 +53,47 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	return 2
 }
 
-func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(string) (string, bool)) int {
-	envOr := func(suffix, def string) string {
-		if v, ok := Env(lookup, suffix); ok {
-			return v
-		}
-		return def
-	}
-	fs := flag.NewFlagSet("codellm hub", flag.ContinueOnError)
+// newFlagSet is a hub command's FlagSet; --help prints its settings table (internal/config).
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listenAddr := fs.String("listen", envOr("HUB_LISTEN", "127.0.0.1:8090"), "listen address")
-	adminToken := fs.String("admin-token", envOr("HUB_ADMIN_TOKEN", ""), "admin bearer token")
-	apiKey := fs.String("api-key", envOr("HUB_API_KEY", ""), "client API key (tenant \"default\")")
-	storePath := fs.String("store", "", "embedded store file (default $CODELLM_HUB_DATA_DIR/bridge.db), or redis://HOST:PORT/DB for the shared Redis store")
-	workerToken := fs.String("worker-token", envOr("HUB_WORKER_TOKEN", ""), "static-mode worker token (default: the admin token)")
-	authMode := fs.String("auth-mode", envOr("HUB_AUTH_MODE", AuthPaired), "paired or static")
-	keysFile := fs.String("client-keys-file", envOr("HUB_CLIENT_KEYS_FILE", ""), "JSON file of client keys")
-	workerIDs := fs.String("worker-ids", envOr("HUB_WORKER_IDS", ""), "comma-separated worker ID allow-list")
-	dynamic := fs.Bool("dynamic-workers", envOr("HUB_DYNAMIC_WORKERS", "false") == "true", "accept any worker ID (a binding is then required)")
-	tlsCert := fs.String("tls-cert", envOr("HUB_TLS_CERT", ""), "TLS certificate file")
-	tlsKey := fs.String("tls-key", envOr("HUB_TLS_KEY", ""), "TLS key file")
-	behindProxy := fs.Bool("behind-proxy", false, "allow a non-loopback plain-HTTP listener behind a TLS proxy")
-	allowEviction := fs.Bool("redis-allow-eviction", envOr("HUB_REDIS_ALLOW_EVICTION", "false") == "true",
-		"start even though Redis may evict keys (maxmemory-policy is not noeviction); see docs/operator.md")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: codellm %s [flags]\n\n", name)
+		config.Usage(stderr, fs, families)
+	}
+	return fs
+}
+
+func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(string) (string, bool)) int {
+	fs := newFlagSet("hub serve", stderr)
+	(&config.Set{Settings: serveSettings()}).Register(fs)
+	v, code := config.Parse(fs, args, families, lookup)
+	if code >= 0 {
+		return code
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "codellm hub: "+format+"\n", a...)
 		return 1
 	}
 	cfg := Config{
-		AdminToken: *adminToken, WorkerToken: *workerToken, AuthMode: *authMode, DynamicWorkers: *dynamic,
-		SignedPathPrefix: envOr("HUB_SIGNED_PATH_PREFIX", ""),
-		Logger:           slog.New(slog.NewTextHandler(stderr, nil)).With("component", "hub"),
+		AdminToken: v.String("admin-token"), WorkerToken: v.String("worker-token"), AuthMode: v.String("auth-mode"),
+		DynamicWorkers: v.Bool("dynamic-workers"), WorkerIDs: v.List("worker-ids"), SignedPathPrefix: v.String("signed-path-prefix"),
+		Logger: slog.New(slog.NewTextHandler(stderr, nil)).With("component", "hub"),
 	}
-	if err := readClientKeys(&cfg, *apiKey, *keysFile); err != nil {
+	v.Warn(cfg.Logger)
+	if err := readClientKeys(&cfg, v.String("api-key"), v.String("client-keys-file")); err != nil {
 		return fail("%v", err)
 	}
-	if *workerIDs != "" {
-		for _, id := range strings.Split(*workerIDs, ",") {
-			if id = strings.TrimSpace(id); id != "" {
-				cfg.WorkerIDs = append(cfg.WorkerIDs, id)
-			}
-		}
-	}
-	if err := envLimits(&cfg, lookup); err != nil {
-		return fail("%v", err)
-	}
-	redisURL, path, err := storeTarget(*storePath, envOr)
+	applyLimits(&cfg, v)
+	listenAddr, tlsCert, tlsKey := v.String("listen"), v.String("tls-cert"), v.String("tls-key")
+	redisURL, path, err := storeTarget(v.String("store"), v.String("store-kind"), v.String("redis-url"), v.String("data-dir"))
 	if err != nil {
 		return fail("%v", err)
 	}
-	if err := checkListener(*listenAddr, *tlsCert, *tlsKey, *behindProxy); err != nil {
+	if err := checkListener(listenAddr, tlsCert, tlsKey, v.Bool("behind-proxy")); err != nil {
 		return fail("%v", err)
 	}
-	st, feed, err := openStore(ctx, redisURL, path, *allowEviction, stderr)
+	st, feed, err := openStore(ctx, redisURL, path, v.Bool("redis-allow-eviction"), stderr)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -159,7 +109,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 		return fail("%v", err)
 	}
 	defer watchFeed(ctx, feed, h)()
-	if err := serveHTTP(ctx, h, *listenAddr, *tlsCert, *tlsKey, stderr); err != nil {
+	if err := serveHTTP(ctx, h, listenAddr, tlsCert, tlsKey, stderr); err != nil {
 		return fail("%v", err)
 	}
 	return 0
@@ -210,41 +160,28 @@ func readClientKeys(cfg *Config, apiKey, keysFile string) error {
 	return nil
 }
 
-// envLimits reads the hub's environment-only settings (durations, the queue length, byte sizes) into cfg;
-// each must be positive.
-func envLimits(cfg *Config, lookup func(string) (string, bool)) error {
-	for suffix, dst := range map[string]*time.Duration{
+// applyLimits puts the environment-only limits that were given into cfg (limitSettings; each is
+// positive, checked by the table); the others keep New's defaults.
+func applyLimits(cfg *Config, v *config.Values) {
+	for name, dst := range map[string]*time.Duration{
 		"HUB_CREDENTIAL_TTL": &cfg.CredentialTTL, "HUB_PAIRING_TTL": &cfg.PairingTTL, "HUB_EXEC_TIMEOUT": &cfg.ExecTimeout,
 		"HUB_CHAT_TIMEOUT": &cfg.ChatTimeout, "HUB_FILE_TTL": &cfg.FileLimits.TTL, "HUB_MAX_TIMEOUT": &cfg.MaxTimeout, "HUB_QUEUE_TIMEOUT": &cfg.QueueTimeout,
 		"HUB_IDEMPOTENCY_TTL": &cfg.IdempotencyTTL,
 	} {
-		if v, ok := Env(lookup, suffix); ok {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return fmt.Errorf("CODELLM_%s: invalid duration %q", suffix, v)
-			}
-			*dst = d
+		if v.IsSet(name) {
+			*dst = v.Duration(name)
 		}
 	}
-	if v, ok := Env(lookup, "HUB_QUEUE_MAX"); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("CODELLM_HUB_QUEUE_MAX: invalid %q", v)
-		}
-		cfg.QueueMax = n
+	if v.IsSet("HUB_QUEUE_MAX") {
+		cfg.QueueMax = v.Int("HUB_QUEUE_MAX")
 	}
-	for suffix, dst := range map[string]*int64{"HUB_MAX_BODY": &cfg.MaxBody, "HUB_MAX_SETTLE_BODY": &cfg.MaxSettleBody,
+	for name, dst := range map[string]*int64{"HUB_MAX_BODY": &cfg.MaxBody, "HUB_MAX_SETTLE_BODY": &cfg.MaxSettleBody,
 		"HUB_MAX_FILE_BYTES": &cfg.FileLimits.MaxFileBytes, "HUB_MAX_SESSION_FILE_BYTES": &cfg.FileLimits.MaxSessionBytes,
 		"HUB_MAX_FILE_STORE_BYTES": &cfg.FileLimits.MaxTotalBytes, "HUB_MAX_EXEC_INPUT_BYTES": &cfg.MaxExecInputBytes} {
-		if v, ok := Env(lookup, suffix); ok {
-			n, err := parseSize(v)
-			if err != nil {
-				return fmt.Errorf("CODELLM_%s: %v", suffix, err)
-			}
-			*dst = n
+		if v.IsSet(name) {
+			*dst = v.Size(name)
 		}
 	}
-	return nil
 }
 
 // serveHTTP serves h on addr (TLS when cert is set) until ctx ends or SIGINT/SIGTERM, then shuts down:
@@ -300,15 +237,14 @@ func openFiles(ctx context.Context, st Store, redisURL, storePath string, l file
 // with CODELLM_HUB_REDIS_URL) selects the shared store that lets several
 // replicas serve one fleet; otherwise the embedded file at --store or under
 // the data directory.
-func storeTarget(storePath string, envOr func(suffix, def string) string) (redisURL, path string, err error) {
-	switch kind := envOr("HUB_STORE", "embedded"); {
+func storeTarget(storePath, kind, redisURL, dataDir string) (string, string, error) {
+	switch {
 	case isRedisURL(storePath):
 		return storePath, "", nil
 	case kind == "redis":
 		if storePath != "" {
 			return "", "", errors.New("CODELLM_HUB_STORE=redis takes its URL from CODELLM_HUB_REDIS_URL or --store redis://…, not a path")
 		}
-		redisURL = envOr("HUB_REDIS_URL", "")
 		if !isRedisURL(redisURL) {
 			return "", "", fmt.Errorf("CODELLM_HUB_STORE=redis needs CODELLM_HUB_REDIS_URL=redis://HOST:PORT/DB (got %q)", redisURL)
 		}
@@ -319,7 +255,7 @@ func storeTarget(storePath string, envOr func(suffix, def string) string) (redis
 	if storePath != "" {
 		return "", storePath, nil
 	}
-	dir := envOr("HUB_DATA_DIR", "")
+	dir := dataDir
 	if dir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -384,26 +320,19 @@ func isRedisURL(s string) bool {
 func (h *Hub) Notify() { h.notify() }
 
 func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {
-	envOr := func(suffix, def string) string {
-		if v, ok := Env(lookup, suffix); ok {
-			return v
-		}
-		return def
-	}
-	fs := flag.NewFlagSet("codellm hub "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	base := fs.String("url", envOr("HUB_URL", "http://127.0.0.1:8090/v1"), "hub base URL")
-	token := fs.String("admin-token", envOr("HUB_ADMIN_TOKEN", ""), "admin bearer token")
-	tenant := fs.String("tenant", "", "binding tenant (pair)")
-	principal := fs.String("principal", "", "binding principal type:id (pair)")
+	fs := newFlagSet("hub "+cmd, stderr)
+	(&config.Set{Settings: adminSettings()}).Register(fs)
 	// Accept the worker ID before or after the flags.
 	var workerID string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		workerID, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	v, code := config.Parse(fs, args, families, lookup)
+	if code >= 0 {
+		return code
 	}
+	v.Warn(slog.New(slog.NewTextHandler(stderr, nil)))
+	base, token, tenant, principal := v.String("url"), v.String("admin-token"), v.String("tenant"), v.String("principal")
 	if workerID == "" && fs.NArg() == 1 {
 		workerID = fs.Arg(0)
 	}
@@ -411,19 +340,19 @@ func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		fmt.Fprintf(stderr, "codellm hub %s: a valid <workerId> is required\n", cmd)
 		return 2
 	}
-	url := strings.TrimRight(*base, "/")
+	url := strings.TrimRight(base, "/")
 	var req *http.Request
 	var err error
 	switch cmd {
 	case "pair":
 		body := bridge.CreatePairingRequest{WorkerID: workerID}
-		if *tenant != "" || *principal != "" {
-			pt, pid, ok := strings.Cut(*principal, ":")
-			if *tenant == "" || !ok {
+		if tenant != "" || principal != "" {
+			pt, pid, ok := strings.Cut(principal, ":")
+			if tenant == "" || !ok {
 				fmt.Fprintln(stderr, "codellm hub pair: --tenant T and --principal type:id go together")
 				return 2
 			}
-			body.Binding = &bridge.Binding{TenantID: *tenant, Principal: bridge.Principal{Type: pt, ID: pid}}
+			body.Binding = &bridge.Binding{TenantID: tenant, Principal: bridge.Principal{Type: pt, ID: pid}}
 		}
 		b, _ := bridge.Marshal(body)
 		req, err = http.NewRequestWithContext(ctx, http.MethodPost, url+bridge.PathPairings(), bytes.NewReader(b))
@@ -436,7 +365,7 @@ func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		fmt.Fprintf(stderr, "codellm hub %s: %v\n", cmd, err)
 		return 1
 	}
-	req.Header.Set("Authorization", "Bearer "+*token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	client := &http.Client{Timeout: 30 * time.Second}
 	resp, err := client.Do(req)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/config"
 )
 
 // hubProcess is `codellm hub` running as a separate OS process (the test
@@ -207,17 +209,23 @@ func TestCLIUsageAndConfig(t *testing.T) {
 	// CODELLM_* wins over LIBRECHAT_CODE_*, which wins over CODEAPI_BRIDGE_*.
 	env := map[string]string{"LIBRECHAT_CODE_HUB_AUTH_MODE": "static", "CODEAPI_BRIDGE_AUTH_MODE": "paired", "CODEAPI_BRIDGE_TOKEN": "tok"}
 	look := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	if v, _ := Env(look, "HUB_AUTH_MODE"); v != "static" {
+	get := func(name string) string { // serve's table under the one rule (internal/config)
+		fs := newFlagSet("hub serve", io.Discard)
+		(&config.Set{Settings: serveSettings()}).Register(fs)
+		v, code := config.Parse(fs, nil, families, look)
+		if code >= 0 {
+			t.Fatalf("load: exit %d", code)
+		}
+		return v.String(name)
+	}
+	if v := get("auth-mode"); v != "static" {
 		t.Fatal(v)
 	}
 	env["CODELLM_HUB_AUTH_MODE"] = "paired"
-	if v, _ := Env(look, "HUB_AUTH_MODE"); v != "paired" {
+	if v := get("auth-mode"); v != "paired" {
 		t.Fatal(v)
 	}
-	if v, _ := Env(look, "HUB_WORKER_TOKEN"); v != "tok" {
+	if v := get("worker-token"); v != "tok" {
 		t.Fatal(v)
-	}
-	if n, err := parseSize("32MiB"); err != nil || n != 32<<20 {
-		t.Fatal(n, err)
 	}
 }

@@ -1,0 +1,90 @@
+package hub
+
+import (
+	"flag"
+
+	"github.com/codellm/codellm/internal/config"
+)
+
+// The hub's settings tables (internal/config): `codellm hub serve` and the admin commands register their
+// flags from them, and read CODELLM_HUB_* first, then LIBRECHAT_CODE_HUB_*, then the reference's
+// CODEAPI_BRIDGE_* names (bridge-protocol §12).
+
+// families are the hub's alias families.
+var families = []config.Family{config.LibreChat}
+
+// bridgeAlias is the reference's (LibreChat's Code API) name for a hub variable.
+func bridgeAlias(env string) []config.Alias {
+	return []config.Alias{{Env: env, Family: "CODEAPI_BRIDGE"}}
+}
+
+var adminTokenSetting = config.Setting{Name: "admin-token", Env: "HUB_ADMIN_TOKEN", Kind: config.String, Secret: true,
+	Usage: "admin bearer token (pairing, the admin routes, /metrics)"}
+
+// serveSettings are `codellm hub serve`'s settings, its environment-only limits last.
+func serveSettings() []config.Setting {
+	return append([]config.Setting{
+		{Name: "listen", Env: "HUB_LISTEN", Kind: config.String, Default: "127.0.0.1:8090", Usage: "listen address (non-loopback needs --tls-cert/--tls-key or --behind-proxy)"},
+		adminTokenSetting,
+		{Name: "api-key", Env: "HUB_API_KEY", Kind: config.String, Secret: true, Usage: "client API key (tenant \"default\")"},
+		{Name: "store", Kind: config.String, FlagOnly: true, Usage: "embedded store file (default $CODELLM_HUB_DATA_DIR/bridge.db), or redis://HOST:PORT/DB for the shared Redis store"},
+		{Name: "worker-token", Env: "HUB_WORKER_TOKEN", Kind: config.String, Secret: true, Aliases: bridgeAlias("CODEAPI_BRIDGE_TOKEN"), Usage: "static-mode worker token (default: the admin token)"},
+		{Name: "auth-mode", Env: "HUB_AUTH_MODE", Kind: config.String, Default: AuthPaired, Aliases: bridgeAlias("CODEAPI_BRIDGE_AUTH_MODE"), Usage: "paired or static"},
+		{Name: "client-keys-file", Env: "HUB_CLIENT_KEYS_FILE", Kind: config.String, Usage: "JSON file of client keys (tenant, principal, roles, groups)"},
+		{Name: "worker-ids", Env: "HUB_WORKER_IDS", Kind: config.List, Usage: "comma-separated worker ID allow-list"},
+		{Name: "dynamic-workers", Env: "HUB_DYNAMIC_WORKERS", Kind: config.Bool, Aliases: bridgeAlias("CODEAPI_BRIDGE_DYNAMIC_WORKERS"), Usage: "accept any worker ID (a binding is then required)"},
+		{Name: "tls-cert", Env: "HUB_TLS_CERT", Kind: config.String, Usage: "TLS certificate file"},
+		{Name: "tls-key", Env: "HUB_TLS_KEY", Kind: config.String, Usage: "TLS key file"},
+		{Name: "behind-proxy", Env: "HUB_BEHIND_PROXY", Kind: config.Bool, Usage: "allow a non-loopback plain-HTTP listener behind a TLS proxy"},
+		{Name: "redis-allow-eviction", Env: "HUB_REDIS_ALLOW_EVICTION", Kind: config.Bool, Usage: "start even though Redis may evict keys (maxmemory-policy is not noeviction); see docs/operator.md"},
+		{Name: "signed-path-prefix", Env: "HUB_SIGNED_PATH_PREFIX", Kind: config.String, EnvOnly: true, Usage: "prefix a proxy strips from worker request paths, prepended before verifying signatures"},
+		{Name: "store-kind", Env: "HUB_STORE", Kind: config.String, EnvOnly: true, Default: "embedded", Usage: "embedded or redis (then CODELLM_HUB_REDIS_URL)"},
+		{Name: "redis-url", Env: "HUB_REDIS_URL", Kind: config.String, EnvOnly: true, Usage: "redis://HOST:PORT/DB of the shared store"},
+		{Name: "data-dir", Env: "HUB_DATA_DIR", Kind: config.String, EnvOnly: true, Usage: "directory of the embedded store (default ~/.local/state/codellm/hub)"},
+	}, limitSettings()...)
+}
+
+// limit is one of the hub's environment-only limits, all positive.
+func limit(env string, kind config.Kind, usage string) config.Setting {
+	return config.Setting{Name: env, Env: env, Kind: kind, EnvOnly: true, Positive: true, Usage: usage}
+}
+
+// limitSettings are the hub's environment-only limits; each unset one keeps hub.New's default.
+func limitSettings() []config.Setting {
+	return []config.Setting{
+		limit("HUB_CREDENTIAL_TTL", config.Duration, "worker credential lifetime (default 300s)"),
+		limit("HUB_PAIRING_TTL", config.Duration, "pairing code lifetime (default 10m)"),
+		limit("HUB_EXEC_TIMEOUT", config.Duration, "deadline of a /v1/exec request (default 60s)"),
+		limit("HUB_CHAT_TIMEOUT", config.Duration, "deadline of a chat request (default 120s)"),
+		limit("HUB_MAX_TIMEOUT", config.Duration, "the most X-Codellm-Timeout-Ms may raise a deadline to (default 600s)"),
+		limit("HUB_QUEUE_TIMEOUT", config.Duration, "longest wait for a busy worker before 429 (default 30s)"),
+		limit("HUB_QUEUE_MAX", config.Int, "waiting requests per tenant (default 100)"),
+		limit("HUB_IDEMPOTENCY_TTL", config.Duration, "replay window of Idempotency-Key responses (default 10m)"),
+		limit("HUB_FILE_TTL", config.Duration, "lifetime of uploaded files (default 24h)"),
+		limit("HUB_MAX_BODY", config.Size, "client request body (default 1MiB)"),
+		limit("HUB_MAX_SETTLE_BODY", config.Size, "worker settle body (default 32MiB)"),
+		limit("HUB_MAX_FILE_BYTES", config.Size, "one uploaded file (default 10MiB)"),
+		limit("HUB_MAX_SESSION_FILE_BYTES", config.Size, "all files of a session (default 100MiB)"),
+		limit("HUB_MAX_FILE_STORE_BYTES", config.Size, "all files together (default 2GiB)"),
+		limit("HUB_MAX_EXEC_INPUT_BYTES", config.Size, "input files of one /v1/exec together (default 10MiB)"),
+	}
+}
+
+// adminSettings are the settings of `codellm hub pair|revoke|status`.
+func adminSettings() []config.Setting {
+	return []config.Setting{
+		{Name: "url", Env: "HUB_URL", Kind: config.String, Default: "http://127.0.0.1:8090/v1", Usage: "hub base URL"},
+		adminTokenSetting,
+		{Name: "tenant", Kind: config.String, FlagOnly: true, Usage: "binding tenant (pair)"},
+		{Name: "principal", Kind: config.String, FlagOnly: true, Usage: "binding principal type:id (pair)"},
+	}
+}
+
+// SettingsReference registers the hub's tables into fresh FlagSets, for the generated docs: serve's, then
+// the admin commands'. Families are the hub's.
+func SettingsReference() (serve, admin *flag.FlagSet, fams []config.Family) {
+	serve, admin = flag.NewFlagSet("hub serve", flag.ContinueOnError), flag.NewFlagSet("hub pair", flag.ContinueOnError)
+	(&config.Set{Settings: serveSettings()}).Register(serve)
+	(&config.Set{Settings: adminSettings()}).Register(admin)
+	return serve, admin, families
+}
