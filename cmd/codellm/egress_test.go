@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codellm/codellm/internal/egress"
+	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/testhelp"
 )
 
@@ -40,6 +42,23 @@ func TestServeNetworkAllow(t *testing.T) {
 		if time.Now().After(end) {
 			t.Fatalf("not ready; logs:\n%s", logs.String())
 		}
+	}
+	// /readyz lists the normalised allow-list (spelling gone: case, trailing dot) and its digest.
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rd struct {
+		Mechanisms struct{ Egress *sandbox.EgressReport }
+	}
+	json.NewDecoder(resp.Body).Decode(&rd)
+	resp.Body.Close()
+	want, err := egress.ParseList("localhost,127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := rd.Mechanisms.Egress; e == nil || strings.Join(e.Allow, ",") != "127.0.0.1,localhost" || e.Digest != want.Digest() || e.MaxConnections != 64 {
+		t.Fatalf("/readyz egress: %+v", rd.Mechanisms.Egress)
 	}
 	chat := func(script string, meta map[string]string) (int, string) {
 		body := map[string]any{"model": "codellm", "messages": []map[string]string{{"role": "user", "content": "```bash\n" + script + "\n```"}}}
@@ -74,7 +93,7 @@ func TestServeNetworkAllow(t *testing.T) {
 	if status, out = chat(direct, nil); status != 200 || !strings.Contains(out, "direct exit 7") {
 		t.Fatalf("direct connection: %d %s", status, out)
 	}
-	resp, err := http.Get(base + "/metrics")
+	resp, err = http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

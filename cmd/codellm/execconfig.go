@@ -56,6 +56,8 @@ type execFlags struct {
 	v *config.Values // every loaded setting of the command: which were given, the warnings
 
 	egressMetrics lazyEgressMetrics // wired to the server's registry once it exists
+	// commandEgressMetrics counts the worker's workspace-command proxy (--command-allowed-domains).
+	commandEgressMetrics lazyEgressMetrics
 }
 
 func (f *execFlags) register(fs *flag.FlagSet) { register(fs, execSettings(), f.bind) }
@@ -109,11 +111,11 @@ func (f *execFlags) sandboxConfig(log *slog.Logger) (sandbox.Config, error) {
 	if f.network {
 		return cfg, errors.New("--network-allow and --network exclude each other: --network gives blocks the host's network unfiltered")
 	}
-	p, err := f.egressProxy(f.networkAllow, "blocks", log)
+	p, rep, err := f.egressProxy(f.networkAllow, "blocks", log, &f.egressMetrics)
 	if err != nil {
 		return cfg, fmt.Errorf("--network-allow: %w", err)
 	}
-	cfg.Egress = egressOpener(p)
+	cfg.Egress, cfg.EgressReport = egressOpener(p), rep
 	return cfg, nil
 }
 
@@ -140,18 +142,24 @@ func (f *execFlags) baseSandboxConfig(log *slog.Logger) (sandbox.Config, error) 
 	return cfg, nil
 }
 
-// egressProxy builds the filtering proxy for an allow-list with the per-run caps of the flags.
-func (f *execFlags) egressProxy(list, who string, log *slog.Logger) (*egress.Proxy, error) {
+// egressProxy builds the filtering proxy for an allow-list with the per-run caps of the flags, counting
+// into m, and the sandbox report row that describes it (doctor, /readyz).
+func (f *execFlags) egressProxy(list, who string, log *slog.Logger, m egress.Metrics) (*egress.Proxy, *sandbox.EgressReport, error) {
 	pol, err := egress.ParseList(list)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if f.netMaxConns < 0 || f.netMaxBytes < 0 {
-		return nil, errors.New("egress caps must not be negative")
+		return nil, nil, errors.New("egress caps must not be negative")
 	}
-	log.Warn(who+" may reach these destinations through the egress proxy", "allow", strings.Join(pol.Entries(), ","))
-	return egress.New(egress.Config{Policy: pol, MaxConns: f.netMaxConns, MaxBytes: f.netMaxBytes,
-		Logger: log, Metrics: &f.egressMetrics})
+	log.Warn(who+" may reach these destinations through the egress proxy", "allow", strings.Join(pol.Entries(), ","), "digest", pol.Digest())
+	p, err := egress.New(egress.Config{Policy: pol, MaxConns: f.netMaxConns, MaxBytes: f.netMaxBytes,
+		Logger: log, Metrics: m})
+	if err != nil {
+		return nil, nil, err
+	}
+	conns, bytes := p.Limits()
+	return p, &sandbox.EgressReport{Allow: pol.Entries(), Digest: pol.Digest(), MaxConnections: conns, MaxBytes: bytes}, nil
 }
 
 // egressOpener adapts a proxy to the sandbox's per-run hook.

@@ -157,6 +157,7 @@ func workerRunSettings() []config.Setting {
 		{Name: "command-allowed-domains", Kind: config.String, Usage: "destinations workspace commands may reach through codellm's egress proxy: names, *.suffix, IPs, CIDRs (normalised into the policy digest)"},
 		{Name: "require-ready", Kind: config.Bool, Usage: "set requiresReadyConfirmation"},
 		{Name: "lease-wait", Kind: config.Duration, Default: "25s", Usage: "long-poll wait per lease (at most 30s)"},
+		{Name: "metrics-listen", Kind: config.String, Usage: "loopback address serving GET /metrics and /readyz (empty: no inbound port)"},
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/metrics"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/worker"
@@ -41,6 +42,8 @@ type workerFlags struct {
 	leaseWait                              time.Duration
 	container                              containerFlags
 	docker                                 *worker.Docker // the docker supervisor, for the runtime command sandbox
+	metricsListen                          string
+	runsEgress, commandsEgress             *sandbox.EgressReport // the egress proxies, for /readyz
 }
 
 // containerFlags configure the docker supervisors (§11.4).
@@ -79,7 +82,7 @@ func (f *workerFlags) bindRun(v *config.Values) {
 	f.allowRemote, f.profile, f.runtimes, f.policy = v.Bool("allow-remote-endpoint"), v.String("sandbox-profile"), v.String("runtimes"), v.String("policy")
 	f.workspaceName, f.writes, f.commands = v.String("workspace-name"), v.Bool("allow-workspace-writes"), v.Bool("allow-workspace-commands")
 	f.commandBox, f.allowedDomains = v.String("command-sandbox"), v.String("command-allowed-domains")
-	f.requireReady, f.leaseWait = v.Bool("require-ready"), v.Duration("lease-wait")
+	f.requireReady, f.leaseWait, f.metricsListen = v.Bool("require-ready"), v.Duration("lease-wait"), v.String("metrics-listen")
 	c := &f.container
 	c.cli, c.image, c.seccomp = v.String("container-cli"), v.String("runtime-image"), v.String("docker-seccomp-profile")
 	c.packages, c.sandbox = v.String("docker-packages-path"), v.String("container-sandbox")
@@ -330,16 +333,11 @@ func workerRun(args []string, stderr io.Writer) int {
 	if err != nil {
 		return workerFail(stderr, err)
 	}
-	sup := f.supervisor
-	if sup == "" {
-		sup = "embedded"
-		if f.endpoint != "" {
-			sup = "endpoint"
-		}
-	}
+	sup := f.supervisorName()
 	cfg := worker.Config{BaseURL: r.url, WorkerID: r.workerID, Identity: r.identity, IdentityPath: r.identityPath,
 		StaticToken: f.token, SandboxProfile: f.profile, RequireReady: f.requireReady, Log: stderr,
 		Timing: worker.Timing{LeaseWait: min(f.leaseWait, 30*time.Second)}}
+	wm := ef.workerMetrics()
 	runtimes, commandSandbox, closeSup, err := f.buildSupervisor(sup, &ef, &cfg, log)
 	if err != nil {
 		return workerFail(stderr, err)
@@ -369,6 +367,11 @@ func workerRun(args []string, stderr io.Writer) int {
 	}
 	drain, hard, stop := signalContexts()
 	defer stop()
+	stopStatus, err := f.startStatus(w, r.workerID, sup, wm, log)
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	defer stopStatus()
 	fmt.Fprintf(stderr, "codellm worker: %s running against %s (incarnation %s)\n", r.workerID, r.url, w.IncarnationID())
 	if err := w.Run(drain, hard); err != nil {
 		return workerFail(stderr, err)
@@ -487,11 +490,11 @@ func commandEgressSandbox(ef *execFlags, pol *egress.Policy, log *slog.Logger) (
 	if scfg.Network {
 		return nil, errors.New("--command-allowed-domains needs a sandbox without --network")
 	}
-	p, err := ef.egressProxy(strings.Join(pol.Entries(), ","), "workspace commands", log)
+	p, rep, err := ef.egressProxy(strings.Join(pol.Entries(), ","), "workspace commands", log, &ef.commandEgressMetrics)
 	if err != nil {
 		return nil, fmt.Errorf("--command-allowed-domains: %w", err)
 	}
-	scfg.Egress = egressOpener(p)
+	scfg.Egress, scfg.EgressReport = egressOpener(p), rep
 	sb, err := sandbox.New(scfg)
 	if err != nil {
 		return nil, fmt.Errorf("command sandbox: %w", err)
@@ -507,6 +510,7 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 	if err != nil {
 		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 	}
+	f.runsEgress = sb.Report().Egress
 	rn, err := runner.New(runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
 		Logger: log, MaxRunTimeout: ecfg.Timeout, Deterministic: ecfg.Deterministic})
 	if err != nil {
@@ -598,6 +602,7 @@ func (f *workerFlags) openWorkspace(r *resolved, cfg *worker.Config, commandSand
 			if opts.Sandbox, err = commandEgressSandbox(ef, cmdPolicy, log); err != nil {
 				return false, nil, errors.Join(worker.ErrConfig, err)
 			}
+			f.commandsEgress = opts.Sandbox.Report().Egress
 		}
 	}
 	ws, err := workspace.Open(root, opts)
@@ -617,6 +622,39 @@ func (f *workerFlags) openWorkspace(r *resolved, cfg *worker.Config, commandSand
 		commandsOn = commandsOn || op == workspace.OpExecuteCommand
 	}
 	return commandsOn, func() { ws.Close() }, nil
+}
+
+// supervisorName is --runtime-supervisor, defaulting to endpoint when an endpoint is set, else embedded.
+func (f *workerFlags) supervisorName() string {
+	switch {
+	case f.supervisor != "":
+		return f.supervisor
+	case f.endpoint != "":
+		return "endpoint"
+	}
+	return "embedded"
+}
+
+// workerMetrics is the worker's registry; the egress proxies count into it from their creation on.
+func (f *execFlags) workerMetrics() *metrics.Worker {
+	wm := metrics.NewWorker()
+	f.egressMetrics.m.Store(wm.Runs)
+	f.commandEgressMetrics.m.Store(wm.Commands)
+	return wm
+}
+
+// startStatus serves --metrics-listen (if set) until the returned func, which waits for it to stop.
+func (f *workerFlags) startStatus(w *worker.Worker, workerID, sup string, wm *metrics.Worker, log *slog.Logger) (func(), error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	wait, err := startWorkerStatus(ctx, f.metricsListen, wm, func() workerReadiness {
+		return workerReadiness{Ready: w.Registered(), WorkerID: workerID, Supervisor: sup, Egress: map[string]*egressStatus{
+			"runs": newEgressStatus(f.runsEgress), "commands": newEgressStatus(f.commandsEgress)}}
+	}, log)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return func() { cancel(); wait() }, nil
 }
 
 // commandSandbox is --command-sandbox, defaulting to runtime under docker-nsjail (§12) and embedded elsewhere.

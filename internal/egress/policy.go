@@ -25,6 +25,8 @@
 package egress
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -158,6 +160,13 @@ func (p *Policy) Entries() []string {
 		return []string{}
 	}
 	return slices.Clone(p.entries)
+}
+
+// Digest is hex(sha256(the normalised entries joined by "\n")): one value per allow-list, however it
+// was spelt (case, trailing dots, Unicode or punycode, order, duplicates), for /readyz and doctor.
+func (p *Policy) Digest() string {
+	sum := sha256.Sum256([]byte(strings.Join(p.Entries(), "\n")))
+	return hex.EncodeToString(sum[:])
 }
 
 // Empty reports whether the policy allows nothing.

@@ -111,3 +111,19 @@ func TestBlocked(t *testing.T) {
 		}
 	}
 }
+
+// One allow-list, however it is spelt, has one digest; another list has another.
+func TestPolicyDigest(t *testing.T) {
+	a, err := ParseList("Example.COM.,*.pypi.org,example.com,xn--bcher-kva.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ParseList("bücher.example , *.PYPI.org, example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := ParseList("example.com")
+	if a.Digest() != b.Digest() || a.Digest() == c.Digest() || len(a.Digest()) != 64 {
+		t.Fatalf("digests: %s %s %s", a.Digest(), b.Digest(), c.Digest())
+	}
+}

@@ -49,6 +49,9 @@ type Config struct {
 // Proxy is the configured egress policy shared by every run.
 type Proxy struct{ cfg Config }
 
+// Limits are the effective per-run caps (connections, bytes), defaults applied.
+func (p *Proxy) Limits() (int, int64) { return p.cfg.MaxConns, p.cfg.MaxBytes }
+
 // New validates cfg and fills in defaults.
 func New(cfg Config) (*Proxy, error) {
 	if cfg.Policy == nil {

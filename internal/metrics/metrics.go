@@ -210,6 +210,53 @@ func NewHub(online func() float64) *Hub {
 	return m
 }
 
+// Worker holds the metrics of `codellm worker`, served only on its opt-in loopback --metrics-listen (the
+// worker otherwise has no inbound port, like the reference worker). The egress counters are the service's,
+// with a scope label: "runs" for code the runner executes (--network-allow), "commands" for workspace
+// commands (--command-allowed-domains).
+type Worker struct {
+	Registry *prometheus.Registry
+	Runs     *Egress
+	Commands *Egress
+}
+
+// EgressScopes are the values of the worker's codellm_egress_*{scope}.
+var EgressScopes = []string{"runs", "commands"}
+
+// NewWorker registers the worker metrics on a fresh registry, every documented series pre-created.
+func NewWorker() *Worker {
+	r := prometheus.NewRegistry()
+	conns := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "codellm_egress_connections_total",
+		Help: "Connections asked of the worker's egress proxies, by scope (runs, commands), decision (allowed, refused) and reason.",
+	}, []string{"scope", "decision", "reason"})
+	traffic := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "codellm_egress_bytes_total",
+		Help: "Bytes the worker's egress proxies relayed, by scope (runs, commands) and direction (sent, received).",
+	}, []string{"scope", "direction"})
+	r.MustRegister(conns, traffic, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	scoped := func(scope string) *Egress {
+		l := prometheus.Labels{"scope": scope}
+		e := &Egress{Connections: conns.MustCurryWith(l), Traffic: traffic.MustCurryWith(l)}
+		for _, reason := range EgressReasons {
+			d := "refused"
+			if reason == "allowed" {
+				d = "allowed"
+			}
+			e.Connections.WithLabelValues(d, reason)
+		}
+		e.Traffic.WithLabelValues("sent")
+		e.Traffic.WithLabelValues("received")
+		return e
+	}
+	return &Worker{Registry: r, Runs: scoped("runs"), Commands: scoped("commands")}
+}
+
+// Handler serves the Prometheus text exposition of the worker registry.
+func (m *Worker) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}
+
 // Handler serves the Prometheus text exposition of the hub registry.
 func (m *Hub) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})

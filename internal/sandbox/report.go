@@ -39,6 +39,17 @@ type Report struct {
 	Protections []string `json:"protections,omitempty"`
 	// Determinism says whether deterministic mode (see [Determinism]) can run here.
 	Determinism DeterminismStatus `json:"determinism"`
+	// Egress is the egress proxy's allow-list (Config.EgressReport); absent without a proxy.
+	Egress *EgressReport `json:"egress,omitempty"`
+}
+
+// EgressReport describes the egress proxy of Config.Egress: the normalised allow-list, its digest
+// (package egress's Policy.Digest) and the per-run caps. It is descriptive only: the proxy enforces.
+type EgressReport struct {
+	Allow          []string `json:"allow"`
+	Digest         string   `json:"digest"`
+	MaxConnections int      `json:"max_connections"`
+	MaxBytes       int64    `json:"max_bytes"`
 }
 
 // DeterminismStatus is the deterministic-mode row of the report.
@@ -97,6 +108,10 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 	for _, s := range r.Protections {
 		fmt.Fprintf(tw, "protection: %s\n", s)
+	}
+	if e := r.Egress; e != nil {
+		fmt.Fprintf(tw, "egress allow-list: %s (digest %s, %d connections, %d bytes per run)\n",
+			strings.Join(e.Allow, ","), e.Digest, e.MaxConnections, e.MaxBytes)
 	}
 	if r.Determinism.Supported {
 		fmt.Fprintf(tw, "deterministic mode: supported (%s)\n", strings.Join(r.Determinism.Mechanisms, "; "))

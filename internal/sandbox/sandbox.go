@@ -132,6 +132,8 @@ type Config struct {
 	// variables in its environment and a Landlock rule allowing TCP
 	// connect to that port only. Package egress implements it.
 	Egress func(runID string, narrow []string) (EgressRun, error)
+	// EgressReport describes Egress for Report (doctor, /readyz); nil leaves it out.
+	EgressReport *EgressReport
 
 	// Shared is a host directory every block sees read-only at SharedMount (its private root) or at its own
 	// path (no private root, or the sandbox off): the module path of helpers shipped with codellm
@@ -381,7 +383,15 @@ func (s *Sandbox) Mode() Mode { return s.cfg.Mode }
 func (s *Sandbox) Config() Config { return s.cfg }
 
 // Report returns the mechanism table computed when the Sandbox was created.
-func (s *Sandbox) Report() Report { return s.report.clone() }
+func (s *Sandbox) Report() Report {
+	r := s.report.clone()
+	if e := s.cfg.EgressReport; e != nil {
+		c := *e
+		c.Allow = append([]string{}, e.Allow...)
+		r.Egress = &c
+	}
+	return r
+}
 
 // NewRun creates the per-pipeline state (cgroup, limits). lim nil means
 // Config.Limits; zero fields in lim also take the Config value.

@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/testhelp"
 )
 
@@ -38,13 +42,14 @@ func TestE2ECommandAllowedDomains(t *testing.T) {
 		return m.Result
 	}
 	curl := `curl -sS "http://localhost:` + port + `/x"`
+	status := "" // the eg:open worker's --metrics-listen
 
 	for _, tc := range []struct {
 		id      string
 		domains []string
 		want    string
 	}{
-		{"eg:open", []string{"--command-allowed-domains", "localhost,127.0.0.1", "--network-allow", "localhost,127.0.0.1"}, "origin saw localhost:" + port},
+		{"eg:open", []string{"--command-allowed-domains", "localhost,127.0.0.1", "--network-allow", "localhost,127.0.0.1", "--metrics-listen", "127.0.0.1:0"}, "origin saw localhost:" + port},
 		{"eg:closed", nil, "Failed to connect to localhost"},
 	} {
 		w := pairProc(t, h, tc.id)
@@ -52,8 +57,12 @@ func TestE2ECommandAllowedDomains(t *testing.T) {
 		if os.Geteuid() == 0 {
 			os.Chown(dir, 65534, 65534) // commands run as the workspace's owner, never as host root (issue 14)
 		}
-		w.run(t, append([]string{"--worker-dir", dir, "--allow-workspace-commands"}, tc.domains...)...)
+		p := w.run(t, append([]string{"--worker-dir", dir, "--allow-workspace-commands"}, tc.domains...)...)
 		h.waitReady(t, tc.id)
+		if tc.id == "eg:open" {
+			p.waitOutput(t, "metrics_listen=")
+			status = "http://" + metricsAddrRe.FindStringSubmatch(p.out.String())[1]
+		}
 		res := command(tc.id, curl)
 		if out := fmt.Sprint(res["stdout"], res["stderr"]); !strings.Contains(out, tc.want) {
 			t.Errorf("%s: command got %v, want %q", tc.id, res, tc.want)
@@ -66,5 +75,52 @@ func TestE2ECommandAllowedDomains(t *testing.T) {
 	rep := h.exec(t, "bash", curl, map[string]string{"X-Codellm-Worker-Id": "eg:open"})
 	if m := decodeExec(t, rep); rep.status != 200 || !strings.Contains(fmt.Sprint(m["stdout"]), "origin saw localhost") {
 		t.Errorf("/v1/exec through the worker's --network-allow: %d %s", rep.status, rep.body)
+	}
+	checkWorkerStatus(t, status)
+}
+
+var metricsAddrRe = regexp.MustCompile(`metrics_listen=(127\.0\.0\.1:\d+)`)
+
+// checkWorkerStatus reads the eg:open worker's --metrics-listen: each decision above counted once in its
+// scope (commands: the allowed curl and the denied name; runs: the /v1/exec curl), and /readyz listing
+// both proxies' normalised allow-lists with their digest.
+func checkWorkerStatus(t *testing.T, base string) {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`codellm_egress_connections_total{decision="allowed",reason="allowed",scope="commands"} 1`,
+		`codellm_egress_connections_total{decision="refused",reason="not_allowed",scope="commands"} 1`,
+		`codellm_egress_connections_total{decision="allowed",reason="allowed",scope="runs"} 1`,
+		`codellm_egress_connections_total{decision="refused",reason="not_allowed",scope="runs"} 0`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("worker metrics lack %s", want)
+		}
+	}
+	resp, err = http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rd struct {
+		Ready  bool
+		Egress map[string]struct {
+			Enabled bool
+			Allow   []string
+			Digest  string
+		}
+	}
+	json.NewDecoder(resp.Body).Decode(&rd)
+	resp.Body.Close()
+	pol, _ := egress.ParseList("127.0.0.1,localhost")
+	for _, scope := range []string{"runs", "commands"} {
+		e := rd.Egress[scope]
+		if resp.StatusCode != 200 || !rd.Ready || !e.Enabled || strings.Join(e.Allow, ",") != "127.0.0.1,localhost" || e.Digest != pol.Digest() {
+			t.Errorf("worker /readyz %s: %d %+v", scope, resp.StatusCode, rd)
+		}
 	}
 }

@@ -189,6 +189,13 @@ func New(cfg Config) (*Worker, error) {
 	return w, nil
 }
 
+// Registered reports whether this incarnation's registration has been accepted by the hub at least once.
+func (w *Worker) Registered() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.negotiated
+}
+
 // IncarnationID returns this process's incarnation.
 func (w *Worker) IncarnationID() string { return w.incarnation }
 
