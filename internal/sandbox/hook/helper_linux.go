@@ -138,7 +138,7 @@ func buildWorld(sp *Spec) {
 	}
 	if has(MRootFS) {
 		if err := setupRoot(sp); err != nil {
-			fail(MRootFS, err.Error())
+			fail(rootFailure(err), err.Error())
 		}
 	}
 	if has(MUTSNS) {

@@ -15,47 +15,120 @@ const ErrWorkdirTooLargeText = "workdir does not fit in the private tmpfs"
 // and pivots into it; on return the root is the new tmpfs (read-only) and
 // the working directory is "/". It runs in a private mount namespace with
 // CAP_SYS_ADMIN there, in the PID namespace whose /proc it should show.
+// The order is the policy: the host trees first (taken before the staging
+// root can cover their paths), then the host's read-only parts, then the
+// block's private filesystems, then the switch.
 func setupRoot(sp *Spec) error {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return wrap("build root filesystem: make / private", err)
 	}
-	dirFD, isTree := DirFD, sp.DirIsTree
-	if sp.Persist && !isTree {
-		// Take a detached copy of the workdir mount now, by path, before
-		// the staging root covers it (it may live under /tmp). The server
-		// is unprivileged in this case, so our uid (its uid) can traverse
-		// the workdir's parents.
-		fd, err := openTree(sp.HostDir)
-		if err != nil {
-			return wrap("build root filesystem: open_tree workdir", err)
-		}
-		defer syscall.Close(fd)
-		dirFD = fd
-	}
-	sharedFD := -1
-	if sp.Shared != "" {
-		// Like the workdir: take the shared tree by path before the staging root (on /tmp) can cover it.
-		fd, err := openTree(sp.Shared)
-		if err != nil {
-			return wrap("build root filesystem: open_tree "+sp.Shared, err)
-		}
-		defer syscall.Close(fd)
-		sharedFD = fd
+	tr, err := takeTrees(sp)
+	defer tr.close()
+	if err != nil {
+		return err
 	}
 	r := sp.Staging
+	if err := mountStaging(r); err != nil {
+		return err
+	}
+	st := &sysTree{overlay: sp.Mech&MOverlay != 0, mounts: sp.HostMounts}
+	if err := hostParts(r, sp, st); err != nil {
+		return err
+	}
+	if err := setupShared(r, st, tr.shared); err != nil {
+		return err
+	}
+	if err := setupDev(r, sp); err != nil {
+		return err
+	}
+	if err := setupProc(r); err != nil {
+		return err
+	}
+	if err := mkdir(r+"/tmp", 0o1777); err != nil {
+		return err
+	}
+	if err := mountTmpfs(r+"/tmp", sp.TmpSize, "1777"); err != nil {
+		return wrap("build root filesystem: mount /tmp", err)
+	}
+	if err := setupWorkdir(r, sp, tr.dir); err != nil {
+		return err
+	}
+	return pivot(r)
+}
+
+// trees are the host directories opened before the staging root covers
+// their paths (they may live under /tmp): the workdir and the shared dir.
+type trees struct {
+	dir, shared int // descriptors; dir may be DirFD (not ours to close), shared -1 for none
+	own         []int
+}
+
+func (t *trees) close() {
+	for _, fd := range t.own {
+		syscall.Close(fd)
+	}
+}
+
+func takeTrees(sp *Spec) (*trees, error) {
+	t := &trees{dir: DirFD, shared: -1}
+	if sp.Persist && !sp.DirIsTree {
+		// A detached copy of the workdir mount, by path. The server is
+		// unprivileged in this case, so our uid (its uid) can traverse the
+		// workdir's parents.
+		fd, err := openTree(sp.HostDir)
+		if err != nil {
+			return t, wrap("build root filesystem: open_tree workdir", err)
+		}
+		t.own = append(t.own, fd)
+		t.dir = fd
+	}
+	if sp.Shared != "" {
+		var fd int
+		var err error
+		if sp.Mech&MOverlay != 0 {
+			// The overlay's lower layer, named /proc/self/fd/N.
+			fd, err = syscall.Open(sp.Shared, oPath|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		} else {
+			fd, err = openTree(sp.Shared)
+		}
+		if err != nil {
+			return t, wrap("build root filesystem: open "+sp.Shared, err)
+		}
+		t.own = append(t.own, fd)
+		t.shared = fd
+	}
+	return t, nil
+}
+
+// mountStaging mounts the new root's tmpfs on r and makes it the working
+// directory (the overlays name emptyLayer relative to it), with emptyLayer
+// made first.
+func mountStaging(r string) error {
 	if err := syscall.Mount("tmpfs", r, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755"); err != nil {
 		return wrap("build root filesystem: mount root tmpfs on "+r, err)
 	}
+	if err := syscall.Chdir(r); err != nil {
+		return wrap("build root filesystem: chdir "+r, err)
+	}
+	return mkdir(r+"/"+emptyLayer, 0o555)
+}
+
+// hostParts mirrors the system directories and /etc entries and writes the
+// generated /etc files (and the deterministic faketimerc).
+func hostParts(r string, sp *Spec, st *sysTree) error {
 	for _, d := range sp.SystemDirs {
-		if err := mirror(d, r+d, true); err != nil {
+		if err := st.mirror(d, r+d, true); err != nil {
 			return err
 		}
 	}
 	if err := mkdir(r+"/etc", 0o755); err != nil {
 		return err
 	}
+	if err := st.overlayInPlace("/etc"); err != nil {
+		return err
+	}
 	for _, e := range sp.EtcEntries {
-		if err := mirror("/etc/"+e, r+"/etc/"+e, false); err != nil {
+		if err := st.mirror("/etc/"+e, r+"/etc/"+e, false); err != nil {
 			return err
 		}
 	}
@@ -67,42 +140,43 @@ func setupRoot(sp *Spec) error {
 			return wrap("build root filesystem: write /etc/"+f.name, err)
 		}
 	}
-	if err := writeFakeTimeRC(r, sp); err != nil {
-		return err
-	}
-	if err := setupDev(r, sp); err != nil {
-		return err
-	}
-	if err := mkdir(r+"/proc", 0o555); err != nil {
-		return err
-	}
+	return writeFakeTimeRC(r, sp)
+}
+
+// setupProc mounts the block's /proc and masks its host files. r/proc is
+// emptyLayer, so this comes after the last overlay: the name would resolve
+// to the procfs from now on (which overlayfs refuses as a layer).
+func setupProc(r string) error {
 	if err := syscall.Mount("proc", r+"/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC|syscall.MS_RDONLY, ""); err != nil {
 		return wrap("build root filesystem: mount /proc", err)
 	}
-	if err := maskProc(r + "/proc"); err != nil {
-		return err
+	return maskProc(r + "/proc")
+}
+
+// setupShared puts the shared tree (fd from takeTrees; -1: none) at SharedMount.
+func setupShared(r string, st *sysTree, fd int) error {
+	if fd < 0 {
+		return nil
 	}
-	if err := mkdir(r+"/tmp", 0o1777); err != nil {
-		return err
-	}
-	if err := mountTmpfs(r+"/tmp", sp.TmpSize, "1777"); err != nil {
-		return wrap("build root filesystem: mount /tmp", err)
-	}
-	if err := setupWorkdir(r, sp, dirFD); err != nil {
-		return err
-	}
-	if sharedFD >= 0 {
-		if err := attachRO(sharedFD, r+SharedMount); err != nil {
+	dst := r + SharedMount
+	if st.overlay {
+		if err := mkdir(dst, 0o755); err != nil {
 			return err
 		}
-		// ESM ignores NODE_PATH and walks up from the script to /node_modules: point that at the shared
-		// node modules, so `import … from 'fleetkit'` resolves like require() does.
-		if err := syscall.Symlink(SharedMount+"/node", r+"/node_modules"); err != nil {
-			return wrap("build root filesystem: symlink /node_modules", err)
+		if err := mountOverlay("/proc/self/fd/"+itoa(int64(fd)), dst); err != nil {
+			return err
 		}
+	} else if err := attachRO(fd, dst); err != nil {
+		return err
 	}
-	// Make the root itself read-only: nothing outside the workdir, /tmp and
-	// /dev/shm is writable.
+	// ESM ignores NODE_PATH and walks up from the script to /node_modules: point that at the shared
+	// node modules, so `import … from 'fleetkit'` resolves like require() does.
+	return wrap("build root filesystem: symlink /node_modules", syscall.Symlink(SharedMount+"/node", r+"/node_modules"))
+}
+
+// pivot makes the root read-only (nothing outside the workdir, /tmp and
+// /dev/shm is writable) and switches to it.
+func pivot(r string) error {
 	if err := syscall.Mount("", r, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
 		return wrap("build root filesystem: remount root read-only", err)
 	}
@@ -183,8 +257,9 @@ func TmpfsInodes(size int64) int64 {
 }
 
 // mirror recreates host path src at dst: symlinks as symlinks, directories
-// and files as read-only bind mounts. A missing src is skipped.
-func mirror(src, dst string, dirsOnly bool) error {
+// through t (overlays or binds), files as read-only bind mounts; anything
+// else (a socket, a device) is left out. A missing src is skipped.
+func (t *sysTree) mirror(src, dst string, dirsOnly bool) error {
 	var st syscall.Stat_t
 	if err := syscall.Lstat(src, &st); err != nil {
 		if err == syscall.ENOENT {
@@ -203,6 +278,7 @@ func mirror(src, dst string, dirsOnly bool) error {
 		if err := mkdir(dst, 0o755); err != nil {
 			return err
 		}
+		return t.dir(src, dst)
 	case syscall.S_IFREG:
 		if dirsOnly {
 			return nil

@@ -68,6 +68,10 @@ const (
 	MRlimit
 	MNoNewPrivs
 	MCaps
+	// MOverlay mounts the host directories of the private root (MRootFS) as
+	// read-only overlays with only lower layers instead of plain binds (see
+	// sysTree): a host Unix socket under them then refuses connect.
+	MOverlay
 )
 
 // MExec marks a failure of the final execve of the user's program.
@@ -110,6 +114,10 @@ type Spec struct {
 	Staging                          string // host dir to mount the new root on
 	UTSName                          string // hostname inside (Mech has MUTSNS)
 	Shared                           string // host dir bound read-only at SharedMount ("": none)
+	// HostMounts are the server's mount points below the host directories
+	// mirrored into the root (MOverlay only; see sysTree): a hint that
+	// saves each helper reading /proc/self/mountinfo.
+	HostMounts []string
 
 	// Landlock (applied when Mech has MLandlock).
 	LandlockABI                   int64
