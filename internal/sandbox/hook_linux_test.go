@@ -21,6 +21,7 @@ func TestHookMechanismBits(t *testing.T) {
 		{mNetNS, hook.MNetNS}, {mIPCNS, hook.MIPCNS}, {mUTSNS, hook.MUTSNS}, {mCgroupNS, hook.MCgroupNS},
 		{mRootFS, hook.MRootFS}, {mLandlock, hook.MLandlock}, {mSeccomp, hook.MSeccomp}, {mCgroup, hook.MCgroup},
 		{mRlimit, hook.MRlimit}, {mNoNewPrivs, hook.MNoNewPrivs}, {mCaps, hook.MCaps},
+		{mOverlay, hook.MOverlay},
 	} {
 		if uint32(c.ours) != c.hook {
 			t.Errorf("%s: sandbox bit %#x, hook bit %#x", c.ours, uint32(c.ours), c.hook)

@@ -19,6 +19,7 @@ const (
 	MechRlimit       = "rlimit"       // per-process rlimits backstop
 	MechNoNewPrivs   = "nonewprivs"   // PR_SET_NO_NEW_PRIVS
 	MechCapabilities = "capabilities" // every capability dropped before exec
+	MechOverlay      = "overlay"      // host directories of the private root as read-only overlays (host sockets refuse connect)
 )
 
 // mechSet is a bit set of mechanisms.
@@ -40,7 +41,8 @@ const (
 	mRlimit
 	mNoNewPrivs
 	mCaps
-	mAll = mCaps<<1 - 1
+	mOverlay
+	mAll = mOverlay<<1 - 1
 )
 
 var mechNames = []struct {
@@ -63,6 +65,7 @@ var mechNames = []struct {
 	{mRlimit, MechRlimit, "setrlimit must be permitted"},
 	{mNoNewPrivs, MechNoNewPrivs, "use a kernel with PR_SET_NO_NEW_PRIVS (3.5+)"},
 	{mCaps, MechCapabilities, "capset/prctl must be permitted"},
+	{mOverlay, MechOverlay, "use a kernel whose overlayfs mounts in a user namespace (5.11+, CONFIG_OVERLAY_FS) over lower filesystems it accepts (not nested more than one overlay deep); or run --sandbox besteffort, which binds the directories instead and leaves host Unix sockets under them connectable"},
 }
 
 func (m mechSet) has(b mechSet) bool { return m&b == b }

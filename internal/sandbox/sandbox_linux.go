@@ -134,7 +134,10 @@ func (s *Sandbox) init() error {
 // wantedMechs is what native mode requires.
 var wantedMechs = mAll
 
-// probeStatic checks what the kernel offers without starting anything.
+// probeStatic checks what the kernel offers without starting anything
+// (trialSpawn then finds what a container runtime or LSM forbids). A
+// mechanism that needs another one is only available with it: the private
+// root needs mount and PID namespaces, its overlays need the private root.
 func probeStatic(p *platform, exeErr error) mechSet {
 	var m mechSet
 	if exeErr == nil {
@@ -142,25 +145,47 @@ func probeStatic(p *platform, exeErr error) mechSet {
 	} else {
 		p.detail[mHelper] = "cannot locate own executable: " + exeErr.Error()
 	}
+	m |= probeNamespaces(p)
+	if m.has(mMountNS) && m.has(mPIDNS) {
+		m |= mRootFS
+	} else {
+		p.detail[mRootFS] = "needs mount and PID namespaces"
+	}
+	if m.has(mRootFS) {
+		hostMounts.below(nil) // open the table now, before any caller counts descriptors
+		m |= mOverlay
+		p.detail[mOverlay] = "system directories, /etc entries and the shared dir are read-only lower-only overlays, not binds: host Unix sockets under them refuse connect"
+	} else {
+		p.detail[mOverlay] = "needs the private root"
+	}
+	m |= probeLandlock(p) | probeSeccomp(p) | probeCgroup(p)
+	m |= mRlimit | mNoNewPrivs | mCaps
+	if p.euid == 0 {
+		p.detail[mUserNS] = fmt.Sprintf("uid %d inside maps to host uid %d", sandboxUID, p.hostUID)
+	}
+	return m
+}
+
+// probeNamespaces: the user namespace (and the sysctls that disable it),
+// then the others, which without a user namespace only root can create.
+func probeNamespaces(p *platform) mechSet {
+	var m mechSet
 	nsAvail := func(file string) bool {
 		_, err := os.Stat("/proc/self/ns/" + file)
 		return err == nil
 	}
 	userns := nsAvail("user")
-	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+	if sysctlIs("/proc/sys/user/max_user_namespaces", "0") {
 		userns = false
 		p.detail[mUserNS] = "user.max_user_namespaces is 0"
 	}
-	if p.euid != 0 {
-		if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(b)) == "0" {
-			userns = false
-			p.detail[mUserNS] = "kernel.unprivileged_userns_clone is 0"
-		}
+	if p.euid != 0 && sysctlIs("/proc/sys/kernel/unprivileged_userns_clone", "0") {
+		userns = false
+		p.detail[mUserNS] = "kernel.unprivileged_userns_clone is 0"
 	}
 	if userns {
 		m |= mUserNS
 	}
-	// Without a user namespace only root can create the others.
 	privileged := userns || p.euid == 0
 	for _, ns := range []struct {
 		bit  mechSet
@@ -175,51 +200,58 @@ func probeStatic(p *platform, exeErr error) mechSet {
 			m |= ns.bit
 		}
 	}
-	if m.has(mMountNS) && m.has(mPIDNS) {
-		m |= mRootFS
-	} else {
-		p.detail[mRootFS] = "needs mount and PID namespaces"
-	}
-	if abi := landlock.ABI(); abi > 0 {
-		m |= mLandlock
-		p.landlockABI = min(abi, landlock.MaxABI)
-		p.version[mLandlock] = "ABI " + strconv.Itoa(abi)
-		if abi > landlock.MaxABI {
-			p.detail[mLandlock] = fmt.Sprintf("used at ABI %d", landlock.MaxABI)
-		}
-		if abi < 6 {
-			p.detail[mLandlock] = "no signal/abstract-socket scoping before ABI 6"
-		}
-		if abi < 4 {
-			p.detail[mLandlock] = "no TCP rules before ABI 4 (network namespace still applies)"
-		}
-	} else {
-		p.detail[mLandlock] = "Landlock not enabled in this kernel"
-	}
-	if seccomp.Supported() {
-		m |= mSeccomp
-		p.version[mSeccomp] = fmt.Sprintf("deny list of %d syscalls", len(seccomp.Denied)+2)
-		p.detail[mSeccomp] = "socket families: unix, inet, inet6, netlink (route) only"
-	} else {
-		p.detail[mSeccomp] = "seccomp filters not supported"
-	}
-	m |= mRlimit | mNoNewPrivs | mCaps
-	if h, err := cgroup.Detect(); err == nil {
-		p.cg = h
-		m |= mCgroup
-		in := h.Info()
-		p.version[mCgroup] = "v" + strconv.Itoa(in.Version)
-		p.detail[mCgroup] = strings.Join(in.Controllers, ",") + " under " + in.Path
-		if len(in.Notes) > 0 {
-			p.detail[mCgroup] += "; " + strings.Join(in.Notes, "; ")
-		}
-	} else {
-		p.detail[mCgroup] = err.Error()
-	}
-	if p.euid == 0 {
-		p.detail[mUserNS] = fmt.Sprintf("uid %d inside maps to host uid %d", sandboxUID, p.hostUID)
-	}
 	return m
+}
+
+// sysctlIs reports whether the file exists and holds v.
+func sysctlIs(file, v string) bool {
+	b, err := os.ReadFile(file)
+	return err == nil && strings.TrimSpace(string(b)) == v
+}
+
+func probeLandlock(p *platform) mechSet {
+	abi := landlock.ABI()
+	if abi <= 0 {
+		p.detail[mLandlock] = "Landlock not enabled in this kernel"
+		return 0
+	}
+	p.landlockABI = min(abi, landlock.MaxABI)
+	p.version[mLandlock] = "ABI " + strconv.Itoa(abi)
+	switch {
+	case abi < 4:
+		p.detail[mLandlock] = "no TCP rules before ABI 4 (network namespace still applies)"
+	case abi < 6:
+		p.detail[mLandlock] = "no signal/abstract-socket scoping before ABI 6"
+	case abi > landlock.MaxABI:
+		p.detail[mLandlock] = fmt.Sprintf("used at ABI %d", landlock.MaxABI)
+	}
+	return mLandlock
+}
+
+func probeSeccomp(p *platform) mechSet {
+	if !seccomp.Supported() {
+		p.detail[mSeccomp] = "seccomp filters not supported"
+		return 0
+	}
+	p.version[mSeccomp] = fmt.Sprintf("deny list of %d syscalls", len(seccomp.Denied)+2)
+	p.detail[mSeccomp] = "socket families: unix, inet, inet6, netlink (route) only"
+	return mSeccomp
+}
+
+func probeCgroup(p *platform) mechSet {
+	h, err := cgroup.Detect()
+	if err != nil {
+		p.detail[mCgroup] = err.Error()
+		return 0
+	}
+	p.cg = h
+	in := h.Info()
+	p.version[mCgroup] = "v" + strconv.Itoa(in.Version)
+	p.detail[mCgroup] = strings.Join(in.Controllers, ",") + " under " + in.Path
+	if len(in.Notes) > 0 {
+		p.detail[mCgroup] += "; " + strings.Join(in.Notes, "; ")
+	}
+	return mCgroup
 }
 
 // trialSpawn runs the helper once with everything available and ProbeOnly,
@@ -292,10 +324,10 @@ func (s *Sandbox) trialSpawn() {
 		p.avail &^= bit
 		p.detail[bit] = ue.Reason
 		if bit == mUserNS && p.euid != 0 {
-			p.avail &^= mPIDNS | mMountNS | mNetNS | mIPCNS | mUTSNS | mCgroupNS | mRootFS
+			p.avail &^= mPIDNS | mMountNS | mNetNS | mIPCNS | mUTSNS | mCgroupNS | mRootFS | mOverlay
 		}
-		if bit == mMountNS || bit == mPIDNS {
-			p.avail &^= mRootFS
+		if bit == mMountNS || bit == mPIDNS || bit == mRootFS {
+			p.avail &^= mRootFS | mOverlay
 		}
 	}
 }
@@ -354,6 +386,9 @@ func (s *Sandbox) buildReport() Report {
 		rep.Protections = append(rep.Protections,
 			fmt.Sprintf("tmpfs inodes: %d per private tmpfs of %d bytes (workdir, /tmp, /dev/shm)", hook.TmpfsInodes(l.TmpSize), l.TmpSize),
 			"masked /proc files: "+strings.Join(hook.ProcMasked, ", ")+" (read empty)")
+		if use.has(mOverlay) {
+			rep.Protections = append(rep.Protections, "host Unix sockets: system directories, /etc entries and the shared dir are read-only overlays; a host socket under them refuses connect (ECONNREFUSED)")
+		}
 	}
 	rep.Determinism = determinismStatus(use)
 	return rep

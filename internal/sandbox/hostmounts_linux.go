@@ -1,0 +1,113 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// hostMounts is the mount table of codellm's own mount namespace, which
+// every helper's namespace starts as a copy of. The helper needs to know
+// which mirrored host directories have mounts below them (an overlay of
+// such a directory is refused by the kernel; see hook.sysTree), and
+// reading /proc/self/mountinfo costs about 0.6 ms with a hundred mounts
+// (runner workspaces are mounts), measured on the CI host: too much for
+// every block. So the server keeps it open and re-reads it only after the
+// kernel says it changed (poll reports POLLPRI after any mount or unmount
+// in the namespace). The helper re-reads its own copy when an overlay
+// fails anyway (a mount made between the two).
+var hostMounts mountTable
+
+type mountTable struct {
+	mu     sync.Mutex
+	fd     int // -1 after a failure: the helper then reads mountinfo itself
+	opened bool
+	points []string
+}
+
+// below returns the mount points strictly below any of dirs (the first
+// call opens the table: one descriptor per process, kept for its life).
+func (m *mountTable) below(dirs []string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.opened {
+		m.opened = true
+		fd, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			m.fd = -1
+		} else {
+			m.fd = fd
+			m.reread()
+		}
+	} else if m.fd >= 0 {
+		pfd := []unix.PollFd{{Fd: int32(m.fd), Events: unix.POLLPRI}}
+		if n, err := unix.Poll(pfd, 0); err != nil || n > 0 {
+			m.reread()
+		}
+	}
+	if m.fd < 0 {
+		return nil
+	}
+	var out []string
+	for _, p := range m.points {
+		for _, d := range dirs {
+			if strings.HasPrefix(p, d+"/") {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (m *mountTable) reread() {
+	var b []byte
+	buf := make([]byte, 64<<10)
+	_, err := unix.Seek(m.fd, 0, 0)
+	for err == nil {
+		var n int
+		n, err = unix.Read(m.fd, buf)
+		if err == unix.EINTR {
+			err = nil
+			continue
+		}
+		if err != nil || n == 0 {
+			break
+		}
+		b = append(b, buf[:n]...)
+	}
+	if err != nil {
+		unix.Close(m.fd)
+		m.fd, m.points = -1, nil
+		return
+	}
+	m.points = m.points[:0]
+	for _, line := range strings.Split(string(b), "\n") {
+		// id parent major:minor root mount-point options ...
+		if f := strings.SplitN(line, " ", 6); len(f) == 6 {
+			m.points = append(m.points, unescapeMountinfo(f[4]))
+		}
+	}
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space, …).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
