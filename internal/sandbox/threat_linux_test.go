@@ -531,7 +531,7 @@ if os.path.exists("/sys/kernel") and os.listdir("/sys/fs/cgroup"): print("` + pr
 
 func TestC_NativeRefusesWhenMechanismMissing(t *testing.T) {
 	s := nativeSandbox(t)
-	for _, m := range []string{MechLandlock, MechSeccomp, MechUserNS, MechCgroup} {
+	for _, m := range []string{MechLandlock, MechSeccomp, MechUserNS, MechCgroup, MechOverlay} {
 		b, _ := mechByName(m)
 		c := &Sandbox{cfg: s.cfg, log: s.log, report: s.report, plat: s.plat}
 		c.plat.avail &^= b

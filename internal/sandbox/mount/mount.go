@@ -1,6 +1,9 @@
 // Package mount lists what the minimal root filesystem of a sandboxed
 // block contains: the host system directories, /etc entries and device
-// nodes that are bound into it read-only.
+// nodes that are mounted into it read-only. Directories come as read-only
+// overlays with only lower layers (the overlay mechanism; plain recursive
+// binds without it), so a host Unix socket below them refuses connect();
+// files are read-only binds.
 //
 // These lists are the policy. Package sandbox sends them to the helper in
 // the spec (and bases the Landlock read rules on SystemDirs); the helper,
