@@ -278,14 +278,14 @@ func TestDoctorCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("doctor: %v\n%s", err, out)
 	}
-	for _, mech := range []string{"userns", "pidns", "landlock", "seccomp", "cgroup"} {
+	for _, mech := range []string{"userns", "pidns", "landlock", "seccomp", "cgroup", "overlay"} {
 		if !strings.Contains(string(out), mech) {
 			t.Errorf("doctor output lacks %s:\n%s", mech, out)
 		}
 	}
 	// Issue 14: the new protections are reported.
 	for _, p := range []string{"protection: socket families", "protection: tmpfs inodes", "protection: masked /proc files: cmdline",
-		"protection: listener Host", "protection: listener Origin", "protection: listener limits", "protection: runner sessions"} {
+		"protection: listener Host", "protection: listener Origin", "protection: listener limits", "protection: runner sessions", "protection: host Unix sockets"} {
 		if !strings.Contains(string(out), p) {
 			t.Errorf("doctor output lacks %q:\n%s", p, out)
 		}

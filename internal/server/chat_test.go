@@ -661,9 +661,25 @@ func TestG25Surface(t *testing.T) {
 		Sandbox  string   `json:"sandbox"`
 		Programs []string `json:"programs"`
 		Reason   string   `json:"reason"`
+		Report   struct {
+			Mechanisms []struct {
+				Name string `json:"name"`
+				Used bool   `json:"used"`
+			} `json:"mechanisms"`
+			Protections []string `json:"protections"`
+		} `json:"mechanisms"`
 	}
 	if err := json.Unmarshal(body, &rd); err != nil || status != 200 || !rd.Ready || len(rd.Programs) == 0 {
 		t.Fatalf("readyz %d %s", status, body)
+	}
+	if rd.Sandbox == "native" { // issue 14 item 7: the overlay mechanism and its protection are reported
+		used := false
+		for _, m := range rd.Report.Mechanisms {
+			used = used || m.Name == "overlay" && m.Used
+		}
+		if !used || !strings.Contains(strings.Join(rd.Report.Protections, "\n"), "host Unix sockets") {
+			t.Errorf("readyz does not report the overlay protection: %s", body)
+		}
 	}
 	status, _, body = ts.get(t, "/v1/models")
 	if status != 200 || !strings.Contains(string(body), `"id":"codellm"`) {
