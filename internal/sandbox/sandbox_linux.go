@@ -515,6 +515,13 @@ func (s *Sandbox) removeLater(g *cgroup.Group) {
 func (r *Run) start(spec *Spec, seq int) (*Process, error) {
 	s := r.sb
 	p := &s.plat
+	if seq > 1 && r.plat.group != nil {
+		// The run's blocks share its cpu cgroup, which the scheduler weighs
+		// like one task against the host's; so that a pipeline of n blocks
+		// gets what n shell processes would under contention, the run
+		// weighs n tasks (docs/operator.md, "CPU weight of a run").
+		_ = r.plat.group.SetCPUWeight(seq)
+	}
 	if s.cfg.Mode == ModeOff {
 		var child *cgroup.Group
 		if r.plat.group != nil {

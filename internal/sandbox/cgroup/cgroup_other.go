@@ -30,6 +30,9 @@ func (g *Group) NewChild(name string) (*Group, error) { return nil, ErrUnavailab
 // Path is empty off Linux.
 func (g *Group) Path() string { return "" }
 
+// SetCPUWeight: nothing without Linux cgroups.
+func (g *Group) SetCPUWeight(n int) error { return nil }
+
 // ProcsFiles is empty off Linux.
 func (g *Group) ProcsFiles() []string { return nil }
 
