@@ -41,15 +41,22 @@ import (
 //     Debian's libfaketime does not shift what stat/statx return either
 //     (measured: python's os.stat and stat(1) of a file written under
 //     FAKETIME show today's time). A program that prints mtimes differs.
-//   - Randomness: /dev/urandom and /dev/random are a read-only file of
-//     RandomBytes of the ChaCha20 keystream keyed by SHA-256(Seed); every
-//     open reads it from the start. getrandom(2) fails with ENOSYS, so
-//     runtimes fall back to the device: python's os.urandom, random and
-//     uuid4, OpenSSL (node's crypto, randomUUID and, through V8's entropy
-//     source, Math.random and the V8 hash seed), glibc's arc4random (bash
-//     5.2's $SRANDOM) all did, measured. A program that only knows
-//     getrandom and has no fallback fails instead of running seeded. Two
-//     processes of one block that each open the device read the same bytes.
+//   - Randomness, two sources (measured which program takes which, by
+//     comparing its bytes with the device's): libfaketime's getrandom()
+//     and getentropy() wrappers return a stream of FAKERANDOM_SEED
+//     (FakeRandomSeed): python's os.urandom, random and uuid4, and OpenSSL
+//     (node's crypto, randomUUID and, through V8's entropy source,
+//     Math.random and the V8 hash seed; openssl rand) call those libc
+//     functions. The getrandom system call itself fails with ENOSYS, so
+//     what bypasses libc's symbol (glibc's own arc4random: bash 5.2's
+//     $SRANDOM; static binaries; syscall(SYS_getrandom)) falls back to
+//     /dev/urandom, which, with /dev/random, is a read-only file of
+//     RandomBytes of the ChaCha20 keystream keyed by SHA-256(Seed), as
+//     for a program reading the device itself (od, head -c, open()).
+//     Every open reads that file from the start: two processes of one
+//     block that each open the device read the same bytes. A program that
+//     only knows the getrandom system call and has no fallback fails
+//     instead of running seeded.
 //   - Python's hash seed: PYTHONHASHSEED derived from Seed.
 //   - Addresses: ASLR off (personality ADDR_NO_RANDOMIZE) for the program
 //     and its children: python's id() and /proc/self/maps repeat.
@@ -99,6 +106,15 @@ func (d *Determinism) Key() []byte {
 	return k[:]
 }
 
+// FakeRandomSeed is libfaketime's FAKERANDOM_SEED for the seed: 62 bits of the key with bit 62 set,
+// so in [2^62, 2^63). libfaketime parses the variable as a signed 64-bit number, saturating: every
+// value from 2^63 up read as 2^63-1, so half of all seeds gave one and the same getrandom stream
+// (measured: python's os.urandom, random and uuid4 were identical for seeds "alpha", "s1", "h1",
+// "c1" and "c2"); small values gave zero bytes first (0x1, 0x2, 123: 0000000000000000).
+func (d *Determinism) FakeRandomSeed() uint64 {
+	return binary.LittleEndian.Uint64(d.Key()[8:16])&(1<<62-1) | 1<<62
+}
+
 // HashSeed is PYTHONHASHSEED for the seed: 0..4294967295, never "random".
 func (d *Determinism) HashSeed() uint32 {
 	return binary.LittleEndian.Uint32(d.Key()[:4])
@@ -113,8 +129,8 @@ func (d *Determinism) Environ(env []string) []string {
 		"FAKETIME_DONT_FAKE_MONOTONIC": "1",
 		// libfaketime's getrandom/getentropy wrappers return a stream of this seed: OpenSSL 3 (node) calls
 		// getentropy first and, on ENOSYS, refuses a /dev/urandom that is not a device (measured: node
-		// aborts in CSPRNG init without it).
-		"FAKERANDOM_SEED": "0x" + strconv.FormatUint(binary.LittleEndian.Uint64(d.Key()[8:16]), 16),
+		// aborts in CSPRNG init without it). See FakeRandomSeed for its range.
+		"FAKERANDOM_SEED": "0x" + strconv.FormatUint(d.FakeRandomSeed(), 16),
 		"PYTHONHASHSEED":  strconv.FormatUint(uint64(d.HashSeed()), 10),
 		"TZ":              "UTC",
 		"LANG":            "C.UTF-8",
