@@ -68,6 +68,9 @@ type execRequest struct {
 	SessionID string            `json:"session_id"`
 	Files     []json.RawMessage `json:"files"`
 	UserID    string            `json:"user_id"`
+	// Metadata carries codellm's deterministic-mode fields (deterministic, seed, now), forwarded to the
+	// worker's runner; LibreChat sends none.
+	Metadata map[string]json.RawMessage `json:"metadata"`
 }
 
 // newSessionID mints 21 chars of [A-Za-z0-9_-].
@@ -110,6 +113,11 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "lang must be one of py js ts c cpp java php rs go d f90 r bash, and code a string"})
 		return
 	}
+	meta, ce := execMetadata(req.Metadata)
+	if ce != nil {
+		writeExecError(w, ce)
+		return
+	}
 	deadline, err := h.deadline(r, h.cfg.ExecTimeout)
 	if err != nil {
 		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: err.Error()})
@@ -125,7 +133,11 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeExecError(w, ce)
 		return
 	}
-	d.request = assignmentRequest(execBody(lang, *req.Code, req.Args, inputs, d.sessionID, deadline), &bridge.Object{})
+	body := execBody(lang, *req.Code, req.Args, inputs, d.sessionID, deadline)
+	if meta != nil {
+		body.Set("metadata", meta)
+	}
+	d.request = assignmentRequest(body, &bridge.Object{})
 	out, err := h.dispatch(r.Context(), d)
 	if err != nil {
 		writeExecError(w, h.fail(err))
@@ -141,6 +153,9 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request) {
 	if out.status != bridge.StatusFulfilled {
 		writeExecError(w, rejectionError(out))
 		return
+	}
+	if v := deterministicHeader(out.result); v != "" {
+		w.Header().Set(determinismHeader, v)
 	}
 	writeValue(w, http.StatusOK, h.execReply(r.Context(), key, d.sessionID, out.result))
 }
@@ -255,6 +270,9 @@ func appendLine(s, line string) string {
 // rejectionError maps a rejected exec: a request the runner refused as invalid (unknown language or
 // version, a bad file) is the caller's 400 — retrying cannot help — and anything else a 502.
 func rejectionError(out *outcome) *clientError {
+	if strings.HasPrefix(out.errMsg, runnerDeterministicUnavailable+": ") {
+		return &clientError{status: http.StatusNotImplemented, code: runnerDeterministicUnavailable, message: strings.TrimPrefix(out.errMsg, runnerDeterministicUnavailable+": ")}
+	}
 	if strings.Contains(out.errMsg, "runtime is unknown") || strings.HasPrefix(out.errMsg, "files[") {
 		return &clientError{status: http.StatusBadRequest, code: "invalid_request", message: out.errMsg}
 	}

@@ -97,8 +97,11 @@ func classify(status int, body []byte) (*bridge.Object, error) {
 			}
 		}
 	}
-	clean := status >= 400 && status < 500 && status != http.StatusRequestTimeout &&
-		status != http.StatusTooManyRequests && code != "session_workspace_dirty"
+	// codellm's 501 deterministic_unavailable is a refusal before anything ran, too: the sandbox cannot
+	// honour a deterministic request (runner.CodeDeterministicUnavailable).
+	clean := (status >= 400 && status < 500 && status != http.StatusRequestTimeout &&
+		status != http.StatusTooManyRequests && code != "session_workspace_dirty") ||
+		(status == http.StatusNotImplemented && code == runner.CodeDeterministicUnavailable)
 	return nil, &RunError{Message: msg, Status: status, KnownClean: clean}
 }
 

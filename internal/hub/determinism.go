@@ -1,0 +1,62 @@
+package hub
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/openai"
+)
+
+// determinismHeader is the reply header of a deterministic run (the server's X-Codellm-Deterministic,
+// same value: seed="…"; now=RFC 3339).
+const determinismHeader = "X-Codellm-Deterministic"
+
+// runnerDeterministicUnavailable is the runner's error code for a deterministic request its sandbox
+// cannot honour (runner.CodeDeterministicUnavailable); the hub answers it 501, as the server does.
+const runnerDeterministicUnavailable = "deterministic_unavailable"
+
+// execMetadata validates /v1/exec's metadata.deterministic, .seed and .now (the chat routes' fields and
+// value forms) before anything is dispatched, and returns them normalised for the runner request (nil
+// when none was sent; other metadata members are not forwarded). They are part of the body, so the
+// Idempotency-Key fingerprint covers them: the same key with another seed or clock is a different request.
+func execMetadata(meta map[string]json.RawMessage) (*bridge.Object, *clientError) {
+	d, oe := openai.DecodeDeterminism(meta)
+	if oe != nil {
+		return nil, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: oe.Message}
+	}
+	if d.On == nil && d.Seed == nil && d.Now.IsZero() {
+		return nil, nil
+	}
+	o := &bridge.Object{}
+	if d.On != nil {
+		o.Set("deterministic", strconv.FormatBool(*d.On))
+	}
+	if d.Seed != nil {
+		o.Set("seed", *d.Seed)
+	}
+	if !d.Now.IsZero() {
+		o.Set("now", d.Now.UTC().Format(time.RFC3339))
+	}
+	return o, nil
+}
+
+// deterministicHeader is determinismHeader's value for a runner reply that records a deterministic run
+// ("deterministic": {seed, now}), "" otherwise.
+func deterministicHeader(result *bridge.Object) string {
+	v, _ := result.Get("deterministic")
+	o, ok := v.(*bridge.Object)
+	if !ok {
+		return ""
+	}
+	seed, _ := o.Get("seed")
+	now, _ := o.Get("now")
+	s, ok1 := seed.(string)
+	n, ok2 := now.(string)
+	if !ok1 || !ok2 {
+		return ""
+	}
+	return "seed=" + strconv.QuoteToASCII(s) + "; now=" + n
+}
