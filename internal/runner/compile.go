@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"os"
-	"path"
 	"path/filepath"
 	"time"
 
@@ -29,27 +28,26 @@ func compileEnv(env []string, build string) []string {
 		"GOPATH="+filepath.Join(build, "go"), "GOFLAGS=-buildvcs=false", "GO111MODULE=auto")
 }
 
-// compile runs the compile stage in the workspace dir, which the program sees at in. It returns the stage
+// compile runs the compile stage in the workspace, which the program sees at in. It returns the stage
 // result and whether the run may follow.
-func (r *Runner) compile(ctx context.Context, s *session, dir, in string, p *prepared, env []string) (*StageResult, bool, *Error) {
-	if err := os.MkdirAll(buildDir(dir), 0o700); err != nil {
+func (r *Runner) compile(ctx context.Context, ws *workspace, in string, p *prepared, env []string) (*StageResult, bool, *Error) {
+	if err := os.MkdirAll(buildDir(ws.dir), 0o700); err != nil {
 		return nil, false, sandboxFailed("cannot create the build directory: "+err.Error(), err)
 	}
 	build := buildDir(in)
-	entry := path.Join(in, p.files[0].name)
-	argv := interp.Expand(p.rt.interp.Compile, entry, build)
+	argv := interp.Expand(p.rt.interp.Compile, entry(in, p), build)
 	prog, err := interp.LookPath(argv[0])
 	if err != nil {
 		return nil, false, sandboxFailed("compiler: "+err.Error(), err)
 	}
 	limits := stageLimits{timeout: p.compileTimeout, memory: p.compileMemory, cpu: p.compileCPU, det: p.det}
-	st, status, e := r.stage(ctx, prog, argv, compileEnv(env, build), dir, nil, limits)
+	st, status, e := r.stage(ctx, ws, sandbox.Spec{Path: prog, Args: argv, Env: compileEnv(env, build)}, limits)
 	if e != nil {
 		return nil, false, e
 	}
 	if status == execution.Cancelled {
-		if s != nil {
-			r.markDirty(s, "the previous execute was killed mid-compile")
+		if ws.s != nil {
+			r.markDirty(ws.s, "the previous execute was killed mid-compile")
 		}
 		return nil, false, canceled(ctx)
 	}
@@ -86,22 +84,29 @@ type stageLimits struct {
 	det     *sandbox.Determinism // deterministic mode (nil: off)
 }
 
-// stage runs one sandboxed process in its own cgroup and captures it like the run stage.
-func (r *Runner) stage(ctx context.Context, prog string, argv, env []string, dir string, stdin *os.File, l stageLimits) (*StageResult, execution.Status, *Error) {
-	run, err := r.cfg.Sandbox.NewRun(&sandbox.Limits{Memory: l.memory, CPUTime: l.cpu})
+// stage runs one sandboxed process (the compile stage) in its own cgroup and captures it like the run
+// stage; in the private mode what it leaves in the workspace is kept for the run stage.
+func (r *Runner) stage(ctx context.Context, ws *workspace, sp sandbox.Spec, l stageLimits) (*StageResult, execution.Status, *Error) {
+	run, err := r.cfg.Sandbox.NewRun(r.runLimits(l.memory, l.cpu))
 	if err != nil {
 		return nil, 0, sandboxFailed("sandbox: "+err.Error(), err)
 	}
 	defer run.Close()
 	max := r.cfg.MaxOutputBytes
-	sup, err := execution.Supervise(ctx, run, sandbox.Spec{Path: prog, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true, Stdin: stdin,
-		Deterministic: l.det},
+	sp.Deterministic = l.det
+	spec, col := ws.spec(sp, false)
+	sup, err := execution.Supervise(ctx, run, spec,
 		execution.Options{Timeout: l.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true})
 	if err != nil {
 		return nil, 0, sandboxFailed("sandbox: "+err.Error(), err)
 	}
 	if sup.Status == execution.SandboxError {
 		return nil, 0, sandboxFailed("the sandbox failed during the compile: "+sup.Err.Error(), sup.Err)
+	}
+	if sup.Status != execution.Cancelled {
+		if e := ws.collected(col); e != nil {
+			return nil, 0, e
+		}
 	}
 	st := stageResult(sup, "compile", l.timeout, max, ctx)
 	return &st, sup.Status, nil

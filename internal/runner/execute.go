@@ -145,31 +145,14 @@ func deref(s *string) string {
 // run executes a prepared request in dir. The session (nil for one-off runs) is marked dirty whenever the
 // workspace may have been left half-written: see the package documentation.
 func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (*ExecuteResponse, *Error) {
-	fail := func(what string, err error) *Error {
-		if s != nil {
-			r.markDirty(s, what+" ("+err.Error()+")")
-		}
-		return sandboxFailed(what+": "+err.Error(), err)
-	}
 	if ctx.Err() != nil { // canceled while queued: nothing has touched the workspace yet
 		return nil, canceled(ctx)
 	}
 	if e, err := writeFiles(dir, p.files); e != nil {
 		return nil, e
 	} else if err != nil {
-		return nil, fail("writing the request's files failed", err)
+		return nil, r.failIn(s, "writing the request's files failed", err)
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, fail("opening the workspace failed", err)
-	}
-	defer root.Close()
-	before, err := scan(root)
-	scanned := err == nil
-	if err != nil && !errors.Is(err, errTooManyEntries) {
-		return nil, fail("scanning the workspace failed", err)
-	}
-
 	stdin, err := r.stdinFile(p.stdin)
 	if err != nil {
 		return nil, sandboxFailed("cannot prepare stdin: "+err.Error(), err)
@@ -177,18 +160,22 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 	if stdin != nil {
 		defer stdin.Close()
 	}
-	run, err := r.cfg.Sandbox.NewRun(&sandbox.Limits{Memory: p.memory, CPUTime: p.cpu})
+	run, err := r.cfg.Sandbox.NewRun(r.runLimits(p.memory, p.cpu))
 	if err != nil {
 		return nil, sandboxFailed("sandbox: "+err.Error(), err)
 	}
 	defer run.Close()
+	ws, e := r.openWorkspace(s, dir, run)
+	if e != nil {
+		return nil, e
+	}
+	defer ws.close()
 	// The program sees its workspace at WorkDir, never the host path (LibreChat tells models to write there).
 	in := run.Workdir(dir, WorkDir)
-	entry := path.Join(in, p.files[0].name)
 	env := append(interp.Env(in, p.rt.interp, r.cfg.Exposed), p.env...)
 	var compiled *StageResult
 	if p.rt.interp.Compiled() {
-		st, ok, e := r.compile(ctx, s, dir, in, p, env)
+		st, ok, e := r.compile(ctx, ws, in, p, env)
 		if e != nil {
 			return nil, e
 		}
@@ -197,54 +184,56 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 		}
 		compiled = st
 	}
-	runPath, argv, err := runArgv(p, in, entry)
+	runPath, argv, err := runArgv(p, in, entry(in, p))
 	if err != nil {
 		return nil, sandboxFailed("cannot find the program to run: "+err.Error(), err)
 	}
-
+	spec, col := ws.spec(sandbox.Spec{Path: runPath, Args: argv, Env: env, Stdin: stdin, Deterministic: p.det}, true)
 	max := r.cfg.MaxOutputBytes
-	sup, err := execution.Supervise(ctx, run, sandbox.Spec{
-		Path: runPath, Args: argv, Env: env, Dir: dir, MountAt: WorkDir, Persist: true, Stdin: stdin, Deterministic: p.det,
-	}, execution.Options{Timeout: p.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true})
+	sup, err := execution.Supervise(ctx, run, spec,
+		execution.Options{Timeout: p.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true})
 	if err != nil {
 		// Start failed before the program was exec'd: nothing ran, the workspace is as we left it.
 		return nil, sandboxFailed("sandbox: "+err.Error(), err)
 	}
 	if sup.Status == execution.SandboxError {
-		return nil, fail("the sandbox failed during the run", sup.Err)
+		return nil, ws.fail("the sandbox failed during the run", sup.Err)
+	}
+	if r.afterRun != nil {
+		r.afterRun(dir)
 	}
 	st := stageResult(sup, "run", p.timeout, max, ctx)
-	if s != nil {
-		// A run stopped at run_timeout or an output cap still gets its reply, which says so: the client
-		// knows what happened, as after a crash, so the session stays usable (LibreChat's models retry in
-		// the same session). Only a run whose reply is lost (the caller went away) leaves it unknown.
-		switch {
-		case sup.Status == execution.Cancelled:
-			r.markDirty(s, "the previous execute was killed mid-run ("+*st.Message+")")
-		case sup.LimitDesc != "":
-			r.markDirty(s, "the previous execute was killed by the sandbox ("+sup.LimitDesc+")")
-		}
-	}
+	r.noteEnd(s, sup, st)
 	if sup.Status == execution.Cancelled {
 		return nil, canceled(ctx)
 	}
-
+	if e := ws.collected(col); e != nil {
+		return nil, e
+	}
 	resp := &ExecuteResponse{Language: p.rt.Language, Version: p.rt.Version, Run: st, Compile: compiled,
 		Deterministic: deterministicReply(p.det)}
-	after, err := scan(root)
-	if err != nil && !errors.Is(err, errTooManyEntries) {
-		return nil, fail("scanning the workspace after the run failed", err)
+	if e := ws.filesOut(resp, col); e != nil {
+		return nil, e
 	}
-	if err != nil || !scanned {
-		resp.FilesTruncated = true
-		return resp, nil
-	}
-	files, omitted, err := filesOut(root, before, after, r.cfg.FilesOutMaxCount, r.cfg.FilesOutMaxBytes)
-	if err != nil {
-		return nil, fail("reading the run's files failed", err)
-	}
-	resp.Files, resp.FilesTruncated = files, omitted > 0
 	return resp, nil
+}
+
+func entry(in string, p *prepared) string { return path.Join(in, p.files[0].name) }
+
+// noteEnd marks a session dirty after a run whose end leaves its workspace unknown. A run stopped at
+// run_timeout or an output cap still gets its reply, which says so: the client knows what happened, as
+// after a crash, so the session stays usable (LibreChat's models retry in the same session). Only a run
+// whose reply is lost (the caller went away) leaves it unknown.
+func (r *Runner) noteEnd(s *session, sup *execution.Supervised, st StageResult) {
+	if s == nil {
+		return
+	}
+	switch {
+	case sup.Status == execution.Cancelled:
+		r.markDirty(s, "the previous execute was killed mid-run ("+*st.Message+")")
+	case sup.LimitDesc != "":
+		r.markDirty(s, "the previous execute was killed by the sandbox ("+sup.LimitDesc+")")
+	}
 }
 
 // stageResult is the one table from an outcome to Piston's stage object (stage is "run" or "compile"):

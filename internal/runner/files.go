@@ -137,15 +137,20 @@ func filesOut(root *os.Root, before, after snapshot, maxCount int, maxBytes int6
 		if err != nil {
 			return nil, 0, err
 		}
-		if data == nil {
-			of.ContentOmitted = true
-		} else {
-			s := base64.StdEncoding.EncodeToString(data)
-			of.Content, of.Encoding, of.Size = &s, "base64", int64(len(data))
-		}
+		setContent(&of, data)
 		out = append(out, of)
 	}
 	return out, omitted, nil
+}
+
+// setContent sets a file out's content from readCapped's answer (nil: larger than the cap).
+func setContent(of *OutFile, data []byte) {
+	if data == nil {
+		of.ContentOmitted = true
+		return
+	}
+	s := base64.StdEncoding.EncodeToString(data)
+	of.Content, of.Encoding, of.Size = &s, "base64", int64(len(data))
 }
 
 // readCapped reads a file of at most max bytes; nil means it was larger.

@@ -78,11 +78,17 @@ type Config struct {
 	// used first) for a new one, instead of answering 429 until SessionTTL; default 5 min.
 	EvictIdle time.Duration
 
-	// WorkspaceSize, when > 0, makes every workspace (session or one-off) a tmpfs of that many bytes
-	// (inodes: one per 4 KiB), so a run cannot fill the host disk through its read-write workspace. It
-	// needs a root codellm on Linux; New fails if the mount does not work. 0 (default): workspaces are
-	// plain directories under WorkRoot, bounded only per file by the sandbox's file size limit.
+	// WorkspaceSize, when > 0, bounds every workspace (session or one-off) to that many bytes and one
+	// inode per 4 KiB, so a run cannot fill the host disk through its workspace. A root codellm mounts a
+	// tmpfs of that size on each host workspace, bind-mounted read-write into the sandbox. Otherwise (not
+	// root, or the mount refused) each stage runs in a private tmpfs of that size inside the sandbox
+	// (its workdir, /tmp and /dev/shm), copied in from the host directory and, for sessions and compile
+	// stages, copied back when the program is over (see private.go); this needs the sandbox's private
+	// root, and without one the workspace stays a host directory (logged once). 0: workspaces are plain
+	// host directories under WorkRoot, bounded only per file by the sandbox's file size limit.
 	WorkspaceSize int64
+	// privateWorkspace forces the private mode even for root (tests of a non-root runner).
+	privateWorkspace bool
 
 	FilesOutMaxBytes int64 // content is returned for changed files up to this size; default 1 MiB
 	FilesOutMaxCount int   // at most this many changed files are listed; default 32
@@ -127,6 +133,13 @@ type Runner struct {
 	stop     context.CancelFunc
 	inflight sync.WaitGroup
 	janitor  sync.WaitGroup
+
+	// private: WorkspaceSize is enforced by the sandbox's private tmpfs, not a mount (see private.go);
+	// mounted: by a tmpfs on each host workspace.
+	private, mounted bool
+	unbounded        sync.Once // the warning that a private-mode run could not be bounded
+	// afterRun, a test seam, sees the host workspace right after the run stage (before files out).
+	afterRun func(dir string)
 
 	mu       sync.Mutex
 	closed   bool
@@ -229,25 +242,38 @@ func New(cfg Config) (*Runner, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if cfg.WorkspaceSize > 0 {
-		// Probe once so a host that cannot do it fails at startup, not on every execute.
-		probe := filepath.Join(r.runsDir, "probe")
-		err := os.Mkdir(probe, 0o700)
-		if err == nil {
-			if err = mountQuota(probe, cfg.WorkspaceSize); err == nil {
-				err = unmountQuota(probe)
-			}
-		}
-		if err != nil {
-			r.unlock()
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("runner: WorkspaceSize: %w", err)
-		}
-	}
+	r.chooseBound()
 	r.base, r.stop = context.WithCancel(context.Background())
 	r.janitor.Add(1)
 	go r.janitorLoop()
 	return r, nil
+}
+
+// chooseBound picks how WorkspaceSize is enforced: a tmpfs mounted on each workspace when this process may
+// mount one (probed once, so a refused mount shows at startup, not on every execute), else the sandbox's
+// private tmpfs.
+func (r *Runner) chooseBound() {
+	size := r.cfg.WorkspaceSize
+	if size == 0 {
+		return
+	}
+	err := errors.New("not root")
+	if os.Geteuid() == 0 && !r.cfg.privateWorkspace {
+		probe := filepath.Join(r.runsDir, "probe")
+		if err = os.Mkdir(probe, 0o700); err == nil {
+			if err = mountQuota(probe, size); err == nil {
+				err = unmountQuota(probe)
+			}
+			os.Remove(probe)
+		}
+	}
+	if err == nil {
+		r.mounted = true
+		return
+	}
+	r.private = true
+	r.log.Info("runner: workspaces are bounded by the sandbox's private tmpfs (copied in, and out for sessions)",
+		"size", size, "why_not_mounted", err.Error())
 }
 
 // Close stops the janitor, kills every in-flight execute, waits for them and removes every session and

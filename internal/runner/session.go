@@ -305,12 +305,12 @@ func (r *Runner) janitorLoop() {
 	}
 }
 
-// makeWorkspace creates a workspace directory, with its tmpfs when WorkspaceSize is set.
+// makeWorkspace creates a workspace directory, with its tmpfs when WorkspaceSize is mounted.
 func (r *Runner) makeWorkspace(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	if r.cfg.WorkspaceSize > 0 {
+	if r.mounted {
 		if err := mountQuota(dir, r.cfg.WorkspaceSize); err != nil {
 			os.Remove(dir)
 			return err
@@ -322,7 +322,7 @@ func (r *Runner) makeWorkspace(dir string) error {
 // removeDir removes a workspace (unmounting its tmpfs first). A failed unmount leaves the directory in
 // place rather than deleting through a mount point.
 func (r *Runner) removeDir(dir string) {
-	if r.cfg.WorkspaceSize > 0 {
+	if r.mounted {
 		if err := unmountQuota(dir); err != nil {
 			r.log.Error("runner: remove workspace", "dir", dir, "err", err)
 			return

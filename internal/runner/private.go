@@ -1,0 +1,293 @@
+package runner
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// The bounded private workspace (a runner without a mounted WorkspaceSize tmpfs: a non-root server, or a
+// root one whose mount is refused). The host workspace directory is never bind-mounted: the sandbox copies
+// it into a private tmpfs of WorkspaceSize bytes (Persist false; writes beyond get ENOSPC inside), and when
+// the program is over, with its namespace emptied but held, a collector reads that tmpfs through an
+// os.Root of /proc/<init>/root/<WorkDir> (sandbox.Spec.Collect): files out are compared there against the
+// host directory's state before the run, and a session (or a compile stage, whose build products the run
+// stage needs) has the tree copied back into a fresh sibling directory that then replaces the host one.
+// Symlinks are copied as links and never followed: the collect root resolves absolute links against the
+// server's own root.
+
+// collector is one stage's Spec.Collect and what it found. Its fields are read after Supervise returns
+// (the collect happens before the process is reaped).
+type collector struct {
+	host     string // the host workspace: the state before the run
+	keep     bool   // copy the tree back into host (sessions, the compile stage)
+	list     bool   // list files out
+	maxCount int
+	maxBytes int64 // content cap per file out
+	bound    int64 // WorkspaceSize: the tree is refused beyond it
+	entries  int   // at most this many entries are copied back
+
+	ran       bool
+	err       error
+	files     []OutFile
+	omitted   int
+	truncated bool
+}
+
+// treeEntry is one entry of the collected tree, in walk order (a directory before what it holds).
+type treeEntry struct {
+	name string
+	mode fs.FileMode
+	size int64
+}
+
+// errTreeTooLarge refuses a tree that exceeds the workspace bound (the tmpfs bounds it already: this is
+// the second line).
+var errTreeTooLarge = errors.New("the workspace exceeds its bound")
+
+func (c *collector) collect(root string) error {
+	c.ran = true
+	src, err := os.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	limit := maxScanEntries
+	if c.keep {
+		limit = max(limit, c.entries)
+	}
+	tree, complete, err := walkTree(src, limit, c.keep)
+	if err != nil {
+		return err
+	}
+	if c.list {
+		if err := c.listFiles(src, tree, complete); err != nil {
+			return err
+		}
+	}
+	if !c.keep {
+		return nil
+	}
+	if !complete {
+		return fmt.Errorf("%w: more than %d entries", errTreeTooLarge, c.entries)
+	}
+	return c.copyBack(src, tree)
+}
+
+// walkTree lists the tree without following symlinks, up to limit entries (complete false beyond). An
+// unreadable directory (chmod 000 by the run) is skipped, or an error when strict (a tree to keep must be
+// whole).
+func walkTree(src *os.Root, limit int, strict bool) (tree []treeEntry, complete bool, err error) {
+	err = fs.WalkDir(src.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if !strict && errors.Is(err, fs.ErrPermission) && name != "." {
+				return fs.SkipDir
+			}
+			return err
+		}
+		if name == "." {
+			return nil
+		}
+		if len(tree) >= limit {
+			return errTooManyEntries
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		tree = append(tree, treeEntry{name: name, mode: info.Mode(), size: info.Size()})
+		return nil
+	})
+	if errors.Is(err, errTooManyEntries) {
+		return tree, false, nil
+	}
+	return tree, err == nil, err
+}
+
+// listFiles fills files out: the regular files outside scratch that are new or differ from the host's.
+func (c *collector) listFiles(src *os.Root, tree []treeEntry, complete bool) error {
+	if !complete || len(tree) > maxScanEntries {
+		c.truncated = true // as with a host workspace: too many entries to say what changed
+		return nil
+	}
+	before, err := os.OpenRoot(c.host)
+	if err != nil {
+		return err
+	}
+	defer before.Close()
+	var names []string
+	sizes := map[string]int64{}
+	for _, e := range tree {
+		if !e.mode.IsRegular() || isScratch(e.name) {
+			continue
+		}
+		same, err := sameFile(before, src, e.name, e.size)
+		if err != nil {
+			return err
+		}
+		if !same {
+			names = append(names, e.name)
+			sizes[e.name] = e.size
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if len(c.files) >= c.maxCount {
+			c.omitted++
+			continue
+		}
+		of, err := outFile(src, name, sizes[name], c.maxBytes)
+		if err != nil {
+			return err
+		}
+		c.files = append(c.files, of)
+	}
+	c.truncated = c.omitted > 0
+	return nil
+}
+
+// isScratch is what files out never lists: tmp/, Python's bytecode caches.
+func isScratch(name string) bool {
+	if name == scratchDir || strings.HasPrefix(name, scratchDir+"/") || strings.HasSuffix(name, ".pyc") {
+		return true
+	}
+	for _, part := range strings.Split(path.Dir(name), "/") {
+		if part == "__pycache__" {
+			return true
+		}
+	}
+	return false
+}
+
+// sameFile reports whether before holds a regular file name of the same size and content as src's.
+func sameFile(before, src *os.Root, name string, size int64) (bool, error) {
+	st, err := before.Lstat(name)
+	if err != nil || !st.Mode().IsRegular() || st.Size() != size {
+		return false, nil
+	}
+	a, err := before.OpenFile(name, os.O_RDONLY|noFollow, 0)
+	if err != nil {
+		return false, nil
+	}
+	defer a.Close()
+	b, err := src.OpenFile(name, os.O_RDONLY|noFollow, 0)
+	if err != nil {
+		return false, err
+	}
+	defer b.Close()
+	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, ea := io.ReadFull(a, ba)
+		nb, eb := io.ReadFull(b, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false, nil
+		}
+		if ea != nil || eb != nil {
+			return ea == eb || (isEOF(ea) && isEOF(eb)), nil
+		}
+	}
+}
+
+func isEOF(err error) bool { return err == io.EOF || err == io.ErrUnexpectedEOF }
+
+// outFile is one file out, with its content when it is at most maxBytes.
+func outFile(src *os.Root, name string, size, maxBytes int64) (OutFile, error) {
+	of := OutFile{Name: name, Size: size}
+	if size > maxBytes {
+		of.ContentOmitted = true
+		return of, nil
+	}
+	data, err := readCapped(src, name, maxBytes)
+	if err != nil {
+		return of, err
+	}
+	setContent(&of, data)
+	return of, nil
+}
+
+// copyBack copies the tree into a fresh sibling of the host directory and swaps it in: on any failure
+// the host directory is left as it was.
+func (c *collector) copyBack(src *os.Root, tree []treeEntry) error {
+	var total int64
+	for _, e := range tree {
+		if e.mode.IsRegular() {
+			total += e.size
+		}
+	}
+	if total > c.bound {
+		return fmt.Errorf("%w: %d bytes of files, the bound is %d", errTreeTooLarge, total, c.bound)
+	}
+	next, old := c.host+".next", c.host+".old"
+	_ = os.RemoveAll(next)
+	if err := os.Mkdir(next, 0o700); err != nil {
+		return err
+	}
+	if err := copyEntries(src, next, tree); err != nil {
+		os.RemoveAll(next)
+		return err
+	}
+	if err := os.Rename(c.host, old); err != nil {
+		os.RemoveAll(next)
+		return err
+	}
+	if err := os.Rename(next, c.host); err != nil {
+		_ = os.Rename(old, c.host)
+		os.RemoveAll(next)
+		return err
+	}
+	return os.RemoveAll(old)
+}
+
+// copyEntries recreates tree (from src) under dst: directories, regular files with their permission
+// bits, symlinks as links; other types are left out, as the sandbox's copy-in does.
+func copyEntries(src *os.Root, dst string, tree []treeEntry) error {
+	for _, e := range tree {
+		to := filepath.Join(dst, filepath.FromSlash(e.name))
+		switch {
+		case e.mode.IsDir():
+			if err := os.Mkdir(to, e.mode.Perm()|0o700); err != nil {
+				return err
+			}
+		case e.mode.IsRegular():
+			if err := copyOut(src, e.name, to, e.mode.Perm()); err != nil {
+				return err
+			}
+		case e.mode&fs.ModeSymlink != 0:
+			target, err := src.Readlink(e.name)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, to); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func copyOut(src *os.Root, name, to string, perm fs.FileMode) error {
+	in, err := src.OpenFile(name, os.O_RDONLY|noFollow, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if st, err := in.Stat(); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is no longer a regular file", name)
+	}
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL|noFollow, perm|0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,209 @@
+package runner
+
+import (
+	"encoding/base64"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/codellm/codellm/internal/sandbox"
+)
+
+const (
+	testBound    = 1 << 20
+	writeTwice   = "head -c 2097152 /dev/zero > big && echo wrote"
+	unprivRunner = "CODELLM_RUNNER_UNPRIV_CHILD"
+)
+
+// treeBytes is the sum of the regular files' sizes under dir (what a run left on the host disk).
+func treeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// boundedRunner is a runner on sb with WorkspaceSize size, bounded by the sandbox's private tmpfs.
+func boundedRunner(t *testing.T, sb *sandbox.Sandbox, size int64) *testRunner {
+	return newRunner(t, func(c *Config) { c.Sandbox, c.WorkspaceSize, c.privateWorkspace = sb, size, true })
+}
+
+// checkBounded is the private workspace's differential test, as root or not: a one-off run writing twice
+// the bound fills the host directory without it and gets ENOSPC inside with it, the host staying tiny.
+func checkBounded(t *testing.T, sb *sandbox.Sandbox) {
+	plain := newRunner(t, func(c *Config) { c.Sandbox = sb })
+	var grown int64
+	plain.afterRun = func(string) { grown = treeBytes(t, plain.dir) }
+	if resp := plain.exec("", code("bash", writeTwice)); resp.Run.Stdout != "wrote\n" || grown < 2<<20 {
+		t.Fatalf("without a bound: %+v, host workspace held %d bytes (want the write to land there)", resp.Run, grown)
+	}
+	tr := boundedRunner(t, sb, testBound)
+	var host int64
+	tr.afterRun = func(string) { host = treeBytes(t, tr.dir) }
+	resp := tr.exec("", code("bash", writeTwice))
+	if resp.Run.Stdout == "wrote\n" || !strings.Contains(resp.Run.Stderr, "No space left") || host > 64<<10 {
+		t.Fatalf("bounded one-off run: %+v, host workspace held %d bytes", resp.Run, host)
+	}
+	if plain.private || !tr.private {
+		t.Fatalf("modes: plain private=%v, bounded private=%v", plain.private, tr.private)
+	}
+	checkFilesOut(t, tr)
+	checkSessionCopy(t, tr)
+}
+
+// checkFilesOut: new and changed files come back, unchanged request files and symlinks (one to the
+// host's /etc/passwd) do not, and a run stopped at run_timeout keeps what it wrote.
+func checkFilesOut(t *testing.T, tr *testRunner) {
+	req := ExecuteRequest{Language: "bash", Version: "*", Files: []File{
+		{Name: "main.sh", Content: ptr("echo new > new.txt; echo changed > data.txt; ln -s /etc/passwd link.txt; mkdir -p d; echo deep > d/deep.txt")},
+		{Name: "data.txt", Content: ptr("old")}, {Name: "same.txt", Content: ptr("same")}}}
+	resp := tr.exec("", req)
+	var got []string
+	for _, f := range resp.Files {
+		got = append(got, f.Name+"="+decoded(t, f))
+	}
+	sort.Strings(got)
+	if strings.Join(got, " ") != "d/deep.txt=deep\n data.txt=changed\n new.txt=new\n" || resp.FilesTruncated {
+		t.Fatalf("files out %q (truncated %v), run %+v", got, resp.FilesTruncated, resp.Run)
+	}
+	req = code("bash", "echo kept > kept.txt; sleep 30")
+	req.RunTimeout = ptr(int64(300))
+	resp = tr.exec("", req)
+	if resp.Run.Status == nil || *resp.Run.Status != StatusTimeout || len(resp.Files) != 1 || resp.Files[0].Name != "kept.txt" {
+		t.Fatalf("timed-out run: %+v, files %+v", resp.Run, resp.Files)
+	}
+}
+
+func decoded(t *testing.T, f OutFile) string {
+	t.Helper()
+	if f.Content == nil {
+		return "<omitted>"
+	}
+	b, err := base64.StdEncoding.DecodeString(*f.Content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// checkSessionCopy: a session's files persist through the copy back, a write beyond the bound fails
+// inside and leaves the host copy within it, and the session stays usable.
+func checkSessionCopy(t *testing.T, tr *testRunner) {
+	tr.exec("s", code("bash", "echo one > one.txt"))
+	if out := tr.exec("s", code("bash", "cat one.txt")).Run.Stdout; out != "one\n" {
+		t.Fatalf("session file did not persist: %q", out)
+	}
+	dir := tr.sessions["s"].dir
+	if b, err := os.ReadFile(filepath.Join(dir, "one.txt")); err != nil || string(b) != "one\n" {
+		t.Fatalf("host session copy: %q %v", b, err)
+	}
+	resp := tr.exec("s", code("bash", writeTwice))
+	if resp.Run.Stdout == "wrote\n" || !strings.Contains(resp.Run.Stderr, "No space left") || treeBytes(t, dir) > testBound {
+		t.Fatalf("session write past the bound: %+v, host copy %d bytes", resp.Run, treeBytes(t, dir))
+	}
+	if out := tr.exec("s", code("bash", "rm big; cat one.txt")).Run.Stdout; out != "one\n" {
+		t.Fatalf("session after the full write: %q", out)
+	}
+}
+
+func TestPrivateWorkspace(t *testing.T) {
+	checkBounded(t, native(t))
+}
+
+// TestPrivateWorkspaceUnprivileged runs the same checks as uid 65534, the server the private mode is for
+// (no mount rights, no CAP_DAC_OVERRIDE), plus a session tree the server cannot read back, which must be
+// refused whole.
+func TestPrivateWorkspaceUnprivileged(t *testing.T) {
+	if os.Getenv(unprivRunner) == "1" {
+		sb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeBestEffort})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkBounded(t, sb)
+		checkRefusedCopy(t, boundedRunner(t, sb, testBound))
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("already unprivileged: TestPrivateWorkspace covers this case")
+	}
+	native(t)
+	out, err := runAsNobody(t, "^TestPrivateWorkspaceUnprivileged$")
+	if err != nil || !strings.Contains(out, "--- PASS: TestPrivateWorkspaceUnprivileged") {
+		t.Fatalf("unprivileged child: %v\n%s", err, out)
+	}
+}
+
+// checkRefusedCopy: a directory the run made unreadable cannot be copied back, so the execute fails and
+// the session keeps its previous state (not a partial copy), usable.
+func checkRefusedCopy(t *testing.T, tr *testRunner) {
+	tr.exec("r", code("bash", "echo before > state.txt"))
+	_, err := tr.Execute(t.Context(), "r", code("bash", "echo after > state.txt; mkdir locked; chmod 000 locked"))
+	if !errors.Is(err, ErrSandbox) || !strings.Contains(err.Error(), "none of its changes were kept") {
+		t.Fatalf("unreadable tree: %v", err)
+	}
+	if out := tr.exec("r", code("bash", "cat state.txt; ls")).Run.Stdout; out != "before\nfile0.sh\nstate.txt\ntmp\n" {
+		t.Fatalf("session after a refused copy: %q", out)
+	}
+}
+
+// runAsNobody runs this test binary's test named by pattern as uid 65534 (copied where that uid can
+// execute it) and returns its output.
+func runAsNobody(t *testing.T, pattern string) (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "codellm-runner-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "runner.test")
+	src, err := os.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err == nil {
+		_, err = io.Copy(dst, src)
+		dst.Close()
+	}
+	src.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run", pattern, "-test.v", "-test.count=1")
+	cmd.Env = []string{unprivRunner + "=1", "TMPDIR=/tmp", "HOME=/tmp", "PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	timer := time.AfterFunc(3*time.Minute, func() { cmd.Process.Kill() }) // hang detector only
+	defer timer.Stop()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
