@@ -57,6 +57,7 @@ func serviceProtections() []string {
 		fmt.Sprintf("runner sessions: %d live, half of them per credential, idle ones evicted after %s when full (--runner-max-sessions, --runner-max-sessions-per-credential, --runner-session-evict-idle)",
 			runner.DefaultMaxSessions, runner.DefaultEvictIdle),
 		"runner args/env_vars: each string at most 131071 bytes (MAX_ARG_STRLEN), args 512 KiB, env_vars 1 MiB (400, never E2BIG)",
+		"runner workspaces: at most --runner-workspace-size (256 MiB) and one inode per 4 KiB: a tmpfs mounted on each as root, else the sandbox's private tmpfs (copied in, collected through /proc/<init>/root without following symlinks, copied back whole for sessions); 0, or a sandbox without its own root: host directories bounded per file",
 		"workspace tools: multiply-linked files refused; ~/.config/codellm and ~/.local/state/codellm protected from every root",
 		"stale run directories of dead servers are removed at start",
 	}

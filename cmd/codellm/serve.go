@@ -18,7 +18,7 @@ import (
 	"github.com/codellm/codellm/internal/server"
 )
 
-// defaultRootWorkspaceSize is --runner-workspace-size for a root codellm that does not set it.
+// defaultRootWorkspaceSize is --runner-workspace-size when it is not set (root or not).
 const defaultRootWorkspaceSize = 256 << 20
 
 // serveFlags are serve's own settings (serveSettings) beside the execution ones.
@@ -43,8 +43,9 @@ func (s *serveFlags) bind(v *config.Values) {
 		MaxSessionsPerOwner: v.Int("runner-max-sessions-per-credential"), EvictIdle: v.Duration("runner-session-evict-idle"),
 		WorkspaceSize: v.Size("runner-workspace-size")}
 	s.workspaceSize = v.IsSet("runner-workspace-size")
-	if !s.workspaceSize && os.Geteuid() == 0 {
-		// Root can bound every runner workspace on the host disk, so it does by default (issue 14).
+	if !s.workspaceSize {
+		// Every runner workspace is bounded on the host disk by default (issue 14): root mounts a tmpfs,
+		// anyone else gets the sandbox's private one.
 		s.rcfg.WorkspaceSize = defaultRootWorkspaceSize
 	}
 }

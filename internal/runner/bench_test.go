@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -46,6 +47,37 @@ func benchExecuteWith(b *testing.B, session string, mod func(*Config)) {
 		tr.h.ServeHTTP(rec, req)
 		if rec.Code != 200 || !bytes.Contains(rec.Body.Bytes(), []byte(`"stdout":"hello\n"`)) {
 			b.Fatalf("%d %s", rec.Code, rec.Body.String())
+		}
+	}
+}
+
+// BenchmarkSessionCopy measures one session execute (bash echo) over a session holding nothing or 64 MiB
+// in 64 files, bind-mounted (WorkspaceSize 0) and in the bounded private mode, which copies the whole
+// session into the sandbox's tmpfs, compares it for files out and copies it back on every execute.
+func BenchmarkSessionCopy(b *testing.B) {
+	for _, mib := range []int{0, 64} {
+		for _, private := range []bool{false, true} {
+			name := fmt.Sprintf("%dMiB/bind", mib)
+			if private {
+				name = fmt.Sprintf("%dMiB/private", mib)
+			}
+			b.Run(name, func(b *testing.B) { benchSessionCopy(b, mib, private) })
+		}
+	}
+}
+
+func benchSessionCopy(b *testing.B, mib int, private bool) {
+	tr := newRunner(b, func(cfg *Config) {
+		if private {
+			cfg.WorkspaceSize, cfg.privateWorkspace = 256<<20, true
+		}
+	})
+	tr.exec("copy", code("bash", fmt.Sprintf("for i in $(seq %d); do head -c 1048576 /dev/urandom > f$i; done", mib)))
+	echo := code("bash", "echo hello")
+	b.ResetTimer()
+	for b.Loop() {
+		if out := tr.exec("copy", echo).Run.Stdout; out != "hello\n" {
+			b.Fatalf("%q", out)
 		}
 	}
 }

@@ -38,7 +38,9 @@
 // Files out: after the run, regular files of the workspace (outside tmp/, symlinks never followed) that
 // are new or whose identity (inode, size, mtime) changed since the request's files were written
 // are listed in "files", sorted by name: at most FilesOutMaxCount, each with base64 content when at most
-// FilesOutMaxBytes (otherwise content_omitted). files_truncated says some were left out.
+// FilesOutMaxBytes (otherwise content_omitted). files_truncated says some were left out. In the private
+// workspace mode (below) "changed" is a different size, permissions or content than the host copy's, and
+// a run stopped at run_timeout or an output cap still returns its files.
 //
 // # Sessions
 //
@@ -79,8 +81,12 @@
 //
 // # Known limits
 //
-// Workspaces are bind-mounted read-write into the sandbox (Persist), so files out and sessions can see
-// what a run wrote. Without WorkspaceSize a run's disk use is bounded per file by the sandbox's file size
-// limit but not in total; with it (root on Linux) every workspace is its own size- and inode-limited
-// tmpfs. In sandbox mode off nothing isolates sessions from each other beyond their directory names.
+// With WorkspaceSize as root every workspace is its own size- and inode-limited tmpfs, bind-mounted
+// read-write into the sandbox (Persist). Otherwise (not root, or the mount refused) the host directory is
+// never bound: each stage runs in the sandbox's private tmpfs of WorkspaceSize, copied in from it, and is
+// collected once the program is over (private.go: files out through an os.Root, sessions and compile
+// stages copied back whole into a fresh directory swapped in, a tree that cannot be copied refused with
+// the host copy unchanged); every session execute then costs a copy of the session in and out. Without
+// WorkspaceSize, or without a sandbox private root, a run's disk use is bounded per file by the sandbox's
+// file size limit but not in total. In sandbox mode off nothing isolates sessions from each other beyond their directory names.
 package runner

@@ -36,6 +36,7 @@ type collector struct {
 
 	ran       bool
 	err       error
+	same      map[string]bool // regular files found unchanged (sameFile), linked rather than copied back
 	files     []OutFile
 	omitted   int
 	truncated bool
@@ -128,7 +129,7 @@ func (c *collector) listFiles(src *os.Root, tree []treeEntry, complete bool) err
 		if !e.mode.IsRegular() || isScratch(e.name) {
 			continue
 		}
-		same, err := sameFile(before, src, e.name, e.size)
+		same, err := c.unchanged(before, src, e)
 		if err != nil {
 			return err
 		}
@@ -153,6 +154,22 @@ func (c *collector) listFiles(src *os.Root, tree []treeEntry, complete bool) err
 	return nil
 }
 
+// unchanged is sameFile, remembered for the copy back.
+func (c *collector) unchanged(before, src *os.Root, e treeEntry) (bool, error) {
+	if v, ok := c.same[e.name]; ok {
+		return v, nil
+	}
+	same, err := sameFile(before, src, e)
+	if err != nil {
+		return false, err
+	}
+	if c.same == nil {
+		c.same = map[string]bool{}
+	}
+	c.same[e.name] = same
+	return same, nil
+}
+
 // isScratch is what files out never lists: tmp/, Python's bytecode caches.
 func isScratch(name string) bool {
 	if name == scratchDir || strings.HasPrefix(name, scratchDir+"/") || strings.HasSuffix(name, ".pyc") {
@@ -166,10 +183,12 @@ func isScratch(name string) bool {
 	return false
 }
 
-// sameFile reports whether before holds a regular file name of the same size and content as src's.
-func sameFile(before, src *os.Root, name string, size int64) (bool, error) {
+// sameFile reports whether before holds a regular file name of the same size, permissions and content
+// as src's (e).
+func sameFile(before, src *os.Root, e treeEntry) (bool, error) {
+	name := e.name
 	st, err := before.Lstat(name)
-	if err != nil || !st.Mode().IsRegular() || st.Size() != size {
+	if err != nil || !st.Mode().IsRegular() || st.Size() != e.size || st.Mode().Perm() != e.mode.Perm() {
 		return false, nil
 	}
 	a, err := before.OpenFile(name, os.O_RDONLY|noFollow, 0)
@@ -229,7 +248,7 @@ func (c *collector) copyBack(src *os.Root, tree []treeEntry) error {
 	if err := os.Mkdir(next, 0o700); err != nil {
 		return err
 	}
-	if err := copyEntries(src, next, tree); err != nil {
+	if err := c.copyEntries(src, next, tree); err != nil {
 		os.RemoveAll(next)
 		return err
 	}
@@ -246,9 +265,22 @@ func (c *collector) copyBack(src *os.Root, tree []treeEntry) error {
 }
 
 // copyEntries recreates tree (from src) under dst: directories, regular files with their permission
-// bits, symlinks as links; other types are left out, as the sandbox's copy-in does.
-func copyEntries(src *os.Root, dst string, tree []treeEntry) error {
+// bits, symlinks as links; other types are left out, as the sandbox's copy-in does. A file identical to
+// the host's is hard-linked from there instead of copied (the old directory goes after the swap).
+func (c *collector) copyEntries(src *os.Root, dst string, tree []treeEntry) error {
+	before, err := os.OpenRoot(c.host)
+	if err != nil {
+		return err
+	}
+	defer before.Close()
 	for _, e := range tree {
+		if e.mode.IsRegular() {
+			if same, err := c.unchanged(before, src, e); err != nil {
+				return err
+			} else if same && linkFrom(before, e.name, filepath.Join(dst, filepath.FromSlash(e.name))) == nil {
+				continue
+			}
+		}
 		to := filepath.Join(dst, filepath.FromSlash(e.name))
 		switch {
 		case e.mode.IsDir():

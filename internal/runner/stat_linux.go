@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // noFollow refuses a symlink as the last path component when reading files out.
@@ -41,4 +44,14 @@ func dirID(dir string) (fileID, error) {
 	}
 	id := statID(info)
 	return fileID{dev: id.dev, ino: id.ino}, nil
+}
+
+// linkFrom hard-links name, opened inside root (never through a symlink), at the path to.
+func linkFrom(root *os.Root, name, to string) error {
+	f, err := root.OpenFile(name, os.O_RDONLY|noFollow, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.AT_FDCWD, to, unix.AT_SYMLINK_FOLLOW)
 }

@@ -3,6 +3,7 @@
 package runner
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -32,3 +33,6 @@ func dirID(dir string) (fileID, error) {
 	}
 	return fileID{name: dir}, nil
 }
+
+// linkFrom is not available here: the file is copied instead.
+func linkFrom(root *os.Root, name, to string) error { return errors.ErrUnsupported }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/sandbox"
-	"github.com/codellm/codellm/internal/sandbox/hook"
 )
 
 // workspace is one execute's view of its host workspace directory: bind-mounted (Persist, files out from
@@ -85,7 +84,7 @@ func (ws *workspace) spec(sp sandbox.Spec, list bool) (sandbox.Spec, *collector)
 	}
 	cfg := &ws.r.cfg
 	c := &collector{host: ws.dir, keep: ws.s != nil || !list, list: list, maxCount: cfg.FilesOutMaxCount,
-		maxBytes: cfg.FilesOutMaxBytes, bound: cfg.WorkspaceSize, entries: int(hook.TmpfsInodes(cfg.WorkspaceSize))}
+		maxBytes: cfg.FilesOutMaxBytes, bound: cfg.WorkspaceSize, entries: tmpfsInodes(cfg.WorkspaceSize)}
 	sp.Collect = func(root string) error {
 		c.err = c.collect(root)
 		return c.err
@@ -143,3 +142,7 @@ func (ws *workspace) filesOut(resp *ExecuteResponse, c *collector) *Error {
 	resp.Files, resp.FilesTruncated = files, omitted > 0
 	return nil
 }
+
+// tmpfsInodes is the inode cap of the sandbox's private tmpfs of size bytes (hook.TmpfsInodes, which only
+// builds on Linux): the most entries a collected tree can hold.
+func tmpfsInodes(size int64) int { return int(max(size/4096, 4096)) }
