@@ -11,11 +11,8 @@ import (
 
 // cmdBlocks lists a body's blocks with the program each resolves to, or why it does not.
 func cmdBlocks(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("blocks", "blocks [flags] FILE.md|-", stderr)
-	var ef execFlags
-	ef.register(fs)
-	register(fs, []config.Setting{{Name: "json", Kind: config.Bool, Usage: "print JSON instead of a table"}}, nil)
-	v, code := parse(fs, args)
+	ef, fs, v, code := localCommand("blocks", "blocks [flags] FILE.md|-", args, stderr,
+		config.Setting{Name: "json", Kind: config.Bool, Usage: "print JSON instead of a table"})
 	if code >= 0 {
 		return code
 	}

@@ -80,12 +80,8 @@ func startDebugger(ctx context.Context, f *debugFlags, srv *server.Server, log *
 // result and the pipe buffer are printed, Enter runs the next block, "e" edits the buffer in $EDITOR.
 // Exit status: 0 the run finished with a valid output contract, 1 otherwise, 2 usage.
 func cmdDebug(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("debug", "debug [flags] FILE.md|-", stderr)
-	var ef execFlags
-	ef.register(fs)
-	register(fs, []config.Setting{inputSetting,
-		{Name: "editor", Kind: config.String, Usage: "command that edits the pipe buffer (default $VISUAL, then $EDITOR, then vi)"}}, nil)
-	v, code := parse(fs, args)
+	ef, fs, v, code := localCommand("debug", "debug [flags] FILE.md|-", args, stderr, inputSetting,
+		config.Setting{Name: "editor", Kind: config.String, Usage: "command that edits the pipe buffer (default $VISUAL, then $EDITOR, then vi)"})
 	if code >= 0 {
 		return code
 	}

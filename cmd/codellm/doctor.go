@@ -13,11 +13,8 @@ import (
 // cmdDoctor probes the host and prints each sandbox mechanism; it exits non-zero when the configured mode
 // cannot run here, so it can gate a deployment.
 func cmdDoctor(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("doctor", "doctor [flags]", stderr)
-	var ef execFlags
-	ef.register(fs)
-	register(fs, []config.Setting{{Name: "json", Kind: config.Bool, Usage: "print the report as JSON (the same object /readyz serves)"}}, nil)
-	v, code := parse(fs, args)
+	ef, _, v, code := localCommand("doctor", "doctor [flags]", args, stderr,
+		config.Setting{Name: "json", Kind: config.Bool, Usage: "print the report as JSON (the same object /readyz serves)"})
 	if code >= 0 {
 		return code
 	}

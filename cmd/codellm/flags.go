@@ -42,3 +42,14 @@ func register(fs *flag.FlagSet, settings []config.Setting, bind func(*config.Val
 func parse(fs *flag.FlagSet, args []string) (*config.Values, int) {
 	return config.Parse(fs, args, families(fs), os.LookupEnv)
 }
+
+// localCommand builds and parses the FlagSet of a local command (run, debug, blocks, doctor): the
+// execution table, then the command's own rows. code >= 0 means the command should exit with it.
+func localCommand(name, synopsis string, args []string, stderr io.Writer, own ...config.Setting) (*execFlags, *flag.FlagSet, *config.Values, int) {
+	fs := newFlagSet(name, synopsis, stderr)
+	ef := &execFlags{}
+	ef.register(fs)
+	register(fs, own, nil)
+	v, code := parse(fs, args)
+	return ef, fs, v, code
+}

@@ -48,12 +48,8 @@ func readBag(name string) ([]byte, error) {
 // cmdRun runs a markdown body through exactly the service's pipeline and sandbox, so role authors can try
 // a role locally. Exit status: 0 success, 1 the run or its output failed (message on stderr), 2 usage.
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("run", "run [flags] FILE.md|-", stderr)
-	var ef execFlags
-	ef.register(fs)
-	register(fs, []config.Setting{inputSetting,
-		{Name: "changes", Kind: config.Bool, Usage: "print the raw {changes, answer} output instead of tool calls"}}, nil)
-	v, code := parse(fs, args)
+	ef, fs, v, code := localCommand("run", "run [flags] FILE.md|-", args, stderr, inputSetting,
+		config.Setting{Name: "changes", Kind: config.Bool, Usage: "print the raw {changes, answer} output instead of tool calls"})
 	if code >= 0 {
 		return code
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/codellm/codellm/internal/hub"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/workspace"
 )
 
 // The settings tables of the commands (internal/config): flags, every environment spelling, --help and
@@ -178,6 +179,8 @@ func settingsReference() []referenceSection {
 		{Name: "editor", Kind: config.String, Usage: "debug: command that edits the pipe buffer (default $VISUAL, then $EDITOR, then vi)"},
 		{Name: "json", Kind: config.Bool, Usage: "blocks, doctor: print JSON"}}, nil)
 	hubServe, hubAdmin, hubFamilies := hub.SettingsReference()
+	ws := newFlagSet("workspace", "workspace", io.Discard)
+	register(ws, workspace.CLISettings(), nil)
 	worker := newFlagSet("worker run", "worker run", io.Discard)
 	(&workerFlags{}).register(worker, true)
 	(&execFlags{}).register(worker)
@@ -185,6 +188,7 @@ func settingsReference() []referenceSection {
 		{"`codellm serve`", serve, nil},
 		{"`codellm run`, `debug`, `blocks`, `doctor` (the execution settings of serve, plus their own)", local, nil},
 		{"`codellm worker` (`run`; `pair`, `reset-workspace` and `clear-workspace-quarantine` take the first eight)", worker, nil},
+		{"`codellm workspace` (command line only: each is a per-call opt-in)", ws, nil},
 		{"`codellm hub serve`", hubServe, hubFamilies},
 		{"`codellm hub pair|revoke|status`", hubAdmin, hubFamilies},
 	}

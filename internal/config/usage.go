@@ -39,11 +39,13 @@ func Usage(w io.Writer, fs *flag.FlagSet, families []Family) {
 			fmt.Fprintf(&b, "  --%s\n    \t%s\n", f.Name, f.Usage)
 		}
 	})
-	b.WriteString("\nThe command line wins, then CODELLM_*")
-	for _, f := range families {
-		b.WriteString(", then " + f.Prefix + "*")
+	if readsEnv(fs) {
+		b.WriteString("\nThe command line wins, then CODELLM_*")
+		for _, f := range families {
+			b.WriteString(", then " + f.Prefix + "*")
+		}
+		b.WriteString(", then the other spellings in the order shown; an empty variable counts as unset.\n")
 	}
-	b.WriteString(", then the other spellings in the order shown; an empty variable counts as unset.\n")
 	io.WriteString(w, b.String())
 }
 
@@ -85,4 +87,16 @@ func Markdown(w io.Writer, fs *flag.FlagSet, families []Family) {
 		}
 	}
 	io.WriteString(w, b.String())
+}
+
+// readsEnv reports whether any setting registered into fs has a variable.
+func readsEnv(fs *flag.FlagSet) bool {
+	for _, s := range Sets(fs) {
+		for i := range s.Settings {
+			if !s.Settings[i].FlagOnly {
+				return true
+			}
+		}
+	}
+	return false
 }

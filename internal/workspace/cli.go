@@ -3,7 +3,6 @@ package workspace
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,8 +10,21 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/sandbox"
 )
+
+// cliSettings are RunCLI's flags (internal/config's table). They are command line only, as they always
+// were: each is a per-call opt-in that an inherited environment must not turn on.
+var cliSettings = []config.Setting{
+	{Name: "root", Kind: config.String, FlagOnly: true, Usage: "workspace root directory (required)"},
+	{Name: "allow-writes", Kind: config.Bool, FlagOnly: true, Usage: "enable write_file, edit_file and preview_edit"},
+	{Name: "allow-commands", Kind: config.Bool, FlagOnly: true, Usage: "enable execute_command (runs only inside codellm's sandbox)"},
+	{Name: "sandbox", Kind: config.String, FlagOnly: true, Default: "native", Usage: "command sandbox mode: native, besteffort, or off (unconfined; explicit opt-in)"},
+}
+
+// CLISettings are RunCLI's settings, for docs/operator.md's generated reference.
+func CLISettings() []config.Setting { return cliSettings }
 
 // maxCLIRequest bounds the request read from stdin: 1 MiB of content can take 6 MiB once JSON-escaped.
 const maxCLIRequest = 16 << 20
@@ -24,40 +36,36 @@ const maxCLIRequest = 16 << 20
 //
 // cmd/codellm wires it as: case "workspace": os.Exit(workspace.RunCLI(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)).
 func RunCLI(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("codellm workspace", flag.ContinueOnError)
+	fs := flag.NewFlagSet("workspace", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	root := fs.String("root", "", "workspace root directory (required)")
-	writes := fs.Bool("allow-writes", false, "enable write_file, edit_file and preview_edit")
-	commands := fs.Bool("allow-commands", false, "enable execute_command (runs only inside codellm's sandbox)")
-	sbMode := fs.String("sandbox", "native", "command sandbox mode: native, besteffort, or off (unconfined; explicit opt-in)")
+	(&config.Set{Settings: cliSettings}).Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: codellm workspace --root DIR [--allow-writes] [--allow-commands] [--sandbox MODE] OPERATION")
 		fmt.Fprintln(stderr, "operations: read_file search_text list_files write_file edit_file preview_edit execute_command")
 		fmt.Fprintln(stderr, "The request JSON is read from stdin; the result JSON is printed on stdout.")
-		fs.PrintDefaults()
+		config.Usage(stderr, fs, nil)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	v, code := config.Parse(fs, args, nil, os.LookupEnv)
+	if code >= 0 {
+		return code
 	}
-	if *root == "" || fs.NArg() != 1 {
+	root, writes, commands, sbMode := v.String("root"), v.Bool("allow-writes"), v.Bool("allow-commands"), v.String("sandbox")
+	if root == "" || fs.NArg() != 1 {
 		fs.Usage()
 		return 2
 	}
 	op := fs.Arg(0)
 
 	home, _ := os.UserHomeDir()
-	opts := Options{AllowWrites: *writes, AllowCommands: *commands, HomeDir: home, ProtectedPaths: StatePaths(home)}
-	if *commands {
-		closeSB, err := configureSandbox(&opts, *sbMode)
+	opts := Options{AllowWrites: writes, AllowCommands: commands, HomeDir: home, ProtectedPaths: StatePaths(home)}
+	if commands {
+		closeSB, err := configureSandbox(&opts, sbMode)
 		if err != nil {
 			return printErr(stdout, err)
 		}
 		defer closeSB()
 	}
-	ws, err := Open(*root, opts)
+	ws, err := Open(root, opts)
 	if err != nil {
 		return printErr(stdout, err)
 	}
