@@ -189,65 +189,82 @@ func ValidateCapabilities(c *Object) error {
 	if !ok {
 		return nil
 	}
-	wt, isObj := wv.(*Object)
-	if !isObj || !CheckVersion(wt) {
+	if wt, isObj := wv.(*Object); !isObj || !validWorkspaceTools(wt) {
 		return bad
+	}
+	return nil
+}
+
+// validWorkspaceTools checks capabilities.workspaceTools: its version, operations, workspaces, and that
+// each mode or feature list names values the spec knows for an operation it advertises.
+func validWorkspaceTools(wt *Object) bool {
+	if !CheckVersion(wt) {
+		return false
 	}
 	ov, _ := wt.Get("operations")
 	ops, ok := stringList(ov, 1, 7, WorkspaceOperations, 0, true)
 	if !ok {
-		return bad
+		return false
 	}
 	wsv, _ := wt.Get("workspaces")
+	if !validWorkspaces(wsv, ops) {
+		return false
+	}
+	has := func(op string) bool { return slices.Contains(ops, op) }
+	if v, ok := wt.Get("writeFileModes"); ok {
+		if _, ok := stringList(v, 1, 2, []string{"replace", "create"}, 0, true); !ok || !has("write_file") {
+			return false
+		}
+	}
+	if v, ok := wt.Get("editFileModes"); ok {
+		if _, ok := stringList(v, 1, 2, []string{"single", "batch"}, 0, true); !ok || !(has("edit_file") || has("preview_edit")) {
+			return false
+		}
+	}
+	if v, ok := wt.Get("editFileFeatures"); ok {
+		if l, ok := stringList(v, 1, 1, []string{"expected_base_sha256"}, 0, true); !ok || len(l) != 1 || !has("edit_file") {
+			return false
+		}
+	}
+	if v, ok := wt.Get("listFileFeatures"); ok {
+		if l, ok := stringList(v, 1, 1, []string{"after_path"}, 0, true); !ok || len(l) != 1 || !has("list_files") {
+			return false
+		}
+	}
+	return true
+}
+
+// validWorkspaces checks workspaceTools.workspaces: 1 to 32 objects of a unique valid id, a name and
+// optionally operations among ops.
+func validWorkspaces(wsv any, ops []string) bool {
 	wsArr, ok := wsv.([]any)
 	if !ok || len(wsArr) < 1 || len(wsArr) > 32 {
-		return bad
+		return false
 	}
 	var ids []string
 	for _, e := range wsArr {
 		w, ok := e.(*Object)
 		if !ok {
-			return bad
+			return false
 		}
 		for _, m := range w.Members {
 			if m.Key != "id" && m.Key != "name" && m.Key != "operations" {
-				return bad
+				return false
 			}
 		}
 		id, ok1 := str(w, "id")
 		name, ok2 := str(w, "name")
 		if !ok1 || !ValidWorkerID(id) || slices.Contains(ids, id) || !ok2 || strings.TrimSpace(name) == "" || jsLen(name) > 128 {
-			return bad
+			return false
 		}
 		ids = append(ids, id)
 		if v, ok := w.Get("operations"); ok {
 			if _, ok := stringList(v, 1, 7, ops, 0, true); !ok {
-				return bad
+				return false
 			}
 		}
 	}
-	has := func(op string) bool { return slices.Contains(ops, op) }
-	if v, ok := wt.Get("writeFileModes"); ok {
-		if _, ok := stringList(v, 1, 2, []string{"replace", "create"}, 0, true); !ok || !has("write_file") {
-			return bad
-		}
-	}
-	if v, ok := wt.Get("editFileModes"); ok {
-		if _, ok := stringList(v, 1, 2, []string{"single", "batch"}, 0, true); !ok || !(has("edit_file") || has("preview_edit")) {
-			return bad
-		}
-	}
-	if v, ok := wt.Get("editFileFeatures"); ok {
-		if l, ok := stringList(v, 1, 1, []string{"expected_base_sha256"}, 0, true); !ok || len(l) != 1 || !has("edit_file") {
-			return bad
-		}
-	}
-	if v, ok := wt.Get("listFileFeatures"); ok {
-		if l, ok := stringList(v, 1, 1, []string{"after_path"}, 0, true); !ok || len(l) != 1 || !has("list_files") {
-			return bad
-		}
-	}
-	return nil
+	return true
 }
 
 // ValidateReady checks route 3's body.

@@ -201,52 +201,7 @@ func ValidateWorkspaceRequest(o *Object) (*WorkspaceRequest, error) {
 		}
 		f.allow(keys...)
 		r.Path, _ = f.path("path", true)
-		_, hasOld := o.Get("oldText")
-		_, hasNew := o.Get("newText")
-		ev, hasEdits := o.Get("edits")
-		switch {
-		case hasEdits && !hasOld && !hasNew:
-			arr, ok := ev.([]any)
-			if !ok || len(arr) < 1 || len(arr) > MaxEdits {
-				f.bad = true
-				break
-			}
-			total := 0
-			for _, e := range arr {
-				eo, ok := e.(*Object)
-				if !ok {
-					f.bad = true
-					break
-				}
-				ef := &fieldReader{o: eo}
-				ef.allow("oldText", "newText")
-				ot, _ := ef.str("oldText", true)
-				nt, _ := ef.str("newText", true)
-				total += len(ot) + len(nt)
-				if ef.bad || ot == "" {
-					f.bad = true
-				}
-			}
-			if total > MaxWriteContent {
-				f.bad = true
-			}
-			r.Batch, r.EditCount = true, len(arr)
-		case !hasEdits && hasOld && hasNew:
-			ot, _ := f.str("oldText", true)
-			nt, _ := f.str("newText", true)
-			if ot == "" || len(ot) > MaxWriteContent || len(nt) > MaxWriteContent {
-				f.bad = true
-			}
-			r.EditCount = 1
-		default:
-			f.bad = true
-		}
-		if s, ok := f.str("expectedBaseSha256", false); ok {
-			if !hexDigestRe.MatchString(strings.ToLower(s)) || len(s) != 64 {
-				f.bad = true
-			}
-			r.ExpectedBaseSHA256 = true
-		}
+		f.edits(r)
 	case "execute_command":
 		f.allow(append(common, "command", "cwd", "timeoutMs", "maxOutputBytes")...)
 		cmd, _ := f.str("command", true)
@@ -261,6 +216,63 @@ func ValidateWorkspaceRequest(o *Object) (*WorkspaceRequest, error) {
 		return nil, errWorkspaceRequest
 	}
 	return r, nil
+}
+
+// edits reads an edit_file or preview_edit request's edits (oldText/newText, or a batch in edits) and
+// expectedBaseSha256 into r.
+func (f *fieldReader) edits(r *WorkspaceRequest) {
+	_, hasOld := f.o.Get("oldText")
+	_, hasNew := f.o.Get("newText")
+	ev, hasEdits := f.o.Get("edits")
+	switch {
+	case hasEdits && !hasOld && !hasNew:
+		arr, ok := ev.([]any)
+		if !ok || len(arr) < 1 || len(arr) > MaxEdits {
+			f.bad = true
+			break
+		}
+		f.batch(arr)
+		r.Batch, r.EditCount = true, len(arr)
+	case !hasEdits && hasOld && hasNew:
+		ot, _ := f.str("oldText", true)
+		nt, _ := f.str("newText", true)
+		if ot == "" || len(ot) > MaxWriteContent || len(nt) > MaxWriteContent {
+			f.bad = true
+		}
+		r.EditCount = 1
+	default:
+		f.bad = true
+	}
+	if s, ok := f.str("expectedBaseSha256", false); ok {
+		if !hexDigestRe.MatchString(strings.ToLower(s)) || len(s) != 64 {
+			f.bad = true
+		}
+		r.ExpectedBaseSHA256 = true
+	}
+}
+
+// batch checks a batch of edits: objects of a non-empty oldText and a newText, at most MaxWriteContent
+// bytes together.
+func (f *fieldReader) batch(arr []any) {
+	total := 0
+	for _, e := range arr {
+		eo, ok := e.(*Object)
+		if !ok {
+			f.bad = true
+			break
+		}
+		ef := &fieldReader{o: eo}
+		ef.allow("oldText", "newText")
+		ot, _ := ef.str("oldText", true)
+		nt, _ := ef.str("newText", true)
+		total += len(ot) + len(nt)
+		if ef.bad || ot == "" {
+			f.bad = true
+		}
+	}
+	if total > MaxWriteContent {
+		f.bad = true
+	}
 }
 
 // AllowsRequest reports whether the active capabilities advertise everything
@@ -284,170 +296,4 @@ func (c *Capabilities) AllowsRequest(r *WorkspaceRequest) bool {
 		return false
 	}
 	return true
-}
-
-// ValidateWorkspaceResult re-validates a fulfilled result against its request
-// (§9.3–§9.8); afterPathNegotiated is whether the worker registered
-// listFileFeatures ["after_path"]. Unknown keys are rejected.
-func ValidateWorkspaceResult(req *WorkspaceRequest, res *Object, afterPathNegotiated bool) bool {
-	f := &fieldReader{o: res}
-	op, _ := f.str("operation", true)
-	ws, _ := f.str("workspaceId", true)
-	if !CheckVersion(res) || f.bad || op != req.Operation || ws != req.WorkspaceID {
-		return false
-	}
-	common := []string{"protocolVersion", "operation", "workspaceId"}
-	num := func(key string) (int, bool) {
-		v, ok := res.Get(key)
-		n, isNum := v.(float64)
-		if !ok || !isNum || !IsSafeInteger(n) || n < 0 {
-			return 0, false
-		}
-		return int(n), true
-	}
-	flag := func(key string) (bool, bool) {
-		v, ok := res.Get(key)
-		b, isBool := v.(bool)
-		return b, ok && isBool
-	}
-	pathOK := func() bool {
-		p, ok := f.str("path", true)
-		_, valid := NormalisePortablePath(p)
-		return ok && valid
-	}
-	switch req.Operation {
-	case "read_file":
-		f.allow(append(common, "path", "content", "startLine", "endLine", "truncated", "nextStartLine")...)
-		content, ok1 := f.str("content", true)
-		start, ok2 := num("startLine")
-		end, ok3 := num("endLine")
-		trunc, ok4 := flag("truncated")
-		if !pathOK() || !ok1 || !ok2 || !ok3 || !ok4 || start != req.StartLine || end < start-1 || end >= start+req.MaxLines {
-			return false
-		}
-		lines := end - start + 1
-		if content == "" {
-			if lines > 1 {
-				return false
-			}
-		} else if strings.Count(content, "\n")+1 != lines {
-			return false
-		}
-		next, hasNext := res.Get("nextStartLine")
-		if hasNext != trunc {
-			return false
-		}
-		if hasNext {
-			n, isNum := next.(float64)
-			if !isNum || !IsSafeInteger(n) || int(n) <= start {
-				return false
-			}
-		}
-	case "search_text":
-		f.allow(append(common, "matches", "truncated")...)
-		v, _ := res.Get("matches")
-		arr, ok := v.([]any)
-		if _, tok := flag("truncated"); !ok || !tok || len(arr) > req.MaxResults {
-			return false
-		}
-		for _, m := range arr {
-			mo, ok := m.(*Object)
-			if !ok {
-				return false
-			}
-			mf := &fieldReader{o: mo}
-			mf.allow("path", "line", "column", "text")
-			p, _ := mf.str("path", true)
-			text, _ := mf.str("text", true)
-			line, _ := mo.Get("line")
-			col, _ := mo.Get("column")
-			ln, ok1 := line.(float64)
-			cn, ok2 := col.(float64)
-			if _, valid := NormalisePortablePath(p); mf.bad || !valid || !ok1 || !ok2 || !IsSafeInteger(ln) || ln < 1 ||
-				!IsSafeInteger(cn) || cn < 1 || jsLen(text) > MaxMatchText || !strings.Contains(text, req.Query) {
-				return false
-			}
-		}
-	case "list_files":
-		f.allow(append(common, "paths", "truncated", "nextAfterPath")...)
-		v, _ := res.Get("paths")
-		arr, ok := v.([]any)
-		trunc, tok := flag("truncated")
-		if !ok || !tok || len(arr) > req.MaxResults {
-			return false
-		}
-		prev := req.AfterPath
-		for i, p := range arr {
-			s, ok := p.(string)
-			if !ok {
-				return false
-			}
-			if afterPathNegotiated {
-				n, valid := NormalisePortablePath(s)
-				if !valid || n != s || ((i > 0 || req.HasAfterPath) && ComparePaths(prev, s) >= 0) {
-					return false
-				}
-				prev = s
-			}
-		}
-		next, hasNext := f.str("nextAfterPath", false)
-		if hasNext {
-			if !afterPathNegotiated || !trunc || len(arr) == 0 || next != arr[len(arr)-1] {
-				return false
-			}
-		}
-	case "write_file":
-		f.allow(append(common, "path", "created", "bytesWritten")...)
-		created, ok1 := flag("created")
-		n, ok2 := num("bytesWritten")
-		if !pathOK() || !ok1 || !ok2 || n != len(req.Content) || (req.NoOverwrite && !created) {
-			return false
-		}
-	case "edit_file":
-		f.allow(append(common, "path", "replacements", "bytesWritten")...)
-		rep, ok1 := num("replacements")
-		_, ok2 := num("bytesWritten")
-		if !pathOK() || !ok1 || !ok2 || rep != req.EditCount {
-			return false
-		}
-	case "preview_edit":
-		f.allow(append(common, "path", "content", "hasUtf8Bom", "baseSha256", "replacements", "bytesWritten")...)
-		content, ok1 := f.str("content", true)
-		bom, ok2 := flag("hasUtf8Bom")
-		base, ok3 := f.str("baseSha256", true)
-		rep, ok4 := num("replacements")
-		n, ok5 := num("bytesWritten")
-		want := len(content)
-		if bom {
-			want += 3
-		}
-		if !pathOK() || !ok1 || !ok2 || !ok3 || !hexDigestRe.MatchString(base) || !ok4 || rep != req.EditCount || !ok5 || n != want {
-			return false
-		}
-	case "execute_command":
-		f.allow(append(common, "exitCode", "signal", "stdout", "stderr", "truncated", "timedOut")...)
-		stdout, ok1 := f.str("stdout", true)
-		stderr, ok2 := f.str("stderr", true)
-		_, ok3 := flag("truncated")
-		timedOut, ok4 := flag("timedOut")
-		ev, hasExit := res.Get("exitCode")
-		sig, hasSig := f.str("signal", false)
-		if !ok1 || !ok2 || !ok3 || !ok4 || !hasExit || len(stdout)+len(stderr) > req.MaxOutputBytes {
-			return false
-		}
-		if hasSig && (!signalRe.MatchString(sig) || len(sig) > 32 || timedOut) {
-			return false
-		}
-		if ev == nil {
-			if !timedOut && !hasSig {
-				return false
-			}
-		} else {
-			code, isNum := ev.(float64)
-			if !isNum || !IsSafeInteger(code) || code < 0 || code > 255 || timedOut || hasSig {
-				return false
-			}
-		}
-	}
-	return !f.bad
 }
