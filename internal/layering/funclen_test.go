@@ -25,8 +25,6 @@ var longFuncAllowed = map[string]string{
 	"internal/runner/runner.go:New":                  "scaffold",
 	"internal/hub/bridgeroutes.go:Hub.serveWorker":   "scaffold",
 	"internal/hub/files.go:Hub.handleUpload":         "scaffold",
-	"internal/worker/execute.go:Worker.execute":      "scaffold",
-	"internal/worker/execute.go:Worker.runWorkspace": "scaffold",
 	"internal/workspace/write.go:Workspace.install":  "scaffold",
 	"internal/workspace/list.go:Workspace.ListFiles": "scaffold",
 }

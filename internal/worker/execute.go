@@ -172,24 +172,54 @@ func (w *Worker) execute(hard context.Context, a *bridge.Assignment, remaining t
 	j := w.newJob(hard, a, now)
 	defer j.stop()
 
-	// Credential, bounded by the deadline.
-	if w.refreshDue() {
-		rctx, cancel := context.WithDeadline(j.ctx, localDeadline)
-		err := w.refreshIfDue(rctx)
-		cancel()
-		if err != nil {
-			j.recovery.Store(true)
-			serr := w.settle(hard, a, rejection(a, w.incarnation, "Bridge credential refresh failed before execution", ""), time.Now().Add(w.cfg.Timing.RejectionGrace))
-			if f := fatal(err); f != nil {
-				return f
-			}
-			return errors.Join(err, serr)
-		}
+	if err := w.refreshBefore(j, hard, a, localDeadline); err != nil {
+		return err
 	}
 	if !time.Now().Before(localDeadline) {
 		return w.rejectUnexecutedIn(j, hard, a, msgAckExpired)
 	}
+	r := w.runJob(j, a, localDeadline)
+	if r.out.ambiguous {
+		if r.sessionID != "" {
+			w.quarantineSession(r.sessionID)
+		}
+		return fmt.Errorf("%w: assignment %s: %s; not settling", ErrQuarantined, a.AssignmentID, r.out.errMsg)
+	}
+	s, until := w.settlementOf(j, a, r, localDeadline)
+	return w.settled(j, a, r, s, w.settle(hard, a, s, until))
+}
 
+// refreshBefore refreshes the bridge credential when it is due, bounded by the deadline; a failed refresh
+// rejects the assignment unexecuted and is returned.
+func (w *Worker) refreshBefore(j *job, hard context.Context, a *bridge.Assignment, localDeadline time.Time) error {
+	if !w.refreshDue() {
+		return nil
+	}
+	rctx, cancel := context.WithDeadline(j.ctx, localDeadline)
+	err := w.refreshIfDue(rctx)
+	cancel()
+	if err == nil {
+		return nil
+	}
+	j.recovery.Store(true)
+	serr := w.settle(hard, a, rejection(a, w.incarnation, "Bridge credential refresh failed before execution", ""), time.Now().Add(w.cfg.Timing.RejectionGrace))
+	if f := fatal(err); f != nil {
+		return f
+	}
+	return errors.Join(err, serr)
+}
+
+// jobRun is what running an assignment produced.
+type jobRun struct {
+	out       outcome
+	mutation  bool   // a workspace mutation armed the marker
+	sessionID string // the runtime session of a sandbox assignment
+	aborted   error  // why the execution context ended early (nil: it did not)
+}
+
+// runJob runs a (sandbox or workspace) until it ends, its deadline passes, or the job fails or is
+// cancelled by the hub (polled meanwhile).
+func (w *Worker) runJob(j *job, a *bridge.Assignment, localDeadline time.Time) jobRun {
 	ectx, abort := context.WithCancelCause(j.ctx)
 	ectx, cancelDeadline := context.WithDeadlineCause(ectx, localDeadline, errDeadline)
 	j.mu.Lock()
@@ -204,16 +234,14 @@ func (w *Worker) execute(hard context.Context, a *bridge.Assignment, remaining t
 	tw.Add(1)
 	go func() { defer tw.Done(); j.pollCancellation(tasks, abort) }()
 
-	var out outcome
-	var mutation bool
-	var sessionID string
+	var r jobRun
 	if a.Kind() == bridge.KindWorkspaceTool {
-		out, mutation = w.runWorkspace(ectx, a)
+		r.out, r.mutation = w.runWorkspace(ectx, a)
 	} else {
-		sessionID = a.RuntimeSessionID
-		out = w.runSandbox(ectx, a)
+		r.sessionID = a.RuntimeSessionID
+		r.out = w.runSandbox(ectx, a)
 	}
-	aborted := context.Cause(ectx)
+	r.aborted = context.Cause(ectx)
 	stopTasks()
 	tw.Wait()
 	j.mu.Lock()
@@ -221,53 +249,47 @@ func (w *Worker) execute(hard context.Context, a *bridge.Assignment, remaining t
 	j.mu.Unlock()
 	cancelDeadline()
 	abort(nil)
+	return r
+}
 
-	if out.ambiguous {
-		if sessionID != "" {
-			w.quarantineSession(sessionID)
-		}
-		return fmt.Errorf("%w: assignment %s: %s; not settling", ErrQuarantined, a.AssignmentID, out.errMsg)
+// settlementOf is the settlement of a run and how long it may be retried: a fulfilment until the
+// deadline, or a rejection until the deadline plus the grace the hub keeps the record.
+func (w *Worker) settlementOf(j *job, a *bridge.Assignment, r jobRun, localDeadline time.Time) (bridge.Settlement, time.Time) {
+	if r.out.result != nil && r.aborted == nil {
+		return fulfillment(a, w.incarnation, r.out.result), localDeadline
 	}
+	msg, code := r.out.errMsg, r.out.errCode
+	if r.out.result != nil || msg == "" {
+		msg = "Bridge assignment was aborted"
+		if r.aborted != nil {
+			msg = r.aborted.Error()
+		}
+		if a.Kind() == bridge.KindWorkspaceTool {
+			code = "EXECUTION_ABORTED"
+		}
+	}
+	j.recovery.Store(true)
+	return rejection(a, w.incarnation, msg, code), localDeadline.Add(w.cfg.Timing.RejectionGrace)
+}
 
-	var s bridge.Settlement
-	until := localDeadline
-	if out.result != nil && aborted == nil {
-		s = fulfillment(a, w.incarnation, out.result)
-	} else {
-		msg, code := out.errMsg, out.errCode
-		if out.result != nil || msg == "" {
-			msg = "Bridge assignment was aborted"
-			if aborted != nil {
-				msg = aborted.Error()
-			}
-			if a.Kind() == bridge.KindWorkspaceTool {
-				code = "EXECUTION_ABORTED"
-			}
-		}
-		s = rejection(a, w.incarnation, msg, code)
-		// The hub accepts a rejection while the record exists (deadline + grace).
-		until = localDeadline.Add(w.cfg.Timing.RejectionGrace)
-		j.recovery.Store(true)
-	}
-	err := w.settle(hard, a, s, until)
+// settled finishes after the settlement attempt (err): a settled mutation clears the marker; an
+// unsettled mutation or stateful fulfilment quarantines.
+func (w *Worker) settled(j *job, a *bridge.Assignment, r jobRun, s bridge.Settlement, err error) error {
 	if err == nil {
-		if mutation {
+		if r.mutation {
 			if cerr := ClearOwnedMarker(w.cfg.MarkerPath, w.incarnation); cerr != nil {
 				return cerr
 			}
 			w.markerArmed.Store(false)
 		}
-		if f := j.fatalErr(); f != nil {
-			return f
-		}
-		return nil
+		return j.fatalErr()
 	}
 	w.logf("settlement of %s failed: %v", a.AssignmentID, err)
-	if mutation {
+	if r.mutation {
 		return fmt.Errorf("%w: workspace mutation %s could not be settled (%v); marker kept", ErrQuarantined, a.AssignmentID, err)
 	}
-	if sessionID != "" && s.Status == bridge.StatusFulfilled {
-		w.quarantineSession(sessionID)
+	if r.sessionID != "" && s.Status == bridge.StatusFulfilled {
+		w.quarantineSession(r.sessionID)
 		return fmt.Errorf("%w: stateful assignment %s could not be settled (%v)", ErrQuarantined, a.AssignmentID, err)
 	}
 	if f := fatal(err); f != nil {
@@ -373,32 +395,8 @@ func (w *Worker) runWorkspace(ctx context.Context, a *bridge.Assignment) (outcom
 	if w.cfg.Workspace == nil || wsID != w.cfg.WorkspaceID || !caps.Allows(wsID, op) {
 		return invalid("Workspace operation or workspace is not advertised by the active registration"), false
 	}
-	wt := caps.WorkspaceTools
-	has := func(k string) bool { _, ok := req.Get(k); return ok }
-	switch op {
-	case workspace.OpWriteFile:
-		mode := "replace"
-		if v, ok := req.Get("overwrite"); ok && v == false {
-			mode = "create"
-		}
-		if !slices.Contains(wt.WriteFileModes, mode) {
-			return invalid("write_file mode " + mode + " was not negotiated"), false
-		}
-	case workspace.OpEditFile, workspace.OpPreviewEdit:
-		mode := "single"
-		if has("edits") {
-			mode = "batch"
-		}
-		if !slices.Contains(wt.EditFileModes, mode) {
-			return invalid("edit mode " + mode + " was not negotiated"), false
-		}
-		if has("expectedBaseSha256") && !slices.Contains(wt.EditFileFeatures, "expected_base_sha256") {
-			return invalid("expectedBaseSha256 was not negotiated"), false
-		}
-	case workspace.OpListFiles:
-		if has("afterPath") && !slices.Contains(wt.ListFileFeatures, "after_path") {
-			return invalid("afterPath was not negotiated"), false
-		}
+	if msg := unnegotiated(req, op, caps.WorkspaceTools); msg != "" {
+		return invalid(msg), false
 	}
 	raw, err := bridge.Canonical(req)
 	if err != nil {
@@ -440,4 +438,36 @@ func (w *Worker) runWorkspace(ctx context.Context, a *bridge.Assignment) (outcom
 		out.Set(m.Key, m.Value)
 	}
 	return outcome{result: out}, mutation
+}
+
+// unnegotiated names the mode or feature of a workspace request the registration did not negotiate
+// ("" when everything it uses was).
+func unnegotiated(req *bridge.Object, op string, wt *bridge.WorkspaceTools) string {
+	has := func(k string) bool { _, ok := req.Get(k); return ok }
+	switch op {
+	case workspace.OpWriteFile:
+		mode := "replace"
+		if v, ok := req.Get("overwrite"); ok && v == false {
+			mode = "create"
+		}
+		if !slices.Contains(wt.WriteFileModes, mode) {
+			return "write_file mode " + mode + " was not negotiated"
+		}
+	case workspace.OpEditFile, workspace.OpPreviewEdit:
+		mode := "single"
+		if has("edits") {
+			mode = "batch"
+		}
+		if !slices.Contains(wt.EditFileModes, mode) {
+			return "edit mode " + mode + " was not negotiated"
+		}
+		if has("expectedBaseSha256") && !slices.Contains(wt.EditFileFeatures, "expected_base_sha256") {
+			return "expectedBaseSha256 was not negotiated"
+		}
+	case workspace.OpListFiles:
+		if has("afterPath") && !slices.Contains(wt.ListFileFeatures, "after_path") {
+			return "afterPath was not negotiated"
+		}
+	}
+	return ""
 }
