@@ -397,90 +397,131 @@ func (h *Hub) serveWorker(w http.ResponseWriter, r *http.Request, rt route, raw 
 	switch rt.name {
 	case "register":
 		return h.handleRegister(w, r, o, canonical, au)
-	case "ready":
-		req, err := bridge.ValidateReady(o)
-		if err != nil {
-			return err
-		}
-		if !h.configured(workerID) {
-			return errNotConfigured
-		}
-		if err := h.store.Ready(ctx, workerID, req.IncarnationID, req.RegistrationGeneration); err != nil {
-			return err
-		}
-		h.notify()
-		writeValue(w, http.StatusOK, bridge.ReadyResponse{ProtocolVersion: 1, Ready: true})
 	case "lease":
 		return h.handleLease(w, r, workerID, o, au)
-	case "ack":
-		req, err := bridge.ValidateAck(o)
-		if err != nil {
-			return err
-		}
-		if !h.configured(workerID) {
-			return errNotConfigured
-		}
-		if err := h.store.Ack(ctx, store.AckParams{WorkerID: workerID, AssignmentID: rt.assignmentID, IncarnationID: req.IncarnationID,
-			Generation: req.Generation, LeaseTokenHash: bridge.HashSecret(req.LeaseToken)}); err != nil {
-			return err
-		}
-		writeValue(w, http.StatusOK, bridge.AcceptedResponse{ProtocolVersion: 1, Accepted: true})
-	case "cancellation":
-		req, err := bridge.ValidateCancellation(o)
-		if err != nil {
-			return err
-		}
-		if !h.configured(workerID) {
-			return errNotConfigured
-		}
-		c, err := h.store.Cancelled(ctx, workerID, req.IncarnationID, rt.assignmentID)
-		if err != nil {
-			return err
-		}
-		writeValue(w, http.StatusOK, bridge.CancellationResponse{ProtocolVersion: 1, Cancelled: c})
-	case "settle":
-		req, err := bridge.ValidateSettlement(o)
-		if err != nil {
-			return err
-		}
-		if !h.configured(workerID) {
-			return errNotConfigured
-		}
-		if err := h.store.Settle(ctx, store.SettleParams{WorkerID: workerID, AssignmentID: rt.assignmentID, IncarnationID: req.IncarnationID,
-			Generation: req.Generation, LeaseTokenHash: bridge.HashSecret(req.LeaseToken), IdentityID: au.auth.IdentityID,
-			Status: req.Status, Canonical: canonical}); err != nil {
-			return err
-		}
-		h.notify()
-		writeValue(w, http.StatusOK, bridge.AcceptedResponse{ProtocolVersion: 1, Accepted: true})
-	case "refresh":
-		if err := bridge.ValidateRefresh(o); err != nil {
-			return err
-		}
-		if !h.configured(workerID) {
-			return errNotConfigured
-		}
-		cred := bridge.NewSecret()
-		exp := time.Now().Add(h.cfg.CredentialTTL)
-		if err := h.store.RefreshCredential(ctx, workerID, au.auth.CredentialHash, bridge.HashSecret(cred), exp); err != nil {
-			return err
-		}
-		writeValue(w, http.StatusOK, bridge.CredentialResponse{ProtocolVersion: 1, WorkerID: workerID, Credential: cred, ExpiresAt: bridge.FormatTime(exp)})
-	case "reset":
-		req, err := bridge.ValidateReset(o)
-		if err != nil {
-			return err
-		}
-		if !h.configured(workerID) {
-			return errNotConfigured
-		}
-		if err := h.store.ResetWorkspace(ctx, workerID, req.IncarnationID, req.RuntimeSessionID); err != nil {
-			return err
-		}
-		writeValue(w, http.StatusOK, bridge.ResetResponse{ProtocolVersion: 1, Reset: true})
-	default:
+	}
+	handle, ok := workerRoutes[rt.name]
+	if !ok {
 		return errNotFound
 	}
+	return handle(h, w, &workerCall{ctx: ctx, workerID: workerID, rt: rt, o: o, canonical: canonical, au: au})
+}
+
+// workerCall is one authenticated worker route's request.
+type workerCall struct {
+	ctx       context.Context
+	workerID  string
+	rt        route
+	o         *bridge.Object
+	canonical []byte
+	au        *authenticated
+}
+
+// workerRoutes are the worker routes past authentication (but register and lease): each validates its
+// body, refuses a worker the allow-list does not configure, and applies the protocol step.
+var workerRoutes = map[string]func(h *Hub, w http.ResponseWriter, c *workerCall) error{
+	"ready":        (*Hub).handleReady,
+	"ack":          (*Hub).handleAck,
+	"cancellation": (*Hub).handleCancellation,
+	"settle":       (*Hub).handleSettle,
+	"refresh":      (*Hub).handleRefresh,
+	"reset":        (*Hub).handleReset,
+}
+
+func (h *Hub) handleReady(w http.ResponseWriter, c *workerCall) error {
+	req, err := bridge.ValidateReady(c.o)
+	if err != nil {
+		return err
+	}
+	if !h.configured(c.workerID) {
+		return errNotConfigured
+	}
+	if err := h.store.Ready(c.ctx, c.workerID, req.IncarnationID, req.RegistrationGeneration); err != nil {
+		return err
+	}
+	h.notify()
+	writeValue(w, http.StatusOK, bridge.ReadyResponse{ProtocolVersion: 1, Ready: true})
+	return nil
+}
+
+func (h *Hub) handleAck(w http.ResponseWriter, c *workerCall) error {
+	req, err := bridge.ValidateAck(c.o)
+	if err != nil {
+		return err
+	}
+	if !h.configured(c.workerID) {
+		return errNotConfigured
+	}
+	if err := h.store.Ack(c.ctx, store.AckParams{WorkerID: c.workerID, AssignmentID: c.rt.assignmentID, IncarnationID: req.IncarnationID,
+		Generation: req.Generation, LeaseTokenHash: bridge.HashSecret(req.LeaseToken)}); err != nil {
+		return err
+	}
+	writeValue(w, http.StatusOK, bridge.AcceptedResponse{ProtocolVersion: 1, Accepted: true})
+	return nil
+}
+
+func (h *Hub) handleCancellation(w http.ResponseWriter, c *workerCall) error {
+	req, err := bridge.ValidateCancellation(c.o)
+	if err != nil {
+		return err
+	}
+	if !h.configured(c.workerID) {
+		return errNotConfigured
+	}
+	cancelled, err := h.store.Cancelled(c.ctx, c.workerID, req.IncarnationID, c.rt.assignmentID)
+	if err != nil {
+		return err
+	}
+	writeValue(w, http.StatusOK, bridge.CancellationResponse{ProtocolVersion: 1, Cancelled: cancelled})
+	return nil
+}
+
+func (h *Hub) handleSettle(w http.ResponseWriter, c *workerCall) error {
+	req, err := bridge.ValidateSettlement(c.o)
+	if err != nil {
+		return err
+	}
+	if !h.configured(c.workerID) {
+		return errNotConfigured
+	}
+	if err := h.store.Settle(c.ctx, store.SettleParams{WorkerID: c.workerID, AssignmentID: c.rt.assignmentID, IncarnationID: req.IncarnationID,
+		Generation: req.Generation, LeaseTokenHash: bridge.HashSecret(req.LeaseToken), IdentityID: c.au.auth.IdentityID,
+		Status: req.Status, Canonical: c.canonical}); err != nil {
+		return err
+	}
+	h.notify()
+	writeValue(w, http.StatusOK, bridge.AcceptedResponse{ProtocolVersion: 1, Accepted: true})
+	return nil
+}
+
+func (h *Hub) handleRefresh(w http.ResponseWriter, c *workerCall) error {
+	if err := bridge.ValidateRefresh(c.o); err != nil {
+		return err
+	}
+	if !h.configured(c.workerID) {
+		return errNotConfigured
+	}
+	cred := bridge.NewSecret()
+	exp := time.Now().Add(h.cfg.CredentialTTL)
+	if err := h.store.RefreshCredential(c.ctx, c.workerID, c.au.auth.CredentialHash, bridge.HashSecret(cred), exp); err != nil {
+		return err
+	}
+	writeValue(w, http.StatusOK, bridge.CredentialResponse{ProtocolVersion: 1, WorkerID: c.workerID, Credential: cred, ExpiresAt: bridge.FormatTime(exp)})
+	return nil
+}
+
+func (h *Hub) handleReset(w http.ResponseWriter, c *workerCall) error {
+	req, err := bridge.ValidateReset(c.o)
+	if err != nil {
+		return err
+	}
+	if !h.configured(c.workerID) {
+		return errNotConfigured
+	}
+	if err := h.store.ResetWorkspace(c.ctx, c.workerID, req.IncarnationID, req.RuntimeSessionID); err != nil {
+		return err
+	}
+	writeValue(w, http.StatusOK, bridge.ResetResponse{ProtocolVersion: 1, Reset: true})
 	return nil
 }
 

@@ -144,51 +144,9 @@ func (h *Hub) handleUpload(w http.ResponseWriter, r *http.Request, key *ClientKe
 	limits := h.cfg.FileLimits
 	// The whole body may not exceed what one session can hold, plus room for the part headers.
 	r.Body = http.MaxBytesReader(w, r.Body, limits.MaxSessionBytes+1<<20)
-	var uploads []filestore.Upload
-	entity, sid := "", ""
-	for {
-		part, err := mr.NextPart()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return uploadReadError(err)
-		}
-		if len(uploads) >= maxUploadParts {
-			return fileError(http.StatusRequestEntityTooLarge, "too_many_files", fmt.Sprintf("At most %d files per upload", maxUploadParts))
-		}
-		switch field := part.FormName(); {
-		case field == "entity_id" || field == "session_id":
-			v, err := io.ReadAll(io.LimitReader(part, 257))
-			if err != nil {
-				return uploadReadError(err)
-			}
-			if len(v) > 256 {
-				return fileError(http.StatusBadRequest, "invalid_request", field+" is longer than 256 bytes")
-			}
-			if field == "entity_id" {
-				entity = string(v)
-			} else {
-				sid = string(v)
-			}
-		case part.FileName() != "" || field == "file" || field == "files":
-			name := uploadName(part.FileName())
-			if msg := filestore.CheckName(name); msg != "" || strings.Contains(name, "/") {
-				if msg == "" {
-					msg = "must not contain a slash"
-				}
-				return fileError(http.StatusBadRequest, "invalid_file_name", fmt.Sprintf("File name %q %s", name, msg))
-			}
-			data, err := io.ReadAll(io.LimitReader(part, limits.MaxFileBytes+1))
-			if err != nil {
-				return uploadReadError(err)
-			}
-			if int64(len(data)) > limits.MaxFileBytes {
-				return fileError(http.StatusRequestEntityTooLarge, "file_too_large", fmt.Sprintf("%q is larger than %d bytes", name, limits.MaxFileBytes))
-			}
-			uploads = append(uploads, filestore.Upload{Name: name, Data: data})
-		}
-		part.Close()
+	uploads, entity, sid, ce := readUploads(mr, limits)
+	if ce != nil {
+		return ce
 	}
 	if len(uploads) == 0 {
 		return fileError(http.StatusBadRequest, "invalid_request", `No file: send multipart/form-data with a "file" part`)
@@ -218,6 +176,64 @@ func (h *Hub) handleUpload(w http.ResponseWriter, r *http.Request, key *ClientKe
 	resp.Set("files", files)
 	writeValue(w, http.StatusOK, resp)
 	return nil
+}
+
+// readUploads reads every part of an upload, bounded: the files (at most maxUploadParts, each checked by
+// name and size) and the entity_id and session_id fields; other fields are skipped.
+func readUploads(mr *multipart.Reader, limits filestore.Limits) (uploads []filestore.Upload, entity, sid string, ce *clientError) {
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			return uploads, entity, sid, nil
+		}
+		if err != nil {
+			return nil, "", "", uploadReadError(err)
+		}
+		if len(uploads) >= maxUploadParts {
+			return nil, "", "", fileError(http.StatusRequestEntityTooLarge, "too_many_files", fmt.Sprintf("At most %d files per upload", maxUploadParts))
+		}
+		switch field := part.FormName(); {
+		case field == "entity_id" || field == "session_id":
+			v, err := io.ReadAll(io.LimitReader(part, 257))
+			if err != nil {
+				return nil, "", "", uploadReadError(err)
+			}
+			if len(v) > 256 {
+				return nil, "", "", fileError(http.StatusBadRequest, "invalid_request", field+" is longer than 256 bytes")
+			}
+			if field == "entity_id" {
+				entity = string(v)
+			} else {
+				sid = string(v)
+			}
+		case part.FileName() != "" || field == "file" || field == "files":
+			up, ce := readUploadFile(part, limits.MaxFileBytes)
+			if ce != nil {
+				return nil, "", "", ce
+			}
+			uploads = append(uploads, up)
+		}
+		part.Close()
+	}
+}
+
+// readUploadFile reads one file part: a valid file name without a slash, at most maxBytes bytes.
+func readUploadFile(part *multipart.Part, maxBytes int64) (filestore.Upload, *clientError) {
+	name := uploadName(part.FileName())
+	if msg := filestore.CheckName(name); msg != "" || strings.Contains(name, "/") {
+		if msg == "" {
+			msg = "must not contain a slash"
+		}
+		return filestore.Upload{}, fileError(http.StatusBadRequest, "invalid_file_name", fmt.Sprintf("File name %q %s", name, msg))
+	}
+	data, err := io.ReadAll(io.LimitReader(part, maxBytes+1))
+	if err != nil {
+		return filestore.Upload{}, uploadReadError(err)
+	}
+	if int64(len(data)) > maxBytes {
+		return filestore.Upload{}, fileError(http.StatusRequestEntityTooLarge, "file_too_large", fmt.Sprintf("%q is larger than %d bytes", name, maxBytes))
+	}
+	return filestore.Upload{Name: name, Data: data}, nil
 }
 
 // uploadName takes the last path element of a client's file name (browsers on some systems send a

@@ -23,8 +23,6 @@ var longFuncAllowed = map[string]string{
 	// scaffold's, being split this round.
 	"internal/runner/request.go:Runner.prepare":      "scaffold",
 	"internal/runner/runner.go:New":                  "scaffold",
-	"internal/hub/bridgeroutes.go:Hub.serveWorker":   "scaffold",
-	"internal/hub/files.go:Hub.handleUpload":         "scaffold",
 	"internal/workspace/write.go:Workspace.install":  "scaffold",
 	"internal/workspace/list.go:Workspace.ListFiles": "scaffold",
 }
