@@ -29,22 +29,9 @@ type ListFilesResult struct {
 // ListFiles implements list_files (§9.5): regular files in path order, strictly after afterPath. Candidates are
 // streamed from rg in path order, so a page costs one walk up to the page's end, not a sort of the whole tree.
 func (w *Workspace) ListFiles(ctx context.Context, r *ListFilesRequest) (*ListFilesResult, error) {
-	maxResults := defaultListResults
-	if r.MaxResults != nil {
-		if *r.MaxResults < 1 || *r.MaxResults > maxListResults {
-			return nil, newErr(CodeInvalidRequest, "maxResults must be between 1 and 500")
-		}
-		maxResults = *r.MaxResults
-	}
-	after, hasAfter := "", r.AfterPath != nil
-	if hasAfter {
-		var err error
-		if after, err = cleanPath(*r.AfterPath); err != nil {
-			return nil, err
-		}
-		if after == "" {
-			return nil, newErr(CodeInvalidPath, "afterPath must name an entry, not the root")
-		}
+	maxResults, after, hasAfter, err := listBounds(r)
+	if err != nil {
+		return nil, err
 	}
 	if err := w.checkRoot(); err != nil {
 		return nil, err
@@ -67,44 +54,9 @@ func (w *Workspace) ListFiles(ctx context.Context, r *ListFilesRequest) (*ListFi
 		return nil, newErr(CodeListUnavailable, err.Error())
 	}
 	res := &ListFilesResult{Paths: []string{}}
-	prev := ""
-	early, readFailed := false, false
-	for {
-		b, err := e.next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			early, readFailed = true, true
-			break
-		}
-		c, ok := candidatePath(b, scope)
-		if !ok {
-			continue
-		}
-		if prev != "" {
-			switch cmp := comparePaths(c, prev); {
-			case cmp == 0:
-				continue // duplicate
-			case cmp < 0:
-				e.stop(true)
-				return nil, newErr(CodeListUnavailable, "ripgrep returned paths out of order")
-			}
-		}
-		prev = c
-		if hasAfter && comparePaths(c, after) <= 0 {
-			continue
-		}
-		if len(res.Paths) == maxResults {
-			// One more candidate exists beyond the page.
-			res.Truncated = true
-			early = true
-			break
-		}
-		if !w.listable(c) {
-			continue
-		}
-		res.Paths = append(res.Paths, c)
+	early, readFailed, err := w.collect(e, scope, after, hasAfter, maxResults, res)
+	if err != nil {
+		return nil, err
 	}
 	stopErr := e.stop(early)
 	if dctx.Err() != nil {
@@ -121,6 +73,70 @@ func (w *Workspace) ListFiles(ctx context.Context, r *ListFilesRequest) (*ListFi
 		res.NextAfterPath = &last
 	}
 	return res, nil
+}
+
+// listBounds checks a list request's page: maxResults (default defaultListResults) and afterPath, which
+// must name an entry.
+func listBounds(r *ListFilesRequest) (maxResults int, after string, hasAfter bool, err error) {
+	maxResults = defaultListResults
+	if r.MaxResults != nil {
+		if *r.MaxResults < 1 || *r.MaxResults > maxListResults {
+			return 0, "", false, newErr(CodeInvalidRequest, "maxResults must be between 1 and 500")
+		}
+		maxResults = *r.MaxResults
+	}
+	if r.AfterPath == nil {
+		return maxResults, "", false, nil
+	}
+	if after, err = cleanPath(*r.AfterPath); err != nil {
+		return 0, "", false, err
+	}
+	if after == "" {
+		return 0, "", false, newErr(CodeInvalidPath, "afterPath must name an entry, not the root")
+	}
+	return maxResults, after, true, nil
+}
+
+// collect reads ripgrep's sorted paths into res: duplicates dropped, out-of-order output refused, the
+// page after afterPath, up to maxResults listable paths (Truncated when one more exists). early says the
+// enumeration was stopped before its end, readFailed that its output could not be read.
+func (w *Workspace) collect(e *enumerator, scope, after string, hasAfter bool, maxResults int, res *ListFilesResult) (early, readFailed bool, err error) {
+	prev := ""
+	for {
+		b, err := e.next()
+		if err == io.EOF {
+			return false, false, nil
+		}
+		if err != nil {
+			return true, true, nil
+		}
+		c, ok := candidatePath(b, scope)
+		if !ok {
+			continue
+		}
+		if prev != "" {
+			switch cmp := comparePaths(c, prev); {
+			case cmp == 0:
+				continue // duplicate
+			case cmp < 0:
+				e.stop(true)
+				return true, false, newErr(CodeListUnavailable, "ripgrep returned paths out of order")
+			}
+		}
+		prev = c
+		if hasAfter && comparePaths(c, after) <= 0 {
+			continue
+		}
+		if len(res.Paths) == maxResults {
+			// One more candidate exists beyond the page.
+			res.Truncated = true
+			return true, false, nil
+		}
+		if !w.listable(c) {
+			continue
+		}
+		res.Paths = append(res.Paths, c)
+	}
 }
 
 // listable re-resolves a candidate beneath the root without following any symlink: symlinks, non-regular

@@ -104,17 +104,9 @@ func (w *Workspace) install(ctx context.Context, rel string, data []byte, o inst
 	if err != nil {
 		return false, newErr(CodeWriteUnavailable, "cannot stat the parent directory: "+errnoText(err))
 	}
-	old, err := dir.lstat(name)
-	exists := err == nil
-	switch {
-	case err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, os.ErrNotExist):
-		return false, pathError(err, rel, CodeWriteUnavailable)
-	case exists && !old.mode.IsRegular():
-		return false, newErr(CodeInvalidPath, "target exists and is not a regular file: "+rel)
-	case exists && !o.overwrite:
-		return false, newErr(CodeEditConflict, "target already exists: "+rel)
-	case !exists && o.expect != nil:
-		return false, newErr(CodeEditConflict, "file was removed while it was being edited: "+rel)
+	old, exists, err := checkTarget(dir, name, rel, o)
+	if err != nil {
+		return false, err
 	}
 
 	// 2. Stage in an owner-only temporary file beside the target.
@@ -147,47 +139,15 @@ func (w *Workspace) install(ctx context.Context, rel string, data []byte, o inst
 	}
 
 	// 3. Re-check: the target is still what step 1 saw, the parent is still the directory we hold.
-	cur, err := dir.lstat(name)
-	switch {
-	case exists && (err != nil || cur.id != old.id || !cur.mode.IsRegular()):
-		return false, newErr(CodeEditConflict, "target changed while it was being written: "+rel)
-	case !exists && err == nil:
-		return false, newErr(CodeEditConflict, "target appeared while it was being written: "+rel)
-	}
-	again, err := w.res.openDir(parentRel)
-	if err != nil {
-		return false, pathError(err, rel, CodeWriteUnavailable)
-	}
-	againID, err := again.id()
-	again.close()
-	if err != nil || againID != dirID {
-		return false, newErr(CodeInvalidPath, "parent directory changed while the file was being written: "+rel)
-	}
-	if o.expect != nil {
-		if err := sameFile(dir, name, o.expect); err != nil {
-			return false, err
-		}
+	if err := w.recheck(dir, dirID, parentRel, name, rel, exists, old, o); err != nil {
+		return false, err
 	}
 	hook("checked")
 
 	// 4. Install. A new target is linked, never renamed, so that a file created concurrently is not clobbered.
-	if exists {
-		if err := dir.rename(tmp, name); err != nil {
-			return false, committedErr(CodeWriteUnavailable, "cannot install the file: "+errnoText(err))
-		}
-		installed = true
-	} else {
-		if err := dir.link(tmp, name); err != nil {
-			if errors.Is(err, syscall.EEXIST) || errors.Is(err, os.ErrExist) {
-				return false, newErr(CodeEditConflict, "target appeared while it was being written: "+rel)
-			}
-			return false, committedErr(CodeWriteUnavailable, "cannot install the file: "+errnoText(err))
-		}
-		hook("linked")
-		installed = true
-		if err := dir.remove(tmp); err != nil {
-			return true, committedErr(CodeWriteUnavailable, "file installed but the temporary file could not be removed: "+errnoText(err))
-		}
+	linked, err := place(dir, tmp, name, rel, exists, &installed)
+	if err != nil {
+		return linked, err
 	}
 	hook("installed")
 
@@ -199,6 +159,74 @@ func (w *Workspace) install(ctx context.Context, rel string, data []byte, o inst
 		return !exists, err
 	}
 	return !exists, nil
+}
+
+// checkTarget is install's step 1 on the open parent: the target, if it exists, is a regular file that
+// may be replaced (and, for an edit, still exists).
+func checkTarget(dir dirHandle, name, rel string, o installOpts) (statInfo, bool, error) {
+	old, err := dir.lstat(name)
+	exists := err == nil
+	switch {
+	case err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, os.ErrNotExist):
+		return old, exists, pathError(err, rel, CodeWriteUnavailable)
+	case exists && !old.mode.IsRegular():
+		return old, exists, newErr(CodeInvalidPath, "target exists and is not a regular file: "+rel)
+	case exists && !o.overwrite:
+		return old, exists, newErr(CodeEditConflict, "target already exists: "+rel)
+	case !exists && o.expect != nil:
+		return old, exists, newErr(CodeEditConflict, "file was removed while it was being edited: "+rel)
+	}
+	return old, exists, nil
+}
+
+// recheck is install's step 3: the target is still what step 1 saw (and, for an edit, still the file the
+// edit was computed from), and the parent path still resolves to the directory held open.
+func (w *Workspace) recheck(dir dirHandle, dirID fileID, parentRel, name, rel string, exists bool, old statInfo, o installOpts) error {
+	cur, err := dir.lstat(name)
+	switch {
+	case exists && (err != nil || cur.id != old.id || !cur.mode.IsRegular()):
+		return newErr(CodeEditConflict, "target changed while it was being written: "+rel)
+	case !exists && err == nil:
+		return newErr(CodeEditConflict, "target appeared while it was being written: "+rel)
+	}
+	again, err := w.res.openDir(parentRel)
+	if err != nil {
+		return pathError(err, rel, CodeWriteUnavailable)
+	}
+	againID, err := again.id()
+	again.close()
+	if err != nil || againID != dirID {
+		return newErr(CodeInvalidPath, "parent directory changed while the file was being written: "+rel)
+	}
+	if o.expect != nil {
+		return sameFile(dir, name, o.expect)
+	}
+	return nil
+}
+
+// place is install's step 4: rename the staged file over an existing target, or link it as a new one
+// and remove the temporary name. *installed turns true once the target holds the new bytes; the bool is
+// install's "created" for an error after that point.
+func place(dir dirHandle, tmp, name, rel string, exists bool, installed *bool) (bool, error) {
+	if exists {
+		if err := dir.rename(tmp, name); err != nil {
+			return false, committedErr(CodeWriteUnavailable, "cannot install the file: "+errnoText(err))
+		}
+		*installed = true
+		return false, nil
+	}
+	if err := dir.link(tmp, name); err != nil {
+		if errors.Is(err, syscall.EEXIST) || errors.Is(err, os.ErrExist) {
+			return false, newErr(CodeEditConflict, "target appeared while it was being written: "+rel)
+		}
+		return false, committedErr(CodeWriteUnavailable, "cannot install the file: "+errnoText(err))
+	}
+	hook("linked")
+	*installed = true
+	if err := dir.remove(tmp); err != nil {
+		return true, committedErr(CodeWriteUnavailable, "file installed but the temporary file could not be removed: "+errnoText(err))
+	}
+	return true, nil
 }
 
 // stage writes data to the temporary file, makes it durable, and gives it the old file's owner and mode.
