@@ -106,13 +106,39 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 	if len(req.Files) > maxFiles {
 		return nil, badRequest(fmt.Sprintf("too many files: %d (at most %d)", len(req.Files), maxFiles))
 	}
-	// A later file of the same name replaces an earlier one, as LibreChat's runner and Piston (which
-	// writes the files in order) behave; the entry point stays first.
+	if err := p.addFiles(req.Files); err != nil {
+		return nil, err
+	}
+
+	if req.Stdin != nil {
+		p.stdin = []byte(*req.Stdin)
+	}
+	if err := checkArgs(req.Args); err != nil {
+		return nil, err
+	}
+	p.args = req.Args
+
+	env, err := r.checkEnv(req.EnvVars)
+	if err != nil {
+		return nil, err
+	}
+	p.env = env
+
+	if err := r.checkLimits(req, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// addFiles decodes the request's files into p. A later file of the same name replaces an earlier one,
+// as LibreChat's runner and Piston (which writes the files in order) behave; the entry point stays first.
+// A file may not be both a file and the parent directory of another one.
+func (p *prepared) addFiles(files []File) *Error {
 	seen := map[string]int{}
-	for i, f := range req.Files {
-		df, err := decodeFile(i, f, rt.interp.Ext)
+	for i, f := range files {
+		df, err := decodeFile(i, f, p.rt.interp.Ext)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if j, dup := seen[df.name]; dup {
 			p.files[j].data = df.data
@@ -121,38 +147,42 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 		seen[df.name] = len(p.files)
 		p.files = append(p.files, df)
 	}
-	// A file may not be both a file and the parent directory of another one.
 	for name, i := range seen {
 		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
 			if j, clash := seen[dir]; clash {
-				return nil, badRequest(fmt.Sprintf("files[%d]: %q is a file but files[%d] uses it as a directory", j, dir, i))
+				return badRequest(fmt.Sprintf("files[%d]: %q is a file but files[%d] uses it as a directory", j, dir, i))
 			}
 		}
 	}
+	return nil
+}
 
-	if req.Stdin != nil {
-		p.stdin = []byte(*req.Stdin)
-	}
-	if len(req.Args) > maxArgs {
-		return nil, badRequest(fmt.Sprintf("too many args: %d (at most %d)", len(req.Args), maxArgs))
+// checkArgs bounds the arguments as the kernel will: no NUL, MAX_ARG_STRLEN each, maxArgBytes together.
+func checkArgs(args []string) *Error {
+	if len(args) > maxArgs {
+		return badRequest(fmt.Sprintf("too many args: %d (at most %d)", len(args), maxArgs))
 	}
 	argBytes := 0
-	for i, a := range req.Args {
+	for i, a := range args {
 		if strings.IndexByte(a, 0) >= 0 {
-			return nil, badRequest(fmt.Sprintf("args[%d] contains a NUL byte", i))
+			return badRequest(fmt.Sprintf("args[%d] contains a NUL byte", i))
 		}
 		if len(a) > maxArgStrlen {
-			return nil, badRequest(fmt.Sprintf("args[%d] is %d bytes (at most %d: the kernel's MAX_ARG_STRLEN)", i, len(a), maxArgStrlen))
+			return badRequest(fmt.Sprintf("args[%d] is %d bytes (at most %d: the kernel's MAX_ARG_STRLEN)", i, len(a), maxArgStrlen))
 		}
 		argBytes += len(a) + 1 + 8 // the string, its NUL and its pointer on the new stack
 	}
 	if argBytes > maxArgBytes {
-		return nil, badRequest(fmt.Sprintf("args: %d bytes in total (at most %d)", argBytes, maxArgBytes))
+		return badRequest(fmt.Sprintf("args: %d bytes in total (at most %d)", argBytes, maxArgBytes))
 	}
-	p.args = req.Args
+	return nil
+}
 
+// checkEnv validates env_vars (names, reserved names, NUL, sizes) and returns them as sorted NAME=value.
+func (r *Runner) checkEnv(vars map[string]string) ([]string, *Error) {
+	var env []string
 	total := 0
-	for k, v := range req.EnvVars {
+	for k, v := range vars {
 		total += len(k) + len(v) + 2
 		switch {
 		case !envKeyRE.MatchString(k):
@@ -164,27 +194,32 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 		case len(k)+1+len(v) > maxArgStrlen:
 			return nil, badRequest(fmt.Sprintf("env_vars: %s=… is %d bytes (at most %d: the kernel's MAX_ARG_STRLEN)", k, len(k)+1+len(v), maxArgStrlen))
 		}
-		p.env = append(p.env, k+"="+v)
+		env = append(env, k+"="+v)
 	}
 	if total > maxEnvBytes {
 		return nil, badRequest(fmt.Sprintf("env_vars: %d bytes in total (at most %d)", total, maxEnvBytes))
 	}
-	slices.Sort(p.env)
+	slices.Sort(env)
+	return env, nil
+}
 
+// checkLimits reads the run and compile timeouts, CPU times and memory limits into p, bounded by the
+// operator's maxima.
+func (r *Runner) checkLimits(req *ExecuteRequest, p *prepared) *Error {
 	maxMS := r.cfg.MaxRunTimeout.Milliseconds()
 	timeout, err := checkMillis("run_timeout", req.RunTimeout, maxMS)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	p.timeout = time.Duration(timeout) * time.Millisecond
 	ct, err := checkMillis("compile_timeout", req.CompileTimeout, maxMS)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	p.compileTimeout = time.Duration(ct) * time.Millisecond
 	cpu, err := checkMillis("run_cpu_time", req.RunCPUTime, maxMS)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if req.RunCPUTime != nil {
 		// RLIMIT_CPU counts whole seconds: round up, so a limit never ends a run earlier than asked.
@@ -192,18 +227,18 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 	}
 	ccpu, err := checkMillis("compile_cpu_time", req.CompileCPUTime, maxMS)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if req.CompileCPUTime != nil {
 		p.compileCPU = (time.Duration(ccpu)*time.Millisecond + time.Second - 1).Truncate(time.Second)
 	}
 	if p.memory, err = r.checkMemory("run_memory_limit", req.RunMemoryLimit); err != nil {
-		return nil, err
+		return err
 	}
 	if p.compileMemory, err = r.checkMemory("compile_memory_limit", req.CompileMemoryLimit); err != nil {
-		return nil, err
+		return err
 	}
-	return p, nil
+	return nil
 }
 
 // checkMillis validates an optional duration in ms; absent means the maximum, and more than the maximum

@@ -150,18 +150,41 @@ type Runner struct {
 // New validates cfg, creates the runner's private directory, probes the installed versions and starts the
 // session janitor. Close releases all of it.
 func New(cfg Config) (*Runner, error) {
+	if err := cfg.complete(); err != nil {
+		return nil, err
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	r := &Runner{cfg: cfg, log: lg, sessions: map[string]*session{}}
+	r.reserved = reservedEnv(cfg.Programs.Registry(), cfg.Exposed)
+	r.runtimes = probeRuntimes(cfg.Programs, cfg.Versions, lg)
+	if err := r.openWorkDir(); err != nil {
+		return nil, err
+	}
+	r.chooseBound()
+	r.base, r.stop = context.WithCancel(context.Background())
+	r.janitor.Add(1)
+	go r.janitorLoop()
+	return r, nil
+}
+
+// complete refuses a configuration without its dependencies or with a negative limit, and fills in the
+// defaults.
+func (cfg *Config) complete() error {
 	switch {
 	case cfg.Programs == nil:
-		return nil, errors.New("runner: Config.Programs is required")
+		return errors.New("runner: Config.Programs is required")
 	case cfg.Sandbox == nil:
-		return nil, errors.New("runner: Config.Sandbox is required")
+		return errors.New("runner: Config.Sandbox is required")
 	case cfg.Slots == nil:
-		return nil, errors.New("runner: Config.Slots is required")
+		return errors.New("runner: Config.Slots is required")
 	case cfg.MaxRunTimeout < 0, cfg.MaxMemory < 0, cfg.MaxOutputBytes < 0, cfg.MaxBodyBytes < 0,
 		cfg.SessionTTL < 0, cfg.MaxSessions < 0, cfg.FilesOutMaxBytes < 0, cfg.FilesOutMaxCount < 0,
 		cfg.MaxSessionsPerOwner < 0, cfg.EvictIdle < 0,
 		cfg.WorkspaceSize < 0:
-		return nil, errors.New("runner: negative limit in Config")
+		return errors.New("runner: negative limit in Config")
 	}
 	if cfg.MaxRunTimeout == 0 {
 		cfg.MaxRunTimeout = DefaultMaxRunTimeout
@@ -197,56 +220,50 @@ func New(cfg Config) (*Runner, error) {
 		cfg.WorkRoot = os.TempDir()
 	}
 	if !filepath.IsAbs(cfg.WorkRoot) {
-		return nil, fmt.Errorf("runner: WorkRoot %q is not absolute", cfg.WorkRoot)
+		return fmt.Errorf("runner: WorkRoot %q is not absolute", cfg.WorkRoot)
 	}
-	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.New(slog.DiscardHandler)
-	}
-	r := &Runner{cfg: cfg, log: lg, sessions: map[string]*session{}}
-	r.reserved = reservedEnv(cfg.Programs.Registry(), cfg.Exposed)
-	r.runtimes = probeRuntimes(cfg.Programs, cfg.Versions, lg)
+	return nil
+}
 
-	dir, err := os.MkdirTemp(cfg.WorkRoot, "codellm-runner-")
+// openWorkDir creates, locks and checks the runner's own work directory under WorkRoot (removing those
+// of dead runners). On failure nothing is left.
+func (r *Runner) openWorkDir() error {
+	dir, err := os.MkdirTemp(r.cfg.WorkRoot, "codellm-runner-")
 	if err != nil {
-		return nil, fmt.Errorf("runner: create work directory: %w", err)
+		return fmt.Errorf("runner: create work directory: %w", err)
 	}
 	// 0711: the sandbox uid must traverse to a workspace, but must not list which sessions exist.
 	r.dir, r.sessDir, r.runsDir = dir, filepath.Join(dir, "sessions"), filepath.Join(dir, "runs")
 	for _, d := range []string{dir, r.sessDir, r.runsDir} {
 		if err := os.Mkdir(d, 0o711); err != nil && !os.IsExist(err) {
 			os.RemoveAll(dir)
-			return nil, fmt.Errorf("runner: create work directory: %w", err)
+			return fmt.Errorf("runner: create work directory: %w", err)
 		}
 		if err := os.Chmod(d, 0o711); err != nil {
 			os.RemoveAll(dir)
-			return nil, fmt.Errorf("runner: create work directory: %w", err)
+			return fmt.Errorf("runner: create work directory: %w", err)
 		}
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("runner: lock work directory: %w", err)
+		return fmt.Errorf("runner: lock work directory: %w", err)
 	}
 	r.lock = lock
 	// Leftovers of runners that died without Close (crash, SIGKILL) hold users' files: remove them.
-	removed, errs := sweepStale(cfg.WorkRoot, dir)
+	removed, errs := sweepStale(r.cfg.WorkRoot, dir)
 	for _, d := range removed {
-		lg.Info("runner: removed the work directory of a dead runner", "dir", d)
+		r.log.Info("runner: removed the work directory of a dead runner", "dir", d)
 	}
 	for _, e := range errs {
-		lg.Warn("runner: cannot remove the work directory of a dead runner", "err", e)
+		r.log.Warn("runner: cannot remove the work directory of a dead runner", "err", e)
 	}
-	if err := checkSearchable(dir, cfg.Sandbox); err != nil {
+	if err := checkSearchable(dir, r.cfg.Sandbox); err != nil {
 		r.unlock()
 		os.RemoveAll(dir)
-		return nil, err
+		return err
 	}
-	r.chooseBound()
-	r.base, r.stop = context.WithCancel(context.Background())
-	r.janitor.Add(1)
-	go r.janitorLoop()
-	return r, nil
+	return nil
 }
 
 // chooseBound picks how WorkspaceSize is enforced: a tmpfs mounted on each workspace when this process may
