@@ -5,6 +5,7 @@ package sandbox
 import (
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,13 +20,24 @@ import (
 // kernel says it changed (poll reports POLLPRI after any mount or unmount
 // in the namespace). The helper re-reads its own copy when an overlay
 // fails anyway (a mount made between the two).
+//
+// Even that is once per request on a server whose runner workspaces are
+// tmpfs mounts (each request mounts and unmounts one), 7 % of a request's
+// CPU in the profile (BENCHMARKS.md). A stale list is safe both ways — a
+// mount it misses makes the helper's overlay fail and re-read, one it
+// still lists only makes the helper mirror that directory entry by entry —
+// so the table is checked for changes at most once per rereadEvery.
 var hostMounts mountTable
 
+// rereadEvery bounds how often the server looks at the mount table again.
+const rereadEvery = time.Second
+
 type mountTable struct {
-	mu     sync.Mutex
-	fd     int // -1 after a failure: the helper then reads mountinfo itself
-	opened bool
-	points []string
+	mu      sync.Mutex
+	fd      int // -1 after a failure: the helper then reads mountinfo itself
+	opened  bool
+	points  []string
+	checked time.Time // last poll for changes
 }
 
 // below returns the mount points strictly below any of dirs (the first
@@ -42,7 +54,9 @@ func (m *mountTable) below(dirs []string) []string {
 			m.fd = fd
 			m.reread()
 		}
-	} else if m.fd >= 0 {
+		m.checked = time.Now()
+	} else if m.fd >= 0 && time.Since(m.checked) >= rereadEvery {
+		m.checked = time.Now()
 		pfd := []unix.PollFd{{Fd: int32(m.fd), Events: unix.POLLPRI}}
 		if n, err := unix.Poll(pfd, 0); err != nil || n > 0 {
 			m.reread()
