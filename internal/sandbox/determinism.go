@@ -36,11 +36,23 @@ import (
 //     printed at a resolution coarser than the run's jitter (whole
 //     seconds, say) is reproducible; microseconds are not. This covers
 //     static programs too (the vDSO honours time namespaces).
-//   - File timestamps: NOT reproducible. The kernel stamps files with the
-//     real clock (time namespaces do not cover CLOCK_REALTIME), and
-//     Debian's libfaketime does not shift what stat/statx return either
-//     (measured: python's os.stat and stat(1) of a file written under
-//     FAKETIME show today's time). A program that prints mtimes differs.
+//   - File timestamps: NOT reproducible (DeterminismNotCovered). The
+//     kernel stamps files with the real clock (time namespaces have no
+//     CLOCK_REALTIME offset). Debian's libfaketime is built with FAKE_STAT
+//     (it reads NO_FAKE_STAT) but wraps only stat, lstat, fstat and the
+//     old __xstat family, shifting what they return by the fake clock's
+//     offset; glibc 2.33+ programs call stat64/fstatat64 (python's
+//     os.stat, perl), fstatat (find) or statx (coreutils stat and ls;
+//     node's libuv through syscall(2)), none of them wrapped. Measured in
+//     a deterministic block, for a file it had just written: python
+//     os.stat, node fs.statSync/lstatSync, stat -c %Y, ls -l, find
+//     -printf %T@ and perl's stat show today's time; date -r, which calls
+//     stat, shows Now-1. No mechanism reaches all of these without
+//     intercepting the system calls themselves (seccomp user
+//     notification, a ptrace-like supervisor), which was not attempted;
+//     making statx fail with ENOSYS would move node onto libuv's __xstat64
+//     fallback, which libfaketime wraps, but coreutils' and python's
+//     paths would stay real.
 //   - Randomness, two sources (measured which program takes which, by
 //     comparing its bytes with the device's): libfaketime's getrandom()
 //     and getentropy() wrappers return a stream of FAKERANDOM_SEED
@@ -87,6 +99,20 @@ import (
 type Determinism struct {
 	Seed string    // any string; the same seed gives the same stream
 	Now  time.Time // the wall clock's start (UTC, whole seconds)
+}
+
+// DeterminismNotCovered lists what deterministic mode leaves varying on every host, measured on Linux
+// 6.18 with Debian 12's libfaketime 0.9.10, glibc 2.36, python 3.11, node 20, coreutils 9.1 (see the
+// Determinism doc for why). Native mode refuses a deterministic request when a piece that some hosts
+// have is missing here (Start's UnavailableError, the 501 naming it); these pieces no host has, so
+// refusing for them would refuse every request: they are reported instead (/readyz, doctor, README).
+var DeterminismNotCovered = []string{
+	"file timestamps: the kernel's real clock for python os.stat, node fs.statSync, stat(1), ls, find, perl; " +
+		"only callers of libc's stat/lstat/fstat (date -r) see them moved onto the fixed clock",
+	"statically linked programs' wall clock (vDSO): the real time",
+	"monotonic and boot clocks run in real time from zero: sub-second values vary",
+	"/dev/urandom and /dev/random: every open reads the same 256 KiB from the start, EOF after",
+	"thread interleaving; directory order of a persistent workdir",
 }
 
 // FakeTimeLib is the Debian path of libfaketime; deterministic mode needs it.

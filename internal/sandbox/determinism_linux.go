@@ -40,10 +40,10 @@ func determinismMissing(use mechSet) string {
 // determinismStatus is the report's row for the mechanisms in use.
 func determinismStatus(use mechSet) DeterminismStatus {
 	if missing := determinismMissing(use); missing != "" {
-		return DeterminismStatus{Missing: missing}
+		return DeterminismStatus{Missing: missing, NotCovered: DeterminismNotCovered}
 	}
-	return DeterminismStatus{Supported: true, Mechanisms: []string{
-		"wall clock: libfaketime " + fakeTimeLib() + " (dynamically linked programs)",
+	return DeterminismStatus{Supported: true, NotCovered: DeterminismNotCovered, Mechanisms: []string{
+		"wall clock: libfaketime " + fakeTimeLib() + " and /etc/faketimerc (dynamically linked programs, bash's own clock)",
 		"monotonic/boot clocks: time namespace from zero",
 		"randomness: seeded ChaCha20 /dev/urandom, /dev/random; getrandom ENOSYS; libfaketime FAKERANDOM_SEED",
 		"addresses: personality(ADDR_NO_RANDOMIZE)",

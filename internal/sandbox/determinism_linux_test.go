@@ -139,6 +139,10 @@ func TestDeterminismReported(t *testing.T) {
 	if !strings.Contains(s.Report().String(), "deterministic mode:") {
 		t.Fatal("doctor table lacks the deterministic mode line")
 	}
+	if st := s.Report().Determinism; len(st.NotCovered) == 0 || !strings.Contains(st.NotCovered[0], "file timestamps") ||
+		!strings.Contains(s.Report().String(), "deterministic mode does not cover: file timestamps") {
+		t.Fatalf("the report does not say file timestamps are not covered: %+v", st)
+	}
 }
 
 // TestFakeRandomSeedRange: FAKERANDOM_SEED stays below 2^63 (libfaketime saturates above) and away
@@ -155,5 +159,68 @@ func TestFakeRandomSeedRange(t *testing.T) {
 			t.Errorf("seeds %q and %q share FAKERANDOM_SEED %#x", prev, seed, v)
 		}
 		seen[v] = seed
+	}
+}
+
+// detScript runs a bash script in a deterministic block (or not, d nil) and returns its output.
+func detScript(t *testing.T, s *Sandbox, d *Determinism, script string) string {
+	t.Helper()
+	dir := workdir(t, nil)
+	r, err := s.NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	in := r.Workdir(dir, "/mnt/data")
+	outR, outW, _ := os.Pipe()
+	p, err := r.Start(Spec{Path: "/bin/bash", Args: []string{"bash", "-c", script}, Env: stdEnv(in), Dir: dir, MountAt: "/mnt/data",
+		Stdout: outW, Stderr: outW, Deterministic: d})
+	outW.Close()
+	if err != nil {
+		outR.Close()
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	out.ReadFrom(outR)
+	outR.Close()
+	if res := p.Wait(); res.ExitCode != 0 {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out.String())
+	}
+	return out.String()
+}
+
+// TestDeterministicFileTimestamps pins what DeterminismNotCovered says of file timestamps, so that a
+// libfaketime that starts wrapping stat64/statx shows up here (and the docs get updated): a file the
+// block just wrote has today's mtime for python, node, stat(1) and ls, and the fixed clock (give or take
+// the second the shift rounds to) for date -r, which calls libc's stat.
+func TestDeterministicFileTimestamps(t *testing.T) {
+	s := nativeSandbox(t)
+	if missing := determinismMissing(s.plat.want & s.plat.avail); missing != "" {
+		skipOrFail(t, "deterministic mode unavailable: %s", missing)
+	}
+	for _, p := range []string{"/usr/bin/python3", "/usr/bin/node"} {
+		if _, err := os.Stat(p); err != nil {
+			skipOrFail(t, "%s not installed", p)
+		}
+	}
+	now := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	out := detScript(t, s, &Determinism{Seed: "ts", Now: now}, `echo x > f
+echo "python $(python3 -c 'import os; print(int(os.stat("f").st_mtime))')"
+echo "node $(node -e 'console.log(Math.floor(require("fs").statSync("f").mtimeMs / 1000))')"
+echo "stat $(stat -c %Y f)"
+echo "ls $(ls -l --time-style=+%s f | cut -d' ' -f6)"
+echo "date-r $(date -r f +%s)"`)
+	t.Logf("mtimes of a new file:\n%s", out)
+	fixed, real := now.Unix(), time.Now().Unix()
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		name, v, _ := strings.Cut(line, " ")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		near := func(want int64) bool { return n >= want-5 && n <= want+5 }
+		if name == "date-r" && !near(fixed) || name != "date-r" && !near(real) {
+			t.Errorf("%s: mtime %d, the docs say %s (fixed %d, real %d)", name, n, map[bool]string{true: "the fixed clock", false: "the real clock"}[name == "date-r"], fixed, real)
+		}
 	}
 }

@@ -59,6 +59,9 @@ type DeterminismStatus struct {
 	Missing string `json:"missing,omitempty"`
 	// Mechanisms are the mechanisms deterministic mode uses, one "what: how" line each.
 	Mechanisms []string `json:"mechanisms,omitempty"`
+	// NotCovered are what the mode leaves varying on every host (DeterminismNotCovered): no host
+	// supplies a mechanism for them, so a request is not refused for them but told here.
+	NotCovered []string `json:"not_covered"`
 }
 
 // ReportLimits is the effective default policy in plain units.
@@ -117,6 +120,9 @@ func (r Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "deterministic mode: supported (%s)\n", strings.Join(r.Determinism.Mechanisms, "; "))
 	} else {
 		fmt.Fprintf(tw, "deterministic mode: unavailable, needs %s\n", dash(r.Determinism.Missing))
+	}
+	if len(r.Determinism.NotCovered) > 0 {
+		fmt.Fprintf(tw, "deterministic mode does not cover: %s\n", strings.Join(r.Determinism.NotCovered, "; "))
 	}
 	return tw.Flush()
 }
