@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/codellm/codellm/internal/sandbox/hook"
 	"golang.org/x/sys/unix"
 )
 
@@ -98,30 +99,5 @@ func (m *mountTable) reread() {
 		m.fd, m.points = -1, nil
 		return
 	}
-	m.points = m.points[:0]
-	for _, line := range strings.Split(string(b), "\n") {
-		// id parent major:minor root mount-point options ...
-		if f := strings.SplitN(line, " ", 6); len(f) == 6 {
-			m.points = append(m.points, unescapeMountinfo(f[4]))
-		}
-	}
+	m.points = hook.ParseMountPoints(b)
 }
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space, …).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }

@@ -71,7 +71,14 @@ func (t *sysTree) dir(src, dst string) error {
 	}
 	below, err := t.retryBelow(src, func() error { return mountOverlay(src, dst) })
 	if below {
-		return t.splitDir(src, dst)
+		// Whatever fails while splitting (the root tmpfs full, say) is the
+		// overlay mechanism's failure: without it the directory is bound.
+		if err := t.splitDir(src, dst); err != nil {
+			if _, ok := err.(errOverlay); !ok {
+				return errOverlay{err}
+			}
+			return err
+		}
 	}
 	return err
 }
@@ -208,6 +215,12 @@ func mountPoints() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseMountPoints(raw), nil
+}
+
+// ParseMountPoints returns the mount point field of each line of a
+// mountinfo file, unescaped, in order (package sandbox reads the server's).
+func ParseMountPoints(raw []byte) []string {
 	var out []string
 	for len(raw) > 0 {
 		line := raw
@@ -229,7 +242,7 @@ func mountPoints() ([]string, error) {
 			out = append(out, unescapeMount(f[:i]))
 		}
 	}
-	return out, nil
+	return out
 }
 
 func indexByte(b []byte, c byte) int {
