@@ -37,6 +37,7 @@ type collector struct {
 	ran       bool
 	err       error
 	same      map[string]bool // regular files found unchanged (sameFile), linked rather than copied back
+	buf       []byte          // sameFile's buffers
 	files     []OutFile
 	omitted   int
 	truncated bool
@@ -159,7 +160,10 @@ func (c *collector) unchanged(before, src *os.Root, e treeEntry) (bool, error) {
 	if v, ok := c.same[e.name]; ok {
 		return v, nil
 	}
-	same, err := sameFile(before, src, e)
+	if c.buf == nil {
+		c.buf = make([]byte, 2*compareChunk)
+	}
+	same, err := sameFile(before, src, e, c.buf)
 	if err != nil {
 		return false, err
 	}
@@ -183,13 +187,19 @@ func isScratch(name string) bool {
 	return false
 }
 
+// compareChunk is how much of each file sameFile reads at a time.
+const compareChunk = 64 << 10
+
 // sameFile reports whether before holds a regular file name of the same size, permissions and content
-// as src's (e).
-func sameFile(before, src *os.Root, e treeEntry) (bool, error) {
+// as src's (e); buf (2*compareChunk bytes) holds the chunks compared.
+func sameFile(before, src *os.Root, e treeEntry, buf []byte) (bool, error) {
 	name := e.name
 	st, err := before.Lstat(name)
 	if err != nil || !st.Mode().IsRegular() || st.Size() != e.size || st.Mode().Perm() != e.mode.Perm() {
 		return false, nil
+	}
+	if e.size == 0 {
+		return true, nil
 	}
 	a, err := before.OpenFile(name, os.O_RDONLY|noFollow, 0)
 	if err != nil {
@@ -201,7 +211,7 @@ func sameFile(before, src *os.Root, e treeEntry) (bool, error) {
 		return false, err
 	}
 	defer b.Close()
-	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
+	ba, bb := buf[:compareChunk], buf[compareChunk:2*compareChunk]
 	for {
 		na, ea := io.ReadFull(a, ba)
 		nb, eb := io.ReadFull(b, bb)

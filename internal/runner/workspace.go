@@ -84,7 +84,7 @@ func (ws *workspace) spec(sp sandbox.Spec, list bool) (sandbox.Spec, *collector)
 	}
 	cfg := &ws.r.cfg
 	c := &collector{host: ws.dir, keep: ws.s != nil || !list, list: list, maxCount: cfg.FilesOutMaxCount,
-		maxBytes: cfg.FilesOutMaxBytes, bound: cfg.WorkspaceSize, entries: tmpfsInodes(cfg.WorkspaceSize)}
+		maxBytes: cfg.FilesOutMaxBytes, bound: cfg.WorkspaceSize, entries: maxKeptEntries}
 	sp.Collect = func(root string) error {
 		c.err = c.collect(root)
 		return c.err
@@ -143,6 +143,7 @@ func (ws *workspace) filesOut(resp *ExecuteResponse, c *collector) *Error {
 	return nil
 }
 
-// tmpfsInodes is the inode cap of the sandbox's private tmpfs of size bytes (hook.TmpfsInodes, which only
-// builds on Linux): the most entries a collected tree can hold.
-func tmpfsInodes(size int64) int { return int(max(size/4096, 4096)) }
+// maxKeptEntries bounds a tree copied back (a session's, a compile stage's): every later execute copies
+// the whole session in and out, so a run that leaves more entries has its changes refused (the tmpfs
+// itself allows one inode per 4 KiB, 65 536 in 256 MiB, at about 0.3 ms per entry per execute).
+const maxKeptEntries = maxScanEntries
