@@ -135,7 +135,7 @@ func (s *serveFlags) runner(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandb
 	rcfg.Programs, rcfg.Sandbox, rcfg.Slots, rcfg.Exposed = ecfg.Programs, sb, ecfg.Slots, ecfg.Exposed
 	rcfg.WorkRoot, rcfg.MaxRunTimeout, rcfg.MaxMemory = ef.workDir, ef.timeout, ef.memory
 	rcfg.MaxOutputBytes, rcfg.MaxBodyBytes, rcfg.Logger = ef.runnerOutputBytes(), s.maxBody, log
-	rcfg.Deterministic = ecfg.Deterministic
+	rcfg.Deterministic, rcfg.NetworkAllow = ecfg.Deterministic, ecfg.NetworkAllow
 	rn, err := runner.New(rcfg)
 	if err != nil && !s.workspaceSize && rcfg.WorkspaceSize > 0 {
 		// The root default needs mount rights (a container may withhold them): fall back, loudly.

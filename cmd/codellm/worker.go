@@ -512,7 +512,7 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 	}
 	f.runsEgress = sb.Report().Egress
 	rn, err := runner.New(runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
-		Logger: log, MaxRunTimeout: ecfg.Timeout, Deterministic: ecfg.Deterministic})
+		Logger: log, MaxRunTimeout: ecfg.Timeout, Deterministic: ecfg.Deterministic, NetworkAllow: ecfg.NetworkAllow})
 	if err != nil {
 		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/openai"
 )
@@ -114,6 +115,9 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	meta, ce := execMetadata(req.Metadata)
+	if ce == nil {
+		meta, ce = execNetworkAllow(meta, req.Metadata)
+	}
 	if ce != nil {
 		writeExecError(w, ce)
 		return
@@ -273,7 +277,7 @@ func rejectionError(out *outcome) *clientError {
 	if strings.HasPrefix(out.errMsg, runnerDeterministicUnavailable+": ") {
 		return &clientError{status: http.StatusNotImplemented, code: runnerDeterministicUnavailable, message: strings.TrimPrefix(out.errMsg, runnerDeterministicUnavailable+": ")}
 	}
-	if strings.Contains(out.errMsg, "runtime is unknown") || strings.HasPrefix(out.errMsg, "files[") {
+	if strings.Contains(out.errMsg, "runtime is unknown") || strings.HasPrefix(out.errMsg, "files[") || networkAllowRefused(out.errMsg) {
 		return &clientError{status: http.StatusBadRequest, code: "invalid_request", message: out.errMsg}
 	}
 	return &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg}
@@ -349,6 +353,12 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body.Set("stream", false)
+	if req.NetworkAllow != nil {
+		if _, err := egress.Parse(*req.NetworkAllow); err != nil {
+			writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_metadata", message: `field "metadata.network_allow": ` + err.Error()})
+			return
+		}
+	}
 	deadline, err := h.deadline(r, h.cfg.ChatTimeout)
 	if err != nil {
 		writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: err.Error()})
@@ -366,6 +376,10 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if out.status != bridge.StatusFulfilled {
+		if networkAllowRefused(out.errMsg) {
+			writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_metadata", message: out.errMsg})
+			return
+		}
 		writeChatError(w, &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg})
 		return
 	}

@@ -111,6 +111,11 @@ func decodeMetadata(top map[string]json.RawMessage, r *ChatRequest) *Error {
 	return nil
 }
 
+// DecodeNetworkAllow is decodeNetworkAllow for the runner API's metadata (the same field, the same rule).
+func DecodeNetworkAllow(meta map[string]json.RawMessage) (*[]string, *Error) {
+	return decodeNetworkAllow(meta["network_allow"])
+}
+
 // decodeNetworkAllow parses metadata.network_allow: comma-separated host names; nil when absent.
 func decodeNetworkAllow(raw json.RawMessage) (*[]string, *Error) {
 	if raw == nil || isNull(raw) {

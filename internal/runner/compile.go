@@ -40,7 +40,7 @@ func (r *Runner) compile(ctx context.Context, ws *workspace, in string, p *prepa
 	if err != nil {
 		return nil, false, sandboxFailed("compiler: "+err.Error(), err)
 	}
-	limits := stageLimits{timeout: p.compileTimeout, memory: p.compileMemory, cpu: p.compileCPU, det: p.det}
+	limits := stageLimits{timeout: p.compileTimeout, memory: p.compileMemory, cpu: p.compileCPU, det: p.det, netAllow: p.netAllow}
 	st, status, e := r.stage(ctx, ws, sandbox.Spec{Path: prog, Args: argv, Env: compileEnv(env, build)}, limits)
 	if e != nil {
 		return nil, false, e
@@ -82,12 +82,16 @@ type stageLimits struct {
 	memory  int64
 	cpu     time.Duration
 	det     *sandbox.Determinism // deterministic mode (nil: off)
+
+	netAllow *[]string // the request's narrowed egress list (nil: the operator's)
 }
 
 // stage runs one sandboxed process (the compile stage) in its own cgroup and captures it like the run
 // stage; in the private mode what it leaves in the workspace is kept for the run stage.
 func (r *Runner) stage(ctx context.Context, ws *workspace, sp sandbox.Spec, l stageLimits) (*StageResult, execution.Status, *Error) {
-	run, err := r.cfg.Sandbox.NewRun(r.runLimits(l.memory, l.cpu))
+	lim := r.runLimits(l.memory, l.cpu)
+	lim.NetworkAllow = l.netAllow
+	run, err := r.cfg.Sandbox.NewRun(lim)
 	if err != nil {
 		return nil, 0, sandboxFailed("sandbox: "+err.Error(), err)
 	}

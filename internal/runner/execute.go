@@ -91,6 +91,9 @@ func (r *Runner) execute(ctx context.Context, sessionID string, req *ExecuteRequ
 	if p.det, e = r.determinism(req.Metadata); e != nil {
 		return nil, e
 	}
+	if p.netAllow, e = r.networkAllow(req.Metadata); e != nil {
+		return nil, e
+	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -160,7 +163,9 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 	if stdin != nil {
 		defer stdin.Close()
 	}
-	run, err := r.cfg.Sandbox.NewRun(r.runLimits(p.memory, p.cpu))
+	lim := r.runLimits(p.memory, p.cpu)
+	lim.NetworkAllow = p.netAllow
+	run, err := r.cfg.Sandbox.NewRun(lim)
 	if err != nil {
 		return nil, sandboxFailed("sandbox: "+err.Error(), err)
 	}

@@ -67,6 +67,8 @@ type prepared struct {
 	compileCPU     time.Duration
 
 	det *sandbox.Determinism // deterministic mode (nil: off), both stages
+
+	netAllow *[]string // metadata.network_allow, checked narrower (nil: the operator's list), both stages
 }
 
 type decodedFile struct {

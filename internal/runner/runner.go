@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/slots"
@@ -100,6 +101,10 @@ type Config struct {
 	// Deterministic is the operator's default for deterministic mode (--deterministic); a request's
 	// metadata.deterministic overrides it (see determinism).
 	Deterministic bool
+
+	// NetworkAllow is the operator's egress allow-list (the sandbox's Config.Egress policy; nil: none). A
+	// request's metadata.network_allow may only narrow it (see networkAllow).
+	NetworkAllow *egress.Policy
 
 	Logger *slog.Logger
 }

@@ -77,6 +77,45 @@ func TestE2ECommandAllowedDomains(t *testing.T) {
 		t.Errorf("/v1/exec through the worker's --network-allow: %d %s", rep.status, rep.body)
 	}
 	checkWorkerStatus(t, status)
+	checkHubNarrowing(t, h, curl, port)
+}
+
+// checkHubNarrowing: a /v1/exec or chat request through the hub narrows the worker's list (the narrowed
+// list reaches the worker's proxy: localhost is then refused) and can never widen it (a precise 400 from
+// the worker's check, relayed by the hub; a malformed list is the hub's own 400).
+func checkHubNarrowing(t *testing.T, h *hubProc, curl, port string) {
+	t.Helper()
+	pin := map[string]string{"X-Codellm-Worker-Id": "eg:open"}
+	exec := func(allow string) (int, string) {
+		b, _ := json.Marshal(map[string]any{"lang": "bash", "code": curl, "metadata": map[string]string{"network_allow": allow}})
+		rep := h.post(t, context.Background(), "/v1/exec", string(b), pin)
+		return rep.status, string(rep.body)
+	}
+	if st, body := exec("127.0.0.1,LOCALHOST."); st != 200 || !strings.Contains(body, "origin saw localhost:"+port) {
+		t.Errorf("/v1/exec with an equal list: %d %s", st, body)
+	}
+	if st, body := exec("127.0.0.1"); st != 200 || !strings.Contains(body, "localhost is not on the network allow-list") {
+		t.Errorf("/v1/exec narrowed to 127.0.0.1: %d %s", st, body)
+	}
+	if st, body := exec("localhost,example.com"); st != 400 || !strings.Contains(body, `invalid_request`) ||
+		!strings.Contains(body, `field \"metadata.network_allow\": invalid network allow-list: \"example.com\" is not on the operator's allow-list`) {
+		t.Errorf("/v1/exec widening: %d %s", st, body)
+	}
+	if st, body := exec("*"); st != 400 || !strings.Contains(body, `invalid_request`) || !strings.Contains(body, `metadata.network_allow\": invalid network allow-list: a bare \"*\" would allow every destination`) {
+		t.Errorf("/v1/exec malformed list: %d %s", st, body)
+	}
+	chat := func(allow string) (int, string) {
+		b, _ := json.Marshal(map[string]any{"model": "codellm", "metadata": map[string]string{"network_allow": allow},
+			"messages": []map[string]string{{"role": "user", "content": "```bash\n" + `out=$(` + curl + ` 2>&1); printf '{"answer":"%s"}' "$(printf %s "$out" | tr -d '"\\' | tr '\n' ' ')"` + "\n```"}}})
+		rep := h.post(t, context.Background(), "/v1/chat/completions", string(b), pin)
+		return rep.status, string(rep.body)
+	}
+	if st, body := chat("127.0.0.1"); st != 200 || !strings.Contains(body, "localhost is not on the network allow-list") {
+		t.Errorf("chat narrowed to 127.0.0.1: %d %s", st, body)
+	}
+	if st, body := chat("example.com"); st != 400 || !strings.Contains(body, "invalid_metadata") || !strings.Contains(body, `\"example.com\" is not on the operator's allow-list`) {
+		t.Errorf("chat widening: %d %s", st, body)
+	}
 }
 
 var metricsAddrRe = regexp.MustCompile(`metrics_listen=(127\.0\.0\.1:\d+)`)
