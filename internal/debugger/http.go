@@ -65,9 +65,9 @@ func (d *Debugger) route(h func(w http.ResponseWriter, r *http.Request, id strin
 // foreign Origin is refused.
 func (d *Debugger) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &httpserve.StatusWriter{ResponseWriter: w}
 	defer func() {
-		d.log.Debug("debug request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+		d.log.Debug("debug request", "method", r.Method, "path", r.URL.Path, "status", sw.Status,
 			"duration_ms", time.Since(start).Milliseconds())
 	}()
 	if ref := debugGuard.Check(r); ref != nil {
@@ -84,25 +84,6 @@ func errRoleLookup() *openai.Error {
 // debugGuard is the debugger's request policy: loopback Host names only (it never has operator names)
 // and no foreign Origin.
 var debugGuard = &httpguard.Policy{CheckHost: true}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
 
 func fail(w http.ResponseWriter, e *openai.Error) {
 	if e.Status == 499 {

@@ -215,42 +215,15 @@ type reqLog struct {
 	chat.Facts
 }
 
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &httpserve.StatusWriter{ResponseWriter: w}
 	rl := &reqLog{route: "unknown", requestID: httpserve.RequestIDOf(r)}
 	defer func() {
-		if sw.status == 0 {
-			sw.status = 499 // the handler wrote nothing: the client went away
+		if sw.Status == 0 {
+			sw.Status = 499 // the handler wrote nothing: the client went away
 		}
-		rl.status = sw.status
+		rl.status = sw.Status
 		s.metrics.HTTPRequests.WithLabelValues(rl.route, fmt.Sprint(rl.status), rl.Code).Inc()
 		s.logRequest(r, rl, time.Since(start))
 	}()
