@@ -208,7 +208,7 @@ func sameFile(before, src *os.Root, e treeEntry, buf []byte) (bool, error) {
 	defer a.Close()
 	b, err := src.OpenFile(name, os.O_RDONLY|noFollow, 0)
 	if err != nil {
-		return false, err
+		return false, nil // unreadable (chmod 000 by the run): changed, as far as anyone can tell
 	}
 	defer b.Close()
 	ba, bb := buf[:compareChunk], buf[compareChunk:2*compareChunk]
@@ -234,6 +234,10 @@ func outFile(src *os.Root, name string, size, maxBytes int64) (OutFile, error) {
 		return of, nil
 	}
 	data, err := readCapped(src, name, maxBytes)
+	if errors.Is(err, fs.ErrPermission) {
+		of.ContentOmitted = true // the run made it unreadable: listed, without content
+		return of, nil
+	}
 	if err != nil {
 		return of, err
 	}

@@ -143,7 +143,9 @@ func TestPrivateWorkspaceUnprivileged(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkBounded(t, sb)
-		checkRefusedCopy(t, boundedRunner(t, sb, testBound))
+		tr := boundedRunner(t, sb, testBound)
+		checkRefusedCopy(t, tr)
+		checkUnreadableFileOut(t, tr)
 		return
 	}
 	if os.Geteuid() != 0 {
@@ -206,4 +208,12 @@ func runAsNobody(t *testing.T, pattern string) (string, error) {
 	defer timer.Stop()
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// checkUnreadableFileOut: a one-off run's file it made unreadable is listed without content, not an error.
+func checkUnreadableFileOut(t *testing.T, tr *testRunner) {
+	resp := tr.exec("", code("bash", "echo s > secret.txt; chmod 000 secret.txt"))
+	if len(resp.Files) != 1 || resp.Files[0].Name != "secret.txt" || !resp.Files[0].ContentOmitted {
+		t.Fatalf("unreadable file out: %+v", resp.Files)
+	}
 }
