@@ -56,19 +56,30 @@ import (
 //   - Randomness, two sources (measured which program takes which, by
 //     comparing its bytes with the device's): libfaketime's getrandom()
 //     and getentropy() wrappers return a stream of FAKERANDOM_SEED
-//     (FakeRandomSeed): python's os.urandom, random and uuid4, and OpenSSL
-//     (node's crypto, randomUUID and, through V8's entropy source,
-//     Math.random and the V8 hash seed; openssl rand) call those libc
-//     functions. The getrandom system call itself fails with ENOSYS, so
-//     what bypasses libc's symbol (glibc's own arc4random: bash 5.2's
-//     $SRANDOM; static binaries; syscall(SYS_getrandom)) falls back to
-//     /dev/urandom, which, with /dev/random, is a read-only file of
-//     RandomBytes of the ChaCha20 keystream keyed by SHA-256(Seed), as
-//     for a program reading the device itself (od, head -c, open()).
-//     Every open reads that file from the start: two processes of one
-//     block that each open the device read the same bytes. A program that
-//     only knows the getrandom system call and has no fallback fails
-//     instead of running seeded.
+//     (FakeRandomSeed): python's os.urandom, random, uuid4 and secrets,
+//     OpenSSL (node's crypto, randomUUID and, through V8's entropy source,
+//     Math.random and the V8 hash seed; openssl rand) and bash 5.2's
+//     $SRANDOM call those libc functions. The getrandom system call itself
+//     fails with ENOSYS, so what bypasses libc's symbol (glibc's own
+//     arc4random, static binaries, syscall(SYS_getrandom)) falls back to
+//     the devices. /dev/urandom and /dev/random are one FIFO, read-only
+//     (0444, on a read-only bind), that a feeder process (a child of the
+//     init, PID 9 or so, in `ps`) keeps full with the ChaCha20 keystream
+//     keyed by SHA-256(Seed): one endless stream for the whole block, each
+//     open reading on where the last read stopped (od, head -c, open()).
+//     A FIFO rather than a file, measured: a file gave every open the same
+//     first bytes and EOF at its end (256 KiB). Concurrency: the stream's
+//     order is fixed, who reads which part of it is not. Processes that
+//     read the devices at the same time split the stream as they are
+//     scheduled; and a read returns what the pipe holds, so a buffered
+//     reader that reads more than it uses (python's open() takes 4 KiB, od
+//     takes what it needs) right after another reader emptied the pipe
+//     (64 KiB, refilled at once) may get less, moving what later readers
+//     see. Sequential readers of less than the pipe at a time repeat
+//     (measured: 8 runs at load 14). A program that only knows the
+//     getrandom system call and has no fallback fails instead of running
+//     seeded; one that kills the feeder (it runs as the program's uid)
+//     gets EOF, and a later open of the device blocks.
 //   - Python's hash seed: PYTHONHASHSEED derived from Seed.
 //   - Addresses: ASLR off (personality ADDR_NO_RANDOMIZE) for the program
 //     and its children: python's id() and /proc/self/maps repeat.
@@ -111,7 +122,7 @@ var DeterminismNotCovered = []string{
 		"only callers of libc's stat/lstat/fstat (date -r) see them moved onto the fixed clock",
 	"statically linked programs' wall clock (vDSO): the real time",
 	"monotonic and boot clocks run in real time from zero: sub-second values vary",
-	"/dev/urandom and /dev/random: every open reads the same 256 KiB from the start, EOF after",
+	"/dev/urandom and /dev/random (one seeded stream): processes reading them at the same time split it as scheduled",
 	"thread interleaving; directory order of a persistent workdir",
 }
 

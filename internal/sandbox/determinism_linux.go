@@ -15,6 +15,10 @@ func determinismPlan(hs *hook.Spec, d *Determinism, use mechSet) error {
 		return &UnavailableError{Mechanism: MechDeterminism, Reason: "deterministic mode needs " + missing,
 			Fix: "run natively on Linux with user, PID, mount and time namespaces, seccomp and libfaketime, or turn deterministic mode off"}
 	}
+	if !hs.Init {
+		return &UnavailableError{Mechanism: MechDeterminism, Reason: "deterministic mode needs the sandbox's init (it pins the program's PID and feeds /dev/urandom); Config.ProgramAsPID1 has none",
+			Fix: "turn ProgramAsPID1 or deterministic mode off"}
+	}
 	hs.Determ = d.Key()
 	hs.FakeTimeRC = d.FakeTimeRC()
 	hs.Env = d.Environ(hs.Env)

@@ -75,6 +75,11 @@ func TestDeterministicBodies(t *testing.T) {
 		t.Fatalf("same seed and clock, different output:\n%s\n---\n%s", first, second)
 	}
 	t.Logf("deterministic output:\n%s", first)
+	// /dev/urandom and /dev/random are one stream: each open reads on, none repeats another's bytes, and
+	// there is no end (a file would give every open the same first bytes, and EOF after its size).
+	if f := strings.Fields(first[strings.Index(first, "\nstream ")+1:]); len(f) < 5 || f[1] == f[2] || f[2] == f[4] || f[1] == f[4] || f[3] != "1000000" {
+		t.Errorf("the seeded devices are not one endless stream: %q", f[:min(5, len(f))])
+	}
 	pid := strconv.Itoa(hook.ProgramPID)
 	for _, want := range []string{"wall 1704164645", "epoch 1704164645 1704164645.", "monotonic 0", "host codellm", "pid " + pid + " " + pid + "\n", " " + pid + "\n"} {
 		if !strings.Contains(first, want) {
@@ -109,6 +114,16 @@ func TestDeterministicRefusedWithoutMechanism(t *testing.T) {
 	var ue *UnavailableError
 	if !errors.As(err, &ue) || ue.Mechanism != MechDeterminism || !strings.Contains(ue.Reason, "seccomp") {
 		t.Fatalf("got %v, want an UnavailableError naming seccomp", err)
+	}
+}
+
+// TestDeterministicRefusedWithoutInit: without the sandbox's init there is no PID pin and no feeder for
+// /dev/urandom (a FIFO nobody writes would block every open), so the block is refused.
+func TestDeterministicRefusedWithoutInit(t *testing.T) {
+	_, err := runDet(t, withProgramAsPID1(nativeSandbox(t)))
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || ue.Mechanism != MechDeterminism || !strings.Contains(ue.Reason, "init") {
+		t.Fatalf("got %v, want an UnavailableError naming the init", err)
 	}
 }
 

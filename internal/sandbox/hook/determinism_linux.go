@@ -8,10 +8,13 @@ import (
 	"unsafe"
 )
 
-// RandomBytes is the length of the seeded stream that replaces /dev/urandom
-// and /dev/random in a deterministic block. Each open reads it from the
-// start; a read past its end returns EOF (a short read).
-const RandomBytes = 256 << 10
+// randomFIFO is the FIFO bound over /dev/urandom and /dev/random (-1:
+// none yet), opened read-write by seededRandom while the helper can still
+// make it, and handed to the feeder by startFeeder.
+var randomFIFO = -1
+
+// randomKey is the stream's key (Spec.Determ), kept for the feeder.
+var randomKey []byte
 
 // setupDeterminism makes the block reproducible (see package sandbox's
 // Determinism for what each step covers). Step 1 runs before the root is
@@ -21,8 +24,9 @@ const RandomBytes = 256 << 10
 //
 //  1. a time namespace for the program (CLONE_NEWTIME affects children and
 //     the next exec only) whose monotonic and boot clocks start at zero;
-//  2. /dev/urandom and /dev/random bound, read-only, to a file holding the
-//     ChaCha20 keystream of sp.Determ (written to /dev/shm, then unlinked);
+//  2. /dev/urandom and /dev/random bound, read-only, to a FIFO that the
+//     init's feeder fills with the ChaCha20 keystream of sp.Determ
+//     (seededRandom, startFeeder): one stream for the whole block;
 //  3. getrandom(2) fails with ENOSYS (a one-rule seccomp filter stacked
 //     under the main one), so runtimes fall back to /dev/urandom;
 //  4. ASLR off (personality ADDR_NO_RANDOMIZE, inherited by fork and exec);
@@ -112,27 +116,102 @@ func writeFakeTimeRC(root string, sp *Spec) error {
 	return wrap("build root filesystem: write /etc/faketimerc", writeFile(root+"/etc/faketimerc", sp.FakeTimeRC, 0o444))
 }
 
-// seededRandom binds a read-only file of the key's keystream over
-// /dev/urandom and /dev/random. The file is made in /dev/shm (a tmpfs of
-// this mount namespace, so it can be bound) and unlinked at once: the
-// binds keep it alive, and no name of it is left for the program.
+// seededRandom makes /dev/urandom and /dev/random one seeded stream: a
+// FIFO, made in /dev/shm (a tmpfs of this mount namespace, so it can be
+// bound) and unlinked at once, bound read-only over both. The helper keeps
+// a read-write descriptor of it (close-on-exec, so the program never holds
+// the write end; read-write, so it never blocks on open) for the init's
+// feeder (startFeeder), which writes the ChaCha20 keystream of key into it
+// for as long as the block lives. Every open of either device, by any
+// process of the block, reads on from where the last read stopped. The
+// FIFO is 0444: the program's uid may not write into the stream.
 func seededRandom(key []byte) error {
 	const tmp = "/dev/shm/.codellm-random"
-	stream := make([]byte, RandomBytes)
-	ChaCha20(key, stream)
-	if err := writeFile(tmp, stream, 0o444); err != nil {
-		return wrap("deterministic mode: write "+tmp, err)
+	if err := syscall.Mkfifo(tmp, 0o600); err != nil {
+		return wrap("deterministic mode: mkfifo "+tmp, err)
 	}
 	defer syscall.Unlink(tmp)
+	fd, err := syscall.Open(tmp, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return wrap("deterministic mode: open "+tmp, err)
+	}
+	// Read-only for everyone once the helper holds its write end.
+	if err := syscall.Fchmod(fd, 0o444); err != nil {
+		syscall.Close(fd)
+		return wrap("deterministic mode: chmod "+tmp, err)
+	}
 	for _, dev := range [...]string{"/dev/urandom", "/dev/random"} {
 		if err := syscall.Mount(tmp, dev, "", syscall.MS_BIND, ""); err != nil {
+			syscall.Close(fd)
 			return wrap("deterministic mode: bind seeded stream on "+dev, err)
 		}
 		if err := syscall.Mount("", dev, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+			syscall.Close(fd)
 			return wrap("deterministic mode: remount "+dev+" read-only", err)
 		}
 	}
+	randomFIFO, randomKey = fd, key
 	return nil
+}
+
+// feedChunk is how much keystream the feeder makes per write: a pipe's
+// default capacity, so a full pipe is refilled in one write.
+const feedChunk = 64 << 10
+
+// startFeeder forks the feeder, a child of the init that writes the
+// keystream into the random FIFO until it is killed with the namespace,
+// then closes the init's own descriptor of it (a dead feeder then gives
+// readers EOF, not a hang). It runs before the PID pin, so the feeder's
+// PID is part of the fixed sequence. The child is a raw fork of this
+// thread: it runs only feed, which allocates nothing and makes no call
+// that could grow the stack or enter the scheduler.
+func startFeeder() error {
+	if randomFIFO < 0 {
+		return &herr{"deterministic mode: no seeded random stream to feed", nil}
+	}
+	st := new([16]uint32)
+	chachaInit(st, randomKey)
+	buf := new([feedChunk]byte)
+	r, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	if e != 0 {
+		return wrap("deterministic mode: fork the random feeder", e)
+	}
+	if r == 0 {
+		feed(randomFIFO, st, buf)
+	}
+	syscall.Close(randomFIFO)
+	randomFIFO = -1
+	return nil
+}
+
+// feed is the feeder's whole life: block every signal (the Go runtime's
+// handlers do not exist in this child), keep only the FIFO open (the
+// block's stdio and the status pipe must not outlive the program here),
+// then write keystream until a write fails, and exit.
+//
+//go:nosplit
+func feed(fd int, st *[16]uint32, buf *[feedChunk]byte) {
+	all := ^uint64(0)
+	syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, uintptr(unsafe.Pointer(&all)), 0, 8, 0, 0)
+	if fd > 0 {
+		syscall.RawSyscall(sysCloseRange, 0, uintptr(fd-1), 0)
+	}
+	syscall.RawSyscall(sysCloseRange, uintptr(fd+1), ^uintptr(0), 0)
+	for {
+		for off := 0; off < feedChunk; off += 64 {
+			chachaBlockTo(st, buf, off)
+		}
+		for off := 0; off < feedChunk; {
+			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&buf[off])), uintptr(feedChunk-off))
+			if e == syscall.EINTR {
+				continue
+			}
+			if e != 0 || n == 0 {
+				syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
+			}
+			off += int(n)
+		}
+	}
 }
 
 // getrandomENOSYS is a classic-BPF filter: getrandom → ENOSYS, all else
@@ -168,51 +247,68 @@ func getrandomENOSYS() []byte {
 }
 
 // ChaCha20 fills out with the ChaCha20 keystream (RFC 8439) of key under
-// an all-zero nonce, block counter from 0. It is the only cipher the helper
-// needs, written out so that this package imports no crypto (see the
-// package comment on start-up cost).
+// an all-zero nonce, block counter from 0 (len(out) a multiple of 64). It
+// is the only cipher the helper needs, written out so that this package
+// imports no crypto (see the package comment on start-up cost), and so
+// that the feeder can run it in a raw fork (nosplit, no allocation).
 func ChaCha20(key []byte, out []byte) {
 	var st [16]uint32
-	st[0], st[1], st[2], st[3] = 0x61707865, 0x3320646e, 0x79622d32, 0x6b206574
+	chachaInit(&st, key)
+	blk := new([feedChunk]byte)
+	for off := 0; off < len(out); off += 64 {
+		chachaBlockTo(&st, blk, 0)
+		copy(out[off:], blk[:64])
+	}
+}
+
+// chachaInit sets st to the state of key at block 0.
+func chachaInit(st *[16]uint32, key []byte) {
+	*st = [16]uint32{0x61707865, 0x3320646e, 0x79622d32, 0x6b206574}
 	for i := 0; i < 8; i++ {
 		st[4+i] = le32(key[4*i:])
 	}
-	var blk [64]byte
-	for off := 0; off < len(out); off += 64 {
-		chachaBlock(&st, &blk)
-		copy(out[off:], blk[:])
-		st[12]++
-	}
 }
 
-func chachaBlock(in *[16]uint32, out *[64]byte) {
+// chachaBlockTo writes the block of st's counter at out[off:off+64] and
+// advances the counter.
+//
+//go:nosplit
+func chachaBlockTo(in *[16]uint32, out *[feedChunk]byte, off int) {
 	x := *in
-	qr := func(a, b, c, d int) {
-		x[a] += x[b]
-		x[d] = rotl(x[d]^x[a], 16)
-		x[c] += x[d]
-		x[b] = rotl(x[b]^x[c], 12)
-		x[a] += x[b]
-		x[d] = rotl(x[d]^x[a], 8)
-		x[c] += x[d]
-		x[b] = rotl(x[b]^x[c], 7)
-	}
 	for i := 0; i < 10; i++ {
-		qr(0, 4, 8, 12)
-		qr(1, 5, 9, 13)
-		qr(2, 6, 10, 14)
-		qr(3, 7, 11, 15)
-		qr(0, 5, 10, 15)
-		qr(1, 6, 11, 12)
-		qr(2, 7, 8, 13)
-		qr(3, 4, 9, 14)
+		qr(&x, 0, 4, 8, 12)
+		qr(&x, 1, 5, 9, 13)
+		qr(&x, 2, 6, 10, 14)
+		qr(&x, 3, 7, 11, 15)
+		qr(&x, 0, 5, 10, 15)
+		qr(&x, 1, 6, 11, 12)
+		qr(&x, 2, 7, 8, 13)
+		qr(&x, 3, 4, 9, 14)
 	}
-	for i := range x {
+	o := off & (feedChunk - 64) // a whole block, inside out
+	for i := 0; i < 16; i++ {
 		v := x[i] + in[i]
-		out[4*i], out[4*i+1], out[4*i+2], out[4*i+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+		p := o + 4*i
+		out[p], out[p+1], out[p+2], out[p+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 	}
+	in[12]++
 }
 
+// qr is ChaCha20's quarter round on x[a], x[b], x[c], x[d].
+//
+//go:nosplit
+func qr(x *[16]uint32, a, b, c, d int) {
+	x[a] += x[b]
+	x[d] = rotl(x[d]^x[a], 16)
+	x[c] += x[d]
+	x[b] = rotl(x[b]^x[c], 12)
+	x[a] += x[b]
+	x[d] = rotl(x[d]^x[a], 8)
+	x[c] += x[d]
+	x[b] = rotl(x[b]^x[c], 7)
+}
+
+//go:nosplit
 func rotl(v uint32, n uint) uint32 { return v<<n | v>>(32-n) }
 
 func le32(b []byte) uint32 {
@@ -261,10 +357,14 @@ func pinProgramPID() error {
 	}
 }
 
-// quietPIDs lets the init's runtime start the threads it needs now (the
-// relay goroutine parks, the scheduler hands the P off once) and then pins
-// the program's PID (pinProgramPID).
+// quietPIDs starts the random feeder (startFeeder), lets the init's
+// runtime start the threads it needs now (the relay goroutine parks, the
+// scheduler hands the P off once) and then pins the program's PID
+// (pinProgramPID): the init's last steps before the program's fork.
 func quietPIDs() error {
+	if err := startFeeder(); err != nil {
+		return err
+	}
 	for i := 0; i < 3; i++ {
 		runtime.Gosched()
 	}
