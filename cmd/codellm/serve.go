@@ -18,8 +18,10 @@ import (
 	"github.com/codellm/codellm/internal/server"
 )
 
-// defaultRootWorkspaceSize is --runner-workspace-size when it is not set (root or not).
-const defaultRootWorkspaceSize = 256 << 20
+// defaultWorkspaceSize is --runner-workspace-size when it is not set (root or not): every runner
+// workspace is bounded on the host disk by default (issue 14): root mounts a tmpfs, anyone else gets the
+// sandbox's private one.
+const defaultWorkspaceSize = 256 << 20
 
 // serveFlags are serve's own settings (serveSettings) beside the execution ones.
 type serveFlags struct {
@@ -42,12 +44,7 @@ func (s *serveFlags) bind(v *config.Values) {
 	s.rcfg = runner.Config{SessionTTL: v.Duration("runner-session-ttl"), MaxSessions: v.Int("runner-max-sessions"),
 		MaxSessionsPerOwner: v.Int("runner-max-sessions-per-credential"), EvictIdle: v.Duration("runner-session-evict-idle"),
 		WorkspaceSize: v.Size("runner-workspace-size")}
-	s.workspaceSize = v.IsSet("runner-workspace-size")
-	if !s.workspaceSize {
-		// Every runner workspace is bounded on the host disk by default (issue 14): root mounts a tmpfs,
-		// anyone else gets the sandbox's private one.
-		s.rcfg.WorkspaceSize = defaultRootWorkspaceSize
-	}
+	s.workspaceSize = v.IsSet("runner-workspace-size") // the default may fall back to 0 (runner below)
 }
 
 // serveFlagSet is serve's FlagSet: the execution, serve and debugger tables.

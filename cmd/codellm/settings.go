@@ -102,7 +102,7 @@ func serveSettings() []config.Setting {
 		{Name: "runner-max-sessions", Kind: config.Int, Default: "64", Usage: "maximum live runner API sessions"},
 		{Name: "runner-max-sessions-per-credential", Kind: config.Int, Default: "0", Usage: "live runner sessions per API key or client certificate (0: half of --runner-max-sessions); at the cap the credential's least recently used idle session is replaced"},
 		{Name: "runner-session-evict-idle", Kind: config.Duration, Default: durDefault(runner.DefaultEvictIdle), Usage: "a full session table evicts the least recently used session idle this long instead of refusing new ones"},
-		{Name: "runner-workspace-size", Kind: config.Size, Usage: "bound each runner API workspace to this size, one inode per 4 KiB (default 256MiB: a tmpfs mounted on it as root, else the sandbox's private tmpfs, copied back for sessions; 0: plain directories bounded per file)"},
+		{Name: "runner-workspace-size", Kind: config.Size, Default: sizeDefault(defaultWorkspaceSize), Usage: "bound each runner API workspace to this size, one inode per 4 KiB (a tmpfs mounted on it as root, else the sandbox's private tmpfs, copied back for sessions; 0: plain directories bounded per file)"},
 	}
 }
 

@@ -77,3 +77,31 @@ func TestOperatorGuideSettingsReference(t *testing.T) {
 	}
 	t.Errorf("docs/operator.md's settings reference is stale: run CODELLM_UPDATE_DOCS=1 go test ./cmd/codellm -run TestOperatorGuide")
 }
+
+// Every command stops with exit 2 on a bad value, naming the spelling it came from, the value and the
+// setting, before it starts anything (internal/config's one rule, through each command's own table).
+func TestBadSettingExitsTwo(t *testing.T) {
+	for _, c := range []struct {
+		args     []string
+		env, val string
+		want     string
+	}{
+		{[]string{"serve"}, "CODELLM_MAX_STDOUT_BYTES", "64X", `CODELLM_MAX_STDOUT_BYTES="64X" (--max-output-bytes): invalid size unit`},
+		{[]string{"-addr", "127.0.0.1:0"}, "CODELLM_SANDBOX_NETWORK", "maybe", `CODELLM_SANDBOX_NETWORK="maybe" (--network): want true or false`},
+		{[]string{"run", "-"}, "CODELLM_TIMEOUT", "5", `CODELLM_TIMEOUT="5" (--timeout): want a duration`},
+		{[]string{"doctor"}, "CODELLM_MAX_BLOCKS", "many", `CODELLM_MAX_BLOCKS="many" (--max-blocks): want a whole number`},
+		{[]string{"worker", "run"}, "LIBRECHAT_CODE_LEASE_WAIT", "25000", `LIBRECHAT_CODE_LEASE_WAIT="25000" (--lease-wait): want a duration`},
+		{[]string{"worker", "pair", "http://127.0.0.1:1/v1", "code"}, "LIBRECHAT_CODE_DEFAULT_WORKSPACE", "yes", `LIBRECHAT_CODE_DEFAULT_WORKSPACE="yes" (--default-workspace)`},
+		{[]string{"hub", "serve"}, "CODEAPI_BRIDGE_DYNAMIC_WORKERS", "on", `CODEAPI_BRIDGE_DYNAMIC_WORKERS="on" (--dynamic-workers): want true or false`},
+		{[]string{"hub", "serve"}, "LIBRECHAT_CODE_HUB_QUEUE_MAX", "0", `LIBRECHAT_CODE_HUB_QUEUE_MAX="0" (CODELLM_HUB_QUEUE_MAX): must be positive`},
+	} {
+		t.Run(strings.Join(c.args, " ")+" "+c.env, func(t *testing.T) {
+			t.Setenv(c.env, c.val)
+			var stdout, stderr bytes.Buffer
+			code := run(c.args, &stdout, &stderr)
+			if code != 2 || !strings.Contains(stderr.String(), c.want) {
+				t.Fatalf("exit %d, want 2 and %q in:\n%s", code, c.want, stderr.String())
+			}
+		})
+	}
+}
