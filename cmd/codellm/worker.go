@@ -515,7 +515,7 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 	// sandbox's private tmpfs, copied back for sessions.
 	rn, err := runner.New(runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
 		Logger: log, MaxRunTimeout: ecfg.Timeout, Deterministic: ecfg.Deterministic, NetworkAllow: ecfg.NetworkAllow,
-		WorkspaceSize: defaultRootWorkspaceSize})
+		WorkspaceSize: defaultWorkspaceSize})
 	if err != nil {
 		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 	}
