@@ -67,6 +67,10 @@ func checkBounded(t *testing.T, sb *sandbox.Sandbox) {
 	if resp.Run.Stdout == "wrote\n" || !strings.Contains(resp.Run.Stderr, "No space left") || host > 64<<10 {
 		t.Fatalf("bounded one-off run: %+v, host workspace held %d bytes", resp.Run, host)
 	}
+	// The workdir tmpfs has the workspace's size; /tmp keeps the sandbox's own (64 MiB).
+	if out := tr.exec("", code("bash", "df -k . /tmp | awk 'NR>1{print $2}'")).Run.Stdout; out != "1024\n65536\n" {
+		t.Fatalf("tmpfs sizes (KiB) of the workdir and /tmp: %q", out)
+	}
 	if plain.private || !tr.private {
 		t.Fatalf("modes: plain private=%v, bounded private=%v", plain.private, tr.private)
 	}

@@ -82,8 +82,8 @@ type Config struct {
 	// WorkspaceSize, when > 0, bounds every workspace (session or one-off) to that many bytes and one
 	// inode per 4 KiB, so a run cannot fill the host disk through its workspace. A root codellm mounts a
 	// tmpfs of that size on each host workspace, bind-mounted read-write into the sandbox. Otherwise (not
-	// root, or the mount refused) each stage runs in a private tmpfs of that size inside the sandbox
-	// (its workdir, /tmp and /dev/shm), copied in from the host directory and, for sessions and compile
+	// root, or the mount refused) each stage runs in a private workdir tmpfs of that size inside the
+	// sandbox (Spec.WorkdirSize), copied in from the host directory and, for sessions and compile
 	// stages, copied back when the program is over (see private.go); this needs the sandbox's private
 	// root, and without one the workspace stays a host directory (logged once). 0: workspaces are plain
 	// host directories under WorkRoot, bounded only per file by the sandbox's file size limit.

@@ -63,14 +63,9 @@ func (r *Runner) failIn(s *session, what string, err error) *Error {
 	return sandboxFailed(what+": "+err.Error(), err)
 }
 
-// runLimits are a stage's sandbox limits: in the private mode the workdir tmpfs (and with it /tmp and
-// /dev/shm, which the sandbox sizes alike) is WorkspaceSize.
+// runLimits are a stage's sandbox limits.
 func (r *Runner) runLimits(memory int64, cpu time.Duration) *sandbox.Limits {
-	l := &sandbox.Limits{Memory: memory, CPUTime: cpu}
-	if r.private {
-		l.TmpSize = r.cfg.WorkspaceSize
-	}
-	return l
+	return &sandbox.Limits{Memory: memory, CPUTime: cpu}
 }
 
 // spec completes a stage's Spec with the workspace; list says the stage's files out are wanted (the run
@@ -85,6 +80,7 @@ func (ws *workspace) spec(sp sandbox.Spec, list bool) (sandbox.Spec, *collector)
 	cfg := &ws.r.cfg
 	c := &collector{host: ws.dir, keep: ws.s != nil || !list, list: list, maxCount: cfg.FilesOutMaxCount,
 		maxBytes: cfg.FilesOutMaxBytes, bound: cfg.WorkspaceSize, entries: maxKeptEntries}
+	sp.WorkdirSize = cfg.WorkspaceSize
 	sp.Collect = func(root string) error {
 		c.err = c.collect(root)
 		return c.err

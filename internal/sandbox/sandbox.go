@@ -169,6 +169,9 @@ type Spec struct {
 	Env     []string // the complete environment (nothing is inherited)
 	Dir     string   // host workdir (exists); working directory, visible at the same path inside
 	Persist bool     // false: Dir copied into a size-limited private tmpfs; true: Dir bind-mounted read-write
+	// WorkdirSize is the size of that private tmpfs (Persist false, with a private root); 0: the run's
+	// TmpSize, which also sizes /tmp and /dev/shm.
+	WorkdirSize int64
 	// ReadOnly binds a persistent Dir read-only (a command that may not write the user's files).
 	ReadOnly bool
 	// AsDirOwner runs the block as the owner of Dir (a user's tree, e.g. a registered workspace) when the
@@ -210,6 +213,8 @@ func (s *Spec) validate() error {
 		return fmt.Errorf("%w: workdir %q is not absolute", ErrInvalidSpec, s.Dir)
 	case s.Stdout == nil || s.Stderr == nil:
 		return fmt.Errorf("%w: Stdout and Stderr are required", ErrInvalidSpec)
+	case s.WorkdirSize < 0:
+		return fmt.Errorf("%w: negative WorkdirSize", ErrInvalidSpec)
 	}
 	for _, e := range s.Env {
 		if indexByte(e, '=') <= 0 {

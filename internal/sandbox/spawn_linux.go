@@ -168,7 +168,7 @@ func (r *Run) helperSpec(spec *Spec, use mechSet, probe bool) (*hook.Spec, error
 	s := r.sb
 	hs := &hook.Spec{
 		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir, HostDir: spec.Dir, Persist: spec.Persist, ReadOnly: spec.ReadOnly,
-		Network: s.cfg.Network, TmpSize: r.lim.TmpSize, FileSize: r.lim.FileSize,
+		Network: s.cfg.Network, TmpSize: r.lim.TmpSize, WorkSize: spec.WorkdirSize, FileSize: r.lim.FileSize,
 		OpenFiles: int64(r.lim.OpenFiles), ProbeOnly: probe, CapLastCap: capLastCap(), Shared: s.cfg.Shared,
 		Init: use.has(mPIDNS) && !s.cfg.ProgramAsPID1, Mech: uint32(use),
 	}

@@ -78,6 +78,7 @@ func (s *Spec) Encode() []byte {
 	e.flag(s.ReadOnly)
 	e.bytes(s.FakeTimeRC)
 	e.flag(s.Hold)
+	e.u64(uint64(s.WorkSize))
 	return e.b
 }
 
@@ -174,6 +175,7 @@ func Decode(b []byte) (*Spec, error) {
 	s.ReadOnly = d.flag()
 	s.FakeTimeRC = d.bytes()
 	s.Hold = d.flag()
+	s.WorkSize = int64(d.u64())
 	if d.bad || len(d.b) != 0 || len(s.Seccomp)%8 != 0 {
 		return nil, errBadSpec
 	}

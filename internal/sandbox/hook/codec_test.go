@@ -15,7 +15,7 @@ func fullSpec() *Spec {
 		Staging: "/tmp", UTSName: "codellm", Shared: "/kit", HostMounts: []string{"/usr/local/x"},
 		LandlockABI: 7, HandledFS: 0xffff, HandledNet: 3, Scoped: 3,
 		Rules:   []LandlockRule{{Path: "/usr", Access: 7, Optional: true}, {Path: "/", Access: 8}},
-		Seccomp: []byte{1, 2, 3, 4, 5, 6, 7, 8}, CapLastCap: 40, FakeTimeRC: []byte("@2024-01-01 00:00:00 i0.001\n"), ReadOnly: true, Hold: true,
+		Seccomp: []byte{1, 2, 3, 4, 5, 6, 7, 8}, CapLastCap: 40, FakeTimeRC: []byte("@2024-01-01 00:00:00 i0.001\n"), ReadOnly: true, Hold: true, WorkSize: 256 << 20,
 	}
 }
 

@@ -441,7 +441,7 @@ func setupWorkdir(r string, sp *Spec, dirFD int) error {
 		}
 		return restrict(dst, attr)
 	}
-	if err := mountTmpfs(dst, sp.TmpSize, "0700"); err != nil {
+	if err := mountTmpfs(dst, sp.WorkdirSize(), "0700"); err != nil {
 		return wrap("build root filesystem: mount workdir tmpfs", err)
 	}
 	if err := copyTree(dirFD, dst, 0); err != nil {

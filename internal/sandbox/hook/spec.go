@@ -155,4 +155,15 @@ type Spec struct {
 	// to such an init ends the program (and everything else in the
 	// namespace) at once, as SIGKILL would, but keeps the namespace.
 	Hold bool
+
+	// WorkSize is the size of the private workdir tmpfs (Persist false); 0: TmpSize.
+	WorkSize int64
+}
+
+// WorkdirSize is the size of the private workdir tmpfs.
+func (s *Spec) WorkdirSize() int64 {
+	if s.WorkSize > 0 {
+		return s.WorkSize
+	}
+	return s.TmpSize
 }
