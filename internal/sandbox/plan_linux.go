@@ -130,6 +130,9 @@ func rootContents(sp *hook.Spec) {
 	if sp.Mech&hook.MOverlay != 0 {
 		// The shared dir is codellm's own: a mount below it fails its overlay (fail closed).
 		sp.HostMounts = hostMounts.below(append(append([]string(nil), mount.SystemDirs...), "/etc"))
+		if sp.ProbeOnly {
+			sp.ProbeSocket = hook.ProbeSocketName // trialSpawn listens on it
+		}
 	}
 	sp.Passwd = fmt.Appendf(nil, "root:x:0:0:root:/:/usr/sbin/nologin\n%s:x:%d:%d:codellm sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n", sandboxUser, sandboxUID, sandboxGID, sp.Dir)
 	sp.Group = fmt.Appendf(nil, "root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", sandboxUser, sandboxGID)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,7 +155,7 @@ func probeStatic(p *platform, exeErr error) mechSet {
 	if m.has(mRootFS) {
 		hostMounts.below(nil) // open the table now, before any caller counts descriptors
 		m |= mOverlay
-		p.detail[mOverlay] = "system directories, /etc entries and the shared dir are read-only lower-only overlays, not binds: host Unix sockets under them refuse connect"
+		p.detail[mOverlay] = "system directories, /etc entries and the shared dir are read-only lower-only overlays, not binds: host Unix sockets under them refuse connect (checked at start against a live socket)"
 	} else {
 		p.detail[mOverlay] = "needs the private root"
 	}
@@ -267,6 +268,11 @@ func (s *Sandbox) trialSpawn() {
 		return
 	}
 	defer os.RemoveAll(dir)
+	// The overlay mechanism's check (hook.Spec.ProbeSocket): a live socket in the workdir.
+	if ln, err := net.Listen("unix", filepath.Join(dir, hook.ProbeSocketName)); err == nil {
+		defer ln.Close()
+		_ = os.Chmod(filepath.Join(dir, hook.ProbeSocketName), 0o777)
+	}
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		return

@@ -190,6 +190,40 @@ func mountOverlay(src, dst string) error {
 	return nil
 }
 
+// probeSocket runs in the trial spawn only: the server listens on name in
+// the workdir (open at dirFD), and a socket of an overlay's lower layer must refuse
+// connect() through the overlay while its own path (the control) connects.
+// The mechanism's whole point, checked on this kernel rather than assumed.
+func probeSocket(r, name string, dirFD int) error {
+	dst := r + "/.probe"
+	if err := mkdir(dst, 0o755); err != nil {
+		return err
+	}
+	lower := "/proc/self/fd/" + itoa(int64(dirFD))
+	if err := mountOverlay(lower, dst); err != nil {
+		return err
+	}
+	connect := func(path string) error {
+		s, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer syscall.Close(s)
+		return syscall.Connect(s, &syscall.SockaddrUnix{Name: path})
+	}
+	if err := connect(lower + "/" + name); err != nil {
+		return errOverlay{wrap("build root filesystem: probe: the server's socket does not answer by its own path", err)}
+	}
+	switch err := connect(dst + "/" + name); err {
+	case syscall.ECONNREFUSED:
+		return nil
+	case nil:
+		return errOverlay{&herr{"build root filesystem: this kernel lets connect() through a read-only overlay reach a socket of its lower layer", nil}}
+	default:
+		return errOverlay{wrap("build root filesystem: probe connect through a read-only overlay", err)}
+	}
+}
+
 // escapeLayer escapes the characters overlayfs's option parser splits on
 // (',' between options, ':' between layers) and its escape character.
 func escapeLayer(p string) string {

@@ -32,6 +32,11 @@ func setupRoot(sp *Spec) error {
 		return err
 	}
 	st := &sysTree{overlay: sp.Mech&MOverlay != 0, mounts: sp.HostMounts}
+	if st.overlay && sp.ProbeSocket != "" {
+		if err := probeSocket(r, sp.ProbeSocket, tr.probe); err != nil {
+			return err
+		}
+	}
 	if err := hostParts(r, sp, st); err != nil {
 		return err
 	}
@@ -60,6 +65,7 @@ func setupRoot(sp *Spec) error {
 // their paths (they may live under /tmp): the workdir and the shared dir.
 type trees struct {
 	dir, shared int // descriptors; dir may be DirFD (not ours to close), shared -1 for none
+	probe       int // the workdir again, opened in this namespace (Spec.ProbeSocket only; else -1)
 	own         []int
 }
 
@@ -70,7 +76,16 @@ func (t *trees) close() {
 }
 
 func takeTrees(sp *Spec) (*trees, error) {
-	t := &trees{dir: DirFD, shared: -1}
+	t := &trees{dir: DirFD, shared: -1, probe: -1}
+	if sp.ProbeSocket != "" && sp.Mech&MOverlay != 0 {
+		// DirFD belongs to the server's mount namespace, which overlayfs refuses as a layer.
+		fd, err := syscall.Open(sp.HostDir, oPath|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return t, errOverlay{wrap("build root filesystem: probe: open "+sp.HostDir, err)}
+		}
+		t.own = append(t.own, fd)
+		t.probe = fd
+	}
 	if sp.Persist && !sp.DirIsTree {
 		// A detached copy of the workdir mount, by path. The server is
 		// unprivileged in this case, so our uid (its uid) can traverse the

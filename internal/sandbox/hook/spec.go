@@ -85,6 +85,9 @@ type LandlockRule struct {
 	Optional bool
 }
 
+// ProbeSocketName is the trial spawn's listening socket in its workdir (Spec.ProbeSocket).
+const ProbeSocketName = "codellm-probe.sock"
+
 // SharedMount is where Spec.Shared is bound in the new root (sandbox.SharedMount).
 const SharedMount = "/codellm"
 
@@ -118,6 +121,10 @@ type Spec struct {
 	// mirrored into the root (MOverlay only; see sysTree): a hint that
 	// saves each helper reading /proc/self/mountinfo.
 	HostMounts []string
+	// ProbeSocket, in the trial spawn only (ProbeOnly with MOverlay), names
+	// a socket the server listens on in the workdir: the helper checks that
+	// connect() reaches it by its own path and is refused through an overlay.
+	ProbeSocket string
 
 	// Landlock (applied when Mech has MLandlock).
 	LandlockABI                   int64
