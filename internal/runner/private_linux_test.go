@@ -76,6 +76,7 @@ func checkBounded(t *testing.T, sb *sandbox.Sandbox) {
 	}
 	checkFilesOut(t, tr)
 	checkSessionCopy(t, tr)
+	checkCompiled(t, tr)
 }
 
 // checkFilesOut: new and changed files come back, unchanged request files and symlinks (one to the
@@ -219,5 +220,24 @@ func checkUnreadableFileOut(t *testing.T, tr *testRunner) {
 	resp := tr.exec("", code("bash", "echo s > secret.txt; chmod 000 secret.txt"))
 	if len(resp.Files) != 1 || resp.Files[0].Name != "secret.txt" || !resp.Files[0].ContentOmitted {
 		t.Fatalf("unreadable file out: %+v", resp.Files)
+	}
+}
+
+// checkCompiled: the compile stage's build products reach the run stage (kept from the compile's tmpfs),
+// one-off and in a session, and are never files out.
+func checkCompiled(t *testing.T, tr *testRunner) {
+	if _, ok := tr.findRuntime("c", "*"); !ok {
+		if requireSandbox() {
+			t.Fatal("gcc is not installed (.ci/run installs it)")
+		}
+		return
+	}
+	req := ExecuteRequest{Language: "c", Version: "*", Files: []File{{Name: "main.c",
+		Content: ptr("#include <stdio.h>\nint main(void) { FILE *f = fopen(\"out.txt\", \"w\"); fputs(\"c\\n\", f); fclose(f); puts(\"OK\"); return 0; }")}}}
+	for _, sid := range []string{"", "compiled"} {
+		resp := tr.exec(sid, req)
+		if resp.Run.Stdout != "OK\n" || len(resp.Files) != 1 || resp.Files[0].Name != "out.txt" {
+			t.Fatalf("session %q: compile %+v run %+v files %+v", sid, resp.Compile, resp.Run, resp.Files)
+		}
 	}
 }
