@@ -82,8 +82,9 @@ func usage(w io.Writer, cmds map[string]command) {
 	for _, n := range names {
 		fmt.Fprintf(&b, "  %-10s %s\n", n, cmds[n].summary)
 	}
-	b.WriteString("\nRun 'codellm COMMAND --help' for a command's flags. Every flag can also be set with a\n" +
-		"CODELLM_ environment variable in upper snake case (--max-output-bytes: CODELLM_MAX_OUTPUT_BYTES).\n")
+	b.WriteString("\nRun 'codellm COMMAND --help' for a command's flags and every other spelling of each. Settings\n" +
+		"also read CODELLM_ variables in upper snake case (--max-output-bytes: CODELLM_MAX_OUTPUT_BYTES;\n" +
+		"the hub's CODELLM_HUB_*), and the worker's and hub's LIBRECHAT_CODE_* too; the command line wins.\n")
 	io.WriteString(w, b.String())
 }
 

@@ -250,3 +250,29 @@ func TestSetsBindTogether(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// Parse's exit codes: 0 after --help, 2 for a bad flag and for a bad value (whose message names it),
+// -1 to go on.
+func TestParseExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		code int
+		out  string
+	}{
+		{nil, nil, -1, ""},
+		{[]string{"--help"}, nil, 0, ""},
+		{[]string{"--no-such-flag"}, nil, 2, "flag provided but not defined"},
+		{[]string{"--timeout", "soon"}, nil, 2, `invalid value "soon" for flag -timeout`},
+		{nil, map[string]string{"LIBRECHAT_CODE_MAX_BLOCKS": "x"}, 2, `codellm t: LIBRECHAT_CODE_MAX_BLOCKS="x" (--max-blocks): want a whole number`},
+	} {
+		var out bytes.Buffer
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(&out)
+		testSet().Register(fs)
+		_, code := Parse(fs, c.args, []Family{LibreChat}, func(k string) (string, bool) { v, ok := c.env[k]; return v, ok })
+		if code != c.code || !strings.Contains(out.String(), c.out) {
+			t.Errorf("%v %v: exit %d, want %d; output %q", c.args, c.env, code, c.code, out.String())
+		}
+	}
+}
