@@ -19,6 +19,59 @@ import (
 // ChatRuntimeLabel is the capability label of workers that serve chat (§13.2).
 const ChatRuntimeLabel = "codellm.openai.chat.v1"
 
+// clientRefusals are how one client route answers a wrong method and a missing or unknown key, each in
+// the route's own envelope.
+type clientRefusals struct {
+	method, auth func(w http.ResponseWriter)
+}
+
+// Each client route's refusals, as they have always been answered.
+var (
+	execRefusals = clientRefusals{
+		method: func(w http.ResponseWriter) {
+			w.Header().Set("Allow", http.MethodPost)
+			writeExecError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed"})
+		},
+		auth: func(w http.ResponseWriter) {
+			writeExecError(w, &clientError{status: http.StatusUnauthorized, code: "unauthorized", message: "Missing or invalid API key"})
+		},
+	}
+	chatRefusals = clientRefusals{
+		method: func(w http.ResponseWriter) {
+			writeChatError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", message: "Use POST"})
+		},
+		auth: func(w http.ResponseWriter) {
+			writeChatError(w, &clientError{status: http.StatusUnauthorized, code: "invalid_api_key", message: "Missing or invalid API key"})
+		},
+	}
+	toolRefusals = clientRefusals{
+		method: func(w http.ResponseWriter) {
+			w.Header().Set("Allow", http.MethodPost)
+			writeToolError(w, http.StatusMethodNotAllowed, "Use POST", "", 0)
+		},
+		auth: func(w http.ResponseWriter) {
+			writeToolError(w, http.StatusUnauthorized, "Missing or invalid API key", "", 0)
+		},
+	}
+)
+
+// clientRoute is the client routes' authentication middleware (§13): the route's one method first, then
+// a client API key; serve gets the caller the key identifies.
+func (h *Hub) clientRoute(method string, refuse clientRefusals, serve func(w http.ResponseWriter, r *http.Request, key *ClientKey)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			refuse.method(w)
+			return
+		}
+		key := h.clientKey(r)
+		if key == nil {
+			refuse.auth(w)
+			return
+		}
+		serve(w, r, key)
+	}
+}
+
 // clientKey authenticates a client request: X-API-Key or Bearer (§13).
 func (h *Hub) clientKey(r *http.Request) *ClientKey {
 	tok := r.Header.Get("X-API-Key")
@@ -88,17 +141,7 @@ func newSessionID() string {
 }
 
 // handleExec is POST /v1/exec (§13.1).
-func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeExecError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed"})
-		return
-	}
-	key := h.clientKey(r)
-	if key == nil {
-		writeExecError(w, &clientError{status: http.StatusUnauthorized, code: "unauthorized", message: "Missing or invalid API key"})
-		return
-	}
+func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey) {
 	raw, err := readBody(r, h.cfg.MaxBody)
 	if err != nil {
 		writeExecError(w, bodyError(err))
@@ -325,16 +368,7 @@ func writeChatError(w http.ResponseWriter, e *clientError) {
 }
 
 // handleChat is POST /v1/chat/completions, executed on a worker (§13.2).
-func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		writeChatError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", message: "Use POST"})
-		return
-	}
-	key := h.clientKey(r)
-	if key == nil {
-		writeChatError(w, &clientError{status: http.StatusUnauthorized, code: "invalid_api_key", message: "Missing or invalid API key"})
-		return
-	}
+func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request, key *ClientKey) {
 	raw, err := readBody(r, h.cfg.MaxBody)
 	if err != nil {
 		writeChatError(w, bodyError(err))

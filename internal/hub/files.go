@@ -97,23 +97,19 @@ func (h *Hub) fileRoute(w http.ResponseWriter, r *http.Request, p string) bool {
 	default:
 		return false
 	}
-	if r.Method != want {
+	refuse := clientRefusals{method: func(w http.ResponseWriter) {
 		w.Header().Set("Allow", want)
 		writeExecError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed"})
-		return true
-	}
-	key := h.clientKey(r)
-	if key == nil {
-		writeExecError(w, &clientError{status: http.StatusUnauthorized, code: "unauthorized", message: "Missing or invalid API key"})
-		return true
-	}
-	if h.cfg.Files == nil {
-		writeExecError(w, fileError(http.StatusNotImplemented, "files_unavailable", "This hub has no file store"))
-		return true
-	}
-	if e := serve(key); e != nil {
-		writeExecError(w, e)
-	}
+	}, auth: execRefusals.auth}
+	h.clientRoute(want, refuse, func(w http.ResponseWriter, r *http.Request, key *ClientKey) {
+		if h.cfg.Files == nil {
+			writeExecError(w, fileError(http.StatusNotImplemented, "files_unavailable", "This hub has no file store"))
+			return
+		}
+		if e := serve(key); e != nil {
+			writeExecError(w, e)
+		}
+	})(w, r)
 	return true
 }
 

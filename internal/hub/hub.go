@@ -280,19 +280,21 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.router.Serve
 // not found, as it always was.
 func (h *Hub) routes() *httpserve.Router {
 	rt := httpserve.NewRouter(notFound, func(w http.ResponseWriter, r *http.Request, _ []string) { notFound(w, r) })
+	exec := h.idempotent(h.clientRoute(http.MethodPost, execRefusals, h.handleExec), writeExecError)
+	chat := h.idempotent(h.clientRoute(http.MethodPost, chatRefusals, h.handleChat), writeChatError)
+	tools := h.clientRoute(http.MethodPost, toolRefusals, h.handleWorkspaceTools)
+	whole := func(f http.HandlerFunc) func(w http.ResponseWriter, r *http.Request, _ string) {
+		return func(w http.ResponseWriter, r *http.Request, _ string) { f(w, r) }
+	}
 	for pattern, serve := range map[string]func(w http.ResponseWriter, r *http.Request, path string){
-		"/healthz": func(w http.ResponseWriter, r *http.Request, _ string) {
+		"/healthz": whole(func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
-		},
-		"/readyz":  func(w http.ResponseWriter, r *http.Request, _ string) { h.serveReady(w, r) },
-		"/metrics": func(w http.ResponseWriter, r *http.Request, _ string) { h.serveMetrics(w, r) },
-		"/v1/exec": func(w http.ResponseWriter, r *http.Request, _ string) {
-			h.idempotent(h.handleExec, writeExecError)(w, r)
-		},
-		"/v1/chat/completions": func(w http.ResponseWriter, r *http.Request, _ string) {
-			h.idempotent(h.handleChat, writeChatError)(w, r)
-		},
-		"/v1/workspace-tools": func(w http.ResponseWriter, r *http.Request, _ string) { h.handleWorkspaceTools(w, r) },
+		}),
+		"/readyz":              whole(h.serveReady),
+		"/metrics":             whole(h.serveMetrics),
+		"/v1/exec":             whole(exec),
+		"/v1/chat/completions": whole(chat),
+		"/v1/workspace-tools":  whole(tools),
 		"/v1/bridge/": func(w http.ResponseWriter, r *http.Request, path string) {
 			h.serveBridge(w, r, strings.TrimPrefix(path, "/v1/bridge/"))
 		},

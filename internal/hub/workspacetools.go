@@ -44,17 +44,7 @@ func writeToolError(w http.ResponseWriter, status int, msg, code string, retryAf
 // handleWorkspaceTools is POST /v1/workspace-tools: one §9 request on a named
 // worker, checked against what that worker negotiated, with the result
 // re-validated before it reaches the client (§7.3 steps 1 and 5, §13.5).
-func (h *Hub) handleWorkspaceTools(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeToolError(w, http.StatusMethodNotAllowed, "Use POST", "", 0)
-		return
-	}
-	key := h.clientKey(r)
-	if key == nil {
-		writeToolError(w, http.StatusUnauthorized, "Missing or invalid API key", "", 0)
-		return
-	}
+func (h *Hub) handleWorkspaceTools(w http.ResponseWriter, r *http.Request, key *ClientKey) {
 	raw, err := readBody(r, h.cfg.MaxBody+(1<<20)) // room for a 1 MiB write_file
 	if err != nil {
 		writeToolError(w, http.StatusRequestEntityTooLarge, "Request body is too large", string(bridge.CodeBodyTooLarge), 0)
