@@ -286,6 +286,53 @@ EOF`)
 	t.Logf("node %s:\n%s", nodeVersion(), out)
 }
 
+// Plain fetch through the proxy on a Node whose fetch ignores HTTP(S)_PROXY (20 here): the sandbox's
+// NODE_OPTIONS preload tunnels it. Differential: the same script without the preload (NODE_OPTIONS
+// emptied) reaches nothing. The preload widens nothing: a denied name and a raw IP are refused by the
+// proxy, and with the proxy variables removed fetch has no way out at all.
+func TestSandboxNodeFetch(t *testing.T) {
+	need(t, "node")
+	w := newWorld(t, testList)
+	script := `cat > f.js <<'JS'
+const url = process.argv[2];
+fetch(url).then(async r => console.log('fetched', url, r.status, await r.text()),
+  e => console.log('failed', url, String(e.cause && (e.cause.message || e.cause.code) || e.message)));
+JS
+export NODE_EXTRA_CA_CERTS=ca.pem
+node f.js "https://allowed.test:$SP/ok"
+node f.js "http://allowed.test:$HP/ok"
+node f.js "https://denied.test:$SP/ok"
+node f.js "$RAWIP_URL"
+HTTPS_PROXY= https_proxy= node f.js "https://allowed.test:$SP/ok"
+NODE_OPTIONS= node f.js "https://allowed.test:$SP/ok"
+`
+	code, out := w.run(t, script)
+	if code != 0 {
+		t.Fatalf("script exit %d:\n%s", code, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := []string{
+		"fetched https://allowed.test:" + w.httpsPort + "/ok 200 ok from allowed.test:" + w.httpsPort,
+		"fetched http://allowed.test:" + w.httpPort + "/ok 200 ok from allowed.test:" + w.httpPort,
+		"failed https://denied.test:" + w.httpsPort + "/ok egress proxy refused denied.test:" + w.httpsPort + ": HTTP/1.1 403",
+		"failed " + w.rawIPURL + " egress proxy refused 127.0.0.2:",
+		"failed https://allowed.test:" + w.httpsPort + "/ok", // no proxy variable: the namespace has no route
+		"failed https://allowed.test:" + w.httpsPort + "/ok", // no preload: Node 20's fetch resolves the name itself
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d (node %s):\n%s", len(lines), len(want), nodeVersion(), out)
+	}
+	for i, wnt := range want {
+		if !strings.HasPrefix(lines[i], wnt) {
+			t.Errorf("line %d: %q, want prefix %q", i+1, lines[i], wnt)
+		}
+	}
+	if got := w.metrics.get("allowed/allowed"); got != 2 {
+		t.Errorf("allowed connections %d: %v", got, w.metrics.conns)
+	}
+	t.Logf("node %s:\n%s", nodeVersion(), out)
+}
+
 func nodeVersion() string {
 	b, _ := exec.Command("node", "--version").Output()
 	return strings.TrimSpace(string(b))

@@ -3,6 +3,8 @@
 package sandbox
 
 import (
+	_ "embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -22,7 +24,8 @@ var EgressProxyURL = fmt.Sprintf("http://127.0.0.1:%d", hook.EgressPort)
 // nothing can listen inside the namespace (Landlock denies bind) and a
 // "localhost" exception would only make allowed loopback destinations of
 // the operator's unreachable; NODE_USE_ENV_PROXY makes Node's fetch
-// (22.21+/24+) honour the variables.
+// (22.21+/24+) honour the variables, and NODE_OPTIONS gets a preload that
+// makes older Node's fetch tunnel through the proxy (egress_fetch.mjs).
 func proxyEnv(env []string) []string {
 	set := map[string]string{
 		"HTTP_PROXY":         EgressProxyURL,
@@ -41,7 +44,27 @@ func proxyEnv(env []string) []string {
 	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"} {
 		out = append(out, k+"="+set[k], strings.ToLower(k)+"="+set[k])
 	}
-	return append(out, "NODE_USE_ENV_PROXY=1")
+	return withNodeFetchPreload(append(out, "NODE_USE_ENV_PROXY=1"))
+}
+
+// egressFetchJS makes fetch of Node < 22.21 (which ignores the proxy variables) tunnel through the proxy.
+//
+//go:embed egress_fetch.mjs
+var egressFetchJS []byte
+
+// nodeFetchImport is the --import option that loads egressFetchJS: a data: URL, so no file has to be
+// visible inside the block, and nothing in the block's workdir changes.
+var nodeFetchImport = "--import=data:text/javascript;base64," + base64.StdEncoding.EncodeToString(egressFetchJS)
+
+// withNodeFetchPreload appends nodeFetchImport to NODE_OPTIONS (kept when the block already has one).
+func withNodeFetchPreload(env []string) []string {
+	for i, e := range env {
+		if v, ok := strings.CutPrefix(e, "NODE_OPTIONS="); ok {
+			env[i] = "NODE_OPTIONS=" + strings.TrimSpace(v+" "+nodeFetchImport)
+			return env
+		}
+	}
+	return append(env, "NODE_OPTIONS="+nodeFetchImport)
 }
 
 // egressPair is the socket pair the helper sends its listener on.
