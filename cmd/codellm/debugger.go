@@ -80,47 +80,19 @@ func startDebugger(ctx context.Context, f *debugFlags, srv *server.Server, log *
 // result and the pipe buffer are printed, Enter runs the next block, "e" edits the buffer in $EDITOR.
 // Exit status: 0 the run finished with a valid output contract, 1 otherwise, 2 usage.
 func cmdDebug(args []string, stdout, stderr io.Writer) int {
-	ef, fs, v, code := localCommand("debug", "debug [flags] FILE.md|-", args, stderr, inputSetting,
+	b, code := prepareBody("debug", args, stderr, true,
 		config.Setting{Name: "editor", Kind: config.String, Usage: "command that edits the pipe buffer (default $VISUAL, then $EDITOR, then vi)"})
 	if code >= 0 {
 		return code
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "codellm debug: want exactly one FILE.md (or - for stdin)")
-		return 2
-	}
-	if fs.Arg(0) == "-" {
-		fmt.Fprintln(stderr, "codellm debug: the body cannot come from stdin: stdin answers the step prompts")
-		return 2
-	}
-	log, err := ef.logger(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
-		return 2
-	}
-	body, err := readBody(fs.Arg(0))
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
-		return 1
-	}
-	bag, err := readBag(v.String("input"))
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
-		return 1
-	}
-	ecfg, _, err := ef.build(log)
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
-		return 1
-	}
-	eng := engine.New(ecfg, nil)
-	sess, err := debugger.NewSession(eng, body, bag)
+	eng := engine.New(b.ecfg, nil)
+	sess, err := debugger.NewSession(eng, b.body, b.bag)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
 		return 1
 	}
 	// --deterministic (with the bag's now) steps the body as a deterministic chat run of it would.
-	det, err := eng.Determinism(engine.DeterminismChoice{}, bag)
+	det, err := eng.Determinism(engine.DeterminismChoice{}, b.bag)
 	if err != nil {
 		sess.Close()
 		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
@@ -130,7 +102,7 @@ func cmdDebug(args []string, stdout, stderr io.Writer) int {
 	defer sess.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	ok, err := debugger.Terminal(ctx, sess, os.Stdin, stdout, debugger.EditorCommand(v.String("editor"), os.Stdin, stdout, stderr))
+	ok, err := debugger.Terminal(ctx, sess, os.Stdin, stdout, debugger.EditorCommand(b.v.String("editor"), os.Stdin, stdout, stderr))
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm debug: %v\n", err)
 		return 1

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -45,44 +46,64 @@ func readBag(name string) ([]byte, error) {
 	return bag, nil
 }
 
+// bodyRun is what run and debug start from: the loaded settings, the FILE.md body, the --input bag and
+// the engine configuration built from the execution settings.
+type bodyRun struct {
+	v    *config.Values
+	body string
+	bag  []byte
+	ecfg engine.Config
+}
+
+// prepareBody parses a body command's flags (the execution table, --input and own), reads its one
+// FILE.md argument (- for stdin, unless noStdin) and the bag, and builds the engine configuration. It
+// returns an exit code >= 0 when the command should stop (the reason is on stderr).
+func prepareBody(name string, args []string, stderr io.Writer, noStdin bool, own ...config.Setting) (*bodyRun, int) {
+	ef, fs, v, code := localCommand(name, name+" [flags] FILE.md|-", args, stderr, append([]config.Setting{inputSetting}, own...)...)
+	if code >= 0 {
+		return nil, code
+	}
+	fail := func(code int, err error) (*bodyRun, int) {
+		fmt.Fprintf(stderr, "codellm %s: %v\n", name, err)
+		return nil, code
+	}
+	if fs.NArg() != 1 {
+		return fail(2, errors.New("want exactly one FILE.md (or - for stdin)"))
+	}
+	if noStdin && fs.Arg(0) == "-" {
+		return fail(2, errors.New("the body cannot come from stdin: stdin answers the step prompts"))
+	}
+	log, err := ef.logger(stderr)
+	if err != nil {
+		return fail(2, err)
+	}
+	b := &bodyRun{v: v}
+	if b.body, err = readBody(fs.Arg(0)); err != nil {
+		return fail(1, err)
+	}
+	if b.bag, err = readBag(v.String("input")); err != nil {
+		return fail(1, err)
+	}
+	if b.ecfg, _, err = ef.build(log); err != nil {
+		return fail(1, err)
+	}
+	return b, -1
+}
+
 // cmdRun runs a markdown body through exactly the service's pipeline and sandbox, so role authors can try
 // a role locally. Exit status: 0 success, 1 the run or its output failed (message on stderr), 2 usage.
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	ef, fs, v, code := localCommand("run", "run [flags] FILE.md|-", args, stderr, inputSetting,
+	b, code := prepareBody("run", args, stderr, false,
 		config.Setting{Name: "changes", Kind: config.Bool, Usage: "print the raw {changes, answer} output instead of tool calls"})
 	if code >= 0 {
 		return code
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "codellm run: want exactly one FILE.md (or - for stdin)")
-		return 2
-	}
-	log, err := ef.logger(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm run: %v\n", err)
-		return 2
-	}
-	body, err := readBody(fs.Arg(0))
+	res, secrets, err := runBody(b.ecfg, b.body, b.bag)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm run: %v\n", err)
 		return 1
 	}
-	bag, err := readBag(v.String("input"))
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm run: %v\n", err)
-		return 1
-	}
-	ecfg, _, err := ef.build(log)
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm run: %v\n", err)
-		return 1
-	}
-	res, secrets, err := runBody(ecfg, body, bag)
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm run: %v\n", err)
-		return 1
-	}
-	return printRun(stdout, stderr, res, secrets, v.Bool("changes"))
+	return printRun(stdout, stderr, res, secrets, b.v.Bool("changes"))
 }
 
 // runBody unseals the bag's secrets and runs the body as one chat run of it would, until SIGTERM or
