@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -264,4 +265,44 @@ func waitZombie(t *testing.T, pid int) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatalf("pid %d did not exit after SIGKILL", pid)
+}
+
+// Concurrent runs take pooled groups (with their helpers) and refill the
+// pool while others run; every block gets its own output, and Close leaves
+// no process behind.
+func TestPrestartedHelpersUnderConcurrency(t *testing.T) {
+	s := prestartSandbox(t)
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 3 {
+				want := "block " + strconv.Itoa(g) + "." + strconv.Itoa(i)
+				o, err := runIn(t, s, "", nil, sh("echo "+want)...)
+				if err != nil || o.ExitCode != 0 || o.Stdout != want+"\n" {
+					errs <- want + ": " + o.Stdout + " " + errString(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if kids := childPIDs(t); len(kids) > 0 {
+		t.Errorf("processes left after Close: %v", kids)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
