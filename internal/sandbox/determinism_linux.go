@@ -49,7 +49,7 @@ func determinismStatus(use mechSet) DeterminismStatus {
 	return DeterminismStatus{Supported: true, NotCovered: DeterminismNotCovered, Mechanisms: []string{
 		"wall clock: libfaketime " + fakeTimeLib() + " and /etc/faketimerc (dynamically linked programs, bash's own clock)",
 		"monotonic/boot clocks: time namespace from zero",
-		"randomness: seeded ChaCha20 /dev/urandom, /dev/random; getrandom ENOSYS; libfaketime FAKERANDOM_SEED",
+		"randomness: libfaketime FAKERANDOM_SEED (libc getrandom/getentropy); getrandom syscall ENOSYS; /dev/urandom, /dev/random one seeded ChaCha20 stream (a FIFO fed by the init)",
 		"addresses: personality(ADDR_NO_RANDOMIZE)",
 		"hostname, users, umask, TZ, locale, environment order: fixed",
 	}}
