@@ -11,8 +11,7 @@ import (
 )
 
 // httpMachinery are the places allowed to build an http.Server, a ServeMux or to shut a server down:
-// the one scaffolding (internal/httpserve) and the listener limits it applies, plus two that serve no
-// production listener.
+// the one scaffolding (internal/httpserve), the listener limits it applies, and a test helper.
 var httpMachinery = map[string]string{
 	"internal/httpserve/":           "the one router and shutdown sequence",
 	"internal/httpguard/limits.go":  "builds the http.Server with the listener timeouts",

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+
+	"github.com/codellm/codellm/internal/httpserve"
 )
 
 // Routes of the runner API. SessionsPrefix takes the URL-escaped session ID after it.
@@ -33,14 +35,19 @@ func (r *Runner) Register(route func(method, pattern, name string, h http.Handle
 	route(http.MethodDelete, SessionsPrefix, "runner.session.delete", r.handleDeleteSession)
 }
 
-// Handler returns the runner API on its own mux (tests, or a dedicated listener). It performs no
-// authentication.
+// Handler returns the runner API on its own router (the worker's embedded supervisor, the
+// /sessions/{id}/api/v2/ routes, tests). It performs no authentication. Unknown paths and methods are
+// answered in the runner's JSON error body, like every other refusal of the API.
 func (r *Runner) Handler() http.Handler {
-	mux := http.NewServeMux()
-	r.Register(func(method, pattern, _ string, h http.HandlerFunc) {
-		mux.HandleFunc(method+" "+pattern, h)
+	rt := httpserve.NewRouter(func(w http.ResponseWriter, req *http.Request) {
+		writeError(w, &Error{Status: http.StatusNotFound, Message: "not found: no route for " + req.Method + " " + req.URL.Path, Kind: ErrBadRequest})
+	}, func(w http.ResponseWriter, req *http.Request, allow []string) {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, &Error{Status: http.StatusMethodNotAllowed, Kind: ErrBadRequest,
+			Message: "method " + req.Method + " is not allowed on " + req.URL.Path + " (allowed: " + strings.Join(allow, ", ") + ")"})
 	})
-	return mux
+	r.Register(func(method, pattern, _ string, h http.HandlerFunc) { rt.HandleFunc(method+" "+pattern, h) })
+	return rt
 }
 
 func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
