@@ -151,6 +151,11 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 	if ctx.Err() != nil { // canceled while queued: nothing has touched the workspace yet
 		return nil, canceled(ctx)
 	}
+	if r.private {
+		if e := checkFits(dir, p.files, r.cfg.WorkspaceSize); e != nil {
+			return nil, e
+		}
+	}
 	if e, err := writeFiles(dir, p.files); e != nil {
 		return nil, e
 	} else if err != nil {

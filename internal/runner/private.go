@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -337,3 +338,55 @@ func copyOut(src *os.Root, name, to string, perm fs.FileMode) error {
 	}
 	return err
 }
+
+// tmpfsPage is the unit a tmpfs charges file data in.
+const tmpfsPage = 4096
+
+// checkFits refuses (413), before anything is written, request files that would not fit in the private
+// workspace together with what the host copy already holds: the sandbox's copy-in would fail, with the
+// files already written to the host, and every later execute of the session the same way. The estimate
+// is an upper bound of what the tmpfs charges: file data in whole pages, a page per symlink, an inode
+// per entry.
+func checkFits(dir string, files []decodedFile, bound int64) *Error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil // writeFiles reports it
+	}
+	defer root.Close()
+	replaced := map[string]bool{}
+	var used, inodes int64 = 0, 1
+	for _, f := range files {
+		replaced[f.name] = true
+		used += pages(int64(len(f.data)))
+		inodes++
+		for d := path.Dir(f.name); d != "."; d = path.Dir(d) {
+			if _, err := root.Lstat(d); err != nil && !replaced[d] {
+				replaced[d] = true
+				inodes++
+			}
+		}
+	}
+	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || name == "." || replaced[name] {
+			return err
+		}
+		inodes++
+		switch info, err := d.Info(); {
+		case err != nil:
+			return err
+		case info.Mode().IsRegular():
+			used += pages(info.Size())
+		case info.Mode()&fs.ModeSymlink != 0:
+			used += tmpfsPage
+		}
+		return nil
+	})
+	if err == nil && (used > bound || inodes > int64(max(bound/tmpfsPage, 4096))) {
+		return &Error{Status: http.StatusRequestEntityTooLarge, Kind: ErrTooLarge, Message: fmt.Sprintf(
+			"the workspace with the request's files would need %d bytes and %d inodes; its bound is %d bytes (--runner-workspace-size); nothing was written",
+			used, inodes, bound)}
+	}
+	return nil
+}
+
+func pages(n int64) int64 { return (n + tmpfsPage - 1) / tmpfsPage * tmpfsPage }

@@ -77,6 +77,7 @@ func checkBounded(t *testing.T, sb *sandbox.Sandbox) {
 	checkFilesOut(t, tr)
 	checkSessionCopy(t, tr)
 	checkCompiled(t, tr)
+	checkTooLarge(t, tr)
 }
 
 // checkFilesOut: new and changed files come back, unchanged request files and symlinks (one to the
@@ -239,5 +240,23 @@ func checkCompiled(t *testing.T, tr *testRunner) {
 		if resp.Run.Stdout != "OK\n" || len(resp.Files) != 1 || resp.Files[0].Name != "out.txt" {
 			t.Fatalf("session %q: compile %+v run %+v files %+v", sid, resp.Compile, resp.Run, resp.Files)
 		}
+	}
+}
+
+// checkTooLarge: request files that would not fit beside the session's files are refused before they are
+// written (413); otherwise the copy into the sandbox would fail on this and every later execute.
+func checkTooLarge(t *testing.T, tr *testRunner) {
+	tr.exec("full", code("bash", "head -c 900000 /dev/zero > big; echo ok"))
+	req := ExecuteRequest{Language: "bash", Version: "*", Files: []File{{Name: "main.sh", Content: ptr("echo ran")},
+		{Name: "more.bin", Content: ptr(strings.Repeat("x", 200000))}}}
+	_, err := tr.Execute(t.Context(), "full", req)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "--runner-workspace-size") {
+		t.Fatalf("request files past the bound: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(tr.sessions["full"].dir, "more.bin")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("refused request file written to the host copy: %v", err)
+	}
+	if out := tr.exec("full", code("bash", "wc -c < big")).Run.Stdout; out != "900000\n" {
+		t.Fatalf("session after the refusal: %q", out)
 	}
 }
