@@ -70,17 +70,18 @@ func (t *sysTree) dir(src, dst string) error {
 		return bindRO(src, dst)
 	}
 	below, err := t.retryBelow(src, func() error { return mountOverlay(src, dst) })
-	if below {
-		// Whatever fails while splitting (the root tmpfs full, say) is the
-		// overlay mechanism's failure: without it the directory is bound.
-		if err := t.splitDir(src, dst); err != nil {
-			if _, ok := err.(errOverlay); !ok {
-				return errOverlay{err}
-			}
-			return err
-		}
+	if !below {
+		return err
 	}
-	return err
+	// Whatever fails while splitting (the root tmpfs full, say) is the
+	// overlay mechanism's failure: without it the directory is bound.
+	if err := t.splitDir(src, dst); err != nil {
+		if _, ok := err.(errOverlay); !ok {
+			return errOverlay{err}
+		}
+		return err
+	}
+	return nil
 }
 
 // overlayInPlace mounts an overlay of host directory src on src itself, in
