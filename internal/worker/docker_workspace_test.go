@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // nsjailFiles writes the seccomp profile and /pkgs directory docker-nsjail requires.
@@ -55,24 +56,64 @@ func TestE2EDockerRuntimeCommands(t *testing.T) {
 	name := ContainerName(WorkspaceCommandSession("e2e:rtcmd", "primary"))
 	t.Cleanup(func() { _ = exec.Command(cli, "container", "rm", "--force", name).Run() })
 	command := func(cmd string, cwd *string) map[string]any {
-		t.Helper()
-		req := map[string]any{"protocolVersion": 1, "operation": "execute_command", "workspaceId": "primary", "command": cmd}
-		if cwd != nil {
-			req["cwd"] = *cwd
-		}
-		body, _ := json.Marshal(map[string]any{"workerId": "e2e:rtcmd", "request": req})
-		rep := h.post(t, context.Background(), "/v1/workspace-tools", string(body), nil)
-		var m struct{ Result map[string]any }
-		if err := json.Unmarshal(rep.body, &m); err != nil || rep.status != 200 || m.Result == nil {
-			t.Fatalf("execute_command %q: %d %s", cmd, rep.status, rep.body)
-		}
-		return m.Result
+		return workspaceCommand(t, h, "e2e:rtcmd", cmd, cwd, nil)
 	}
 	sub := "sub"
 	res := command(`command -v python3 || echo "no python3"; echo made > made.txt; pwd`, &sub)
 	if res["exitCode"] != float64(0) || res["stdout"] != "no python3\n/mnt/workspace/sub\n" {
 		t.Fatalf("command in the runtime container: %v", res)
 	}
+	checkRuntimeCommands(t, cli, h, dir, name, command)
+	// Without --allow-workspace-writes the root is mounted read-only: the same write fails.
+	ro := pairProc(t, h, "e2e:rtro")
+	roDir := t.TempDir()
+	if os.Geteuid() == 0 {
+		os.Chown(roDir, 65534, 65534)
+	}
+	ro.run(t, "--runtime-supervisor", "docker-nsjail", "--runtime-image", ref, "--container-cli", cli,
+		"--container-sandbox", "besteffort", "--docker-seccomp-profile", prof, "--docker-packages-path", pkgs,
+		"--runtimes", "bash", "--worker-dir", roDir, "--allow-workspace-commands")
+	h.waitReady(t, "e2e:rtro")
+	roName := ContainerName(WorkspaceCommandSession("e2e:rtro", "primary"))
+	t.Cleanup(func() { _ = exec.Command(cli, "container", "rm", "--force", roName).Run() })
+	res = workspaceCommand(t, h, "e2e:rtro", `echo x > ro.txt`, nil, nil)
+	if res["exitCode"] == float64(0) || !strings.Contains(fmt.Sprint(res["stderr"]), "Read-only file system") {
+		t.Errorf("write to a read-only workspace: %v", res)
+	}
+	if _, err := os.Stat(filepath.Join(roDir, "ro.txt")); !os.IsNotExist(err) {
+		t.Errorf("a read-only workspace was written: %v", err)
+	}
+}
+
+// workspaceCommand sends one execute_command to worker through the hub's /v1/workspace-tools.
+func workspaceCommand(t *testing.T, h *hubProc, worker, cmd string, cwd *string, extra map[string]any) map[string]any {
+	t.Helper()
+	req := map[string]any{"protocolVersion": 1, "operation": "execute_command", "workspaceId": "primary", "command": cmd}
+	if cwd != nil {
+		req["cwd"] = *cwd
+	}
+	for k, v := range extra {
+		req[k] = v
+	}
+	body, _ := json.Marshal(map[string]any{"workerId": worker, "request": req})
+	// Ready comes with the first registration; the workspace tools with the negotiated one after it.
+	for end := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		rep := h.post(t, context.Background(), "/v1/workspace-tools", string(body), nil)
+		if rep.status == 400 && strings.Contains(string(rep.body), "WORKER_MISMATCH") && time.Now().Before(end) {
+			continue
+		}
+		var m struct{ Result map[string]any }
+		if err := json.Unmarshal(rep.body, &m); err != nil || rep.status != 200 || m.Result == nil {
+			t.Fatalf("execute_command %q: %d %s", cmd, rep.status, rep.body)
+		}
+		return m.Result
+	}
+}
+
+// checkRuntimeCommands: the file belongs to the workspace owner, exit status and timeout come back as
+// §9.8 says, the route admits only the capability, and runner sessions never see the workspace.
+func checkRuntimeCommands(t *testing.T, cli string, h *hubProc, dir, name string, command func(string, *string) map[string]any) {
+	t.Helper()
 	fi, err := os.Stat(filepath.Join(dir, "sub", "made.txt"))
 	if err != nil {
 		t.Fatalf("the command's file is not in the host workspace: %v", err)
@@ -82,6 +123,9 @@ func TestE2EDockerRuntimeCommands(t *testing.T) {
 	}
 	if res := command(`exit 3`, nil); res["exitCode"] != float64(3) {
 		t.Fatalf("exit status: %v", res)
+	}
+	if res := workspaceCommand(t, h, "e2e:rtcmd", `echo started; while :; do :; done`, nil, map[string]any{"timeoutMs": 500}); res["timedOut"] != true || res["exitCode"] != nil || res["stdout"] != "started\n" {
+		t.Fatalf("timeout: %v", res)
 	}
 	// The capability: the same request inside the container without it, with a wrong one, with its own.
 	post := func(tokenExpr string) string {

@@ -30,17 +30,7 @@ func TestE2ECommandAllowedDomains(t *testing.T) {
 	}
 	port := testhelp.Origin(t)
 	h := startHubProc(t, "127.0.0.1:0", filepath.Join(t.TempDir(), "bridge.db"))
-	command := func(id, cmd string) map[string]any {
-		t.Helper()
-		body, _ := json.Marshal(map[string]any{"workerId": id, "request": map[string]any{"protocolVersion": 1,
-			"operation": "execute_command", "workspaceId": "primary", "command": cmd}})
-		rep := h.post(t, context.Background(), "/v1/workspace-tools", string(body), nil)
-		var m struct{ Result map[string]any }
-		if err := json.Unmarshal(rep.body, &m); err != nil || rep.status != 200 || m.Result == nil {
-			t.Fatalf("execute_command: %d %s", rep.status, rep.body)
-		}
-		return m.Result
-	}
+	command := func(id, cmd string) map[string]any { t.Helper(); return workspaceCommand(t, h, id, cmd, nil, nil) }
 	curl := `curl -sS "http://localhost:` + port + `/x"`
 	status := "" // the eg:open worker's --metrics-listen
 
