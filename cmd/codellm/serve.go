@@ -16,6 +16,7 @@ import (
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/server"
+	"github.com/codellm/codellm/internal/workspace"
 )
 
 // defaultWorkspaceSize is --runner-workspace-size when it is not set (root or not): every runner
@@ -31,6 +32,7 @@ type serveFlags struct {
 	idem          idempotencyFlags
 	rcfg          runner.Config // the session settings; the rest is filled from the engine's
 	workspaceSize bool          // --runner-workspace-size was given
+	route         workspaceRoute
 }
 
 func (s *serveFlags) bind(v *config.Values) {
@@ -44,6 +46,7 @@ func (s *serveFlags) bind(v *config.Values) {
 	s.rcfg = runner.Config{SessionTTL: v.Duration("runner-session-ttl"), MaxSessions: v.Int("runner-max-sessions"),
 		MaxSessionsPerOwner: v.Int("runner-max-sessions-per-credential"), EvictIdle: v.Duration("runner-session-evict-idle"),
 		WorkspaceSize: v.Size("runner-workspace-size")}
+	s.route = workspaceRoute{v.Bool("external-workspace"), v.String("external-workspace-root"), v.String("external-workspace-token")}
 	s.workspaceSize = v.IsSet("runner-workspace-size") // the default may fall back to 0 (runner below)
 }
 
@@ -62,6 +65,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if _, code := parse(fs, args); code >= 0 {
 		return code
 	}
+	// The route's token is read: no block, exposed variable or child process may see it from here on.
+	_ = os.Unsetenv(workspace.EnvRouteToken)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "codellm serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
@@ -92,7 +97,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	// The runner API, plus what other bridge workers need (the chat operation on execute, the stateful
 	// /sessions/{id}/api/v2 routes): see runner.RegisterBridge.
 	rn.RegisterBridge(srv.Route, srv.Handler())
-	closeWS, err := registerWorkspaceRoute(srv.Route, sb, ef.workDir, log)
+	closeWS, err := registerWorkspaceRoute(srv.Route, sb, ef.workDir, sf.route, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: runtime command route: %v\n", err)
 		return 1

@@ -103,6 +103,12 @@ func serveSettings() []config.Setting {
 		{Name: "runner-max-sessions-per-credential", Kind: config.Int, Default: "0", Usage: "live runner sessions per API key or client certificate (0: half of --runner-max-sessions); at the cap the credential's least recently used idle session is replaced"},
 		{Name: "runner-session-evict-idle", Kind: config.Duration, Default: durDefault(runner.DefaultEvictIdle), Usage: "a full session table evicts the least recently used session idle this long instead of refusing new ones"},
 		{Name: "runner-workspace-size", Kind: config.Size, Default: sizeDefault(defaultWorkspaceSize), Usage: "bound each runner API workspace to this size, one inode per 4 KiB (a tmpfs mounted on it as root, else the sandbox's private tmpfs, copied back for sessions; 0: plain directories bounded per file)"},
+		{Name: "external-workspace", Env: workspace.EnvRouteEnabled, EnvExact: true, EnvOnly: true, Kind: config.Bool,
+			Usage: "serve the runtime command route (bridge-protocol §11.4); set by the worker's docker-nsjail supervisor in its command container only"},
+		{Name: "external-workspace-root", Env: workspace.EnvRouteRoot, EnvExact: true, EnvOnly: true, Kind: config.String,
+			Usage: "the runtime command route's workspace root"},
+		{Name: "external-workspace-token", Env: workspace.EnvRouteToken, EnvExact: true, EnvOnly: true, Kind: config.String, Secret: true,
+			Usage: "the runtime command route's token (at least 32 bytes; removed from codellm's environment once read)"},
 	}
 }
 

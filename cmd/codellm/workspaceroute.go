@@ -10,17 +10,22 @@ import (
 	"github.com/codellm/codellm/internal/workspace"
 )
 
-// registerWorkspaceRoute serves the runtime command route (bridge-protocol §11.4) when the container's
-// environment enables it (SANDBOX_EXTERNAL_WORKSPACE_ENABLED=true, _ROOT, _TOKEN: set by the worker's
-// docker-nsjail supervisor for its command container only). Commands run in sb, as execute_command does on
-// a host; the token is removed from codellm's own environment once read. It returns the workspace's close.
+// workspaceRoute is the runtime command route's settings, serve's SANDBOX_EXTERNAL_WORKSPACE_ENABLED,
+// _ROOT and _TOKEN rows (set by the worker's docker-nsjail supervisor for its command container only).
+type workspaceRoute struct {
+	enabled     bool
+	root, token string
+}
+
+// registerWorkspaceRoute serves the runtime command route (bridge-protocol §11.4) when rt enables it.
+// Commands run in sb, as execute_command does on a host; serve removes the token from its own environment
+// as soon as it is loaded. It returns the workspace's close.
 func registerWorkspaceRoute(route func(method, pattern, name string, h http.HandlerFunc), sb *sandbox.Sandbox,
-	workDir string, log *slog.Logger) (func(), error) {
-	if os.Getenv(workspace.EnvRouteEnabled) != "true" {
+	workDir string, rt workspaceRoute, log *slog.Logger) (func(), error) {
+	if !rt.enabled {
 		return func() {}, nil
 	}
-	root, token := os.Getenv(workspace.EnvRouteRoot), os.Getenv(workspace.EnvRouteToken)
-	_ = os.Unsetenv(workspace.EnvRouteToken)
+	root, token := rt.root, rt.token
 	if len(token) < 32 {
 		return nil, fmt.Errorf("%s needs %s of at least 32 bytes", workspace.EnvRouteEnabled, workspace.EnvRouteToken)
 	}

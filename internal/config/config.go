@@ -72,6 +72,7 @@ type Alias struct {
 type Setting struct {
 	Name         string // the flag without dashes ("max-output-bytes"); for an EnvOnly setting, a name for messages
 	Env          string // the variable after CODELLM_ (default: Name in upper snake case)
+	EnvExact     bool   // Env is the whole variable, a peer's name (the runtime image's SANDBOX_EXTERNAL_WORKSPACE_*): no CODELLM_, no families
 	Kind         Kind
 	Default      string // in the setting's own syntax ("10MiB", "300s"); "" is the kind's zero
 	Usage        string
@@ -85,8 +86,11 @@ type Setting struct {
 	Check        func(string) error
 }
 
-// EnvName is the setting's CODELLM_ variable.
+// EnvName is the setting's CODELLM_ variable (or, with EnvExact, its one variable).
 func (s *Setting) EnvName() string {
+	if s.EnvExact {
+		return s.Env
+	}
 	if s.Env != "" {
 		return "CODELLM_" + s.Env
 	}
@@ -120,7 +124,7 @@ func (s *Setting) Spellings(families []Family) []Spelling {
 		return out
 	}
 	out = append(out, Spelling{Name: s.EnvName(), Family: "codellm", env: s.EnvName()})
-	if !s.NoFamilies {
+	if !s.NoFamilies && !s.EnvExact {
 		suffix := strings.TrimPrefix(s.EnvName(), "CODELLM_")
 		for _, f := range families {
 			out = append(out, Spelling{Name: f.Prefix + suffix, Family: f.Name, env: f.Prefix + suffix})

@@ -37,6 +37,7 @@ func testSet() *Set {
 		{Name: "worker-token", Env: "HUB_WORKER_TOKEN", Kind: String, Usage: "token", Secret: true,
 			Aliases: []Alias{{Env: "CODEAPI_BRIDGE_TOKEN", Family: "CODEAPI_BRIDGE"}}},
 		{Name: "tenant", Kind: String, FlagOnly: true, Usage: "per-call argument"},
+		{Name: "peer", Env: "SANDBOX_EXTERNAL_X", EnvExact: true, EnvOnly: true, Kind: Bool, Usage: "a peer's variable"},
 		{Name: "hub-max-body", Env: "HUB_MAX_BODY", Kind: Size, Default: "1MiB", Usage: "body", EnvOnly: true, Positive: true},
 	}}
 }
@@ -98,6 +99,8 @@ func TestLoad(t *testing.T) {
 		{name: "the reference's alone", env: env{"CODEAPI_BRIDGE_TOKEN": "b"}, get: str("worker-token"), want: "b", isSet: "worker-token"},
 		{name: "flag-only reads no variable", env: env{"CODELLM_TENANT": "t"}, get: str("tenant"), want: ""},
 		{name: "flag-only flag", args: []string{"--tenant", "t"}, get: str("tenant"), want: "t"},
+		{name: "exact variable", env: env{"SANDBOX_EXTERNAL_X": "1"}, get: func(v *Values) any { return v.Bool("peer") }, want: true, isSet: "peer"},
+		{name: "exact: no CODELLM_ or family spelling", env: env{"CODELLM_SANDBOX_EXTERNAL_X": "1", "LIBRECHAT_CODE_SANDBOX_EXTERNAL_X": "1"}, get: func(v *Values) any { return v.Bool("peer") }, want: false},
 		// empty values
 		{name: "empty variable is unset", env: env{"CODELLM_LISTEN": "", "CODELLM_ADDR": "t:1"}, get: str("listen"), want: "t:1"},
 		{name: "empty variable keeps the default", env: env{"CODELLM_TIMEOUT": ""}, get: func(v *Values) any { return v.Duration("timeout") }, want: 300 * time.Second},
@@ -190,7 +193,7 @@ func TestUsage(t *testing.T) {
 		"--max-output-bytes SIZE (default 10MiB)",
 		"also: -max-stdout-bytes, CODELLM_MAX_OUTPUT_BYTES, LIBRECHAT_CODE_MAX_OUTPUT_BYTES, CODELLM_MAX_STDOUT_BYTES",
 		"--network\n", "also: CODELLM_SANDBOX\n",
-		"Environment only:\n  CODELLM_HUB_MAX_BODY=SIZE (default 1MiB)",
+		"Environment only:\n  SANDBOX_EXTERNAL_X=BOOL\n", "  CODELLM_HUB_MAX_BODY=SIZE (default 1MiB)",
 		"The command line wins, then CODELLM_*, then LIBRECHAT_CODE_*, then the other spellings",
 	} {
 		if !strings.Contains(out, want) {

@@ -26,7 +26,11 @@ func Usage(w io.Writer, fs *flag.FlagSet, families []Family) {
 	if len(envOnly) > 0 {
 		b.WriteString("\nEnvironment only:\n")
 		for _, st := range envOnly {
-			writeSetting(&b, st, st.EnvName()+"="+st.Kind.placeholder(), families)
+			ph := st.Kind.placeholder()
+			if ph == "" {
+				ph = "BOOL" // a flag's bool needs no value; a variable's does
+			}
+			writeSetting(&b, st, st.EnvName()+"="+ph, families)
 		}
 	}
 	other := false
