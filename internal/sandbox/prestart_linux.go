@@ -35,6 +35,53 @@ type idleHelper struct {
 	statR *os.File
 	cl    cloneSpec
 	group *cgroup.Group // the block group it sits in
+	// prebuilt: it has built the block-independent part of a private root
+	// (hook.prepareRoot) from prebuildSpec and adds only the block's parts.
+	prebuilt bool
+}
+
+// prebuildSpec is the spec a pre-started helper builds the block-independent
+// part of its private root from (staging root, system directories, /etc,
+// the shared dir, /dev, /proc, /tmp): that of a block with the Sandbox's
+// defaults and no program or workdir of its own. nil without a private root.
+func (s *Sandbox) prebuildSpec(cl cloneSpec) []byte {
+	if !cl.use.has(mRootFS) {
+		return nil
+	}
+	r := &Run{sb: s, lim: s.cfg.Limits}
+	hs, err := r.helperSpec(&Spec{Path: "/bin/true", Args: []string{"true"}, Dir: "/"}, cl.use, false)
+	if err != nil {
+		return nil
+	}
+	return hs.Encode()
+}
+
+// sendPreSpec sends b length-prefixed (4 bytes, little endian; 0: none).
+func sendPreSpec(sock int, b []byte) error {
+	n := len(b)
+	msg := append([]byte{byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24)}, b...)
+	for len(msg) > 0 {
+		w, err := unix.SendmsgN(sock, msg, nil, nil, unix.MSG_NOSIGNAL)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		msg = msg[w:]
+	}
+	return nil
+}
+
+// fits reports whether the helper can serve a block with spec hs beyond
+// its clone: a prebuilt root took its trees before the block existed, so a
+// workdir the helper must open by path (persistent, unprivileged server)
+// or other tmpfs sizes need a helper started for the block.
+func (h *idleHelper) fits(hs *hook.Spec, tmpSize int64) bool {
+	if !h.prebuilt {
+		return true
+	}
+	return !(hs.Persist && !hs.DirIsTree) && hs.ProbeSocket == "" && hs.TmpSize == tmpSize
 }
 
 // prestartHelper clones an idle helper into block group child, for blocks
@@ -71,6 +118,12 @@ func (s *Sandbox) prestartHelper(child *cgroup.Group) (*idleHelper, error) {
 		return nil, startError(cl.use, err)
 	}
 	h := &idleHelper{osp: osp, sock: pair[0], statR: statR, cl: cl, group: child}
+	pre := s.prebuildSpec(cl)
+	if err := sendPreSpec(h.sock, pre); err != nil {
+		h.discard()
+		return nil, fmt.Errorf("send the pre-start spec: %w", err)
+	}
+	h.prebuilt = pre != nil
 	if !attr.UseCgroupFD {
 		// v1 (or a v2 kernel without CLONE_INTO_CGROUP): move it in now,
 		// off the request path, while it waits for its block.

@@ -117,9 +117,12 @@ func TestPrestartedHelperServesFirstBlock(t *testing.T) {
 	s := prestartSandbox(t)
 	r, h := pooledRun(t, s)
 	defer r.Close()
+	if s.plat.use.has(mRootFS) && !h.prebuilt {
+		t.Fatal("the pre-started helper did not build its root's block-independent part")
+	}
 	script := `cat; echo; cat in.txt; echo err >&2
 grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status | tr -s '\t ' ' '
-id -u; exit 3`
+id -u; [ "$(awk -F: -v u="$(id -u)" '$3 == u {print $6}' /etc/passwd)" = "$PWD" ] && echo home-is-workdir; exit 3`
 	o, pid := startBlock(t, r, "from stdin", sh(script)...)
 	if pid != h.osp.Pid {
 		t.Fatalf("block pid %d, the pre-started helper was %d: not used", pid, h.osp.Pid)
@@ -128,7 +131,7 @@ id -u; exit 3`
 		t.Fatalf("exit %d stderr %q, want 3 and %q (stdout %q)", o.ExitCode, o.Stderr, "err\n", o.Stdout)
 	}
 	for _, want := range []string{"from stdin\nfrom the workdir", "Seccomp: 2\n", "NoNewPrivs: 1\n",
-		"CapEff: 0000000000000000\n", "\n" + strconv.Itoa(sandboxUID) + "\n"} {
+		"CapEff: 0000000000000000\n", "\n" + strconv.Itoa(sandboxUID) + "\n", "home-is-workdir\n"} {
 		if !strings.Contains(o.Stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, o.Stdout)
 		}
@@ -305,4 +308,34 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// A prebuilt root takes the block's workdir afterwards, persistent (bound,
+// writes reach the host) or copied, at its MountAt path.
+func TestPrestartedHelperPersistAndMountAt(t *testing.T) {
+	s := prestartSandbox(t)
+	for _, persist := range []bool{true, false} {
+		r, h := pooledRun(t, s)
+		dir := workdir(t, map[string]string{"in.txt": "data"})
+		out, err := os.CreateTemp(t.TempDir(), "out")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("pwd; cat in.txt; echo written > out.txt"), Env: stdEnv("/mnt/work"),
+			Dir: dir, MountAt: "/mnt/work", Persist: persist, Stdout: out, Stderr: out})
+		if err != nil {
+			t.Fatalf("persist %v: %v", persist, err)
+		}
+		res := p.Wait()
+		r.Close()
+		b, _ := os.ReadFile(out.Name())
+		out.Close()
+		if res.ExitCode != 0 || string(b) != "/mnt/work\ndata" || p.Pid() != h.osp.Pid {
+			t.Fatalf("persist %v: %+v %q (pid %d, pre-started %d)", persist, res, b, p.Pid(), h.osp.Pid)
+		}
+		_, statErr := os.Stat(dir + "/out.txt")
+		if persist != (statErr == nil) {
+			t.Errorf("persist %v: out.txt on the host: %v", persist, statErr)
+		}
+	}
 }

@@ -72,7 +72,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	defer bf.close()
 	var hl *launched
 	if ih := r.plat.helper.Swap(nil); ih != nil {
-		if ih.cl == cl && ih.group == child {
+		if ih.cl == cl && ih.group == child && ih.fits(hs, r.sb.cfg.Limits.TmpSize) {
 			hl, err = ih.launch(bf)
 		}
 		if hl == nil {

@@ -101,7 +101,11 @@ func readSpec() *Spec {
 		fail(MHelper, "set non-dumpable: ", e)
 	}
 	if pooled() {
-		// Started ahead of need: everything of the block arrives now.
+		// Started ahead of need: the block-independent part of the root
+		// first, then everything of the block.
+		if err := prebuild(); err != nil {
+			fail(rootFailure(err), err.Error())
+		}
 		if err := receiveStdio(); err != nil {
 			fail(MHelper, err.Error())
 		}
@@ -137,7 +141,14 @@ func buildWorld(sp *Spec) {
 		}
 	}
 	if has(MRootFS) {
-		if err := setupRoot(sp); err != nil {
+		var err error
+		if prepared != nil {
+			err = finishRoot(prepared, sp, true)
+			prepared.trees.close()
+		} else {
+			err = setupRoot(sp)
+		}
+		if err != nil {
 			fail(rootFailure(err), err.Error())
 		}
 	}

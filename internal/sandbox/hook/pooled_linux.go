@@ -4,6 +4,69 @@ package hook
 
 import "syscall"
 
+// prepared is the root a pre-started helper built before its block
+// existed (prebuild); nil otherwise.
+var prepared *preparedRoot
+
+// prebuild reads the spec the server sent a pre-started helper at its
+// start — length-prefixed (4 bytes, little endian), empty for none — made
+// for no block in particular, and builds the parts of the private root
+// that are the same for every block (prepareRoot). The block's own spec
+// follows later; finishRoot adds its workdir.
+func prebuild() error {
+	var n [4]byte
+	if err := readFull(SpecFD, n[:]); err != nil {
+		return wrap("read the pre-start spec", err)
+	}
+	size := int(n[0]) | int(n[1])<<8 | int(n[2])<<16 | int(n[3])<<24
+	if size == 0 {
+		return nil
+	}
+	if size > maxSpec {
+		return &herr{"pre-start spec larger than " + itoa(int64(maxSpec)) + " bytes", nil}
+	}
+	raw := make([]byte, size)
+	if err := readFull(SpecFD, raw); err != nil {
+		return wrap("read the pre-start spec", err)
+	}
+	pre, err := Decode(raw)
+	if err != nil {
+		return &herr{"malformed pre-start spec", err}
+	}
+	if pre.Mech&MRootFS == 0 {
+		return nil
+	}
+	pr, err := prepareRoot(pre)
+	if err != nil {
+		pr.trees.close()
+		return err
+	}
+	prepared = pr
+	return nil
+}
+
+// readFull reads exactly len(b) bytes; EOF before any is the server
+// draining its pool (see receiveStdio).
+func readFull(fd int, b []byte) error {
+	for got := 0; got < len(b); {
+		n, err := syscall.Read(fd, b[got:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			if got == 0 {
+				syscall.Exit(0)
+			}
+			return syscall.EPIPE
+		}
+		got += n
+	}
+	return nil
+}
+
 // pooled reports whether this helper was started ahead of need (see
 // EnvPooled): its SpecFD is then a Unix socket, and its stdio and DirFD
 // are /dev/null until the block's own arrive.

@@ -19,46 +19,79 @@ const ErrWorkdirTooLargeText = "workdir does not fit in the private tmpfs"
 // root can cover their paths), then the host's read-only parts, then the
 // block's private filesystems, then the switch.
 func setupRoot(sp *Spec) error {
-	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		return wrap("build root filesystem: make / private", err)
-	}
-	tr, err := takeTrees(sp)
-	defer tr.close()
+	pr, err := prepareRoot(sp)
+	defer pr.trees.close()
 	if err != nil {
 		return err
 	}
+	return finishRoot(pr, sp, false)
+}
+
+// preparedRoot is a root built up to the parts of one block (prepareRoot).
+type preparedRoot struct {
+	r     string
+	trees *trees
+}
+
+// prepareRoot builds what is the same for every block of a Sandbox: the
+// staging root with the host's read-only parts, the shared dir, /dev,
+// /proc and /tmp. A pre-started helper runs it before its block exists
+// (prebuild), from a spec the server made for that purpose.
+func prepareRoot(sp *Spec) (*preparedRoot, error) {
+	pr := &preparedRoot{r: sp.Staging, trees: &trees{}}
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return pr, wrap("build root filesystem: make / private", err)
+	}
+	tr, err := takeTrees(sp)
+	pr.trees = tr
+	if err != nil {
+		return pr, err
+	}
 	r := sp.Staging
 	if err := mountStaging(r); err != nil {
-		return err
+		return pr, err
 	}
 	st := &sysTree{overlay: sp.Mech&MOverlay != 0, mounts: sp.HostMounts}
 	if st.overlay && sp.ProbeSocket != "" {
 		if err := probeSocket(r, sp.ProbeSocket, tr.probe); err != nil {
-			return err
+			return pr, err
 		}
 	}
 	if err := hostParts(r, sp, st); err != nil {
-		return err
+		return pr, err
 	}
 	if err := setupShared(r, st, tr.shared); err != nil {
-		return err
+		return pr, err
 	}
 	if err := setupDev(r, sp); err != nil {
-		return err
+		return pr, err
 	}
 	if err := setupProc(r); err != nil {
-		return err
+		return pr, err
 	}
 	if err := mkdir(r+"/tmp", 0o1777); err != nil {
-		return err
+		return pr, err
 	}
 	if err := mountTmpfs(r+"/tmp", sp.TmpSize, "1777"); err != nil {
-		return wrap("build root filesystem: mount /tmp", err)
+		return pr, wrap("build root filesystem: mount /tmp", err)
 	}
-	if err := setupWorkdir(r, sp, tr.dir); err != nil {
+	return pr, nil
+}
+
+// finishRoot adds the block's own parts to a prepared root — its workdir
+// and, when the root was prepared before the block existed (prebuilt), its
+// /etc/passwd, whose home directory is the workdir — and pivots into it.
+func finishRoot(pr *preparedRoot, sp *Spec, prebuilt bool) error {
+	if prebuilt {
+		_ = syscall.Unlink(pr.r + "/etc/passwd")
+		if err := writeFile(pr.r+"/etc/passwd", sp.Passwd, 0o644); err != nil {
+			return wrap("build root filesystem: write /etc/passwd", err)
+		}
+	}
+	if err := setupWorkdir(pr.r, sp, pr.trees.dir); err != nil {
 		return err
 	}
-	return pivot(r)
+	return pivot(pr.r)
 }
 
 // trees are the host directories opened before the staging root covers
