@@ -163,23 +163,17 @@ func readClientKeys(cfg *Config, apiKey, keysFile string) error {
 // applyLimits puts the environment-only limits that were given into cfg (limitSettings; each is
 // positive, checked by the table); the others keep New's defaults.
 func applyLimits(cfg *Config, v *config.Values) {
-	for name, dst := range map[string]*time.Duration{
-		"HUB_CREDENTIAL_TTL": &cfg.CredentialTTL, "HUB_PAIRING_TTL": &cfg.PairingTTL, "HUB_EXEC_TIMEOUT": &cfg.ExecTimeout,
-		"HUB_CHAT_TIMEOUT": &cfg.ChatTimeout, "HUB_FILE_TTL": &cfg.FileLimits.TTL, "HUB_MAX_TIMEOUT": &cfg.MaxTimeout, "HUB_QUEUE_TIMEOUT": &cfg.QueueTimeout,
-		"HUB_IDEMPOTENCY_TTL": &cfg.IdempotencyTTL,
-	} {
-		if v.IsSet(name) {
-			*dst = v.Duration(name)
+	for name, field := range limitFields(cfg) {
+		if !v.IsSet(name) {
+			continue
 		}
-	}
-	if v.IsSet("HUB_QUEUE_MAX") {
-		cfg.QueueMax = v.Int("HUB_QUEUE_MAX")
-	}
-	for name, dst := range map[string]*int64{"HUB_MAX_BODY": &cfg.MaxBody, "HUB_MAX_SETTLE_BODY": &cfg.MaxSettleBody,
-		"HUB_MAX_FILE_BYTES": &cfg.FileLimits.MaxFileBytes, "HUB_MAX_SESSION_FILE_BYTES": &cfg.FileLimits.MaxSessionBytes,
-		"HUB_MAX_FILE_STORE_BYTES": &cfg.FileLimits.MaxTotalBytes, "HUB_MAX_EXEC_INPUT_BYTES": &cfg.MaxExecInputBytes} {
-		if v.IsSet(name) {
-			*dst = v.Size(name)
+		switch p := field.(type) {
+		case *time.Duration:
+			*p = v.Duration(name)
+		case *int:
+			*p = v.Int(name)
+		case *int64:
+			*p = v.Size(name)
 		}
 	}
 }

@@ -3,10 +3,14 @@ package hub
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/codellm/codellm/internal/config"
 )
 
 // The hub reads listen addresses and sizes with codellm's one rule each (internal/listen,
@@ -56,5 +60,36 @@ func TestServeConfigRules(t *testing.T) {
 		if c.want == "" && !storeErr || c.want != "" && (storeErr || !strings.Contains(out, c.want)) {
 			t.Errorf("%s %v: want %q, got %s", c.listen, c.env, c.want, out)
 		}
+	}
+}
+
+// The table's defaults of the environment-only limits are New's (Config.defaults): --help and
+// docs/operator.md §9 show them, New applies its own, and they must not drift apart.
+func TestLimitDefaultsAreNews(t *testing.T) {
+	var c Config
+	c.defaults()
+	v, err := config.LoadSets(flag.NewFlagSet("t", flag.ContinueOnError), families, func(string) (string, bool) { return "", false },
+		&config.Set{Settings: limitSettings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := limitFields(&c)
+	for _, st := range limitSettings() {
+		var table any
+		switch st.Kind {
+		case config.Duration:
+			table = v.Duration(st.Name)
+		case config.Int:
+			table = v.Int(st.Name)
+		case config.Size:
+			table = v.Size(st.Name)
+		}
+		got := reflect.ValueOf(fields[st.Name]).Elem().Interface()
+		if got != table {
+			t.Errorf("%s: the table says %v, New applies %v", st.EnvName(), table, got)
+		}
+	}
+	if len(fields) != len(limitSettings()) {
+		t.Errorf("%d fields for %d limits", len(fields), len(limitSettings()))
 	}
 }

@@ -44,29 +44,42 @@ func serveSettings() []config.Setting {
 	}, limitSettings()...)
 }
 
-// limit is one of the hub's environment-only limits, all positive.
-func limit(env string, kind config.Kind, usage string) config.Setting {
-	return config.Setting{Name: env, Env: env, Kind: kind, EnvOnly: true, Positive: true, Usage: usage}
+// limit is one of the hub's environment-only limits, all positive. def is New's default (Config.defaults;
+// TestLimitDefaultsAreNews keeps them equal).
+func limit(env string, kind config.Kind, def, usage string) config.Setting {
+	return config.Setting{Name: env, Env: env, Kind: kind, EnvOnly: true, Positive: true, Default: def, Usage: usage}
 }
 
-// limitSettings are the hub's environment-only limits; each unset one keeps hub.New's default.
+// limitSettings are the hub's environment-only limits; each unset one keeps New's default.
 func limitSettings() []config.Setting {
 	return []config.Setting{
-		limit("HUB_CREDENTIAL_TTL", config.Duration, "worker credential lifetime (default 300s)"),
-		limit("HUB_PAIRING_TTL", config.Duration, "pairing code lifetime (default 10m)"),
-		limit("HUB_EXEC_TIMEOUT", config.Duration, "deadline of a /v1/exec request (default 60s)"),
-		limit("HUB_CHAT_TIMEOUT", config.Duration, "deadline of a chat request (default 120s)"),
-		limit("HUB_MAX_TIMEOUT", config.Duration, "the most X-Codellm-Timeout-Ms may raise a deadline to (default 600s)"),
-		limit("HUB_QUEUE_TIMEOUT", config.Duration, "longest wait for a busy worker before 429 (default 30s)"),
-		limit("HUB_QUEUE_MAX", config.Int, "waiting requests per tenant (default 100)"),
-		limit("HUB_IDEMPOTENCY_TTL", config.Duration, "replay window of Idempotency-Key responses (default 10m)"),
-		limit("HUB_FILE_TTL", config.Duration, "lifetime of uploaded files (default 24h)"),
-		limit("HUB_MAX_BODY", config.Size, "client request body (default 1MiB)"),
-		limit("HUB_MAX_SETTLE_BODY", config.Size, "worker settle body (default 32MiB)"),
-		limit("HUB_MAX_FILE_BYTES", config.Size, "one uploaded file (default 10MiB)"),
-		limit("HUB_MAX_SESSION_FILE_BYTES", config.Size, "all files of a session (default 100MiB)"),
-		limit("HUB_MAX_FILE_STORE_BYTES", config.Size, "all files together (default 2GiB)"),
-		limit("HUB_MAX_EXEC_INPUT_BYTES", config.Size, "input files of one /v1/exec together (default 10MiB)"),
+		limit("HUB_CREDENTIAL_TTL", config.Duration, "5m", "worker credential lifetime"),
+		limit("HUB_PAIRING_TTL", config.Duration, "10m", "pairing code lifetime"),
+		limit("HUB_EXEC_TIMEOUT", config.Duration, "1m", "deadline of a /v1/exec request"),
+		limit("HUB_CHAT_TIMEOUT", config.Duration, "2m", "deadline of a chat request"),
+		limit("HUB_MAX_TIMEOUT", config.Duration, "10m", "the most X-Codellm-Timeout-Ms may raise a deadline to"),
+		limit("HUB_QUEUE_TIMEOUT", config.Duration, "30s", "longest wait for a busy worker before 429"),
+		limit("HUB_QUEUE_MAX", config.Int, "100", "waiting requests per tenant"),
+		limit("HUB_IDEMPOTENCY_TTL", config.Duration, "10m", "replay window of Idempotency-Key responses"),
+		limit("HUB_FILE_TTL", config.Duration, "24h", "lifetime of uploaded files"),
+		limit("HUB_MAX_BODY", config.Size, "1MiB", "client request body"),
+		limit("HUB_MAX_SETTLE_BODY", config.Size, "32MiB", "worker settle body"),
+		limit("HUB_MAX_FILE_BYTES", config.Size, "10MiB", "one uploaded file"),
+		limit("HUB_MAX_SESSION_FILE_BYTES", config.Size, "100MiB", "all files of a session"),
+		limit("HUB_MAX_FILE_STORE_BYTES", config.Size, "2GiB", "all files together"),
+		limit("HUB_MAX_EXEC_INPUT_BYTES", config.Size, "10MiB", "input files of one /v1/exec together"),
+	}
+}
+
+// limitFields are the Config fields of limitSettings, by setting name.
+func limitFields(c *Config) map[string]any {
+	return map[string]any{
+		"HUB_CREDENTIAL_TTL": &c.CredentialTTL, "HUB_PAIRING_TTL": &c.PairingTTL, "HUB_EXEC_TIMEOUT": &c.ExecTimeout,
+		"HUB_CHAT_TIMEOUT": &c.ChatTimeout, "HUB_MAX_TIMEOUT": &c.MaxTimeout, "HUB_QUEUE_TIMEOUT": &c.QueueTimeout,
+		"HUB_QUEUE_MAX": &c.QueueMax, "HUB_IDEMPOTENCY_TTL": &c.IdempotencyTTL, "HUB_FILE_TTL": &c.FileLimits.TTL,
+		"HUB_MAX_BODY": &c.MaxBody, "HUB_MAX_SETTLE_BODY": &c.MaxSettleBody, "HUB_MAX_FILE_BYTES": &c.FileLimits.MaxFileBytes,
+		"HUB_MAX_SESSION_FILE_BYTES": &c.FileLimits.MaxSessionBytes, "HUB_MAX_FILE_STORE_BYTES": &c.FileLimits.MaxTotalBytes,
+		"HUB_MAX_EXEC_INPUT_BYTES": &c.MaxExecInputBytes,
 	}
 }
 
