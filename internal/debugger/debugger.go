@@ -70,6 +70,7 @@ type Debugger struct {
 	log      *slog.Logger
 	sessions *store
 	router   *httpserve.Router
+	guarded  http.Handler // the router behind §14.1's Host and Origin rules
 	handler  http.Handler
 }
 
@@ -99,6 +100,7 @@ func New(cfg Config) (*Debugger, error) {
 	d := &Debugger{cfg: cfg, eng: cfg.Engine, log: cfg.Logger,
 		sessions: &store{m: map[string]*Session{}, max: cfg.MaxSessions, ttl: cfg.SessionTTL}}
 	d.router = d.routes()
+	d.guarded = httpserve.Guard(debugGuard, nil, refuse, d.router)
 	d.handler = http.HandlerFunc(d.serveHTTP)
 	return d, nil
 }

@@ -48,17 +48,18 @@ func (d *Debugger) routes() *httpserve.Router {
 // route wraps an endpoint: after routing, the JSON content type keeps cross-site forms out (they cannot
 // send it without a preflight, never granted) and a role lookup is refused with its own code.
 func (d *Debugger) route(h func(w http.ResponseWriter, r *http.Request, id string)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ref := httpguard.CheckContentType(r); ref != nil {
-			fail(w, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
-			return
-		}
+	return httpserve.JSONBodies(refuse, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if q := r.URL.Query(); q.Has("path") || q.Has("role") {
 			fail(w, errRoleLookup())
 			return
 		}
 		h(w, r, r.PathValue("id"))
-	})
+	}))
+}
+
+// refuse answers a request httpguard refused (Host, Origin, content type).
+func refuse(w http.ResponseWriter, _ *http.Request, ref *httpguard.Refusal) {
+	fail(w, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
 }
 
 // serveHTTP applies §14.1's request hygiene before any route: the Host check defeats DNS rebinding and a
@@ -70,11 +71,7 @@ func (d *Debugger) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		d.log.Debug("debug request", "method", r.Method, "path", r.URL.Path, "status", sw.Status,
 			"duration_ms", time.Since(start).Milliseconds())
 	}()
-	if ref := debugGuard.Check(r); ref != nil {
-		fail(sw, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
-		return
-	}
-	d.router.ServeHTTP(sw, r)
+	d.guarded.ServeHTTP(sw, r)
 }
 
 func errRoleLookup() *openai.Error {

@@ -68,6 +68,7 @@ type Server struct {
 	log      *slog.Logger
 	handler  http.Handler
 	router   *httpserve.Router
+	guarded  http.Handler // the router behind the Host and Origin rules
 	guard    *httpguard.Policy
 
 	draining atomic.Bool
@@ -140,6 +141,7 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	} {
 		s.router.Handle(pattern, s.route(rh))
 	}
+	s.guarded = httpserve.Guard(s.guard, s.probeExempt, s.refuse, s.router)
 	s.handler = httpserve.WithRequestID(http.HandlerFunc(s.serveHTTP))
 	if cfg.InsecurePublic && !listen.IsLoopback(cfg.Listen) && cfg.APIKey == "" && cfg.ClientCA == "" {
 		s.log.Warn("serving unauthenticated on a public address (--insecure-public): anyone who can reach it can run code",
@@ -172,13 +174,9 @@ func (s *Server) route(rh routeHandler) http.Handler {
 	if rh.auth {
 		inner = httpserve.Auth(httpserve.BearerKey(s.cfg.APIKey), s.unauthorized, inner)
 	}
+	inner = httpserve.JSONBodies(s.refuse, inner)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rl := reqLogOf(r)
-		rl.route = rh.name
-		if ref := httpguard.CheckContentType(r); ref != nil {
-			s.fail(w, rl, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
-			return
-		}
+		reqLogOf(r).route = rh.name
 		inner.ServeHTTP(w, r)
 	})
 }
@@ -227,11 +225,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.HTTPRequests.WithLabelValues(rl.route, fmt.Sprint(rl.status), rl.Code).Inc()
 		s.logRequest(r, rl, time.Since(start))
 	}()
-	if ref := s.guard.Check(r); ref != nil && !s.probeExempt(r) {
-		s.fail(sw, rl, openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
-		return
-	}
-	s.router.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqLogKey{}, rl)))
+	s.guarded.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqLogKey{}, rl)))
+}
+
+// refuse answers a request httpguard refused (Host, Origin, content type).
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, ref *httpguard.Refusal) {
+	s.fail(w, reqLogOf(r), openai.NewError(ref.Status, ref.Code, "%s", ref.Message))
 }
 
 // probeExempt lets health and readiness probes of a public listener through the Host rule: orchestrators
