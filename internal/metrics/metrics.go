@@ -213,25 +213,26 @@ func NewHub(online func() float64) *Hub {
 // Worker holds the metrics of `codellm worker`, served only on its opt-in loopback --metrics-listen (the
 // worker otherwise has no inbound port, like the reference worker). The egress counters are the service's,
 // with a scope label: "runs" for code the runner executes (--network-allow), "commands" for workspace
-// commands (--command-allowed-domains).
+// commands (--command-allowed-domains). The names carry the codellm_worker_ prefix, as the hub's carry
+// codellm_hub_, so that each process's documented table stays its own.
 type Worker struct {
 	Registry *prometheus.Registry
 	Runs     *Egress
 	Commands *Egress
 }
 
-// EgressScopes are the values of the worker's codellm_egress_*{scope}.
+// EgressScopes are the values of the worker's codellm_worker_egress_*{scope}.
 var EgressScopes = []string{"runs", "commands"}
 
 // NewWorker registers the worker metrics on a fresh registry, every documented series pre-created.
 func NewWorker() *Worker {
 	r := prometheus.NewRegistry()
 	conns := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "codellm_egress_connections_total",
+		Name: "codellm_worker_egress_connections_total",
 		Help: "Connections asked of the worker's egress proxies, by scope (runs, commands), decision (allowed, refused) and reason.",
 	}, []string{"scope", "decision", "reason"})
 	traffic := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "codellm_egress_bytes_total",
+		Name: "codellm_worker_egress_bytes_total",
 		Help: "Bytes the worker's egress proxies relayed, by scope (runs, commands) and direction (sent, received).",
 	}, []string{"scope", "direction"})
 	r.MustRegister(conns, traffic, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

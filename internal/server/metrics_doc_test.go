@@ -89,8 +89,8 @@ func exposition(body string) (types map[string]string, labels map[string][]strin
 // the same way by the hub's tests.
 func TestDocumentedMetricsExposed(t *testing.T) {
 	docs := documentedMetrics(t)
-	// Only the service's own table: the worker's table reuses the egress names with a scope label
-	// (its own listener, tested in internal/worker), and the hub's are the hub's.
+	// Only the service's own table: the worker's (codellm_worker_egress_*, its own listener, tested in
+	// internal/worker) and the hub's are their own.
 	var service []documentedMetric
 	for _, d := range docs {
 		if strings.HasPrefix(d.section, "5.1 ") {

@@ -122,10 +122,10 @@ func checkWorkerStatus(t *testing.T, base string) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`codellm_egress_connections_total{decision="allowed",reason="allowed",scope="commands"} 1`,
-		`codellm_egress_connections_total{decision="refused",reason="not_allowed",scope="commands"} 1`,
-		`codellm_egress_connections_total{decision="allowed",reason="allowed",scope="runs"} 1`,
-		`codellm_egress_connections_total{decision="refused",reason="not_allowed",scope="runs"} 0`,
+		`codellm_worker_egress_connections_total{decision="allowed",reason="allowed",scope="commands"} 1`,
+		`codellm_worker_egress_connections_total{decision="refused",reason="not_allowed",scope="commands"} 1`,
+		`codellm_worker_egress_connections_total{decision="allowed",reason="allowed",scope="runs"} 1`,
+		`codellm_worker_egress_connections_total{decision="refused",reason="not_allowed",scope="runs"} 0`,
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("worker metrics lack %s", want)
