@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/openai"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/chat_golden.json from the current hub")
@@ -122,4 +123,72 @@ func TestChatGolden(t *testing.T) {
 			t.Errorf("%d cases, golden file has %d", len(got), len(wl))
 		}
 	}
+}
+
+// TestChatDecodedOnce counts the hub's parses of a chat body (issue 15 item 3): an accepted body is parsed
+// once, into bridge's tree, and never by the byte decoder; a refusal costs the byte decoder one more
+// parse for its message; a numeric metadata.seed/now, whose value is the number's text, also goes to the
+// byte decoder. Before the change every body was parsed twice (DecodeChatRequest, then ParseObject).
+func TestChatDecodedOnce(t *testing.T) {
+	var trees, decodes int
+	parseTree, decodeBytes := parseChatTree, decodeChatBytes
+	parseChatTree = func(b []byte) (*bridge.Object, error) { trees++; return parseTree(b) }
+	decodeChatBytes = func(b []byte) (*openai.ChatRequest, *openai.Error) { decodes++; return decodeBytes(b) }
+	defer func() { parseChatTree, decodeChatBytes = parseTree, decodeBytes }()
+	for _, c := range goldenChatBodies() {
+		trees, decodes = 0, 0
+		req, body, oe := decodeChat([]byte(c.body))
+		want := [2]int{1, 0}
+		switch {
+		case oe != nil:
+			want[1] = 1
+		case c.name == "ok-metadata-numbers":
+			want[1] = 1 // seed 4.20 is "4.20" to DecodeChatRequest; the tree has only 4.2
+		}
+		if got := [2]int{trees, decodes}; got != want {
+			t.Errorf("%s: %d tree parses and %d byte decodes, want %v", c.name, trees, decodes, want)
+		}
+		if oe == nil && (req == nil || body == nil) {
+			t.Errorf("%s: accepted without a request or a body", c.name)
+		}
+	}
+}
+
+// benchChatBody is a mid-size conversation: 20 turns with a code block each, tools and metadata.
+func benchChatBody() []byte {
+	var b strings.Builder
+	b.WriteString(`{"model":"codellm","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"You run code."}`)
+	for i := 0; i < 20; i++ {
+		b.WriteString(`,{"role":"user","content":"run this:\n` + "```python\\n" + strings.Repeat(`print(\"hello, world\")\n`, 40) + "```" + `"}`)
+		b.WriteString(`,{"role":"assistant","content":[{"type":"text","text":"` + strings.Repeat("ok ", 100) + `"}]}`)
+	}
+	b.WriteString(`],"tools":[{"type":"function","function":{"name":"finish","parameters":{"type":"object"}}}],"metadata":{"timeout_seconds":"30"}}`)
+	return []byte(b.String())
+}
+
+// BenchmarkChatDecode compares the hub's decode of one chat body before (DecodeChatRequest, then
+// bridge.ParseObject) and after (decodeChat: one tree parse and the tree converter).
+func BenchmarkChatDecode(b *testing.B) {
+	body := benchChatBody()
+	b.Run("twice", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, e := openai.DecodeChatRequest(body); e != nil {
+				b.Fatal(e.Message)
+			}
+			if _, err := bridge.ParseObject(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("once", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, _, e := decodeChat(body); e != nil {
+				b.Fatal(e.Message)
+			}
+		}
+	})
 }

@@ -367,6 +367,35 @@ func writeChatError(w http.ResponseWriter, e *clientError) {
 	openai.WriteError(w, oe)
 }
 
+// The chat body's two decoders: bridge's ordered tree (for the assignment) and the byte decoder (for a
+// refusal's exact message). Variables only so that a test can count the parses.
+var (
+	parseChatTree   = bridge.ParseObject
+	decodeChatBytes = openai.DecodeChatRequest
+)
+
+// decodeChat parses a chat body once, into bridge's ordered tree, and reads the typed request from that
+// tree (issue 15 item 3). A body the tree converter does not accept (every refusal, and a numeric
+// metadata.seed/now) is decoded again from the bytes, so each refusal keeps DecodeChatRequest's status and
+// message; a body only encoding/json accepts (invalid UTF-8, nesting past bridge's limit) is refused as
+// before: 400 invalid_json "Body must be a JSON object".
+func decodeChat(raw []byte) (*openai.ChatRequest, *bridge.Object, *openai.Error) {
+	body, err := parseChatTree(raw)
+	if err == nil {
+		if req, ok := openai.ChatRequestFromTree(body); ok {
+			return req, body, nil
+		}
+	}
+	req, oerr := decodeChatBytes(raw)
+	if oerr != nil {
+		return nil, nil, oerr
+	}
+	if err != nil {
+		return nil, nil, openai.NewError(http.StatusBadRequest, "invalid_json", "%s", "Body must be a JSON object")
+	}
+	return req, body, nil
+}
+
 // handleChat is POST /v1/chat/completions, executed on a worker (§13.2).
 func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request, key *ClientKey) {
 	raw, err := readBody(r, h.cfg.MaxBody)
@@ -374,18 +403,13 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeChatError(w, bodyError(err))
 		return
 	}
-	req, oerr := openai.DecodeChatRequest(raw)
+	req, body, oerr := decodeChat(raw)
 	if oerr != nil {
 		openai.WriteError(w, oerr)
 		return
 	}
 	// The assignment carries the client's body with members in the client's order; only stream is
 	// forced off (the worker answers one chat.completion and the hub streams it, below).
-	body, err := bridge.ParseObject(raw)
-	if err != nil {
-		writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_json", message: "Body must be a JSON object"})
-		return
-	}
 	body.Set("stream", false)
 	if req.NetworkAllow != nil {
 		if _, err := egress.Parse(*req.NetworkAllow); err != nil {

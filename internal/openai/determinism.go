@@ -67,16 +67,26 @@ func DecodeDeterminism(meta map[string]json.RawMessage) (Determinism, *Error) {
 // ParseNow reads a clock value: an RFC 3339 string, or Unix seconds as a JSON number or a string of
 // digits. The result is UTC and whole seconds (libfaketime's resolution for a start time).
 func ParseNow(raw json.RawMessage) (time.Time, bool) {
-	v := string(bytes.TrimSpace(raw))
 	var s string
 	if str(raw, &s) {
-		v = s
-		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-			return clamp(t)
-		}
-	} else if kind(raw) != "number" {
+		return parseNowString(s)
+	}
+	if kind(raw) != "number" {
 		return time.Time{}, false
 	}
+	return parseUnix(string(bytes.TrimSpace(raw)))
+}
+
+// parseNowString is ParseNow for a JSON string's value: RFC 3339, else Unix seconds in digits.
+func parseNowString(s string) (time.Time, bool) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return clamp(t)
+	}
+	return parseUnix(s)
+}
+
+// parseUnix reads Unix seconds written as digits only.
+func parseUnix(v string) (time.Time, bool) {
 	if v == "" || strings.TrimLeft(v, "0123456789") != "" {
 		return time.Time{}, false
 	}
