@@ -72,10 +72,15 @@ type Facts struct {
 type Decoder func([]byte) (*openai.ChatRequest, *openai.Error)
 
 // Handler serves chat completions with nothing around them: the worker's in-process chat operation, whose
-// exactly-once is the hub's settlement, not the server's idempotency guard.
+// exactly-once is the hub's settlement, not the server's idempotency guard. When the caller has already
+// parsed the body (openai.WithChatTree on the request context), the request is read from that tree and
+// the bytes are not parsed again (issue 15 item 3); refusals still come from the bytes, word for word.
 func (s *Service) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.Converse(w, r, &Facts{}, openai.DecodeChatRequest)
+		tree := openai.ChatTreeFrom(r.Context())
+		s.Converse(w, r, &Facts{}, func(body []byte) (*openai.ChatRequest, *openai.Error) {
+			return openai.DecodeChatRequestTree(body, tree)
+		})
 	})
 }
 

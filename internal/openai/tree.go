@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"strings"
@@ -50,6 +51,37 @@ func ChatRequestFromTree(top *bridge.Object) (r *ChatRequest, ok bool) {
 		return nil, false
 	}
 	return r, true
+}
+
+// chatTreeKey carries a chat body's tree through a request context (WithChatTree).
+type chatTreeKey struct{}
+
+// WithChatTree records that the request body's bytes are tree's canonical encoding, so the chat core can
+// read the request from the tree (DecodeChatRequestTree) instead of parsing the bytes again: the worker's
+// in-process chat operation, whose assignment body bridge has already parsed (issue 15 item 3).
+func WithChatTree(ctx context.Context, tree *bridge.Object) context.Context {
+	if tree == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, chatTreeKey{}, tree)
+}
+
+// ChatTreeFrom returns the tree WithChatTree recorded, or nil.
+func ChatTreeFrom(ctx context.Context) *bridge.Object {
+	o, _ := ctx.Value(chatTreeKey{}).(*bridge.Object)
+	return o
+}
+
+// DecodeChatRequestTree is DecodeChatRequest for a body whose tree the caller already holds (nil: none):
+// the tree's request when ChatRequestFromTree gives one, else the bytes decoded (with their exact refusal).
+// body must be tree's canonical bytes (or bytes that parse to tree), as the bridge guarantees.
+func DecodeChatRequestTree(body []byte, tree *bridge.Object) (*ChatRequest, *Error) {
+	if tree != nil {
+		if r, ok := ChatRequestFromTree(tree); ok {
+			return r, nil
+		}
+	}
+	return DecodeChatRequest(body)
 }
 
 func treeMessages(top *bridge.Object) ([]Message, bool) {

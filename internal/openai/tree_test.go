@@ -89,3 +89,30 @@ func TestJSONString(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkChatRequestFromTree compares the typed request read from bytes (DecodeChatRequest) with the
+// same request read from a tree the caller already holds (the hub's and the worker's case).
+func BenchmarkChatRequestFromTree(b *testing.B) {
+	msg := `{"role":"user","content":"run:\n` + "```python\\n" + strings.Repeat(`print(\"hi\")\n`, 80) + "```" + `"}`
+	body := []byte(`{"model":"m","messages":[` + strings.Repeat(msg+",", 39) + msg + `],"metadata":{"timeout_seconds":"30"}}`)
+	tree, err := bridge.ParseObject(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("bytes", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, e := DecodeChatRequest(body); e != nil {
+				b.Fatal(e.Message)
+			}
+		}
+	})
+	b.Run("tree", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, ok := ChatRequestFromTree(tree); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+}

@@ -361,7 +361,7 @@ func (w *Worker) runSandbox(ctx context.Context, a *bridge.Assignment) outcome {
 	if err != nil {
 		return outcome{errMsg: "Invalid sandbox assignment body"}
 	}
-	res, err := w.cfg.Supervisor.Execute(ctx, RunnerCall{SessionID: a.RuntimeSessionID, AssignmentID: a.AssignmentID, Body: raw, Headers: headers})
+	res, err := w.cfg.Supervisor.Execute(ctx, RunnerCall{SessionID: a.RuntimeSessionID, AssignmentID: a.AssignmentID, Body: raw, Headers: headers, Tree: body})
 	aborted := ctx.Err() != nil
 	if err == nil {
 		if stateful && aborted {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/listen"
+	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/runner"
 )
 
@@ -32,6 +33,9 @@ type RunnerCall struct {
 	AssignmentID string // names the container of a stateless call (docker supervisors)
 	Body         []byte
 	Headers      [][2]string
+	// Tree is request.body as bridge parsed it (Body is its canonical encoding), or nil. The embedded chat
+	// operation reads the request from it instead of parsing Body again (issue 15 item 3).
+	Tree *bridge.Object
 }
 
 // RunError is a runner failure. KnownClean is §6.4's "known-clean rejection": the runner was never reached,
@@ -130,6 +134,7 @@ func (e *Embedded) Execute(ctx context.Context, call RunnerCall) (*bridge.Object
 			return nil, &RunError{Message: "this worker has no chat pipeline", Status: http.StatusNotFound, KnownClean: true}
 		}
 		h, path = e.Chat, "/v1/chat/completions"
+		ctx = openai.WithChatTree(ctx, call.Tree)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost"+path, bytes.NewReader(call.Body)) // a loopback Host: the server's Host rule applies in-process too
 	if err != nil {
