@@ -3,18 +3,15 @@ package runner
 import (
 	"encoding/base64"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 const (
@@ -158,7 +155,7 @@ func TestPrivateWorkspaceUnprivileged(t *testing.T) {
 		t.Skip("already unprivileged: TestPrivateWorkspace covers this case")
 	}
 	native(t)
-	out, err := runAsNobody(t, "^TestPrivateWorkspaceUnprivileged$")
+	out, err := testhelp.RunAsNobody(t, "^TestPrivateWorkspaceUnprivileged$", unprivRunner+"=1")
 	if err != nil || !strings.Contains(out, "--- PASS: TestPrivateWorkspaceUnprivileged") {
 		t.Fatalf("unprivileged child: %v\n%s", err, out)
 	}
@@ -175,45 +172,6 @@ func checkRefusedCopy(t *testing.T, tr *testRunner) {
 	if out := tr.exec("r", code("bash", "cat state.txt; ls")).Run.Stdout; out != "before\nfile0.sh\nstate.txt\ntmp\n" {
 		t.Fatalf("session after a refused copy: %q", out)
 	}
-}
-
-// runAsNobody runs this test binary's test named by pattern as uid 65534 (copied where that uid can
-// execute it) and returns its output.
-func runAsNobody(t *testing.T, pattern string) (string, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "codellm-runner-unpriv-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "runner.test")
-	src, err := os.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err == nil {
-		_, err = io.Copy(dst, src)
-		dst.Close()
-	}
-	src.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run", pattern, "-test.v", "-test.count=1")
-	cmd.Env = []string{unprivRunner + "=1", "TMPDIR=/tmp", "HOME=/tmp", "PATH=/usr/bin:/bin"}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
-	timer := time.AfterFunc(3*time.Minute, func() { cmd.Process.Kill() }) // hang detector only
-	defer timer.Stop()
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }
 
 // checkUnreadableFileOut: a one-off run's file it made unreadable is listed without content, not an error.

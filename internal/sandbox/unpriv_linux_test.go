@@ -2,14 +2,12 @@ package sandbox
 
 import (
 	"errors"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 const unprivChildEnv = "CODELLM_SANDBOX_UNPRIV_CHILD"
@@ -29,40 +27,8 @@ func TestUnprivileged(t *testing.T) {
 		t.Skip("already unprivileged: the rest of the suite covers this case")
 	}
 	nativeSandbox(t) // skips/fails consistently when the host has no sandbox
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "codellm-unpriv-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "sandbox.test")
-	src, err := os.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err == nil {
-		_, err = io.Copy(dst, src)
-		dst.Close()
-	}
-	src.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run", "^TestUnprivileged$", "-test.v", "-test.count=1")
-	cmd.Env = []string{unprivChildEnv + "=1", "TMPDIR=/tmp", "HOME=/tmp", "PATH=/usr/bin:/bin"}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
-	timer := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() })
-	out, err := cmd.CombinedOutput()
-	timer.Stop()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestUnprivileged") {
+	out, err := testhelp.RunAsNobody(t, "^TestUnprivileged$", unprivChildEnv+"=1")
+	if err != nil || !strings.Contains(out, "--- PASS: TestUnprivileged") {
 		t.Fatalf("unprivileged child: %v\n%s", err, out)
 	}
 	t.Logf("unprivileged child:\n%s", out)
