@@ -21,12 +21,33 @@ const maxFuncLines = 80
 // splits. It is empty: every function outside tests is within the limit, and a new long one fails.
 var longFuncAllowed = map[string]string{}
 
-// funcLengths returns the length in lines of every function with a body in the module's non-test Go
-// files, keyed as longFuncAllowed is.
+// funcLengths returns the length in lines of every function with a body in the module's non-test,
+// non-generated Go files, keyed as longFuncAllowed is.
 func funcLengths(t *testing.T, root string) map[string]int {
 	t.Helper()
-	fset := token.NewFileSet()
 	out := map[string]int{}
+	walkGoFiles(t, root, nil, func(rel string, fset *token.FileSet, f *ast.File) {
+		if ast.IsGenerated(f) {
+			return
+		}
+		for _, decl := range f.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
+			out[rel+":"+funcName(fd)] = n
+		}
+	})
+	return out
+}
+
+// walkGoFiles parses every non-test Go file under root (skipping .git, node_modules, testdata and vendor
+// directories, and the files skip reports true for) and calls visit with its slash-separated path relative
+// to root. A walk or parse error fails the test.
+func walkGoFiles(t *testing.T, root string, skip func(rel string) bool, visit func(rel string, fset *token.FileSet, f *ast.File)) {
+	t.Helper()
+	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -38,31 +59,21 @@ func funcLengths(t *testing.T, root string) map[string]int {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") || (skip != nil && skip(rel)) {
 			return nil
 		}
 		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
 		if err != nil {
 			return err
 		}
-		if ast.IsGenerated(f) {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, p)
-		for _, decl := range f.Decls {
-			fd, ok := decl.(*ast.FuncDecl)
-			if !ok || fd.Body == nil {
-				continue
-			}
-			n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
-			out[filepath.ToSlash(rel)+":"+funcName(fd)] = n
-		}
+		visit(rel, fset, f)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
 }
 
 // funcName is Func, or Recv.Func for a method (pointer or not, type parameters dropped).

@@ -4,8 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -22,36 +20,11 @@ var httpMachinery = map[string]string{
 // Every HTTP surface routes and shuts down through internal/httpserve: a second router or drain sequence
 // written beside it fails here (issue 15 item 4).
 func TestOneHTTPScaffolding(t *testing.T) {
-	root := "../.."
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			switch d.Name() {
-			case ".git", "node_modules", "testdata", "vendor":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		rel, _ := filepath.Rel(root, p)
-		rel = filepath.ToSlash(rel)
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") || allowedMachinery(rel) {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	walkGoFiles(t, "../..", allowedMachinery, func(rel string, _ *token.FileSet, f *ast.File) {
 		for _, what := range httpMachineryUses(f) {
 			t.Errorf("%s: %s outside internal/httpserve: route and serve through httpserve.Router and httpserve.Serve", rel, what)
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func allowedMachinery(rel string) bool {
