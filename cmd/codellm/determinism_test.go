@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // determinismReady skips (or, with CODELLM_REQUIRE_SANDBOX=1, fails) when base's /readyz says
@@ -39,20 +41,11 @@ func determinismReady(t *testing.T, base string) {
 // postRaw posts body (JSON) with the extra headers and returns the status, headers and body.
 func postRaw(t *testing.T, url string, body any, hdr map[string]string) (int, http.Header, []byte) {
 	t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	b, err := json.Marshal(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var raw bytes.Buffer
-	raw.ReadFrom(resp.Body)
-	return resp.StatusCode, resp.Header, raw.Bytes()
+	return testhelp.PostJSON(t, url, b, hdr)
 }
 
 // Runner bodies printing the wall clock, random numbers, a UUID, seeded bytes, hash order and an

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // TestRegisterBridge: the chat operation reaches the chat handler, an unknown operation is 400, and
@@ -21,18 +23,8 @@ func TestRegisterBridge(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	post := func(path, body string, hdr map[string]string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		st, _, b := testhelp.PostJSON(t, srv.URL+path, []byte(body), hdr)
+		return st, string(b)
 	}
 	if st, b := post(PathExecute, `{"model":"m"}`, map[string]string{OperationHeader: OperationChat}); st != 200 || b != `/v1/chat/completions  {"model":"m"}` {
 		t.Fatalf("chat operation: %d %s", st, b)
