@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // Issue 14 item 7: a host service listening on a pathname socket below a
@@ -36,19 +38,11 @@ func hostListener(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close(); os.Remove(path) })
+	t.Cleanup(func() { os.Remove(path) }) // after AcceptAndClose's ln.Close
+	testhelp.AcceptAndClose(t, ln)
 	if err := os.Chmod(path, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
 }
 
 // refusedOnly checks the protected outcome is ECONNREFUSED (the socket is

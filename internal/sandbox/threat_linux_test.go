@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 const probeOK = "PROBE-OK"
@@ -709,16 +711,7 @@ func listenLoopback(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testhelp.AcceptAndClose(t, ln)
 	return ln.Addr().String()
 }
 

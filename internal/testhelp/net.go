@@ -2,9 +2,25 @@ package testhelp
 
 import (
 	"bytes"
+	"net"
 	"net/http"
 	"testing"
 )
+
+// AcceptAndClose accepts every connection on ln and closes it at once, until ln is closed at the test's
+// end: a listener that is there (a connect succeeds) but serves nothing.
+func AcceptAndClose(t testing.TB, ln net.Listener) {
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+}
 
 // PostJSON posts body with Content-Type application/json and the extra headers hdr, and returns the
 // response's status, headers and whole body. A failed round trip fails the test.
