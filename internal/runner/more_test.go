@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 func TestRegister(t *testing.T) {
@@ -175,7 +175,7 @@ func TestNoProcessSurvives(t *testing.T) {
 	tr := newRunner(t, nil)
 	marker := fmt.Sprintf("%d.%d", 4000+os.Getpid()%1000, time.Now().UnixNano()%1000000)
 	tr.exec("daemon", code("bash", "setsid nohup sleep "+marker+" >/dev/null 2>&1 < /dev/null & sleep 0.2; echo started"))
-	pids := findCmdline(t, "sleep\x00"+marker)
+	pids := testhelp.CmdlinePIDs(t, "sleep\x00"+marker)
 	if len(pids) == 0 {
 		return
 	}
@@ -186,27 +186,6 @@ func TestNoProcessSurvives(t *testing.T) {
 		native(t) // skip: mode off does not contain a setsid daemon here
 	}
 	t.Fatalf("processes %v of a finished execute survive", pids)
-}
-
-// findCmdline returns the PIDs whose /proc/PID/cmdline contains s.
-func findCmdline(t *testing.T, s string) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), s) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // TestPipeHolderDoesNotHang: a process that escapes the run while holding stdout open cannot hold the
@@ -223,7 +202,7 @@ func TestPipeHolderDoesNotHang(t *testing.T) {
 		done <- resp
 	}()
 	killDaemon := func() {
-		for _, pid := range findCmdline(t, "sleep\x00"+marker) {
+		for _, pid := range testhelp.CmdlinePIDs(t, "sleep\x00"+marker) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}

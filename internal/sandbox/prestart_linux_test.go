@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // prestartSandbox is a native Sandbox with pre-started helpers, closed
@@ -46,32 +48,6 @@ func pooledRun(t *testing.T, s *Sandbox) (*Run, *idleHelper) {
 		t.Fatal("a run from the refilled pool has no pre-started helper")
 	}
 	return r, h
-}
-
-// childPIDs lists this process's live children.
-func childPIDs(t *testing.T) []int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	me := strconv.Itoa(os.Getpid())
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) > 1 && f[1] == me {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // startBlock starts argv as the run's next block with stdin as its input
@@ -226,7 +202,7 @@ func TestPrestartedHelpersNeverLeak(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if kids := childPIDs(t); len(kids) > 0 {
+	if kids := testhelp.ChildPIDs(t); len(kids) > 0 {
 		t.Errorf("processes left after Close: %v", kids)
 	}
 	for _, g := range pooled {
@@ -298,7 +274,7 @@ func TestPrestartedHelpersUnderConcurrency(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if kids := childPIDs(t); len(kids) > 0 {
+	if kids := testhelp.ChildPIDs(t); len(kids) > 0 {
 		t.Errorf("processes left after Close: %v", kids)
 	}
 }

@@ -234,7 +234,7 @@ func TestB_DaemonDoesNotOutliveBlock(t *testing.T) {
 		if o.ExitCode != 0 {
 			t.Fatalf("%s: %+v", c.name, o)
 		}
-		pids := findProcs(t, tag)
+		pids := testhelp.CmdlinePIDs(t, tag)
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // clean up the surviving daemon
 		}
@@ -242,24 +242,6 @@ func TestB_DaemonDoesNotOutliveBlock(t *testing.T) {
 			t.Fatalf("%s: daemon survived = %v, want %v", c.name, got, c.survive)
 		}
 	}
-}
-
-// findProcs returns host pids whose argv contains arg.
-func findProcs(t *testing.T, arg string) []int {
-	t.Helper()
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), arg) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // ---------- C. Privilege and kernel attack surface ----------

@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
-	oai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-	goopenai "github.com/sashabaranov/go-openai"
-
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/server"
 	"github.com/codellm/codellm/internal/slots"
+
+	"github.com/codellm/codellm/internal/testhelp"
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	goopenai "github.com/sashabaranov/go-openai"
 )
 
 const fence = "```"
@@ -510,7 +511,7 @@ func TestG20NothingSurvives(t *testing.T) {
 	marker := fmt.Sprintf("%d.%d", 100000+time.Now().UnixNano()%100000, time.Now().UnixNano()%997)
 	status, _, body := ts.post(t, "/v1/chat/completions", chat(block("bash", "(setsid sleep "+marker+" &) ; nohup sleep "+marker+" >/dev/null 2>&1 & disown; echo {}")))
 	decodeCompletion(t, status, body)
-	if pids := processesWithArg("sleep\x00" + marker); len(pids) > 0 {
+	if pids := testhelp.CmdlinePIDs(t, "sleep\x00"+marker); len(pids) > 0 {
 		t.Fatalf("detached processes survived the run: %v", pids)
 	}
 	// Client disconnect mid-run.
@@ -527,10 +528,10 @@ func TestG20NothingSurvives(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	waitFor(t, func() bool { return len(processesWithArg("sleep\x00"+marker2)) > 0 })
+	waitFor(t, func() bool { return len(testhelp.CmdlinePIDs(t, "sleep\x00"+marker2)) > 0 })
 	cancel()
 	<-done
-	waitFor(t, func() bool { return len(processesWithArg("sleep\x00"+marker2)) == 0 })
+	waitFor(t, func() bool { return len(testhelp.CmdlinePIDs(t, "sleep\x00"+marker2)) == 0 })
 	waitFor(t, func() bool { entries, _ := readDir(ts.workRoot); return len(entries) == 0 })
 }
 

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -306,26 +305,6 @@ func decodeCompletion(t *testing.T, status int, body []byte) (completion, []call
 		calls = append(calls, call{tc.Function.Name, args})
 	}
 	return c, calls
-}
-
-// processesWithArg lists pids whose command line contains marker (to prove nothing of a run survives).
-func processesWithArg(marker string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		if bytes.Contains(cmd, []byte(marker)) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 var (
