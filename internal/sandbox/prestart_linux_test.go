@@ -155,6 +155,9 @@ func TestPrestartedHelpersHaveFreshNamespaces(t *testing.T) {
 // run never starts a block is killed and reaped; the block gets a helper
 // started for it. Close leaves no helper, no pooled group and no descriptor.
 func TestPrestartedHelpersNeverLeak(t *testing.T) {
+	// The package's shared sandbox (nativeSandbox, made on first use) holds descriptors for the whole
+	// test binary; make it before counting, so the count sees only what this Sandbox adds.
+	nativeSandbox(t)
 	fdsBefore := countOpenFDs(t)
 	s := prestartSandbox(t)
 
