@@ -53,40 +53,60 @@ func TestInitGivesShellSignalSemantics(t *testing.T) {
 
 // TestTerminateReachesProgram: codellm's SIGTERM is forwarded by the init to
 // a program without a handler, which dies of it; as PID 1 the program
-// ignored it.
+// ignored it. A pre-started helper subscribes to the forwarded signals
+// before its block arrives (hook.subscribeInit): its block gets them too.
 func TestTerminateReachesProgram(t *testing.T) {
 	s := nativeSandbox(t)
 	for _, tc := range []struct {
+		name string
 		sb   *Sandbox
 		want syscall.Signal
-	}{{s, syscall.SIGTERM}, {withProgramAsPID1(s), syscall.SIGKILL}} {
-		dir := workdir(t, nil)
-		r, err := tc.sb.NewRun(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		outR, outW, _ := os.Pipe()
-		p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("echo up; exec sleep 60"), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
-		outW.Close()
-		null.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 3)
-		if _, err := outR.Read(buf); err != nil || string(buf) != "up\n" {
-			t.Fatalf("read %q, %v", buf, err)
-		}
-		p.Terminate()
-		kill := time.AfterFunc(2*time.Second, p.Kill) // the "grace": only the PID-1 program needs it
-		res := p.Wait()
-		kill.Stop()
-		outR.Close()
-		r.Close()
-		if res.Signal != tc.want {
-			t.Fatalf("ProgramAsPID1=%v: got %+v, want signal %v", tc.sb.cfg.ProgramAsPID1, res, tc.want)
-		}
+	}{{"init", s, syscall.SIGTERM}, {"pid1", withProgramAsPID1(s), syscall.SIGKILL}, {"prestarted", nil, syscall.SIGTERM}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r *Run
+			var pooled *idleHelper
+			if tc.sb == nil {
+				r, pooled = pooledRun(t, prestartSandbox(t))
+			} else {
+				var err error
+				if r, err = tc.sb.NewRun(nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			defer r.Close()
+			if res, pid := terminateBlock(t, r); res.Signal != tc.want {
+				t.Fatalf("got %+v, want signal %v", res, tc.want)
+			} else if pooled != nil && pid != pooled.osp.Pid {
+				t.Fatalf("block pid %d, the pre-started helper was %d: not used", pid, pooled.osp.Pid)
+			}
+		})
 	}
+}
+
+// terminateBlock starts a shell that reports and then sleeps as r's next
+// block, sends it codellm's SIGTERM once it runs, and returns its result
+// (SIGKILL after a 2 s grace) and pid.
+func terminateBlock(t *testing.T, r *Run) (Result, int) {
+	t.Helper()
+	dir := workdir(t, nil)
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	outR, outW, _ := os.Pipe()
+	defer outR.Close()
+	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("echo up; exec sleep 60"), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
+	outW.Close()
+	null.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := outR.Read(buf); err != nil || string(buf) != "up\n" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	p.Terminate()
+	kill := time.AfterFunc(2*time.Second, p.Kill) // the "grace": only the PID-1 program needs it
+	res := p.Wait()
+	kill.Stop()
+	return res, p.Pid()
 }
 
 // TestNothingOutlivesTheProgram: daemonised descendants (setsid, double

@@ -106,6 +106,7 @@ func readSpec() *Spec {
 		if err := prebuild(); err != nil {
 			fail(rootFailure(err), err.Error())
 		}
+		subscribed = subscribeInit()
 		if err := receiveStdio(); err != nil {
 			fail(MHelper, err.Error())
 		}
