@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -683,4 +684,48 @@ func TestRemoveForeignSubgroup(t *testing.T) {
 			t.Errorf("%s left behind", d)
 		}
 	}
+}
+
+// Populated sees a process in a child group from the run group too, and
+// neither an exited one still unreaped (as rmdir does not) nor a reaped
+// one; on v1 it agrees with listing cgroup.procs in every hierarchy at each
+// step, whether pids.current lets it skip the listing (empty, reaped) or not
+// (running, zombie).
+func TestPopulatedFollowsTheSubtree(t *testing.T) {
+	h := requireHost(t)
+	g := newTestGroup(t, h, Limits{Pids: 16})
+	c, err := g.NewChild("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(step string, want bool) {
+		t.Helper()
+		for name, gr := range map[string]*Group{"run": g, "child": c} {
+			pop, err := gr.Populated()
+			if err != nil || pop != want {
+				t.Errorf("%s: %s Populated = %v, %v; want %v", step, name, pop, err, want)
+			}
+			if h.version == 1 {
+				if listed, err := gr.listedProcs(); err != nil || listed != want {
+					t.Errorf("%s: %s cgroup.procs listing = %v, %v; want %v", step, name, listed, err, want)
+				}
+			}
+		}
+	}
+	check("empty", false)
+	gc := startGated(t, "/bin/true")
+	if err := c.Add(gc.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	check("running", true)
+	if _, err := io.WriteString(gc.gate, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	var info unix.Siginfo // exited, not reaped: pids.current still counts it
+	if err := unix.Waitid(unix.P_PID, gc.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("zombie", false)
+	gc.wait(t)
+	check("reaped", false)
 }
