@@ -116,7 +116,7 @@ func (r *Runner) execute(ctx context.Context, sessionID string, req *ExecuteRequ
 		if err := r.makeWorkspace(d); err != nil {
 			return nil, sandboxFailed("cannot create a workspace: "+err.Error(), err)
 		}
-		defer r.removeDir(d)
+		defer r.removeLater(d)
 		dir = d
 	}
 

@@ -129,6 +129,10 @@ func newRunner(t testing.TB, mod func(*Config)) *testRunner {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("runner directory %s still exists after Close (%v)", dir, err)
 		}
+		// Workspaces are removed after their reply (removeLater); Close waits for that.
+		if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil && bytes.Contains(mi, []byte(" "+dir+"/")) {
+			t.Errorf("mounts under %s left after Close", dir)
+		}
 	})
 	return &testRunner{Runner: r, t: t, pool: pool, h: r.Handler()}
 }

@@ -321,6 +321,19 @@ func (r *Runner) makeWorkspace(dir string) error {
 
 // removeDir removes a workspace (unmounting its tmpfs first). A failed unmount leaves the directory in
 // place rather than deleting through a mount point.
+// removeLater removes a one-shot run's workspace once its reply is on its
+// way: the unmount waits for an RCU grace period and the removal walks the
+// tree, about a millisecond that the caller need not wait for (nothing else
+// ever uses the directory). Close waits for it like for a request in
+// flight; a crash leaves it to the next start's sweep.
+func (r *Runner) removeLater(dir string) {
+	r.inflight.Add(1)
+	go func() {
+		defer r.inflight.Done()
+		r.removeDir(dir)
+	}()
+}
+
 func (r *Runner) removeDir(dir string) {
 	if r.mounted {
 		if err := unmountQuota(dir); err != nil {
