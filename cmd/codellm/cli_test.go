@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // binary builds codellm once per test binary: the end-to-end tests below run it as a real process, the
@@ -92,14 +93,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	requireNative(t)
 	bin := binary(t)
 	addr := freeAddr(t)
-	// The runner API's workspaces are bind-mounted for the sandbox's unprivileged uid: the work root and its
-	// parents must be searchable (t.TempDir's parent is 0700).
-	workDir, err := os.MkdirTemp("", "codellm-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(workDir)
-	os.Chmod(workDir, 0o711)
+	workDir := newWorkDir(t)
 	cmd := exec.Command(bin, "serve", "--listen", addr, "--work-dir", workDir)
 	cmd.Env = append(os.Environ(), "CODELLM_API_KEY=e2e-key")
 	logs := newSyncBuffer()
@@ -109,10 +103,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Kill()
-		<-exited
-	}()
+	defer testhelp.StopGracefully(cmd.Process, exited, stopGrace) // when the test ends before its SIGTERM
 	base := "http://" + addr
 	if sb := waitReady(t, base, exited, logs); sb != "native" {
 		t.Fatalf("default sandbox %q, want native", sb)
@@ -170,6 +161,18 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	if status, _ := post(`{}`); status != 400 {
 		t.Fatalf("bad request: %d", status)
 	}
+	// A runner session outlives its request: its workspace (a tmpfs with the default
+	// --runner-workspace-size, as root) is for the shutdown below to unmount.
+	sess, _ := http.NewRequest(http.MethodPost, base+"/api/v2/execute",
+		strings.NewReader(`{"language":"bash","version":"*","files":[{"content":"echo kept > f"}]}`))
+	sess.Header.Set("Authorization", "Bearer e2e-key")
+	sess.Header.Set("Content-Type", "application/json")
+	sess.Header.Set("X-Runtime-Session-Id", "e2e-shutdown")
+	if resp, err := http.DefaultClient.Do(sess); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("session execute: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 
 	// Graceful shutdown: an in-flight run finishes, then the process exits 0 leaving no workdir.
 	slow := make(chan string, 1)
@@ -198,6 +201,9 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(workDir); len(entries) != 0 {
 		t.Fatalf("workdirs left behind: %v", entries)
+	}
+	if m := testhelp.MountsUnder(t, workDir); len(m) != 0 {
+		t.Fatalf("mounts left behind: %q", m)
 	}
 	if strings.Contains(logs.String(), "e2e-key") {
 		t.Fatal("the API key reached the log")

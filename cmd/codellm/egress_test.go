@@ -24,13 +24,15 @@ func TestServeNetworkAllow(t *testing.T) {
 	port := testhelp.Origin(t)
 	bin := binary(t)
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--allowed-programs", "bash", "--network-allow", "LOCALHOST.,127.0.0.1")
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--work-dir", newWorkDir(t), "--allowed-programs", "bash", "--network-allow", "LOCALHOST.,127.0.0.1")
 	logs := newSyncBuffer()
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer testhelp.StopGracefully(cmd.Process, exited, stopGrace)
 	base := "http://" + addr
 	for end := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if resp, err := http.Get(base + "/readyz"); err == nil {

@@ -7,35 +7,74 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/codellm/codellm/internal/testhelp"
 )
+
+// stopGrace bounds how long a stopping test waits for `serve` to exit on SIGTERM before it SIGKILLs it: a
+// hang detector, not a timed assertion (a server with nothing in flight exits at once).
+const stopGrace = 20 * time.Second
+
+// newWorkDir makes a fresh --work-dir for a served binary. The runner's workspaces are bind-mounted for
+// the sandbox's uid, so it and its parents must be searchable (t.TempDir's parent is 0700). At cleanup it
+// is removed with any workspace tmpfs still mounted in it (a server that had to be SIGKILLed leaves them,
+// and os.RemoveAll fails on them: see testhelp.RemoveWorkDir).
+func newWorkDir(t *testing.T) string {
+	t.Helper()
+	workDir, err := os.MkdirTemp("", "codellm-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testhelp.RemoveWorkDir(t, workDir) })
+	if err := os.Chmod(workDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return workDir
+}
+
+// serveProc is a running `codellm serve` started by startServeProc.
+type serveProc struct {
+	base, workDir string
+	cmd           *exec.Cmd
+	exited        chan error
+	stopOnce      sync.Once
+	graceful      bool
+}
+
+// stop ends the server (SIGTERM, then SIGKILL after stopGrace) once and reports whether SIGTERM sufficed.
+func (s *serveProc) stop() bool {
+	s.stopOnce.Do(func() { s.graceful = testhelp.StopGracefully(s.cmd.Process, s.exited, stopGrace) })
+	return s.graceful
+}
 
 // startServe runs the real binary's `serve` on a free loopback port until the test ends and returns its
 // base URL once /readyz says ready.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
+	return startServeProc(t, args...).base
+}
+
+// startServeProc is startServe for a test that also looks at the work dir or stops the server itself.
+// At cleanup the server is stopped (if the test has not) and its work dir removed, mounts and all.
+func startServeProc(t *testing.T, args ...string) *serveProc {
+	t.Helper()
 	requireNative(t)
 	bin := binary(t)
 	addr := freeAddr(t)
-	workDir, err := os.MkdirTemp("", "codellm-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(workDir) })
-	os.Chmod(workDir, 0o711) // the runner's workspaces are bind-mounted for the sandbox's uid
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr, "--work-dir", workDir}, args...)...)
+	s := &serveProc{base: "http://" + addr, workDir: newWorkDir(t), exited: make(chan error, 1)}
+	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", addr, "--work-dir", s.workDir}, args...)...)
 	logs := newSyncBuffer()
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
+	s.cmd.Stderr = logs
+	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
-	base := "http://" + addr
-	waitReady(t, base, exited, logs)
-	return base
+	go func() { s.exited <- s.cmd.Wait() }()
+	t.Cleanup(func() { s.stop() })
+	waitReady(t, s.base, s.exited, logs)
+	return s
 }
 
 // waitReady polls base's /readyz until it says ready (returning the sandbox mode it reports), failing the
@@ -226,7 +265,8 @@ func TestNeutralPathsEndToEnd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("--runner-workspace-size needs root")
 	}
-	base := startServe(t, "--runner-workspace-size", "16MiB")
+	s := startServeProc(t, "--runner-workspace-size", "16MiB")
+	base := s.base
 	probe := "import os, sys, traceback\n" +
 		"print(os.getcwd()); print(os.environ.get('HOME')); print(sys.argv[0])\n" +
 		"print(open('/proc/self/mountinfo').read()); print(open('/proc/self/cmdline').read())\n" +
@@ -262,6 +302,21 @@ func TestNeutralPathsEndToEnd(t *testing.T) {
 			t.Fatalf("finish arguments %s", got)
 		}
 	})
+	// The live session's workspace is a tmpfs on the host: SIGTERM must take it along. (SIGKILL leaves it
+	// mounted under the work dir, and every later sandbox on the host pays for it; the cleanup's
+	// testhelp.RemoveWorkDir then detaches it.)
+	if m := testhelp.MountsUnder(t, s.workDir); len(m) == 0 {
+		t.Fatal("no workspace tmpfs under the work dir while a session lives: the check below would prove nothing")
+	}
+	if !s.stop() {
+		t.Fatal("serve did not exit on SIGTERM")
+	}
+	if m := testhelp.MountsUnder(t, s.workDir); len(m) != 0 {
+		t.Fatalf("mounts left under the work dir by a SIGTERMed serve: %q", m)
+	}
+	if entries, _ := os.ReadDir(s.workDir); len(entries) != 0 {
+		t.Fatalf("a SIGTERMed serve left %v in its work dir", entries)
+	}
 }
 
 // The compile stage through the real binary: C is compiled by gcc in the sandbox and workspace (the

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/codellm/codellm/internal/seal"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // trip2gKey is a 40-character API key: trip2g refuses shorter ones.
@@ -23,12 +24,13 @@ type served struct {
 	logs *syncBuffer
 }
 
-// serveWith starts the real binary with exactly env (plus PATH/HOME) and args (a serve command line), waits
-// until it is ready on addr and stops it at cleanup.
+// serveWith starts the real binary with exactly env (plus PATH, HOME and CODELLM_WORK_DIR, a fresh work dir
+// removed at cleanup) and args (a serve command line), waits until it is ready on addr and stops it at
+// cleanup.
 func serveWith(t *testing.T, addr string, env []string, args ...string) *served {
 	t.Helper()
 	cmd := exec.Command(binary(t), args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "CODELLM_WORK_DIR=" + newWorkDir(t)}, env...)
 	logs := newSyncBuffer()
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
@@ -36,10 +38,7 @@ func serveWith(t *testing.T, addr string, env []string, args ...string) *served 
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
+	t.Cleanup(func() { testhelp.StopGracefully(cmd.Process, exited, stopGrace) })
 	base := "http://" + addr
 	waitReady(t, base, exited, logs)
 	return &served{base: base, logs: logs}
