@@ -20,10 +20,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/codellm/codellm/internal/testhelp"
 	"go.uber.org/goleak"
 )
 
@@ -96,7 +96,8 @@ func startServe(t *testing.T, extra ...string) *serve {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(work) })
+	// Removed with any workspace tmpfs a SIGKILLed server leaves mounted in it (os.RemoveAll fails on those).
+	t.Cleanup(func() { testhelp.RemoveWorkDir(t, work) })
 	if err := os.Chmod(work, 0o711); err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +113,11 @@ func startServe(t *testing.T, extra ...string) *serve {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-done
+		// SIGTERM first (SIGKILL after 30 s): a server that stops that way unmounts its workspaces itself.
+		if testhelp.StopGracefully(cmd.Process, done, 30*time.Second) {
+			if m := testhelp.MountsUnder(t, work); len(m) != 0 {
+				t.Errorf("a SIGTERMed codellm serve left mounts under its work dir: %q", m)
+			}
 		}
 		if t.Failed() {
 			t.Logf("codellm serve log:\n%s", logs)
