@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 var (
@@ -72,7 +73,7 @@ func startProc(t *testing.T, env []string, args ...string) *proc {
 	}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
-		p.kill()
+		p.stop()
 		if t.Failed() {
 			t.Logf("%v output:\n%s", args[:min(2, len(args))], p.out.String())
 		}
@@ -80,6 +81,11 @@ func startProc(t *testing.T, env []string, args ...string) *proc {
 	return p
 }
 
+// stop ends the process as an operator does (SIGTERM, then SIGKILL after 20 s, a hang bound): a worker
+// stopped so closes its runner, which unmounts its workspace tmpfs and removes its work dir.
+func (p *proc) stop() { testhelp.StopGracefully(p.cmd.Process, p.done, 20*time.Second) }
+
+// kill SIGKILLs the process (a crash) unless it has exited, and reaps it.
 func (p *proc) kill() {
 	select {
 	case <-p.done:
@@ -178,10 +184,29 @@ func (h *hubProc) waitReady(t *testing.T, workerID string) {
 	t.Fatalf("worker %s never became ready", workerID)
 }
 
-// e2eWorker holds a paired worker's files.
+// e2eWorker holds a paired worker's files. work is the TMPDIR its processes get: the embedded runner
+// makes its codellm-runner-* directory (and, as root, a tmpfs per workspace) there, so each test's workers
+// have their own, and a restarted worker sweeps what a crashed one left, as on a real host.
 type e2eWorker struct {
-	id, home, identity string
-	env                []string
+	id, home, identity, work string
+	env                      []string
+}
+
+// workRoot makes a fresh temporary directory for a worker's runner, searchable by the sandbox's uid (the
+// runner bind-mounts workspaces under it; t.TempDir's parent is 0700). At cleanup, after the test's
+// processes are stopped, it is removed with any workspace tmpfs still mounted in it: a SIGKILLed worker
+// leaves them, and os.RemoveAll fails on them.
+func workRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "codellm-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testhelp.RemoveWorkDir(t, dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func sandboxFlag(t *testing.T) string {
@@ -200,7 +225,8 @@ func pairProc(t *testing.T, h *hubProc, workerID string) *e2eWorker {
 		t.Fatalf("hub pair: %d %s", rc, code)
 	}
 	home := t.TempDir()
-	w := &e2eWorker{id: workerID, home: home, env: []string{"HOME=" + home}}
+	work := workRoot(t)
+	w := &e2eWorker{id: workerID, home: home, work: work, env: []string{"HOME=" + home, "TMPDIR=" + work}}
 	w.identity = DefaultIdentityPath(home, workerID)
 	out, rc := runCmd(t, w.env, "worker", "pair", h.url+"/v1", strings.TrimSpace(code), "--worker-id", workerID)
 	if rc != 0 || !strings.Contains(out, "Paired worker "+workerID+". Identity saved to "+w.identity) {
@@ -286,6 +312,7 @@ func TestE2ECrashedWorker(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	p.exitCode(t, 10*time.Second)
+	leaked := testhelp.MountsUnder(t, w.work) // as root: the killed run's workspace tmpfs
 	rep := <-got
 	if rep.status != 504 || !strings.Contains(string(rep.body), "execution_timeout") {
 		t.Fatalf("crashed worker: %d %s", rep.status, rep.body)
@@ -310,6 +337,14 @@ func TestE2ECrashedWorker(t *testing.T) {
 	_ = p2.cmd.Process.Signal(syscall.SIGTERM)
 	if rc := p2.exitCode(t, 20*time.Second); rc != 0 {
 		t.Fatalf("drained worker exit %d", rc)
+	}
+	// The killed incarnation's run workspace (a tmpfs as root) was swept by the restarted one, whose own
+	// went with its SIGTERM: nothing stays mounted on the host.
+	if m := testhelp.MountsUnder(t, w.work); len(m) != 0 {
+		t.Fatalf("mounts left under the workers' TMPDIR: %q (the SIGKILL left %q)", m, leaked)
+	}
+	if len(leaked) == 0 {
+		t.Log("the killed worker left no mount (workspaces are not mounted tmpfs here): the sweep check saw nothing")
 	}
 }
 
