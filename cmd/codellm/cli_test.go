@@ -18,6 +18,19 @@ import (
 	"github.com/codellm/codellm/internal/testhelp"
 )
 
+// TestMain removes the binary's build directory when the tests are done (it was left in the temp dir on
+// every run).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binDir holds the codellm binary built for the end-to-end tests.
+var binDir string
+
 // binary builds codellm once per test binary: the end-to-end tests below run it as a real process, the
 // way operators and role authors do.
 var binary = func() func(t *testing.T) string {
@@ -32,6 +45,7 @@ var binary = func() func(t *testing.T) string {
 			if e != nil {
 				t.Fatal(e)
 			}
+			binDir = dir
 			path = filepath.Join(dir, "codellm")
 			out, e := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
 			if e != nil {

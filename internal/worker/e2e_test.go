@@ -54,6 +54,14 @@ func codellmBinary(t *testing.T) string {
 	return binPath
 }
 
+// removeBinDir removes the cross-process tests' build (22 MB) when the test binary ends: it was left in
+// the temp dir on every run.
+func removeBinDir() {
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
 // proc is one child process with its combined output captured.
 type proc struct {
 	cmd  *exec.Cmd

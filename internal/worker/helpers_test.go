@@ -32,7 +32,8 @@ import (
 func TestMain(m *testing.M) {
 	sandbox.Main() // the sandbox helper hook must run first in a test binary that starts sandboxes
 	// The sandbox keeps a pool of locked spawner threads for the life of the process.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"))
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"),
+		goleak.Cleanup(func(int) { removeBinDir() }))
 }
 
 const (
