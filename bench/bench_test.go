@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -322,5 +323,32 @@ func TestGoJudgeStartFailureIsReported(t *testing.T) {
 		t.Fatal("a go-judge that exits at once was reported as started")
 	} else if !strings.Contains(err.Error(), "exited during startup") {
 		t.Errorf("unexpected error: %v", err)
+	}
+}
+
+// The machine's busy time grows by at least what this process burns (less a tick of rounding on each
+// reading): it counts every process, so it can only be larger.
+func TestMachineBusyCountsThisProcess(t *testing.T) {
+	self := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	b0, err := machineBusy()
+	if err != nil || b0 <= 0 {
+		t.Fatalf("machineBusy = %v, %v", b0, err)
+	}
+	s0 := self()
+	for x := 0; self()-s0 < 200*time.Millisecond; x++ {
+	}
+	burnt := self() - s0
+	b1, err := machineBusy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b1-b0 < burnt-20*time.Millisecond {
+		t.Fatalf("machine busy grew %v while this process alone used %v", b1-b0, burnt)
 	}
 }

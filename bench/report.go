@@ -61,9 +61,9 @@ func targets(r *Results) []Target {
 func markdown(r *Results) string {
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "Run %s (%s, %.0f s). Machine: %s, %d cores, %s, %d MiB RAM, %s. Load average (1 min) %.2f before, %.2f after.\n\n",
+	fmt.Fprintf(&b, "Run %s (%s, %.0f s). Machine: %s, %d cores, %s, %d MiB RAM, %s, %d host mounts. Load average (1 min) %.2f before, %.2f after.\n\n",
 		r.Started.Format("2006-01-02 15:04 UTC"), map[bool]string{true: "--quick", false: "full"}[r.Quick], r.Seconds,
-		m.CPUModel, m.Cores, m.Kernel, m.MemMiB, m.GoVersion, m.LoadBefore, m.LoadAfter)
+		m.CPUModel, m.Cores, m.Kernel, m.MemMiB, m.GoVersion, m.HostMounts, m.LoadBefore, m.LoadAfter)
 	if m.Cgo {
 		b.WriteString("The harness was a cgo build: its spawn rows include the dynamic loader in codellm's helper (the release binary is static).\n\n")
 	}
@@ -155,15 +155,16 @@ func serviceMarkdown(b *strings.Builder, s *ServiceResult) {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("| system | endpoint | program | concurrency | requests | req/s | p50 ms | p99 ms | CPU ms/req | CPU-bound req/s |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| system | endpoint | program | concurrency | requests | req/s | p50 ms | p99 ms | CPU ms/req | CPU-bound req/s | machine CPU ms/req |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, l := range s.Rows {
-		fmt.Fprintf(b, "| %s | `%s` | %s | %d | %d | %.1f | %.3f | %.3f | %.2f | %.0f |\n", l.System, l.Endpoint, l.Lang, l.Concurrency, l.Requests, l.RPS, l.P50, l.P99, l.ServerCPU, l.CPUBoundRPS)
+		fmt.Fprintf(b, "| %s | `%s` | %s | %d | %d | %.1f | %.3f | %.3f | %.2f | %.0f | %.2f |\n", l.System, l.Endpoint, l.Lang, l.Concurrency, l.Requests, l.RPS, l.P50, l.P99, l.ServerCPU, l.CPUBoundRPS, l.MachineCPU)
 	}
 	fmt.Fprintf(b, "\ncodellm serve peak RSS (VmHWM, after the c=%d row): %.1f MiB.", s.RSSConc, s.RSSMiB)
 	if s.PeerRSSMiB > 0 {
 		fmt.Fprintf(b, " go-judge: %.1f MiB.", s.PeerRSSMiB)
 	}
-	b.WriteString(" CPU ms/req is the server's whole process tree (sandboxed programs and container processes included) per request.\n\n")
+	b.WriteString(" CPU ms/req is the server's whole process tree (sandboxed programs and container processes included) per request;" +
+		" machine CPU ms/req is every core's busy time per request during the row (kernel workers, the load generator and any other load included).\n\n")
 }
 
 func orDash(f float64) string {

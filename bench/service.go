@@ -37,6 +37,11 @@ type LoadResult struct {
 	// could sustain with every core to itself. Both hold up under other load, unlike req/s.
 	ServerCPU   float64 `json:"server_cpu_ms_per_req"`
 	CPUBoundRPS float64 `json:"cpu_bound_rps"`
+	// MachineCPU is every core's busy time per request during the row: the server's tree plus what it
+	// makes the kernel do elsewhere (network namespace teardown, cgroup and RCU work in kernel workers,
+	// which the tree does not see) plus the load generator and anything else running. It is what bounds
+	// throughput once the machine's cores are saturated; it is only as clean as the machine is quiet.
+	MachineCPU float64 `json:"machine_cpu_ms_per_req"`
 }
 
 // PeerRatio compares one codellm endpoint with go-judge on the same program: codellm's value over
@@ -393,7 +398,7 @@ type loadRow struct {
 	lang             string
 	conc             int
 	all              sample
-	el, cpu          time.Duration
+	el, cpu, busy    time.Duration
 	reqs             int // warm-up included: they used CPU too
 }
 
@@ -401,6 +406,10 @@ type loadRow struct {
 func (r *loadRow) round(d time.Duration) error {
 	pid := r.srv.cmd.Process.Pid
 	c0, err := treeCPU(pid)
+	if err != nil {
+		return err
+	}
+	b0, err := machineBusy()
 	if err != nil {
 		return err
 	}
@@ -412,7 +421,12 @@ func (r *loadRow) round(d time.Duration) error {
 	if err != nil {
 		return err
 	}
+	b1, err := machineBusy()
+	if err != nil {
+		return err
+	}
 	r.all, r.el, r.cpu, r.reqs = append(r.all, all...), r.el+el, r.cpu+c1-c0, r.reqs+len(all)+warm
+	r.busy += b1 - b0
 	return nil
 }
 
@@ -423,6 +437,9 @@ func (r *loadRow) result() LoadResult {
 	if r.reqs > 0 && r.cpu > 0 {
 		lr.ServerCPU = round3(float64(r.cpu) / float64(time.Millisecond) / float64(r.reqs))
 		lr.CPUBoundRPS = round3(float64(runtime.NumCPU()) * 1000 / lr.ServerCPU)
+	}
+	if r.reqs > 0 && r.busy > 0 {
+		lr.MachineCPU = round3(float64(r.busy) / float64(time.Millisecond) / float64(r.reqs))
 	}
 	return lr
 }
