@@ -16,6 +16,7 @@ serve: build
 # Fuzz seed corpora run as ordinary tests; the leak checks live in each package's TestMain.
 test:
 	$(GO) vet ./...
+	$(GO) vet -tags codellm_trace ./internal/sandbox/... ./internal/runner/  # bench's trace row builds this
 	$(GO) test -count=1 -timeout 25m ./...
 
 bench:

@@ -95,6 +95,7 @@ func TestMarkdownTablesWellFormed(t *testing.T) {
 		Pipeline:      &PipelineResult{Bytes: 1 << 20, Reps: 1, CodellmMiB: 1, BashMiB: 1, Ratio: 1},
 		Python:        &InterpResult{Runs: 1},
 		Deterministic: []*DeterminismResult{{Program: "python3", Runs: 1, OffP50: 1, OnP50: 2}},
+		Trace:         &TraceResult{Requests: 1, Steps: []TraceStep{{Label: "C.send", What: "client: request sent"}}},
 	}
 	r.Targets = targets(r)
 	cells := 0
@@ -350,5 +351,40 @@ func TestMachineBusyCountsThisProcess(t *testing.T) {
 	}
 	if b1-b0 < burnt-20*time.Millisecond {
 		t.Fatalf("machine busy grew %v while this process alone used %v", b1-b0, burnt)
+	}
+}
+
+// The trace row gives each request the server stamps between its send and its reply (requests are
+// sequential), ignores stamps outside every window and malformed lines, and takes per-step medians.
+func TestSummarizeTraceAttributesStamps(t *testing.T) {
+	helper := parseStamps("noise from the program\nT h.spec 1300\nT h.spec\nT h.forked x\n", "T ")
+	if len(helper) != 1 || helper[0] != (stamp{"h.spec", 1300}) {
+		t.Fatalf("parseStamps = %v", helper)
+	}
+	ms := int64(time.Millisecond)
+	reqs := [][]stamp{
+		{{"C.send", 0}, {"h.spec", 2 * ms}, {"C.recv", 10 * ms}},
+		{{"C.send", 20 * ms}, {"h.spec", 24 * ms}, {"C.recv", 30 * ms}},
+		{{"C.send", 40 * ms}, {"h.spec", 43 * ms}, {"C.recv", 50 * ms}},
+	}
+	server := []stamp{{"r.begin", 41 * ms}, {"r.begin", 1 * ms}, {"r.begin", 15 * ms}, {"s.started", 5 * ms},
+		{"r.begin", 22 * ms}, {"s.started", 27 * ms}, {"s.started", 46 * ms}}
+	res := summarizeTrace(reqs, server)
+	got := map[string]TraceStep{}
+	for _, s := range res.Steps {
+		got[s.Label] = s
+	}
+	for _, w := range []struct {
+		label   string
+		at, gap float64
+		seen    int
+	}{{"r.begin", 1, 1, 3}, {"h.spec", 3, 2, 3}, {"s.started", 6, 3, 3}, {"C.recv", 10, 4, 3}} {
+		s := got[w.label]
+		if s.AtP50 != w.at || s.GapP50 != w.gap || s.Seen != w.seen {
+			t.Errorf("%s: at %v gap %v seen %d, want %v %v %d", w.label, s.AtP50, s.GapP50, s.Seen, w.at, w.gap, w.seen)
+		}
+	}
+	if res.Requests != 3 || res.Steps[0].Label != "C.send" {
+		t.Errorf("requests %d, first step %q", res.Requests, res.Steps[0].Label)
 	}
 }

@@ -39,9 +39,11 @@ type Results struct {
 	Node     *InterpResult   `json:"node,omitempty"`
 	// Deterministic is the deterministic-mode row (bench/determinism.go).
 	Deterministic []*DeterminismResult `json:"deterministic,omitempty"`
-	Skipped       map[string]string    `json:"skipped,omitempty"`
-	Targets       []Target             `json:"targets"`
-	Seconds       float64              `json:"seconds"`
+	// Trace is row 6, one block's path at c=1 (bench/trace.go).
+	Trace   *TraceResult      `json:"trace,omitempty"`
+	Skipped map[string]string `json:"skipped,omitempty"`
+	Targets []Target          `json:"targets"`
+	Seconds float64           `json:"seconds"`
 }
 
 // params sizes a run.
@@ -52,9 +54,10 @@ type params struct {
 	pipeBytes     int64
 	pipeReps      int
 	interpRuns    int
+	traceDur      time.Duration
 }
 
-var allRows = []string{"spawn", "service", "pipeline", "interp", "deterministic"}
+var allRows = []string{"spawn", "service", "pipeline", "interp", "deterministic", "trace"}
 
 // noopEnv makes the binary exit from its init: the spawn row's go-exec variant times a Go runtime start
 // (with this binary's size and package inits, like the sandbox helper) with it. An environment variable,
@@ -82,9 +85,9 @@ func main() {
 			fatalf("--rows: unknown row %q (known: %s)", r, strings.Join(allRows, ", "))
 		}
 	}
-	p := params{spawnRuns: 1000, serviceRounds: 3, serviceDur: 10 * time.Second, pipeBytes: 1 << 30, pipeReps: 5, interpRuns: 150}
+	p := params{spawnRuns: 1000, serviceRounds: 3, serviceDur: 10 * time.Second, pipeBytes: 1 << 30, pipeReps: 5, interpRuns: 150, traceDur: 15 * time.Second}
 	if *quick {
-		p = params{spawnRuns: 150, serviceRounds: 3, serviceDur: 4 * time.Second, pipeBytes: 1 << 30, pipeReps: 3, interpRuns: 30}
+		p = params{spawnRuns: 150, serviceRounds: 3, serviceDur: 4 * time.Second, pipeBytes: 1 << 30, pipeReps: 3, interpRuns: 30, traceDur: 5 * time.Second}
 	}
 	res, err := run(p, rows, *quick, logf)
 	if err != nil {
@@ -187,6 +190,11 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 	if want("deterministic") {
 		logf("deterministic: python3 and node, %d interleaved runs off/on", p.interpRuns)
 		if res.Deterministic, err = measureDeterminism(pcfg, p.interpRuns); err != nil {
+			return nil, err
+		}
+	}
+	if want("trace") {
+		if res.Trace, err = measureTrace(p.traceDur, logf); err != nil {
 			return nil, err
 		}
 	}

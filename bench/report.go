@@ -121,6 +121,7 @@ func markdown(r *Results) string {
 		b.WriteString("\n")
 	}
 	b.WriteString(determinismMarkdown(r.Deterministic))
+	b.WriteString(traceMarkdown(r.Trace))
 	for k, v := range r.Skipped {
 		fmt.Fprintf(&b, "Skipped %s: %s\n\n", k, v)
 	}

@@ -133,7 +133,11 @@ func (b *syncBuffer) String() string {
 
 // buildCodellm compiles ./cmd/codellm of the module the harness belongs to into dir: the server measured
 // is always the code of this checkout, never an installed binary.
-func buildCodellm(dir string) (string, error) {
+func buildCodellm(dir string) (string, error) { return buildCodellmTags(dir, "codellm", "") }
+
+// buildCodellmTags is buildCodellm with build tags (bench's trace row builds `-tags codellm_trace`), into
+// dir/name.
+func buildCodellmTags(dir, name, tags string) (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
@@ -142,10 +146,10 @@ func buildCodellm(dir string) (string, error) {
 	if gomod == "" || gomod == os.DevNull {
 		return "", errors.New("not inside the codellm module: run the harness from the repository (go run ./bench)")
 	}
-	bin := filepath.Join(dir, "codellm")
+	bin := filepath.Join(dir, name)
 	// Built like the Makefile builds the release binary: static, so the sandbox helper (this same binary,
 	// re-executed per block) pays no dynamic loader.
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/codellm")
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", tags, "-o", bin, "./cmd/codellm")
 	cmd.Dir = filepath.Dir(gomod)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -166,7 +170,10 @@ func freePort() (int, error) {
 // startServer runs `codellm serve` on a free loopback port and waits until /readyz says the startup
 // self-check passed. The environment is the harness's minus CODELLM_*, so a developer's own settings
 // cannot change what is measured.
-func startServer(bin, dir string) (*server, error) {
+func startServer(bin, dir string) (*server, error) { return startServerEnv(bin, dir, nil) }
+
+// startServerEnv is startServer with extra environment variables (bench's trace row: CODELLM_TRACE_FILE).
+func startServerEnv(bin, dir string, env []string) (*server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -182,6 +189,7 @@ func startServer(bin, dir string) (*server, error) {
 			s.cmd.Env = append(s.cmd.Env, e)
 		}
 	}
+	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.Stdout, s.cmd.Stderr = &s.logs, &s.logs
 	if err := s.cmd.Start(); err != nil {
 		return nil, err

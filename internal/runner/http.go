@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/codellm/codellm/internal/httpserve"
+	"github.com/codellm/codellm/internal/sandbox"
 )
 
 // Routes of the runner API. SessionsPrefix takes the URL-escaped session ID after it.
@@ -51,6 +52,8 @@ func (r *Runner) Handler() http.Handler {
 }
 
 func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
+	sandbox.Trace("r.begin")
+	defer sandbox.Trace("r.end")
 	mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		writeError(w, &Error{Status: http.StatusUnsupportedMediaType, Kind: ErrUnsupportedMedia,

@@ -515,6 +515,8 @@ func (r *Run) Kill() {
 // Close kills every process, waits for them and releases the run's
 // resources (cgroups). It is idempotent.
 func (r *Run) Close() error {
+	Trace("s.close")
+	defer Trace("s.close.done")
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

@@ -657,6 +657,7 @@ func helperFailure(msg []byte, rerr error, st *os.ProcessState) error {
 func (p *Process) reap() {
 	pp := &p.plat
 	prog := programStatus(pp.status)
+	Trace("s.progstatus")
 	collected, cerr := p.collectHeld(prog != nil)
 	if pp.pgKill {
 		var info unix.Siginfo
@@ -669,6 +670,7 @@ func (p *Process) reap() {
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 	}
 	awaitExit(p.pid)
+	Trace("s.exited")
 	st, err := pp.osp.Wait()
 	if pp.egressLn != nil {
 		_ = pp.egressLn.Close() // the namespace dies with its last socket
@@ -707,6 +709,7 @@ func (p *Process) reap() {
 		}
 	}
 	p.res = res
+	Trace("s.reaped")
 	close(p.done)
 }
 

@@ -46,6 +46,7 @@ type launched struct {
 // namespaces, sits inside child before it reads its spec, and serves this
 // block only.
 func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) (*Process, error) {
+	Trace("s.spawn")
 	s := r.sb
 	p := &s.plat
 	if !use.has(mHelper) {
@@ -117,7 +118,9 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 	}
 	_ = hl.deliver(hs.Encode()) // a failure means the helper died; the status pipe says why
 
+	Trace("s.delivered")
 	msg, rerr := readStarted(hl.statR, hs.Init)
+	Trace("s.started")
 	if rerr != nil || len(msg) == 0 || msg[0] != hook.Started || len(msg) > 1 {
 		_ = osp.Kill()
 		st, _ := osp.Wait()

@@ -71,8 +71,11 @@ func Run() {
 // returns.
 func run() {
 	sp := readSpec()
+	Trace("h.spec")
 	buildWorld(sp)
+	Trace("h.world")
 	lockDown(sp)
+	Trace("h.locked")
 	if sp.ProbeOnly {
 		_, _ = syscall.Write(StatusFD, []byte{Started})
 		syscall.Exit(0)
@@ -110,6 +113,7 @@ func readSpec() *Spec {
 		if err := receiveStdio(); err != nil {
 			fail(MHelper, err.Error())
 		}
+		Trace("h.stdio")
 	}
 	raw, err := readAll(SpecFD, maxSpec)
 	if err != nil {

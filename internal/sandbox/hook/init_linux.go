@@ -78,6 +78,7 @@ func startProgram(sp *Spec) int {
 			syscall.Exit(125)
 		}
 	}
+	Trace("h.fork")
 	pid, err := syscall.ForkExec(sp.Path, sp.Args, &syscall.ProcAttr{
 		Env:   sp.Env,
 		Files: []uintptr{0, 1, 2},
@@ -88,6 +89,7 @@ func startProgram(sp *Spec) int {
 		_, _ = syscall.Write(StatusFD, Failure(MExec, sp.Path+": "+err.Error()))
 		syscall.Exit(127)
 	}
+	Trace("h.forked")
 	if _, err := syscall.Write(StatusFD, []byte{Started}); err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		syscall.Exit(126)
