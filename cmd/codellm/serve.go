@@ -133,11 +133,9 @@ func (s *serveFlags) server(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandb
 // runner builds the Piston-compatible runner API, which shares the listener, its authentication, the
 // sandbox and the slots.
 func (s *serveFlags) runner(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandbox, log *slog.Logger) (*runner.Runner, error) {
-	rcfg := s.rcfg
-	rcfg.Programs, rcfg.Sandbox, rcfg.Slots, rcfg.Exposed = ecfg.Programs, sb, ecfg.Slots, ecfg.Exposed
-	rcfg.WorkRoot, rcfg.MaxRunTimeout, rcfg.MaxMemory = ef.workDir, ef.timeout, ef.memory
-	rcfg.MaxOutputBytes, rcfg.MaxBodyBytes, rcfg.Logger = ef.runnerOutputBytes(), s.maxBody, log
-	rcfg.Deterministic, rcfg.NetworkAllow = ecfg.Deterministic, ecfg.NetworkAllow
+	rcfg := ef.runnerConfig(ecfg, sb, log)
+	rcfg.SessionTTL, rcfg.MaxSessions, rcfg.MaxSessionsPerOwner = s.rcfg.SessionTTL, s.rcfg.MaxSessions, s.rcfg.MaxSessionsPerOwner
+	rcfg.EvictIdle, rcfg.WorkspaceSize, rcfg.MaxBodyBytes = s.rcfg.EvictIdle, s.rcfg.WorkspaceSize, s.maxBody
 	rn, err := runner.New(rcfg)
 	if err != nil && !s.workspaceSize && rcfg.WorkspaceSize > 0 {
 		// The root default needs mount rights (a container may withhold them): fall back, loudly.
@@ -184,6 +182,15 @@ func checkAPIKeyLength(key, addr string, log *slog.Logger) error {
 
 // runnerOutputBytes is the runner API's per-stream cap: --max-output-bytes when given, otherwise the
 // runner's own 1 MiB default (the 10 MiB default is trip2g's, for the chat pipeline's last block).
+// runnerConfig is the runner API's configuration from the execution settings, shared by serve and the
+// worker's embedded supervisor, so that --work-dir, --timeout, --memory-limit and --max-output-bytes mean
+// the same in both (the worker once built its own and ignored --work-dir and --max-output-bytes).
+func (f *execFlags) runnerConfig(ecfg engine.Config, sb *sandbox.Sandbox, log *slog.Logger) runner.Config {
+	return runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
+		WorkRoot: f.workDir, MaxRunTimeout: f.timeout, MaxMemory: f.memory, MaxOutputBytes: f.runnerOutputBytes(),
+		Logger: log, Deterministic: ecfg.Deterministic, NetworkAllow: ecfg.NetworkAllow}
+}
+
 func (f *execFlags) runnerOutputBytes() int64 {
 	if f.v != nil && f.v.IsSet("max-output-bytes") {
 		return f.maxOutput

@@ -513,9 +513,9 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 	f.runsEgress = sb.Report().Egress
 	// Workspaces bounded as serve's are by default (issue 14): a worker is usually not root, so this is the
 	// sandbox's private tmpfs, copied back for sessions.
-	rn, err := runner.New(runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
-		Logger: log, MaxRunTimeout: ecfg.Timeout, Deterministic: ecfg.Deterministic, NetworkAllow: ecfg.NetworkAllow,
-		WorkspaceSize: defaultWorkspaceSize})
+	rcfg := ef.runnerConfig(ecfg, sb, log)
+	rcfg.WorkspaceSize = defaultWorkspaceSize
+	rn, err := runner.New(rcfg)
 	if err != nil {
 		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 	}
