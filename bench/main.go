@@ -117,6 +117,32 @@ func fatalf(format string, a ...any) {
 	os.Exit(1)
 }
 
+// measureInterps is row 4 for python3 and node; one that is not installed is skipped with the package
+// that provides it.
+func measureInterps(res *Results, pcfg pipeline.Config, runs int, logf func(string, ...any)) error {
+	for _, in := range []struct {
+		prog, flag, code, ext string
+		dst                   **InterpResult
+		pkg                   string
+	}{
+		{"python3", "-c", "pass", ".py", &res.Python, "python3"},
+		{"node", "-e", "", ".js", &res.Node, "nodejs"},
+	} {
+		logf("interp: %s, %d interleaved runs", in.prog, runs)
+		r, err := measureInterp(pcfg, in.prog, in.flag, in.code, in.ext, runs)
+		if err != nil {
+			if _, lerr := lookInterp(in.prog); lerr != nil {
+				res.Skipped[in.prog] = fmt.Sprintf("not installed (apt-get install %s)", in.pkg)
+				logf("interp: %s skipped: %v", in.prog, lerr)
+				continue
+			}
+			return err
+		}
+		*in.dst = r
+	}
+	return nil
+}
+
 // run measures the selected rows in a fixed order (the cheap, noise-sensitive spawn row first).
 func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Results, error) {
 	if runtime.GOOS != "linux" {
@@ -166,25 +192,8 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 		}
 	}
 	if want("interp") {
-		for _, in := range []struct {
-			prog, flag, code, ext string
-			dst                   **InterpResult
-			pkg                   string
-		}{
-			{"python3", "-c", "pass", ".py", &res.Python, "python3"},
-			{"node", "-e", "", ".js", &res.Node, "nodejs"},
-		} {
-			logf("interp: %s, %d interleaved runs", in.prog, p.interpRuns)
-			r, err := measureInterp(pcfg, in.prog, in.flag, in.code, in.ext, p.interpRuns)
-			if err != nil {
-				if _, lerr := lookInterp(in.prog); lerr != nil {
-					res.Skipped[in.prog] = fmt.Sprintf("not installed (apt-get install %s)", in.pkg)
-					logf("interp: %s skipped: %v", in.prog, lerr)
-					continue
-				}
-				return nil, err
-			}
-			*in.dst = r
+		if err := measureInterps(res, pcfg, p.interpRuns, logf); err != nil {
+			return nil, err
 		}
 	}
 	if want("deterministic") {
