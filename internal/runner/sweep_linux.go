@@ -5,10 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/codellm/codellm/internal/sandbox/hook"
 )
 
 // lockName is the file each live runner holds an exclusive flock on, inside its own directory. The
@@ -84,7 +85,7 @@ func detachMountsUnder(dir string) error {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMountinfo(fields[4])
+		mp := hook.UnescapeMount(fields[4])
 		if strings.HasPrefix(mp, dir+"/") {
 			points = append(points, mp)
 		}
@@ -98,23 +99,4 @@ func detachMountsUnder(dir string) error {
 		}
 	}
 	return nil
-}
-
-// unescapeMountinfo decodes the octal escapes (\040 for space, …) of a mountinfo path.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

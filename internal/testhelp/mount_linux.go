@@ -7,11 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/codellm/codellm/internal/sandbox/hook"
 )
 
 // RemoveWorkDir removes dir, a work directory a test's `codellm serve` or worker used: it first detaches
@@ -120,27 +121,7 @@ func mountPoints() ([]string, error) {
 		if len(fields) < 5 {
 			return nil, fmt.Errorf("/proc/self/mountinfo: short line %q", sc.Text())
 		}
-		points = append(points, unescapeMountinfo(fields[4]))
+		points = append(points, hook.UnescapeMount(fields[4]))
 	}
 	return points, sc.Err()
-}
-
-// unescapeMountinfo decodes the kernel's octal escapes in a mountinfo path: \040 space, \011 tab,
-// \012 newline, \134 backslash.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

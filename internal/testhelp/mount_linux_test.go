@@ -104,18 +104,3 @@ func TestMountsUnderRefusesRoot(t *testing.T) {
 		t.Fatal("mountsUnder(/) listed the whole host: RemoveWorkDir(/) would detach everything")
 	}
 }
-
-func TestUnescapeMountinfo(t *testing.T) {
-	for in, want := range map[string]string{
-		`/tmp/plain`:          "/tmp/plain",
-		`/tmp/s\0401`:         "/tmp/s 1",
-		`/tmp/a\011b\012c`:    "/tmp/a\tb\nc",
-		`/tmp/back\134slash`:  `/tmp/back\slash`,
-		`/tmp/short\04`:       `/tmp/short\04`,
-		`/tmp/not-octal\999x`: `/tmp/not-octal\999x`,
-	} {
-		if got := unescapeMountinfo(in); got != want {
-			t.Errorf("unescapeMountinfo(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/codellm/codellm/internal/sandbox/hook"
 )
 
 // v1Wanted are the v1 controllers codellm uses, in the order their
@@ -156,8 +158,8 @@ func parseMountinfo(r io.Reader) ([]mountEntry, error) {
 			continue
 		}
 		out = append(out, mountEntry{
-			root:      unescapeMount(fields[3]),
-			point:     unescapeMount(fields[4]),
+			root:      hook.UnescapeMount(fields[3]),
+			point:     hook.UnescapeMount(fields[4]),
 			fstype:    fstype,
 			superOpts: strings.Split(fields[sep+3], ","),
 		})
@@ -166,25 +168,6 @@ func parseMountinfo(r io.Reader) ([]mountEntry, error) {
 		return nil, fmt.Errorf("reading mountinfo: %w", err)
 	}
 	return out, nil
-}
-
-// unescapeMount undoes the kernel's octal escaping of ' ', '\t', '\n', '\\'.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func readProcCgroup(path string) ([]cgEntry, error) {

@@ -289,7 +289,12 @@ func indexByte(b []byte, c byte) int {
 	return -1
 }
 
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, ...).
+// UnescapeMount undoes mountinfo's octal escapes (\040 for a space, \011
+// tab, \012 newline, \134 backslash) in one field of a mountinfo line: the
+// one decoder of the tree (the runner's sweep, the cgroup probe and the test
+// helpers use it too).
+func UnescapeMount(s string) string { return unescapeMount([]byte(s)) }
+
 func unescapeMount(b []byte) string {
 	out := make([]byte, 0, len(b))
 	for i := 0; i < len(b); i++ {

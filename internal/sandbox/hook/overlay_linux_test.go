@@ -21,9 +21,11 @@ func TestUnescapeMount(t *testing.T) {
 		`/tab\011x\012`:        "/tab\tx\n",
 		`/short\04`:            `/short\04`,
 		`/not\999`:             `/not\999`,
+		`/plain`:               "/plain",
+		`/end\040`:             "/end ",
 	} {
-		if got := unescapeMount([]byte(in)); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		if got := UnescapeMount(in); got != want {
+			t.Errorf("UnescapeMount(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
