@@ -650,7 +650,7 @@ func (f *execFlags) workerMetrics() *metrics.Worker {
 func (f *workerFlags) startStatus(w *worker.Worker, workerID, sup string, wm *metrics.Worker, log *slog.Logger) (func(), error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	wait, err := startWorkerStatus(ctx, f.metricsListen, wm, func() workerReadiness {
-		return workerReadiness{Ready: w.Registered(), WorkerID: workerID, Supervisor: sup, Egress: map[string]*egressStatus{
+		return workerReadiness{Ready: w.Registered() && w.Connected(), WorkerID: workerID, Supervisor: sup, Egress: map[string]*egressStatus{
 			"runs": newEgressStatus(f.runsEgress), "commands": newEgressStatus(f.commandsEgress)}}
 	}, log)
 	if err != nil {

@@ -20,7 +20,8 @@ import (
 // worker exposes nothing: it only connects out, and so does codellm's unless the operator asks for this.
 // Reporting through the hub would need a field the bridge protocol's strict registration schema does not
 // have, so a reference hub would refuse it. GET /metrics is the worker registry (egress counters by scope);
-// GET /readyz says whether the hub accepted the registration and lists each egress proxy's normalised
+// GET /readyz says whether the hub accepted the registration and the worker's last exchange with it went
+// through (a worker that lost the hub turns unready until it is back), and lists each egress proxy's normalised
 // allow-list and digest.
 
 // workerReadiness is the worker's /readyz body.

@@ -318,3 +318,34 @@ func TestCanonicalURLAndMarkerChecks(t *testing.T) {
 		t.Fatalf("marker survived its owner's clear: %v", err)
 	}
 }
+
+// A worker that loses the hub says so: Connected (and so the status listener's /readyz) turns false
+// while every request fails, and true again once the hub answers, without a restart.
+func TestConnectedFollowsTheHub(t *testing.T) {
+	h := newTestHub(t, nil)
+	id, path := h.pair(t, "conn")
+	r := start(t, baseConfig(h, id, path, newEmbedded(t, false)))
+	h.waitReady(t, "conn")
+	waitFor := func(what string, want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); r.w.Connected() != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("Connected() still %v, want %v, %s", !want, want, what)
+			}
+		}
+	}
+	waitFor("after registering", true)
+	h.setFault(func(w http.ResponseWriter, req *http.Request) bool {
+		http.Error(w, "hub down", http.StatusServiceUnavailable)
+		return true
+	})
+	waitFor("with every request failing", false)
+	if !r.w.Registered() {
+		t.Fatal("Registered() went false: it says the hub accepted this incarnation once")
+	}
+	h.setFault(nil)
+	waitFor("once the hub answers again", true)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -107,6 +107,7 @@ type Worker struct {
 	compat     bridge.Capabilities
 	active     bridge.Capabilities
 	negotiated bool
+	connected  bool // the last registration or lease succeeded (see Connected)
 
 	markerArmed atomic.Bool
 	logMu       sync.Mutex
@@ -194,6 +195,21 @@ func (w *Worker) Registered() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.negotiated
+}
+
+// Connected reports whether the worker's last exchange with the hub went through: set when a
+// registration (every cycle re-registers) or a lease poll succeeds, cleared when a cycle fails and the
+// worker backs off to reconnect. A worker that is Registered but not Connected cannot be handed work.
+func (w *Worker) Connected() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.connected
+}
+
+func (w *Worker) setConnected(ok bool) {
+	w.mu.Lock()
+	w.connected = ok
+	w.mu.Unlock()
 }
 
 // IncarnationID returns this process's incarnation.
@@ -291,6 +307,9 @@ func (w *Worker) Run(drain, hard context.Context) error {
 		if drain.Err() != nil || hard.Err() != nil {
 			return nil
 		}
+		if !leased {
+			w.setConnected(false) // refresh, registration or lease failed: the hub is out of reach
+		}
 		w.logf("reconnecting after %v", err)
 		if !sleepCtx(drain, Backoff(attempt, rand.Float64(), w.cfg.Timing.ReconnectBase, w.cfg.Timing.ReconnectCap)) {
 			return nil
@@ -307,6 +326,7 @@ func (w *Worker) cycle(drain, hard context.Context) (leased bool, err error) {
 	if err := w.register(drain, false); err != nil {
 		return false, err
 	}
+	w.setConnected(true)
 	a, err := w.lease(drain)
 	if err != nil {
 		return false, err
