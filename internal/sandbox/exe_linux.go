@@ -7,9 +7,25 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
+
+// processHelper is the sealed copy of this process's executable that every
+// Sandbox of the process execs as its helper, made on first use and kept
+// for the process's life. One copy serves them all: it is sealed, so no
+// Sandbox (or block) can change what another execs, and a copy per Sandbox
+// cost each New a copy of the whole binary (22 MB here, ~15 ms) that its
+// Close could not give back while a Run of it might still exec the path.
+var processHelper = sync.OnceValues(func() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	path, _, err := sealedExecutable(exe)
+	return path, err
+})
 
 // sealedExecutable copies codellm's own binary into a sealed memfd and
 // returns a path that execs it ("/proc/self/fd/N", N a high descriptor kept

@@ -104,10 +104,8 @@ func (s *Sandbox) init() error {
 	p.pool = &groupPool{}
 	p.detail = map[mechSet]string{}
 	p.version = map[mechSet]string{}
-	exe, err := os.Executable()
-	if err == nil {
-		p.helperPath, _, err = sealedExecutable(exe)
-	}
+	var err error
+	p.helperPath, err = processHelper()
 	if p.euid == 0 {
 		p.hostUID, p.hostGID = s.cfg.HostUID, s.cfg.HostGID
 	} else {

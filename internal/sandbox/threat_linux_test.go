@@ -902,3 +902,39 @@ print("`+probeOK+`")
 `, exe))
 	differential(t, offSandbox(t), s, nil, probe)
 }
+
+// Every Sandbox of a process execs one sealed copy of the executable: New copies the binary once per
+// process, not once per Sandbox, so Sandboxes that come and go (tests, doctor, a command sandbox beside
+// serve's) leave no copy behind.
+func TestSandboxesShareOneSealedHelper(t *testing.T) {
+	first := nativeSandbox(t)
+	var paths []string
+	for range 3 {
+		s, err := New(Config{Mode: ModeBestEffort})
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, s.plat.helperPath)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range paths {
+		if p == "" || p != first.plat.helperPath {
+			t.Fatalf("helper paths %q, the first Sandbox's %q: not one copy", paths, first.plat.helperPath)
+		}
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.Contains(l, "memfd:codellm-sandbox-helper") {
+			copies++
+		}
+	}
+	if copies != 1 {
+		t.Fatalf("%d sealed copies of the executable open, want 1", copies)
+	}
+}
