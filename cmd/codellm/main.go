@@ -47,9 +47,8 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
 	if len(args) == 0 && os.Getenv(trip2gAddr.Env) != "" {
-		// trip2g's codellm serves with no arguments; CODELLM_ADDR (trip2gAddr, the settings table's alias) is its
-		// name only, so its deployments
-		// (environment only, no command) start the service here too.
+		// trip2g's codellm serves with no arguments; CODELLM_ADDR (trip2gAddr, the settings table's alias)
+		// is its name only, so its deployments (environment only, no command) start the service here too.
 		return cmdServe(nil, stdout, stderr)
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
