@@ -109,7 +109,6 @@ func readSpec() *Spec {
 		if err := prebuild(); err != nil {
 			fail(rootFailure(err), err.Error())
 		}
-		subscribed = subscribeInit()
 		if err := receiveStdio(); err != nil {
 			fail(MHelper, err.Error())
 		}

@@ -47,20 +47,28 @@ const HoldSignal = syscall.SIGUSR2
 // SIGABRT". With Spec.Hold it does not exit but holds (see hold). It never
 // returns.
 func runInit(sp *Spec) {
-	is := subscribed
-	if is == nil {
-		is = subscribeInit()
-	}
+	sigs := make(chan os.Signal, 64)
+	// Before the program exists, so no early SIGTERM is missed. (A
+	// pre-started helper could subscribe while it waits for its block: that
+	// took the four signals' round trips to the runtime's signal thread,
+	// 1.65–2.3 ms, off the block's path, but on two cores the reply came no
+	// sooner, so it is not done: BENCHMARKS.md, "Where a block's wall time
+	// goes".)
+	signal.Notify(sigs, forwarded[:]...)
 	if sp.Hold {
-		signal.Notify(is.sigs, HoldSignal)
+		signal.Notify(sigs, HoldSignal)
 	}
+	// The relay starts (and parks) before the fork, so that no goroutine
+	// is made, and no runtime thread started for it, once the program runs.
+	progc := make(chan int, 1)
+	go relay(sigs, progc)
 	pid := startProgram(sp)
 	if sp.Hold {
 		signal.Ignore(ignoredExcept(HoldSignal)...)
 	} else {
 		signal.Ignore(ignored[:]...)
 	}
-	is.progc <- pid
+	progc <- pid
 	ws := reap(pid)
 	if sp.Hold {
 		hold(ws)
@@ -100,36 +108,6 @@ func startProgram(sp *Spec) int {
 		syscall.Close(fd)
 	}
 	return pid
-}
-
-// initSignals is the init's subscription to the forwarded signals and the
-// relay that passes them on once the program's pid arrives on progc.
-type initSignals struct {
-	sigs  chan os.Signal
-	progc chan int
-}
-
-// subscribed is the subscription a pre-started helper made while it waited
-// for its block (see subscribeInit); nil otherwise.
-var subscribed *initSignals
-
-// subscribeInit subscribes to the forwarded signals and parks the relay,
-// before the program exists so that no early SIGTERM is missed, and before
-// the fork so that no goroutine is made, and no runtime thread started for
-// it, once the program runs. Each subscribed signal costs a round trip to
-// the runtime's signal thread, two cross-thread wake-ups; on this project's
-// 2-core VM the four took 1.8 ms (median of 379 blocks, BENCHMARKS.md), so
-// a pre-started helper subscribes while it waits for its block, off the
-// block's path. The signal thread then exists before the helper drops its
-// capabilities and enters Landlock, like the runtime's other threads
-// started before that point (sysmon among them): it runs only the
-// runtime's mask bookkeeping, and the seccomp filter, installed with TSYNC,
-// covers it like every thread of the init.
-func subscribeInit() *initSignals {
-	is := &initSignals{sigs: make(chan os.Signal, 64), progc: make(chan int, 1)}
-	signal.Notify(is.sigs, forwarded[:]...)
-	go relay(is.sigs, is.progc)
-	return is
 }
 
 func ignoredExcept(keep os.Signal) []os.Signal {
