@@ -17,7 +17,7 @@ serve: build
 test:
 	$(GO) vet ./...
 	$(GO) vet -tags codellm_trace ./internal/sandbox/... ./internal/runner/  # bench's trace row builds this
-	$(GO) test -count=1 -timeout 25m ./...
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout 25m ./...  # static like the release binary: its helper confines all of an init's threads (no AllThreadsSyscall with cgo)
 
 bench:
 	CGO_ENABLED=0 $(GO) run ./bench --quick

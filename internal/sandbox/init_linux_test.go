@@ -3,6 +3,7 @@ package sandbox
 import (
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,5 +141,57 @@ func TestNothingOutlivesTheProgram(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(out), "codellm-sandbox ") {
 		t.Fatalf("PID 1 of the block is %q, want the helper", out)
+	}
+}
+
+// Every thread of a block's init is as confined as the one that started the program: no capabilities,
+// no_new_privs, seccomp, whether the helper was started cold or ahead of need. Before the lockdown ran on
+// every thread (hook.onThreads), five of the init's seven threads kept CAP_SYS_ADMIN and CAP_SETPCAP of
+// the block's user namespace. A cgo build of this test cannot confine the other threads (no
+// AllThreadsSyscall); `make test` builds without cgo, as the release binary is.
+func TestInitThreadsAreConfined(t *testing.T) {
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_GETPID, 0, 0, 0); e == syscall.ENOTSUP {
+		skipOrFail(t, "a cgo build: the helper cannot confine its other threads (build with CGO_ENABLED=0)")
+	}
+	for _, pooled := range []bool{false, true} {
+		var r *Run
+		if pooled {
+			r, _ = pooledRun(t, prestartSandbox(t))
+		} else {
+			var err error
+			if r, err = nativeSandbox(t).NewRun(nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dir := workdir(t, nil)
+		null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		outR, outW, _ := os.Pipe()
+		p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("echo up; exec sleep 60"), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
+		outW.Close()
+		null.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 3)
+		if _, err := outR.Read(buf); err != nil || string(buf) != "up\n" {
+			t.Fatalf("read %q, %v", buf, err)
+		}
+		task := "/proc/" + strconv.Itoa(p.Pid()) + "/task"
+		ents, err := os.ReadDir(task)
+		if err != nil || len(ents) < 2 {
+			t.Fatalf("the init's threads: %v %v", ents, err)
+		}
+		for _, e := range ents {
+			b, _ := os.ReadFile(task + "/" + e.Name() + "/status")
+			for _, want := range []string{"CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+				if !strings.Contains(string(b), want+"\n") {
+					t.Errorf("pre-started=%v: init thread %s lacks %q", pooled, e.Name(), want)
+				}
+			}
+		}
+		p.Kill()
+		p.Wait()
+		outR.Close()
+		r.Close()
 	}
 }

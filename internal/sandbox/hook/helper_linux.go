@@ -194,7 +194,7 @@ func lockDown(sp *Spec) {
 	// no_new_privs before Landlock and seccomp (both need it without
 	// CAP_SYS_ADMIN) and before exec (setuid binaries grant nothing).
 	if has(MNoNewPrivs) {
-		if e := prctl(prSetNoNewPrivs, 1); e != nil {
+		if _, _, e := onThreads(sp.Init, syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0); e != 0 {
 			fail(MNoNewPrivs, "prctl(PR_SET_NO_NEW_PRIVS): ", e)
 		}
 	}
@@ -205,7 +205,7 @@ func lockDown(sp *Spec) {
 	}
 	syscall.Close(DirFD)
 	if has(MCaps) {
-		if err := dropCapabilities(sp.CapLastCap); err != nil {
+		if err := dropCapabilities(sp.CapLastCap, sp.Init); err != nil {
 			fail(MCaps, err.Error())
 		}
 	}
@@ -342,9 +342,36 @@ func applyRlimits(sp *Spec) error {
 
 const rlimitCPU = 0 // RLIMIT_CPU
 
+// onThreads makes a confining syscall on this thread and, for an init
+// (allThreads), on every other thread of the process too: the capability
+// sets and no_new_privs (not the Landlock domain: see restrictLandlock).
+//
+// Capabilities, no_new_privs and the Landlock domain are per thread. A
+// helper that execs the program needs them only on the exec'ing thread (the
+// exec ends the others), but an init lives on beside the program with the Go
+// runtime's threads: sysmon, the signal thread, the relay's, whatever the
+// scheduler started while the helper blocked in a syscall. Cloned before
+// the lockdown, or from a thread that was, five of seven of them still held
+// CAP_SYS_ADMIN and CAP_SETPCAP of the block's user namespace
+// (TestInitThreadsAreConfined); seccomp alone (TSYNC) covered them.
+// syscall.AllThreadsSyscall runs the call on each thread (and kills the
+// process should any answer differ). It does not exist in a cgo build
+// (ENOTSUP); the release binary is static, and so is `make test`'s.
+func onThreads(allThreads bool, trap, a1, a2, a3 uintptr) (r1, r2 uintptr, e syscall.Errno) {
+	if allThreads {
+		if r1, r2, e = syscall.AllThreadsSyscall(trap, a1, a2, a3); e != syscall.ENOTSUP {
+			return r1, r2, e
+		}
+	}
+	return syscall.RawSyscall(trap, a1, a2, a3)
+}
+
 // dropCapabilities empties the bounding, ambient, inheritable, permitted
-// and effective sets of the calling thread (the one that execs).
-func dropCapabilities(last int64) error {
+// and effective sets of the calling thread (the one that execs) and, for
+// an init, the permitted, effective and inheritable sets of every thread
+// (the bounding and ambient sets only matter at an exec, which only the
+// calling thread's fork of the program makes).
+func dropCapabilities(last int64, allThreads bool) error {
 	if last <= 0 {
 		last = 63
 	}
@@ -361,7 +388,7 @@ func dropCapabilities(last int64) error {
 		pid     int32
 	}{linuxCapabilityVersion3, 0}
 	var data [2]struct{ effective, permitted, inheritable uint32 }
-	if _, _, e := syscall.RawSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+	if _, _, e := onThreads(allThreads, syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return wrap("capset", e)
 	}
 	return nil

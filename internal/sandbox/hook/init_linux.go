@@ -36,8 +36,10 @@ const HoldSignal = syscall.SIGUSR2
 // Landlock, no_new_privs, the empty capability sets, the rlimits). The
 // init's own work runs on this thread too (the runtime keeps the main
 // goroutine on it during package initialisation), except the relay of a
-// forwarded signal, a kill(2) from another runtime thread; the seccomp
-// filter covers every thread of the init (installed with TSYNC).
+// forwarded signal, a kill(2) from another runtime thread. The seccomp
+// filter (installed with TSYNC), no_new_privs and the empty capability sets
+// cover every thread of the init (onThreads); the Landlock domain only this
+// one (see restrictLandlock).
 //
 // It reaps every process that is orphaned into it and exits as soon as the
 // program is reaped; the kernel then kills whatever else is left in the
