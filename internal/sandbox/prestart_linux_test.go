@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -124,7 +125,9 @@ id -u; [ "$(awk -F: -v u="$(id -u)" '$3 == u {print $6}' /etc/passwd)" = "$PWD" 
 func TestPrestartedHelpersHaveFreshNamespaces(t *testing.T) {
 	s := prestartSandbox(t)
 	nsList := []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"}
-	script := "for n in " + strings.Join(nsList, " ") + "; do readlink /proc/self/ns/$n; done"
+	// Each block prints its namespaces and then waits for its stdin to close, so that both are alive
+	// while they are compared: a namespace's inode number is reused once it is freed.
+	script := "for n in " + strings.Join(nsList, " ") + "; do readlink /proc/self/ns/$n; done; echo end; cat >/dev/null"
 	seen := map[string]string{}
 	for _, n := range nsList {
 		l, err := os.Readlink("/proc/self/ns/" + n)
@@ -135,17 +138,49 @@ func TestPrestartedHelpersHaveFreshNamespaces(t *testing.T) {
 	}
 	for i := range 2 {
 		r, _ := pooledRun(t, s)
-		o, _ := startBlock(t, r, "", sh(script)...)
-		r.Close()
-		links := strings.Fields(o.Stdout)
-		if o.ExitCode != 0 || len(links) != len(nsList) {
-			t.Fatalf("block %d: %+v", i, o)
+		defer r.Close()
+		links, stop := startWaitingBlock(t, r, sh(script))
+		defer stop()
+		if len(links) != len(nsList) {
+			t.Fatalf("block %d printed %q", i, links)
 		}
 		for _, l := range links {
 			if who, dup := seen[l]; dup {
 				t.Errorf("block %d shares %s with %s", i, l, who)
 			}
 			seen[l] = "block " + strconv.Itoa(i)
+		}
+	}
+}
+
+// startWaitingBlock starts argv as r's next block, reads its stdout lines up to "end" and returns them
+// with a func that closes the block's stdin and checks it then exits 0.
+func startWaitingBlock(t *testing.T, r *Run, argv []string) ([]string, func()) {
+	t.Helper()
+	dir := workdir(t, nil)
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	p, err := r.Start(Spec{Path: argv[0], Args: argv, Env: stdEnv(dir), Dir: dir, Stdin: inR, Stdout: outW, Stderr: null})
+	inR.Close()
+	outW.Close()
+	null.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		t.Fatalf("Start: %v", err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(outR)
+	for sc.Scan() && sc.Text() != "end" {
+		lines = append(lines, sc.Text())
+	}
+	return lines, func() {
+		inW.Close()
+		res := p.Wait()
+		outR.Close()
+		if res.ExitCode != 0 {
+			t.Errorf("block: %+v", res)
 		}
 	}
 }
