@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
@@ -72,26 +71,15 @@ func sweepStale(root, self string) (removed []string, errs []error) {
 // detachMountsUnder unmounts every mount below dir (workspace tmpfs of a crashed runner), deepest first,
 // so that RemoveAll never deletes through a mount point.
 func detachMountsUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
+	raw, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	var points []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := hook.UnescapeMount(fields[4])
+	for _, mp := range hook.ParseMountPoints(raw) {
 		if strings.HasPrefix(mp, dir+"/") {
 			points = append(points, mp)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
 	}
 	for i := len(points) - 1; i >= 0; i-- {
 		if err := unix.Unmount(points[i], unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) {

@@ -89,20 +89,7 @@ func TestTerminateReachesProgram(t *testing.T) {
 // (SIGKILL after a 2 s grace) and pid.
 func terminateBlock(t *testing.T, r *Run) (Result, int) {
 	t.Helper()
-	dir := workdir(t, nil)
-	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	outR, outW, _ := os.Pipe()
-	defer outR.Close()
-	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("echo up; exec sleep 60"), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
-	outW.Close()
-	null.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 3)
-	if _, err := outR.Read(buf); err != nil || string(buf) != "up\n" {
-		t.Fatalf("read %q, %v", buf, err)
-	}
+	p := startSleeper(t, r)
 	p.Terminate()
 	kill := time.AfterFunc(2*time.Second, p.Kill) // the "grace": only the PID-1 program needs it
 	res := p.Wait()
@@ -144,6 +131,27 @@ func TestNothingOutlivesTheProgram(t *testing.T) {
 	}
 }
 
+// startSleeper starts a shell that says "up" and sleeps for a minute as r's
+// next block, and returns once it has said so.
+func startSleeper(t *testing.T, r *Run) *Process {
+	t.Helper()
+	dir := workdir(t, nil)
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	outR, outW, _ := os.Pipe()
+	defer outR.Close()
+	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("echo up; exec sleep 60"), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
+	outW.Close()
+	null.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := outR.Read(buf); err != nil || string(buf) != "up\n" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	return p
+}
+
 // Every thread of a block's init is as confined as the one that started the program: no capabilities,
 // no_new_privs, seccomp, whether the helper was started cold or ahead of need. Before the lockdown ran on
 // every thread (hook.onThreads), five of the init's seven threads kept CAP_SYS_ADMIN and CAP_SETPCAP of
@@ -163,19 +171,7 @@ func TestInitThreadsAreConfined(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		dir := workdir(t, nil)
-		null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		outR, outW, _ := os.Pipe()
-		p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("echo up; exec sleep 60"), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
-		outW.Close()
-		null.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 3)
-		if _, err := outR.Read(buf); err != nil || string(buf) != "up\n" {
-			t.Fatalf("read %q, %v", buf, err)
-		}
+		p := startSleeper(t, r)
 		task := "/proc/" + strconv.Itoa(p.Pid()) + "/task"
 		ents, err := os.ReadDir(task)
 		if err != nil || len(ents) < 2 {
@@ -191,7 +187,6 @@ func TestInitThreadsAreConfined(t *testing.T) {
 		}
 		p.Kill()
 		p.Wait()
-		outR.Close()
 		r.Close()
 	}
 }

@@ -1,7 +1,6 @@
 package testhelp
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -108,20 +107,9 @@ func mountsUnder(dir string) ([]string, error) {
 
 // mountPoints returns the mount point (field 5) of every line of /proc/self/mountinfo, in its order.
 func mountPoints() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	raw, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			return nil, fmt.Errorf("/proc/self/mountinfo: short line %q", sc.Text())
-		}
-		points = append(points, hook.UnescapeMount(fields[4]))
-	}
-	return points, sc.Err()
+	return hook.ParseMountPoints(raw), nil
 }
