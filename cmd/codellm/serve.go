@@ -133,9 +133,8 @@ func (s *serveFlags) server(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandb
 // runner builds the Piston-compatible runner API, which shares the listener, its authentication, the
 // sandbox and the slots.
 func (s *serveFlags) runner(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandbox, log *slog.Logger) (*runner.Runner, error) {
-	rcfg := ef.runnerConfig(ecfg, sb, log)
-	rcfg.SessionTTL, rcfg.MaxSessions, rcfg.MaxSessionsPerOwner = s.rcfg.SessionTTL, s.rcfg.MaxSessions, s.rcfg.MaxSessionsPerOwner
-	rcfg.EvictIdle, rcfg.WorkspaceSize, rcfg.MaxBodyBytes = s.rcfg.EvictIdle, s.rcfg.WorkspaceSize, s.maxBody
+	rcfg := ef.runnerConfig(s.rcfg, ecfg, sb, log)
+	rcfg.MaxBodyBytes = s.maxBody
 	rn, err := runner.New(rcfg)
 	if err != nil && !s.workspaceSize && rcfg.WorkspaceSize > 0 {
 		// The root default needs mount rights (a container may withhold them): fall back, loudly.
@@ -182,13 +181,16 @@ func checkAPIKeyLength(key, addr string, log *slog.Logger) error {
 
 // runnerOutputBytes is the runner API's per-stream cap: --max-output-bytes when given, otherwise the
 // runner's own 1 MiB default (the 10 MiB default is trip2g's, for the chat pipeline's last block).
-// runnerConfig is the runner API's configuration from the execution settings, shared by serve and the
-// worker's embedded supervisor, so that --work-dir, --timeout, --memory-limit and --max-output-bytes mean
-// the same in both (the worker once built its own and ignored --work-dir and --max-output-bytes).
-func (f *execFlags) runnerConfig(ecfg engine.Config, sb *sandbox.Sandbox, log *slog.Logger) runner.Config {
-	return runner.Config{Programs: ecfg.Programs, Sandbox: sb, Slots: ecfg.Slots, Exposed: ecfg.Exposed,
-		WorkRoot: f.workDir, MaxRunTimeout: f.timeout, MaxMemory: f.memory, MaxOutputBytes: f.runnerOutputBytes(),
-		Logger: log, Deterministic: ecfg.Deterministic, NetworkAllow: ecfg.NetworkAllow}
+// runnerConfig is base (the caller's own runner settings: serve's sessions, the worker's workspace size)
+// with the execution settings filled in, shared by serve and the worker's embedded supervisor so that
+// --work-dir, --timeout, --memory-limit and --max-output-bytes mean the same in both (the worker once built
+// its own and ignored --work-dir and --max-output-bytes).
+func (f *execFlags) runnerConfig(base runner.Config, ecfg engine.Config, sb *sandbox.Sandbox, log *slog.Logger) runner.Config {
+	c := base
+	c.Programs, c.Sandbox, c.Slots, c.Exposed = ecfg.Programs, sb, ecfg.Slots, ecfg.Exposed
+	c.WorkRoot, c.MaxRunTimeout, c.MaxMemory, c.MaxOutputBytes = f.workDir, f.timeout, f.memory, f.runnerOutputBytes()
+	c.Logger, c.Deterministic, c.NetworkAllow = log, ecfg.Deterministic, ecfg.NetworkAllow
+	return c
 }
 
 func (f *execFlags) runnerOutputBytes() int64 {

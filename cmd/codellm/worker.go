@@ -513,9 +513,7 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 	f.runsEgress = sb.Report().Egress
 	// Workspaces bounded as serve's are by default (issue 14): a worker is usually not root, so this is the
 	// sandbox's private tmpfs, copied back for sessions.
-	rcfg := ef.runnerConfig(ecfg, sb, log)
-	rcfg.WorkspaceSize = defaultWorkspaceSize
-	rn, err := runner.New(rcfg)
+	rn, err := runner.New(ef.runnerConfig(runner.Config{WorkspaceSize: defaultWorkspaceSize}, ecfg, sb, log))
 	if err != nil {
 		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 	}

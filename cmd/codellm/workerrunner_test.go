@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/worker"
 )
 
@@ -24,7 +25,7 @@ func TestWorkerRunnerHonoursExecSettings(t *testing.T) {
 	if _, code := parseInterspersed(fs, []string{"--work-dir", dir, "--max-output-bytes", "2MiB"}, io.Discard); code >= 0 {
 		t.Fatalf("parse: exit %d", code)
 	}
-	if got := ef.runnerConfig(engine.Config{}, nil, nil).MaxOutputBytes; got != 2<<20 {
+	if got := ef.runnerConfig(runner.Config{}, engine.Config{}, nil, nil).MaxOutputBytes; got != 2<<20 {
 		t.Errorf("runner MaxOutputBytes %d, want %d", got, 2<<20)
 	}
 	var cfg worker.Config

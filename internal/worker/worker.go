@@ -107,7 +107,7 @@ type Worker struct {
 	compat     bridge.Capabilities
 	active     bridge.Capabilities
 	negotiated bool
-	connected  bool // the last registration or lease succeeded (see Connected)
+	connected  bool // see Connected
 
 	markerArmed atomic.Bool
 	logMu       sync.Mutex
@@ -198,8 +198,8 @@ func (w *Worker) Registered() bool {
 }
 
 // Connected reports whether the worker's last exchange with the hub went through: set when a
-// registration (every cycle re-registers) or a lease poll succeeds, cleared when a cycle fails and the
-// worker backs off to reconnect. A worker that is Registered but not Connected cannot be handed work.
+// registration succeeds (every cycle re-registers before it leases), cleared when a cycle's refresh,
+// registration or lease fails and the worker backs off to reconnect. A worker that is Registered but not Connected cannot be handed work.
 func (w *Worker) Connected() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
