@@ -31,11 +31,13 @@ func cmdBlocks(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)
 		return 1
 	}
-	ecfg, _, err := ef.build(log)
+	ecfg, sb, err := ef.build(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)
 		return 1
 	}
+	defer sb.Close() // its pre-started helpers and their pooled cgroups
+
 	blocks, err := markdown.Extract([]markdown.Source{{Message: 0, Text: body}})
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)

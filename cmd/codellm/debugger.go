@@ -85,6 +85,7 @@ func cmdDebug(args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
+	defer b.sb.Close()
 	eng := engine.New(b.ecfg, nil)
 	sess, err := debugger.NewSession(eng, b.body, b.bag)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/markdown"
 	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/seal"
 	"github.com/codellm/codellm/internal/server"
 )
@@ -53,6 +54,9 @@ type bodyRun struct {
 	body string
 	bag  []byte
 	ecfg engine.Config
+	// sb is the Sandbox behind ecfg; the command closes it, which kills the pre-started helpers and
+	// removes the cgroups pooled for them (left behind, the next codellm's sweep had to remove them).
+	sb *sandbox.Sandbox
 }
 
 // prepareBody parses a body command's flags (the execution table, --input and own), reads its one
@@ -84,7 +88,7 @@ func prepareBody(name string, args []string, stderr io.Writer, noStdin bool, own
 	if b.bag, err = readBag(v.String("input")); err != nil {
 		return fail(1, err)
 	}
-	if b.ecfg, _, err = ef.build(log); err != nil {
+	if b.ecfg, b.sb, err = ef.build(log); err != nil {
 		return fail(1, err)
 	}
 	return b, -1
@@ -98,6 +102,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
+	defer b.sb.Close()
 	res, secrets, err := runBody(b.ecfg, b.body, b.bag)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm run: %v\n", err)
