@@ -73,11 +73,12 @@
 // (hook's runInit): the program is never PID 1, so it has a shell's signal
 // semantics — its own kill -9 $$ or kill -TERM $$ ends it, os.abort() is a
 // SIGABRT, a writer at the head of a pipeline dies of SIGPIPE (the
-// pipeline treats that as excused). The init forwards SIGTERM, SIGINT,
-// SIGHUP and SIGQUIT to the program, reaps every orphan, and when the
-// program ends it exits at once, after which the kernel kills everything
-// else in the namespace, so nothing outlives the block (setsid and
-// double-forked daemons included).
+// pipeline treats that as excused). The init ignores every signal it can
+// (as a PID 1 without handlers would: a process of the block that signals
+// PID 1 achieves nothing), reaps every orphan, and when the program ends it
+// exits at once, after which the kernel kills everything else in the
+// namespace, so nothing outlives the block (setsid and double-forked
+// daemons included).
 //
 // How the program ended reaches codellm on the status pipe, not in the
 // init's exit status (an init cannot die of a signal it raises itself):
@@ -87,7 +88,11 @@
 // means the init itself was killed (codellm's SIGKILL, which ended the
 // whole namespace), and the init's status is the block's.
 //
-// [Process.Terminate] sends SIGTERM to the init, which forwards it; the
+// [Process.Terminate] sends SIGTERM to the program itself, which codellm
+// finds among the init's children by the namespace PID the init reports
+// with Started (program_linux.go), through a pidfd; the init used to
+// forward it, which took a subscription to the Go runtime's signal
+// thread in every block (about a millisecond of CPU and of latency). The
 // pipeline and the runner use it on a timeout and send SIGKILL
 // [TermGrace] later. The init costs a fork and about a millisecond of
 // CPU per block (BENCHMARKS.md); Config.ProgramAsPID1 restores the old

@@ -52,10 +52,9 @@ func TestInitGivesShellSignalSemantics(t *testing.T) {
 	}
 }
 
-// TestTerminateReachesProgram: codellm's SIGTERM is forwarded by the init to
-// a program without a handler, which dies of it; as PID 1 the program
-// ignored it. A pre-started helper subscribes to the forwarded signals
-// before its block arrives (hook.subscribeInit): its block gets them too.
+// TestTerminateReachesProgram: codellm's SIGTERM reaches the program under
+// the init (programProcess), which has no handler and dies of it; as PID 1
+// the program ignored it. A pre-started helper's block gets it too.
 func TestTerminateReachesProgram(t *testing.T) {
 	s := nativeSandbox(t)
 	for _, tc := range []struct {
@@ -81,6 +80,66 @@ func TestTerminateReachesProgram(t *testing.T) {
 				t.Fatalf("block pid %d, the pre-started helper was %d: not used", pid, pooled.osp.Pid)
 			}
 		})
+	}
+}
+
+// TestTerminateFindsProgramAmongOrphans: codellm picks the program out of
+// the init's children by its namespace PID, not by being the only child:
+// with an orphan (its own session and process group, like the program's)
+// reparented to the init first, Terminate still ends the program, and the
+// orphan ends with the block.
+func TestTerminateFindsProgramAmongOrphans(t *testing.T) {
+	r, err := nativeSandbox(t).NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dir := workdir(t, nil)
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	outR, outW, _ := os.Pipe()
+	defer outR.Close()
+	// The orphan is reparented to the init before "up"; the program is then the init's second child.
+	script := "(setsid sleep 60 >/dev/null 2>&1 &); while [ $(wc -w < /proc/1/task/1/children) -lt 2 ]; do :; done; echo up; exec sleep 60"
+	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh(script), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
+	outW.Close()
+	null.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := outR.Read(buf); err != nil || string(buf) != "up\n" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	if kids := initChildren(p.Pid()); len(kids) != 2 {
+		t.Fatalf("the init has children %v, want the orphan and the program", kids)
+	}
+	p.Terminate()
+	kill := time.AfterFunc(5*time.Second, p.Kill)
+	res := p.Wait()
+	kill.Stop()
+	if res.Signal != syscall.SIGTERM {
+		t.Fatalf("got %+v, want the program killed by SIGTERM", res)
+	}
+}
+
+// TestInitIgnoresSignalsToPID1: the init forwards nothing and ignores what
+// the block sends PID 1, as an init without handlers does: the program
+// lives on after kill -TERM 1 (which the init used to relay back to it).
+func TestInitIgnoresSignalsToPID1(t *testing.T) {
+	s := nativeSandbox(t)
+	for _, sig := range []string{"TERM", "INT", "HUP", "QUIT", "USR1"} {
+		o := mustRun(t, s, sh("kill -"+sig+" 1; sleep 0.2; echo alive")...)
+		if o.ExitCode != 0 || strings.TrimSpace(o.Stdout) != "alive" {
+			t.Fatalf("kill -%s 1: got %+v (stdout %q, stderr %q), want the program to live on", sig, o.Result, o.Stdout, o.Stderr)
+		}
+	}
+	// What the init catches is reset by the program's exec: it starts with no signal ignored or caught.
+	// (cat installs no handler of its own; grep catches SIGSEGV.)
+	o := mustRun(t, s, "/bin/cat", "/proc/self/status")
+	for _, want := range []string{"\nSigIgn:\t0000000000000000\n", "\nSigCgt:\t0000000000000000\n"} {
+		if !strings.Contains(o.Stdout, want) {
+			t.Fatalf("the program's dispositions: want %q in %q", want, o.Stdout)
+		}
 	}
 }
 

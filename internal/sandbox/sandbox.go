@@ -576,8 +576,8 @@ func (p *Process) Kill() { p.kill() }
 const TermGrace = 500 * time.Millisecond
 
 // Terminate asks the block to stop with SIGTERM, as a shell's kill or a
-// supervisor would: in native mode the block's init forwards it to the
-// program (which may handle it); without a PID namespace it goes to the
+// supervisor would: in native mode it goes to the program under the
+// block's init (which may handle it); without a PID namespace to the
 // block's process group. Callers give it a grace, then Kill.
 func (p *Process) Terminate() { p.signal(syscall.SIGTERM) }
 

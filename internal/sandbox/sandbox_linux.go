@@ -71,6 +71,7 @@ type procPlatform struct {
 	killed  bool     // codellm sent SIGKILL (so a SIGKILL is not a limit's)
 	offMode bool     // the group only serves Kill: no stats, no attribution
 	status  *os.File // the init's status pipe (Spec.Init): the program's wait status arrives on it
+	progPID int      // with an init: the program's PID inside the block's PID namespace
 	limits  Limits
 	started time.Time
 
@@ -597,26 +598,32 @@ func blockIdentity(spec *Spec, p *platform) (int, int, error) {
 // readStarted reads the helper's answer to its spec. A helper that execs
 // the program (no init) closes the pipe by exec'ing, so everything up to
 // EOF is the answer (a Started byte may be followed by an exec failure);
-// an init writes Started only once the program runs and keeps the pipe for
-// the program's wait status, so its answer is complete at Started.
-func readStarted(statR *os.File, init bool) ([]byte, error) {
+// an init writes Started only once the program runs, with the program's
+// PID in the block's namespace (returned), and keeps the pipe for the
+// program's wait status, so its answer is complete at that record.
+func readStarted(statR *os.File, init bool) ([]byte, int, error) {
 	_ = statR.SetReadDeadline(time.Now().Add(statusTimeout))
 	defer statR.SetReadDeadline(time.Time{})
 	if !init {
-		return io.ReadAll(io.LimitReader(statR, 64<<10))
+		msg, err := io.ReadAll(io.LimitReader(statR, 64<<10))
+		return msg, 0, err
 	}
 	var first [1]byte
 	if _, err := io.ReadFull(statR, first[:]); err != nil {
 		if err == io.EOF {
 			err = nil // died during setup: EOF without Started
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	if first[0] == hook.Started {
-		return first[:], nil
+		var pid [4]byte
+		if _, err := io.ReadFull(statR, pid[:]); err != nil {
+			return nil, 0, fmt.Errorf("the init's Started record is cut short: %w", err)
+		}
+		return first[:], hook.ParseStartedPID(pid), nil
 	}
 	rest, err := io.ReadAll(io.LimitReader(statR, 64<<10))
-	return append(first[:], rest...), err
+	return append(first[:], rest...), 0, err
 }
 
 // startError explains a failed clone/exec of the helper itself.
@@ -812,6 +819,15 @@ func (p *Process) signal(sig syscall.Signal) {
 	}
 	if pp.pgKill {
 		_ = syscall.Kill(-p.pid, sig)
+		return
+	}
+	if pp.status != nil {
+		// An init: the signal is for the program, not for the init, which
+		// ignores it (hook.runInit).
+		if prog := programProcess(p.pid, pp.progPID); prog != nil {
+			_ = prog.Signal(sig)
+			_ = prog.Release()
+		}
 		return
 	}
 	_ = pp.osp.Signal(sig)

@@ -119,7 +119,7 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 	_ = hl.deliver(hs.Encode()) // a failure means the helper died; the status pipe says why
 
 	Trace("s.delivered")
-	msg, rerr := readStarted(hl.statR, hs.Init)
+	msg, progPID, rerr := readStarted(hl.statR, hs.Init)
 	Trace("s.started")
 	if rerr != nil || len(msg) == 0 || msg[0] != hook.Started || len(msg) > 1 {
 		_ = osp.Kill()
@@ -141,7 +141,7 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 		go r.egress.Serve(ln)
 	}
 	if hs.Init {
-		keepStat, proc.plat.status = true, hl.statR
+		keepStat, proc.plat.status, proc.plat.progPID = true, hl.statR, progPID
 	}
 	go proc.reap()
 	return proc, nil

@@ -210,6 +210,17 @@ func ParseStatus(msg []byte) (started, failed bool, mech uint32, reason string, 
 	return started, true, mech, string(msg[5:]), true
 }
 
+// StartedRecord is what an init writes once the program runs: Started and
+// the program's PID in the block's PID namespace.
+func StartedRecord(pid int) []byte {
+	return []byte{Started, byte(pid), byte(pid >> 8), byte(pid >> 16), byte(pid >> 24)}
+}
+
+// ParseStartedPID decodes the PID that follows an init's Started byte.
+func ParseStartedPID(b [4]byte) int {
+	return int(int32(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24))
+}
+
 // WaitRecord encodes the init's report of the program's wait status.
 func WaitRecord(ws uint32) []byte {
 	return []byte{waitTag, byte(ws), byte(ws >> 8), byte(ws >> 16), byte(ws >> 24)}

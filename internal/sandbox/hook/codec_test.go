@@ -79,3 +79,17 @@ func TestParseStatus(t *testing.T) {
 		}
 	}
 }
+
+// The init's Started record carries the program's namespace PID, which the
+// server decodes to find the program (any PID a namespace can hold).
+func TestStartedRecordRoundTrip(t *testing.T) {
+	for _, pid := range []int{0, 2, 255, 256, 65536, 4194304} {
+		rec := StartedRecord(pid)
+		if len(rec) != 5 || rec[0] != Started {
+			t.Fatalf("StartedRecord(%d) = %v", pid, rec)
+		}
+		if got := ParseStartedPID([4]byte(rec[1:])); got != pid {
+			t.Fatalf("ParseStartedPID(StartedRecord(%d)) = %d", pid, got)
+		}
+	}
+}

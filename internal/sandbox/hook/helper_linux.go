@@ -77,7 +77,11 @@ func run() {
 	lockDown(sp)
 	Trace("h.locked")
 	if sp.ProbeOnly {
-		_, _ = syscall.Write(StatusFD, []byte{Started})
+		rec := []byte{Started}
+		if sp.Init {
+			rec = StartedRecord(0) // what the server reads from an init; no program
+		}
+		_, _ = syscall.Write(StatusFD, rec)
 		syscall.Exit(0)
 	}
 	if sp.Init {

@@ -8,18 +8,18 @@ import (
 	"syscall"
 )
 
-// forwarded are the signals the init passes on to the program: what a
-// terminal, a supervisor or codellm's own timeout sends to ask a process to
-// stop.
-var forwarded = [...]os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT}
-
-// ignored are the other signals whose default action in a Go program ends
-// it; the init ignores them (the kernel then drops them, as for any PID 1
-// without a handler) once the program has started, so that the program
-// inherits none of these dispositions. Subscribing to every signal instead
-// would cost a round trip to the runtime's signal thread per signal, over
-// a millisecond per block.
-var ignored = [...]os.Signal{syscall.SIGABRT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM,
+// quieted are the signals whose default action in a Go program ends it.
+// The init catches them with a handler that does nothing (quietSignals)
+// before it forks the program, so that a process of the block that signals
+// PID 1 achieves nothing, as with any init without handlers, and the
+// program (whose exec resets caught signals) inherits none of it. The init
+// forwards nothing: codellm sends its SIGTERM to the program itself (it
+// finds it by the PID the init reports with Started). The init used to
+// subscribe to these with os/signal and relay them: a thread, a goroutine
+// and a round trip to the runtime's signal thread per signal, about a
+// millisecond of CPU and of latency per block (BENCHMARKS.md).
+var quieted = [...]syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGABRT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM,
 	syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGIO, syscall.SIGPWR}
 
 // HoldSignal is what the server sends a holding init (Spec.Hold) instead of
@@ -35,11 +35,11 @@ const HoldSignal = syscall.SIGUSR2
 // The child inherits every per-thread confinement of this thread (seccomp,
 // Landlock, no_new_privs, the empty capability sets, the rlimits). The
 // init's own work runs on this thread too (the runtime keeps the main
-// goroutine on it during package initialisation), except the relay of a
-// forwarded signal, a kill(2) from another runtime thread. The seccomp
-// filter (installed with TSYNC), no_new_privs and the empty capability sets
-// cover every thread of the init (onThreads); the Landlock domain only this
-// one (see restrictLandlock).
+// goroutine on it during package initialisation), except, with Spec.Hold,
+// the kill(2) of the namespace on HoldSignal from another runtime thread.
+// The seccomp filter (installed with TSYNC), no_new_privs and the empty
+// capability sets cover every thread of the init (onThreads); the Landlock
+// domain only this one (see restrictLandlock).
 //
 // It reaps every process that is orphaned into it and exits as soon as the
 // program is reaped; the kernel then kills whatever else is left in the
@@ -49,28 +49,20 @@ const HoldSignal = syscall.SIGUSR2
 // SIGABRT". With Spec.Hold it does not exit but holds (see hold). It never
 // returns.
 func runInit(sp *Spec) {
-	sigs := make(chan os.Signal, 64)
-	// Before the program exists, so no early SIGTERM is missed. (A
-	// pre-started helper could subscribe while it waits for its block: that
-	// took the four signals' round trips to the runtime's signal thread,
-	// 1.65–2.3 ms, off the block's path, but on two cores the reply came no
-	// sooner, so it is not done: BENCHMARKS.md, "Where a block's wall time
-	// goes".)
-	signal.Notify(sigs, forwarded[:]...)
+	// Before the program exists, so that nothing it sends is missed.
+	quiet := quieted[:]
 	if sp.Hold {
+		// The goroutine starts (and parks) before the fork, so that none is
+		// made, and no runtime thread started for it, once the program runs.
+		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, HoldSignal)
+		go endNamespaceOn(sigs)
+		quiet = except(quiet, HoldSignal)
 	}
-	// The relay starts (and parks) before the fork, so that no goroutine
-	// is made, and no runtime thread started for it, once the program runs.
-	progc := make(chan int, 1)
-	go relay(sigs, progc)
+	if err := quietSignals(quiet); err != nil {
+		fail(MHelper, "init: ", err)
+	}
 	pid := startProgram(sp)
-	if sp.Hold {
-		signal.Ignore(ignoredExcept(HoldSignal)...)
-	} else {
-		signal.Ignore(ignored[:]...)
-	}
-	progc <- pid
 	ws := reap(pid)
 	if sp.Hold {
 		hold(ws)
@@ -100,7 +92,7 @@ func startProgram(sp *Spec) int {
 		syscall.Exit(127)
 	}
 	Trace("h.forked")
-	if _, err := syscall.Write(StatusFD, []byte{Started}); err != nil {
+	if _, err := syscall.Write(StatusFD, StartedRecord(pid)); err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		syscall.Exit(126)
 	}
@@ -112,28 +104,21 @@ func startProgram(sp *Spec) int {
 	return pid
 }
 
-func ignoredExcept(keep os.Signal) []os.Signal {
-	var out []os.Signal
-	for _, s := range ignored {
-		if s != keep {
+func except(sigs []syscall.Signal, drop syscall.Signal) []syscall.Signal {
+	var out []syscall.Signal
+	for _, s := range sigs {
+		if s != drop {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-// relay passes each forwarded signal on to the program, once its pid is
-// known; HoldSignal (only subscribed with Spec.Hold) instead kills every
-// other process of the namespace (kill(2) of -1 by a namespace's init
-// spares only the init).
-func relay(sigs <-chan os.Signal, progc <-chan int) {
-	pid := <-progc
-	for s := range sigs {
-		if s == HoldSignal {
-			_ = syscall.Kill(-1, syscall.SIGKILL)
-			continue
-		}
-		_ = syscall.Kill(pid, s.(syscall.Signal))
+// endNamespaceOn kills every other process of the namespace on each
+// HoldSignal (kill(2) of -1 by a namespace's init spares only the init).
+func endNamespaceOn(sigs <-chan os.Signal) {
+	for range sigs {
+		_ = syscall.Kill(-1, syscall.SIGKILL)
 	}
 }
 

@@ -36,7 +36,10 @@ const EgressPort = 3128
 
 // Started is written on the status pipe right before execve: EOF after it
 // means the program runs; anything after it is a failure report; EOF
-// without it means the helper died during setup.
+// without it means the helper died during setup. An init writes it once
+// the program runs, followed by the program's PID in the block's PID
+// namespace (4 bytes little-endian, [StartedRecord]): codellm signals the
+// program itself, and finds it by that PID.
 const Started = 'X'
 
 // waitTag starts the init's last report: waitTag, then the program's raw
@@ -103,8 +106,9 @@ type Spec struct {
 	Network   bool
 	ProbeOnly bool // apply everything, then exit 0 instead of exec'ing
 	// Init keeps the helper as PID 1 of the block's PID namespace: it
-	// starts the program as its child, forwards signals, reaps, and reports
-	// the program's wait status (see [WaitRecord]) before it exits.
+	// starts the program as its child, reports its PID ([StartedRecord]),
+	// reaps, and reports the program's wait status (see [WaitRecord])
+	// before it exits.
 	Init bool
 
 	TmpSize, FileSize int64
