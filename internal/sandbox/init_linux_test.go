@@ -190,6 +190,42 @@ func TestNothingOutlivesTheProgram(t *testing.T) {
 	}
 }
 
+// TestWaitReturnsWithOnlyTheInitLeft: Wait may return before the init has
+// exited (its own teardown goes on behind the result), but never before the
+// daemons a block left behind are dead: when it returns, the block's cgroup
+// holds the init at most. Daemons that hold no pipe of the block would
+// otherwise still be running (stdout EOF cannot tell).
+func TestWaitReturnsWithOnlyTheInitLeft(t *testing.T) {
+	r, err := nativeSandbox(t).NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dir := workdir(t, nil)
+	script := "(setsid sleep 300 </dev/null >/dev/null 2>&1 &); sleep 300 </dev/null >/dev/null 2>&1 & " +
+		"while [ $(wc -w < /proc/1/task/1/children) -lt 2 ]; do :; done; echo up"
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer null.Close()
+	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh(script), Env: stdEnv(dir), Dir: dir, Stdout: null, Stderr: null})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := p.Wait(); res.ExitCode != 0 {
+		t.Fatalf("got %+v", res)
+	}
+	for _, f := range p.plat.group.ProcsFiles() {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // removed: empty
+		}
+		for _, pid := range strings.Fields(string(b)) {
+			if pid != strconv.Itoa(p.Pid()) {
+				t.Fatalf("after Wait the block's cgroup (%s) still holds %s besides the init %d: %q", f, pid, p.Pid(), b)
+			}
+		}
+	}
+}
+
 // startSleeper starts a shell that says "up" and sleeps for a minute as r's
 // next block, and returns once it has said so.
 func startSleeper(t *testing.T, r *Run) *Process {

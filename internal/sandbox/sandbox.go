@@ -551,8 +551,12 @@ type Process struct {
 	start time.Time
 
 	waitOnce sync.Once
-	done     chan struct{} // closed when the process has been reaped
-	res      Result
+	// ready is closed when res is final (nil: at done). An init's block has
+	// its result before its init is reaped (Process.reap).
+	ready       chan struct{}
+	done        chan struct{} // closed when the process has been reaped
+	res         Result
+	leftNothing bool // see LeftNothing; set before ready is closed
 
 	plat procPlatform
 }
@@ -560,12 +564,26 @@ type Process struct {
 // Pid returns the host PID of the block (its PID-namespace init in native mode).
 func (p *Process) Pid() int { return p.pid }
 
-// Wait returns when the block and every descendant are gone. Call it once;
-// further calls return the same Result.
+// Wait returns when the block and every descendant are gone (in native
+// mode the init itself may still be exiting: Run.Close waits for it). Call
+// it once; further calls return the same Result.
 func (p *Process) Wait() Result {
-	<-p.done
+	if p.ready != nil {
+		<-p.ready
+	} else {
+		<-p.done
+	}
 	return p.res
 }
+
+// LeftNothing reports, once Wait has returned, whether the block was known
+// to have left nothing running behind: its init ended every other process
+// of its namespace before it reported the program's end (native mode), so
+// nothing can hold its pipes or change its files any more, and only the
+// init's own exit, which runs nothing of the block's, may still be under
+// way. False when that is not known (other modes: Run.Close kills what is
+// left).
+func (p *Process) LeftNothing() bool { return p.leftNothing }
 
 // Kill sends SIGKILL to the block and all its descendants.
 func (p *Process) Kill() { p.kill() }

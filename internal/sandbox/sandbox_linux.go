@@ -501,6 +501,22 @@ func (r *Run) release() error {
 	return nil
 }
 
+// CloseLater is Close off the caller's path, for a run whose blocks have all
+// been waited for: the reply need not wait for their inits' exits (the
+// teardown of their address spaces, mounts and namespaces, nothing of the
+// block's own by then: Process.reap) or for the run's cgroups. An error is
+// logged. Settle and Sandbox.Close wait for it.
+func (r *Run) CloseLater() {
+	s := r.sb
+	s.plat.removals.Add(1)
+	go func() {
+		defer s.plat.removals.Done()
+		if err := r.Close(); err != nil {
+			s.log.Warn("sandbox: closing a finished run failed", "err", err)
+		}
+	}()
+}
+
 // removeLater removes an empty, closed run's group off the request path.
 // Remove still kills and waits should anything have entered it (nothing
 // can: its blocks are reaped and Start refuses a closed run). A failure
@@ -659,29 +675,28 @@ func helperFailure(msg []byte, rerr error, st *os.ProcessState) error {
 // reaped every other process of the namespace by the time its init is a
 // zombie. Without one the process group is killed while the leader is still
 // a zombie (so its id cannot have been reused), then the leader is reaped.
+//
+// An init (hook.runInit) reports the program's wait status only once it has
+// killed and reaped everything else in its namespace, so from that record
+// on nothing of the block runs: the result is published then (Wait
+// returns), from the program's status and the block's cgroup, and the
+// init's own exit — its address space, the block's mounts and namespaces,
+// about 2.7 ms at c=1 (BENCHMARKS.md) — is waited for behind it; Close
+// still waits for that (done).
 func (p *Process) reap() {
 	pp := &p.plat
 	prog := programStatus(pp.status)
 	Trace("s.progstatus")
 	collected, cerr := p.collectHeld(prog != nil)
-	if pp.pgKill {
-		var info unix.Siginfo
-		for {
-			err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-			if err != unix.EINTR {
-				break
-			}
-		}
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	if res, ok := p.earlyResult(prog); ok {
+		p.leftNothing = true
+		p.publish(res)
+		p.awaitInit()
+		close(p.done)
+		return
 	}
-	awaitExit(p.pid)
-	Trace("s.exited")
-	st, err := pp.osp.Wait()
-	if pp.egressLn != nil {
-		_ = pp.egressLn.Close() // the namespace dies with its last socket
-	}
+	st, err := p.awaitInit()
 	pp.mu.Lock()
-	pp.reaped = true
 	killed := pp.killed
 	pp.mu.Unlock()
 	res := buildResult(st, err, time.Since(pp.started), pp.limits, killed, prog)
@@ -703,19 +718,80 @@ func (p *Process) reap() {
 			if cs.CPU > res.CPU {
 				res.CPU = cs.CPU
 			}
-			failed := res.Signal != 0 || res.ExitCode != 0
-			switch {
-			case cs.OOMKills > 0 && failed:
-				res.Limit = LimitMemory
-			case failed && res.Limit == "" && pp.runGrp != nil && pidsHit(pp.runGrp):
-				res.Limit = LimitPids
-			}
-			res.LimitDesc = describeLimit(res.Limit, pp.limits)
+			p.attributeLimit(&res, cs)
 		}
 	}
+	p.publish(res)
+	close(p.done)
+}
+
+// earlyResult is the block's result at the init's wait record, when
+// everything it needs is known by then: the program's status, and the CPU
+// and memory peak from the block's cgroup (a kernel without memory.peak
+// waits for the init's rusage instead). Not for a holding init (Collect
+// reads its namespace first) or a block without an init or its own group.
+func (p *Process) earlyResult(prog *syscall.WaitStatus) (Result, bool) {
+	pp := &p.plat
+	if prog == nil || pp.collect != nil || pp.pgKill || pp.group == nil || pp.offMode {
+		return Result{}, false
+	}
+	cs, err := pp.group.Stats()
+	if err != nil || cs.MemoryPeak <= 0 {
+		return Result{}, false
+	}
+	pp.mu.Lock()
+	killed := pp.killed
+	pp.mu.Unlock()
+	res := resultOf(*prog, cs.CPU, cs.MemoryPeak, time.Since(pp.started), pp.limits, killed)
+	p.attributeLimit(&res, cs)
+	return res, true
+}
+
+// attributeLimit names the cgroup limit a failed block ran into.
+func (p *Process) attributeLimit(res *Result, cs cgroup.Stats) {
+	pp := &p.plat
+	failed := res.Signal != 0 || res.ExitCode != 0
+	switch {
+	case cs.OOMKills > 0 && failed:
+		res.Limit = LimitMemory
+	case failed && res.Limit == "" && pp.runGrp != nil && pidsHit(pp.runGrp):
+		res.Limit = LimitPids
+	}
+	res.LimitDesc = describeLimit(res.Limit, pp.limits)
+}
+
+// publish makes res the block's result and lets Wait return.
+func (p *Process) publish(res Result) {
 	p.res = res
 	Trace("s.reaped")
-	close(p.done)
+	if p.ready != nil {
+		close(p.ready)
+	}
+}
+
+// awaitInit waits for the block's helper (its init) to exit and reaps it.
+func (p *Process) awaitInit() (*os.ProcessState, error) {
+	pp := &p.plat
+	if pp.pgKill {
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+	awaitExit(p.pid)
+	Trace("s.exited")
+	st, err := pp.osp.Wait()
+	if pp.egressLn != nil {
+		_ = pp.egressLn.Close() // the namespace dies with its last socket
+	}
+	pp.mu.Lock()
+	pp.reaped = true
+	pp.mu.Unlock()
+	return st, err
 }
 
 // collectHeld runs Collect against the held namespace once the program is
@@ -771,14 +847,23 @@ func buildResult(st *os.ProcessState, err error, wall time.Duration, lim Limits,
 	if prog != nil {
 		ws = *prog
 	}
+	var cpu time.Duration
+	var maxRSS int64
+	if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		maxRSS = int64(ru.Maxrss) * 1024 // Maxrss is int32 on 32-bit platforms
+	}
+	return resultOf(ws, cpu, maxRSS, wall, lim, killedByUs)
+}
+
+// resultOf is the Result of a program that ended with ws after using cpu
+// and at most maxRSS bytes.
+func resultOf(ws syscall.WaitStatus, cpu time.Duration, maxRSS int64, wall time.Duration, lim Limits, killedByUs bool) Result {
+	res := Result{Wall: wall, ExitCode: -1, CPU: cpu, MaxRSS: maxRSS}
 	if ws.Signaled() {
 		res.Signal = ws.Signal()
 	} else {
 		res.ExitCode = ws.ExitStatus()
-	}
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
-		res.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		res.MaxRSS = int64(ru.Maxrss) * 1024 // Maxrss is int32 on 32-bit platforms
 	}
 	switch {
 	// RLIMIT_CPU's SIGKILL at the hard limit; a SIGKILL codellm sent itself

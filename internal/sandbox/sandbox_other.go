@@ -52,6 +52,10 @@ func Probe(cfg Config) Report {
 // Settle: there is no background work without Linux cgroups.
 func (s *Sandbox) Settle() {}
 
+// CloseLater is Close: without a native sandbox there is no teardown to
+// take off the caller's path.
+func (r *Run) CloseLater() { _ = r.Close() }
+
 // Close: nothing is made ahead of need without Linux.
 func (s *Sandbox) Close() error { return nil }
 

@@ -104,7 +104,7 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 			hl.statR.Close()
 		}
 	}()
-	proc := &Process{run: r, pid: osp.Pid, start: hl.start, done: make(chan struct{})}
+	proc := &Process{run: r, pid: osp.Pid, start: hl.start, ready: make(chan struct{}), done: make(chan struct{})}
 	proc.plat = procPlatform{osp: osp, pgKill: !cl.use.has(mPIDNS), limits: r.lim, started: hl.start, group: child, runGrp: r.plat.group}
 	proc.plat.setHold(spec, hs, osp.Pid)
 

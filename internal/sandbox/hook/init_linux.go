@@ -41,10 +41,10 @@ const HoldSignal = syscall.SIGUSR2
 // capability sets cover every thread of the init (onThreads); the Landlock
 // domain only this one (see restrictLandlock).
 //
-// It reaps every process that is orphaned into it and exits as soon as the
-// program is reaped; the kernel then kills whatever else is left in the
-// namespace. Before exiting it writes the program's wait status on the
-// status pipe ([WaitRecord]): a PID-namespace init cannot die of a signal
+// It reaps every process that is orphaned into it; as soon as the program
+// is reaped it kills and reaps whatever else is left in the namespace
+// (endRest), writes the program's wait status on the status pipe
+// ([WaitRecord]) and exits. A PID-namespace init cannot die of a signal
 // it raises itself, so its exit code alone could not carry "killed by
 // SIGABRT". With Spec.Hold it does not exit but holds (see hold). It never
 // returns.
@@ -64,6 +64,7 @@ func runInit(sp *Spec) {
 	}
 	pid := startProgram(sp)
 	ws := reap(pid)
+	endRest()
 	if sp.Hold {
 		hold(ws)
 	}
@@ -122,26 +123,34 @@ func endNamespaceOn(sigs <-chan os.Signal) {
 	}
 }
 
-// hold ends whatever the program left in the namespace (daemons, a
-// background job still writing), reaps it all, so that nothing can change
-// the workdir any more, then reports the program's wait status and waits,
-// holding the namespace and its private mounts for the server to read
-// through /proc/<init>/root, until the server kills it (or dies: the
-// helper's parent-death signal).
+// hold, once endRest has ended whatever the program left in the namespace
+// so that nothing can change the workdir any more, reports the program's
+// wait status and waits, holding the namespace and its private mounts for
+// the server to read through /proc/<init>/root, until the server kills it
+// (or dies: the helper's parent-death signal).
 func hold(ws syscall.WaitStatus) {
-	_ = syscall.Kill(-1, syscall.SIGKILL)
-	for {
-		var st syscall.WaitStatus
-		_, err := syscall.Wait4(-1, &st, 0, nil)
-		if err != nil && err != syscall.EINTR {
-			break // ECHILD: the namespace holds only the init
-		}
-	}
 	_, _ = syscall.Write(StatusFD, WaitRecord(uint32(ws)))
 	for {
 		// No descriptors, no timeout: sleeps until a signal, never returns
 		// otherwise.
 		_, _ = syscall.Select(0, nil, nil, nil, nil)
+	}
+}
+
+// endRest kills every other process of the namespace (kill(2) of -1 by a
+// namespace's init spares only the init: daemons, a background job still
+// writing) and reaps them all, so that once the init reports the program's
+// wait status nothing of the block runs any more: codellm answers then,
+// while the init's own exit (its address space, the block's mounts and
+// namespaces, a few milliseconds) goes on behind the reply.
+func endRest() {
+	_ = syscall.Kill(-1, syscall.SIGKILL)
+	for {
+		var st syscall.WaitStatus
+		_, err := syscall.Wait4(-1, &st, 0, nil)
+		if err != nil && err != syscall.EINTR {
+			return // ECHILD: the namespace holds only the init
+		}
 	}
 }
 
