@@ -52,7 +52,8 @@ func (e *StartError) Unwrap() error { return e.Err }
 // Supervise runs one program to its confirmed end: it starts spec in run (Stdout and Stderr are its own
 // pipes), captures both streams within opts.Caps, enforces opts.Timeout and ctx (cancellation stops the
 // program as Cancelled), and classifies the end. It owns run: run is closed when Supervise returns (or,
-// Unreaped, when Done is closed). A start failure is a *StartError.
+// Unreaped, when Done is closed; or, when the block left nothing behind (Process.LeftNothing), in the
+// background: Run.CloseLater). A start failure is a *StartError.
 func Supervise(ctx context.Context, run *sandbox.Run, spec sandbox.Spec, opts Options) (*Supervised, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -95,8 +96,15 @@ func Supervise(ctx context.Context, run *sandbox.Run, spec sandbox.Spec, opts Op
 		}
 		return &Supervised{Outcome: Outcome{Status: status, Code: -1}, Unreaped: true, Done: done}, nil
 	}
-	run.Close() // SIGKILL whatever the program left behind
-	capt.Finish(time.Second)
+	if proc.LeftNothing() {
+		// Nothing of the block runs any more: the pipes are at EOF once drained, and the run's close (its
+		// init's exit, its cgroups) need not hold the reply.
+		capt.Finish(time.Second)
+		run.CloseLater()
+	} else {
+		run.Close() // SIGKILL whatever the program left behind
+		capt.Finish(time.Second)
+	}
 	return &Supervised{Outcome: Of(res, why), Captured: capt.Result()}, nil
 }
 

@@ -637,11 +637,13 @@ func (r *run) finish() {
 	t.Stop()
 	if r.gaveUp {
 		// Close waits for the processes the sandbox could not confirm dead; the reply must not (§5.2
-		// item 4), so the wait continues in the background.
+		// item 4), so the wait continues in the background, untracked: it may never end.
 		go func() { _ = r.sb.Close() }()
 		return
 	}
-	_ = r.sb.Close()
+	// Every block was waited for, so none of their processes is left; the reply need not wait for their
+	// inits' exits or the run's cgroups either.
+	r.sb.CloseLater()
 }
 
 // status is the block's process outcome (execution.Of) given why codellm stopped it, if it did; a block

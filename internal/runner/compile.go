@@ -95,7 +95,7 @@ func (r *Runner) stage(ctx context.Context, ws *workspace, sp sandbox.Spec, l st
 	if err != nil {
 		return nil, 0, sandboxFailed("sandbox: "+err.Error(), err)
 	}
-	defer run.Close()
+	defer run.CloseLater() // every block was waited for; its init's exit and the cgroups go on behind the reply
 	max := r.cfg.MaxOutputBytes
 	sp.Deterministic = l.det
 	spec, col := ws.spec(sp, false)

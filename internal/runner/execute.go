@@ -174,7 +174,7 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 	if err != nil {
 		return nil, sandboxFailed("sandbox: "+err.Error(), err)
 	}
-	defer run.Close()
+	defer run.CloseLater() // every block was waited for; its init's exit and the cgroups go on behind the reply
 	ws, e := r.openWorkspace(s, dir, run)
 	if e != nil {
 		return nil, e
