@@ -388,3 +388,16 @@ func TestSummarizeTraceAttributesStamps(t *testing.T) {
 		t.Errorf("requests %d, first step %q", res.Requests, res.Steps[0].Label)
 	}
 }
+
+// --ab refuses a program or endpoint it does not know before it starts any server.
+func TestABRejectsUnknownProgramAndEndpoint(t *testing.T) {
+	for _, p := range []abParams{
+		{bins: [2]string{"/nonexistent/a", "/nonexistent/b"}, program: "cobol", endpoint: "execute", conc: 1},
+		{bins: [2]string{"/nonexistent/a", "/nonexistent/b"}, program: "bash", endpoint: "grpc", conc: 1},
+	} {
+		_, err := measureAB(p, t.Logf)
+		if err == nil || !strings.Contains(err.Error(), "--ab-") {
+			t.Fatalf("%+v: got %v, want a --ab-program/--ab-endpoint error", p, err)
+		}
+	}
+}

@@ -75,9 +75,35 @@ func main() {
 	jsonOut := flag.String("json", "", "write the results as JSON to `FILE`")
 	mdOut := flag.String("markdown", "", "write the results table as Markdown to `FILE`")
 	only := flag.String("rows", strings.Join(allRows, ","), "comma-separated rows to run: "+strings.Join(allRows, ", "))
+	ab := flag.String("ab", "", "instead of the rows, compare two codellm binaries `OLD,NEW` side by side (see ABResult)")
+	var abp abParams
+	flag.StringVar(&abp.program, "ab-program", "bash", "--ab: bash or python")
+	flag.StringVar(&abp.endpoint, "ab-endpoint", "execute", "--ab: execute (/api/v2/execute) or chat (/v1/chat/completions)")
+	flag.IntVar(&abp.conc, "ab-c", 1, "--ab: concurrency")
+	flag.DurationVar(&abp.burst, "ab-burst", 500*time.Millisecond, "--ab: length of one burst")
+	flag.DurationVar(&abp.total, "ab-d", 30*time.Second, "--ab: how long to alternate")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fatalf("unexpected arguments %q (see -h)", flag.Args())
+	}
+	if *ab != "" {
+		bins := strings.Split(*ab, ",")
+		if len(bins) != 2 || bins[0] == "" || bins[1] == "" {
+			fatalf("--ab wants two binaries, OLD,NEW")
+		}
+		abp.bins = [2]string{bins[0], bins[1]}
+		r, err := measureAB(abp, logf)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		fmt.Print(abMarkdown(r))
+		if *jsonOut != "" {
+			b, _ := json.MarshalIndent(r, "", "  ")
+			if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+				fatalf("%v", err)
+			}
+		}
+		return
 	}
 	rows := strings.Split(*only, ",")
 	for _, r := range rows {
