@@ -500,14 +500,17 @@ func (r *Run) Kill() {
 		ps = append(ps, p)
 	}
 	r.mu.Unlock()
-	hold := true
+	hold, settled := true, true
 	for _, p := range ps {
 		p.Kill()
 		hold = hold && p.holds()
+		settled = settled && p.leftNothingYet()
 	}
-	if len(ps) == 0 || !hold {
+	if len(ps) == 0 || !hold && !settled {
 		// A holding block's Kill keeps its namespace for Collect; each is its PID namespace's init, so
-		// nothing of it can be outside the namespace the init ends.
+		// nothing of it can be outside the namespace the init ends. Blocks that all left nothing behind
+		// need no group kill either: only their exiting inits can still be in the group, and on v1 the
+		// kill of a populated group freezes, signals and thaws it in every hierarchy.
 		r.killAll()
 	}
 }
@@ -584,6 +587,20 @@ func (p *Process) Wait() Result {
 // way. False when that is not known (other modes: Run.Close kills what is
 // left).
 func (p *Process) LeftNothing() bool { return p.leftNothing }
+
+// leftNothingYet is LeftNothing for a caller that has not waited: false
+// while the block's result is not in.
+func (p *Process) leftNothingYet() bool {
+	if p.ready == nil {
+		return false
+	}
+	select {
+	case <-p.ready:
+		return p.leftNothing
+	default:
+		return false
+	}
+}
 
 // Kill sends SIGKILL to the block and all its descendants.
 func (p *Process) Kill() { p.kill() }
