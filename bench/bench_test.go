@@ -401,3 +401,21 @@ func TestABRejectsUnknownProgramAndEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// A server stamp of the request before (its run closed behind its reply) that falls early in this
+// request's window is not this request's step: each label counts from the path's previous step on.
+func TestSummarizeTraceSkipsTheRequestBefore(t *testing.T) {
+	req := []stamp{{"C.send", 0}, {"C.recv", 10e6}}
+	server := []stamp{{"s.close.done", 1e6}, {"s.spawn", 2e6}, {"s.progstatus", 6e6}, {"s.reaped", 7e6}, {"s.close.done", 12e6}}
+	res := summarizeTrace([][]stamp{req}, server)
+	got := map[string]float64{}
+	for _, st := range res.Steps {
+		got[st.Label] = st.AtP50
+	}
+	if got["s.spawn"] != 2 || got["s.reaped"] != 7 || got["C.recv"] != 10 {
+		t.Fatalf("steps %+v", res.Steps)
+	}
+	if _, ok := got["s.close.done"]; ok {
+		t.Fatalf("the request before's run close (1 ms) or the next one's (12 ms) was counted: %+v", res.Steps)
+	}
+}

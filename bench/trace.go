@@ -48,8 +48,10 @@ var traceWhat = []struct{ label, what string }{
 	{"h.forked", "init: program forked and exec'd"},
 	{"s.started", "server: Started received"},
 	{"s.progstatus", "server: the program's wait status received"},
+	{"s.reaped", "server: result published (program's status, block stats)"},
+	// Since the init ends its namespace before it reports, these come behind the reply (Run.CloseLater)
+	// and are seen only when a request still waits for them.
 	{"s.exited", "server: the init has exited (namespaces torn down)"},
-	{"s.reaped", "server: reaped, block stats read"},
 	{"s.close", "server: run close begins"},
 	{"s.close.done", "server: run closed"},
 	{"r.end", "server: runner handler returns"},
@@ -182,18 +184,16 @@ func summarizeTrace(reqs [][]stamp, server []stamp) *TraceResult {
 			}
 			all = append(all, s)
 		}
-		byLabel := map[string]int64{}
-		for _, s := range all {
-			if _, dup := byLabel[s.label]; !dup {
-				byLabel[s.label] = s.ns
-			}
-		}
+		slices.SortFunc(all, func(a, b stamp) int { return int(a.ns - b.ns) })
 		prev := t0
 		for _, w := range traceWhat {
-			ns, ok := byLabel[w.label]
-			if !ok {
+			// The first stamp of the label at or after the path's previous step: the server's stamps carry
+			// no request, and the one before's background close lands early in this one's window.
+			i := slices.IndexFunc(all, func(s stamp) bool { return s.label == w.label && s.ns >= prev })
+			if i < 0 {
 				continue
 			}
+			ns := all[i].ns
 			at[w.label] = append(at[w.label], float64(ns-t0)/1e6)
 			gap[w.label] = append(gap[w.label], float64(ns-prev)/1e6)
 			prev = ns

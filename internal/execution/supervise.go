@@ -8,8 +8,8 @@ import (
 	"github.com/codellm/codellm/internal/sandbox"
 )
 
-// Stop ends a program for why: on a timeout SIGTERM first (the block's init forwards it, the program may
-// clean up) and SIGKILL for the whole run sandbox.TermGrace later; for any other reason SIGKILL at once.
+// Stop ends a program for why: on a timeout SIGTERM first (to the program under the block's init, which
+// may clean up) and SIGKILL for the whole run sandbox.TermGrace later; for any other reason SIGKILL at once.
 // It returns the timer of a pending SIGKILL (nil if none) so that a caller that sees the end first can
 // stop it.
 func Stop(p *sandbox.Process, run *sandbox.Run, why Why) *time.Timer {

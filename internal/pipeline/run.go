@@ -557,7 +557,7 @@ func (r *run) killRunning(reason Outcome) {
 		if b.started && !b.exited && b.killReason == "" {
 			b.killReason = reason
 			if p := b.proc.Load(); reason == OutcomeTimedOut {
-				// SIGTERM first (the block's init forwards it to the program), SIGKILL after the grace.
+				// SIGTERM first (to the program under the block's init), SIGKILL after the grace.
 				if t := execution.Stop(p, r.sb, execution.ForTimeout); t != nil {
 					r.termKills = append(r.termKills, t)
 				}

@@ -90,8 +90,8 @@ import (
 //     ns_last_pid while the helper still had CAP_SYS_ADMIN gave 102-106:
 //     threads start later). So the init, just before the program's fork,
 //     forks children that exit at once until the last got 31 (the
-//     allocator is sequential), with its signal relay already started and
-//     parked; no init thread takes a PID after (measured: 32, python child
+//     allocator is sequential), with its feeder goroutine already started
+//     and parked; no init thread takes a PID after (measured: 32, python child
 //     45, 15 runs of testdata/determinism/body.sh). Bash's $RANDOM, seeded
 //     from gettimeofday (faked, see the wall clock) and the pid, repeats
 //     with them; $SRANDOM comes from the seeded device.

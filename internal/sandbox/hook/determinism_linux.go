@@ -358,7 +358,7 @@ func pinProgramPID() error {
 }
 
 // quietPIDs starts the random feeder (startFeeder), lets the init's
-// runtime start the threads it needs now (the relay goroutine parks, the
+// runtime start the threads it needs now (the feeder goroutine parks, the
 // scheduler hands the P off once) and then pins the program's PID
 // (pinProgramPID): the init's last steps before the program's fork.
 func quietPIDs() error {

@@ -356,7 +356,7 @@ const rlimitCPU = 0 // RLIMIT_CPU
 // Capabilities, no_new_privs and the Landlock domain are per thread. A
 // helper that execs the program needs them only on the exec'ing thread (the
 // exec ends the others), but an init lives on beside the program with the Go
-// runtime's threads: sysmon, the signal thread, the relay's, whatever the
+// runtime's threads: sysmon, a holding init's HoldSignal goroutine's, whatever the
 // scheduler started while the helper blocked in a syscall. Cloned before
 // the lockdown, or from a thread that was, five of seven of them still held
 // CAP_SYS_ADMIN and CAP_SETPCAP of the block's user namespace

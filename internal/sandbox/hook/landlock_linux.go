@@ -56,11 +56,12 @@ func restrictLandlock(sp *Spec) error {
 		}
 	}
 	// This thread only, also in an init: a restrict_self per thread would
-	// give each its own domain, and with signals scoped the relay's thread
-	// could then not signal the program, which is in this thread's. (A
-	// shared, all-thread domain needs LANDLOCK_RESTRICT_SELF_TSYNC, newer
-	// than this ABI.) The init's other threads run only the runtime and the
-	// relay; onThreads takes their capabilities.
+	// give each its own domain, and with signals scoped a holding init's
+	// HoldSignal goroutine, on another thread, could then not kill the
+	// program, which is in this thread's. (A shared, all-thread domain
+	// needs LANDLOCK_RESTRICT_SELF_TSYNC, newer than this ABI.) The init's
+	// other threads run only the runtime (and that goroutine); onThreads
+	// takes their capabilities.
 	if _, _, e := syscall.RawSyscall(sysLandlockRestrictSelf, rs, 0, 0); e != 0 {
 		return wrap("landlock: restrict self", e)
 	}
