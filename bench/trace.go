@@ -35,27 +35,30 @@ type TraceStep struct {
 }
 
 // traceWhat names the trace points (the labels in sandbox and hook), and is the order of the path.
-var traceWhat = []struct{ label, what string }{
-	{"C.send", "client: request sent"},
-	{"r.begin", "server: runner handler entered"},
-	{"s.spawn", "server: block start (workspace, files, run taken)"},
-	{"s.delivered", "server: descriptors and spec sent to the helper"},
-	{"h.stdio", "helper: descriptors received (pre-started)"},
-	{"h.spec", "helper: spec read"},
-	{"h.world", "helper: block root, hostname, workdir"},
-	{"h.locked", "helper: rlimits, no_new_privs, Landlock, caps, seccomp"},
-	{"h.fork", "init: about to fork the program"},
-	{"h.forked", "init: program forked and exec'd"},
-	{"s.started", "server: Started received"},
-	{"s.progstatus", "server: the program's wait status received"},
-	{"s.reaped", "server: result published (program's status, block stats)"},
+var traceWhat = []struct {
+	label, what string
+	behind      bool // off the reply's path since session 5: it does not advance the path (summarizeTrace)
+}{
+	{"C.send", "client: request sent", false},
+	{"r.begin", "server: runner handler entered", false},
+	{"s.spawn", "server: block start (workspace, files, run taken)", false},
+	{"s.delivered", "server: descriptors and spec sent to the helper", false},
+	{"h.stdio", "helper: descriptors received (pre-started)", false},
+	{"h.spec", "helper: spec read", false},
+	{"h.world", "helper: block root, hostname, workdir", false},
+	{"h.locked", "helper: rlimits, no_new_privs, Landlock, caps, seccomp", false},
+	{"h.fork", "init: about to fork the program", false},
+	{"h.forked", "init: program forked and exec'd", false},
+	{"s.started", "server: Started received", false},
+	{"s.progstatus", "server: the program's wait status received", false},
+	{"s.reaped", "server: result published (program's status, block stats)", false},
 	// Since the init ends its namespace before it reports, these come behind the reply (Run.CloseLater)
 	// and are seen only when a request still waits for them.
-	{"s.exited", "server: the init has exited (namespaces torn down)"},
-	{"s.close", "server: run close begins"},
-	{"s.close.done", "server: run closed"},
-	{"r.end", "server: runner handler returns"},
-	{"C.recv", "client: reply received"},
+	{"s.exited", "server: the init has exited (namespaces torn down)", true},
+	{"s.close", "server: run close begins", true},
+	{"s.close.done", "server: run closed", true},
+	{"r.end", "server: runner handler returns", false},
+	{"C.recv", "client: reply received", false},
 }
 
 // measureTrace builds codellm with the trace points, runs its `/api/v2/execute` bash program at c=1 for d
@@ -168,8 +171,10 @@ func readStamps(file, prefix string) ([]stamp, error) {
 	return out, sc.Err()
 }
 
-// summarizeTrace adds each request's server stamps (those between its send and reply) and takes, per
-// label, the median offset from the send and the median gap since the previous label of the path.
+// summarizeTrace adds each request's server stamps (those between its send and reply, each label's first
+// at or after the server's previous step) and takes, per label, the median offset from the send and the
+// median gap since the previous label of the path. Steps that run behind the reply are shown when seen
+// but do not move the path on.
 func summarizeTrace(reqs [][]stamp, server []stamp) *TraceResult {
 	slices.SortFunc(server, func(a, b stamp) int { return int(a.ns - b.ns) })
 	at := map[string][]float64{}
@@ -177,26 +182,39 @@ func summarizeTrace(reqs [][]stamp, server []stamp) *TraceResult {
 	for _, r := range reqs {
 		t0, t1 := r[0].ns, r[len(r)-1].ns
 		lo, _ := slices.BinarySearchFunc(server, t0, func(s stamp, t int64) int { return int(s.ns - t) })
-		all := slices.Clone(r)
+		var mine []stamp // the server's stamps in this request's window
 		for _, s := range server[lo:] {
 			if s.ns > t1 {
 				break
 			}
-			all = append(all, s)
+			mine = append(mine, s)
 		}
-		slices.SortFunc(all, func(a, b stamp) int { return int(a.ns - b.ns) })
-		prev := t0
-		for _, w := range traceWhat {
-			// The first stamp of the label at or after the path's previous step: the server's stamps carry
-			// no request, and the one before's background close lands early in this one's window.
-			i := slices.IndexFunc(all, func(s stamp) bool { return s.label == w.label && s.ns >= prev })
-			if i < 0 {
-				continue
+		own := map[string]int64{} // the client's and the helper's stamps: this request's by construction
+		for _, s := range r {
+			if _, dup := own[s.label]; !dup {
+				own[s.label] = s.ns
 			}
-			ns := all[i].ns
+		}
+		prev, floor := t0, t0
+		for _, w := range traceWhat {
+			ns, ok := own[w.label]
+			if !ok {
+				// The server's stamps carry no request, and the one before's background close lands early
+				// in this one's window: the first of the label at or after the server's previous step.
+				i := slices.IndexFunc(mine, func(s stamp) bool { return s.label == w.label && s.ns >= floor })
+				if i < 0 {
+					continue
+				}
+				ns = mine[i].ns
+				if !w.behind {
+					floor = ns
+				}
+			}
 			at[w.label] = append(at[w.label], float64(ns-t0)/1e6)
 			gap[w.label] = append(gap[w.label], float64(ns-prev)/1e6)
-			prev = ns
+			if !w.behind {
+				prev = ns
+			}
 		}
 	}
 	res := &TraceResult{Requests: len(reqs)}
