@@ -241,6 +241,7 @@ func nativeSandbox(t *testing.T) *sandbox.Sandbox {
 		}
 		t.Skipf("native sandbox unavailable: %v", err)
 	}
+	t.Cleanup(func() { _ = sb.Close() })
 	return sb
 }
 
@@ -272,6 +273,7 @@ func TestPipelineSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer osb.Close()
 	res, err := measurePipeline(cfg, &pipeline.Config{Sandbox: osb, WorkRoot: cfg.WorkRoot}, 4<<20, 1, t.Logf)
 	if err != nil {
 		t.Fatal(err)

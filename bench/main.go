@@ -184,6 +184,10 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 	if err != nil {
 		return nil, fmt.Errorf("native sandbox: %w", err)
 	}
+	// Closed, and settled, before the harness exits: its pre-started helpers and the cgroups of runs still
+	// being removed in the background would otherwise be left for the next codellm's sweep (or forever,
+	// where the next one runs in another memory cgroup).
+	defer sb.Close()
 	if rep := sb.Report(); !rep.Ready {
 		return nil, fmt.Errorf("native sandbox not available here (missing %v); run `go run ./cmd/codellm doctor`", rep.Missing)
 	}
@@ -211,6 +215,7 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 		logf("pipeline: %d MiB through three cat blocks, %d reps", p.pipeBytes>>20, p.pipeReps)
 		var off *pipeline.Config
 		if osb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeOff, Logger: slog.New(slog.DiscardHandler)}); err == nil {
+			defer osb.Close()
 			off = &pipeline.Config{Sandbox: osb, WorkRoot: work}
 		}
 		if res.Pipeline, err = measurePipeline(pcfg, off, p.pipeBytes, p.pipeReps, logf); err != nil {

@@ -184,7 +184,7 @@ func codellmVariants(sb *sandbox.Sandbox, spec sandbox.Spec) (vs []*variant, cle
 	pcfg.ProgramAsPID1 = true
 	if psb, err := sandbox.New(pcfg); err == nil {
 		pblk, closeP := moreBlocks(psb, spec, 1<<30)
-		closers = append(closers, closeP)
+		closers = append(closers, closeP, func() { _ = psb.Close() })
 		vs = append(vs, &variant{name: "codellm-block-pid1", run: pblk})
 	}
 	return vs, cleanup, nil
