@@ -58,14 +58,11 @@ func measureAB(p abParams, logf func(string, ...any)) (*ABResult, error) {
 	m := probeMachine()
 	var srv [2]*server
 	for i, bin := range p.bins {
-		dir, err := os.MkdirTemp("", "codellm-ab-")
+		dir, err := serverDir("codellm-ab-")
 		if err != nil {
 			return nil, err
 		}
 		defer os.RemoveAll(dir)
-		if err := os.Chmod(dir, 0o755); err != nil { // the sandbox's uid must traverse it to the workspaces
-			return nil, err
-		}
 		if srv[i], err = startServer(bin, dir); err != nil {
 			return nil, fmt.Errorf("%s: %w", bin, err)
 		}

@@ -172,6 +172,20 @@ func freePort() (int, error) {
 // cannot change what is measured.
 func startServer(bin, dir string) (*server, error) { return startServerEnv(bin, dir, nil) }
 
+// serverDir makes a temporary directory for a server's binary and work root, traversable by the
+// sandbox's unprivileged user (the runner API refuses a work root it cannot reach). The caller removes it.
+func serverDir(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
 // startServerEnv is startServer with extra environment variables (bench's trace row: CODELLM_TRACE_FILE).
 func startServerEnv(bin, dir string, env []string) (*server, error) {
 	port, err := freePort()
@@ -461,15 +475,11 @@ const rssConc = 16
 // systems alike. Last comes one round of /api/v2/execute at concurrency 16, after which the server's peak
 // RSS is read.
 func measureService(rounds int, d time.Duration, logf func(string, ...any)) (*ServiceResult, error) {
-	dir, err := os.MkdirTemp("", "codellm-bench-serve-")
+	dir, err := serverDir("codellm-bench-serve-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	// The runner API refuses a work root the sandbox's unprivileged user cannot traverse.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
-	}
 	bin, err := buildCodellm(dir)
 	if err != nil {
 		return nil, err

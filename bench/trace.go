@@ -65,14 +65,11 @@ var traceWhat = []struct {
 // and reports the medians. The helper's stamps arrive in each reply's stderr, the server's in a file;
 // requests are sequential, so every server stamp between a send and its reply belongs to that request.
 func measureTrace(d time.Duration, logf func(string, ...any)) (*TraceResult, error) {
-	dir, err := os.MkdirTemp("", "codellm-bench-trace-")
+	dir, err := serverDir("codellm-bench-trace-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil { // the sandbox's uid must traverse it to the workspaces
-		return nil, err
-	}
 	bin, err := buildCodellmTags(dir, "codellm-trace", "codellm_trace")
 	if err != nil {
 		return nil, err

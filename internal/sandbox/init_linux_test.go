@@ -94,22 +94,8 @@ func TestTerminateFindsProgramAmongOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	dir := workdir(t, nil)
-	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	outR, outW, _ := os.Pipe()
-	defer outR.Close()
 	// The orphan is reparented to the init before "up"; the program is then the init's second child.
-	script := "(setsid sleep 60 >/dev/null 2>&1 &); while [ $(wc -w < /proc/1/task/1/children) -lt 2 ]; do :; done; echo up; exec sleep 60"
-	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh(script), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
-	outW.Close()
-	null.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 3)
-	if _, err := outR.Read(buf); err != nil || string(buf) != "up\n" {
-		t.Fatalf("read %q, %v", buf, err)
-	}
+	p := startUp(t, r, "(setsid sleep 60 >/dev/null 2>&1 &); while [ $(wc -w < /proc/1/task/1/children) -lt 2 ]; do :; done; echo up; exec sleep 60")
 	if kids := initChildren(p.Pid()); len(kids) != 2 {
 		t.Fatalf("the init has children %v, want the orphan and the program", kids)
 	}
@@ -243,11 +229,17 @@ func TestWaitReturnsWithOnlyTheInitLeft(t *testing.T) {
 // next block, and returns once it has said so.
 func startSleeper(t *testing.T, r *Run) *Process {
 	t.Helper()
+	return startUp(t, r, "echo up; exec sleep 60")
+}
+
+// startUp starts script as r's next block and returns once it has printed "up".
+func startUp(t *testing.T, r *Run, script string) *Process {
+	t.Helper()
 	dir := workdir(t, nil)
 	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	outR, outW, _ := os.Pipe()
 	defer outR.Close()
-	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh("echo up; exec sleep 60"), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
+	p, err := r.Start(Spec{Path: "/bin/sh", Args: sh(script), Env: stdEnv(dir), Dir: dir, Stdout: outW, Stderr: null})
 	outW.Close()
 	null.Close()
 	if err != nil {
