@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/codellm/codellm/internal/testhelp"
@@ -89,6 +90,15 @@ func unprivilegedChild(t *testing.T) {
 	}
 	if res := cp.Wait(); !res.Collected || res.CollectErr != nil || string(got) != "held\n" {
 		t.Fatalf("collect unprivileged: %+v, read %q", res, got)
+	}
+	// Terminate: codellm finds the program under the init (its /proc files, a pidfd) and signals it.
+	tr, err := be.NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if res, _ := terminateBlock(t, tr); res.Signal != syscall.SIGTERM {
+		t.Fatalf("terminate unprivileged: %+v, want the program killed by SIGTERM", res)
 	}
 	nat, err := New(Config{Mode: ModeNative})
 	if err != nil {
