@@ -43,6 +43,12 @@ func initChildren(initPID int) []int {
 	if b, err := os.ReadFile("/proc/" + id + "/task/" + id + "/children"); err == nil {
 		return atois(strings.Fields(string(b)))
 	}
+	return scanChildren(initPID)
+}
+
+// scanChildren finds a process's children by reading every process's
+// parent from /proc.
+func scanChildren(initPID int) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
