@@ -18,22 +18,8 @@ import (
 // hang detector, not a timed assertion (a server with nothing in flight exits at once).
 const stopGrace = 20 * time.Second
 
-// newWorkDir makes a fresh --work-dir for a served binary. The runner's workspaces are bind-mounted for
-// the sandbox's uid, so it and its parents must be searchable (t.TempDir's parent is 0700). At cleanup it
-// is removed with any workspace tmpfs still mounted in it (a server that had to be SIGKILLed leaves them,
-// and os.RemoveAll fails on them: see testhelp.RemoveWorkDir).
-func newWorkDir(t *testing.T) string {
-	t.Helper()
-	workDir, err := os.MkdirTemp("", "codellm-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testhelp.RemoveWorkDir(t, workDir) })
-	if err := os.Chmod(workDir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	return workDir
-}
+// newWorkDir makes a fresh --work-dir for a served binary (testhelp.NewWorkDir).
+func newWorkDir(t *testing.T) string { return testhelp.NewWorkDir(t, "codellm-e2e-") }
 
 // serveProc is a running `codellm serve` started by startServeProc.
 type serveProc struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -26,4 +27,22 @@ func Origin(t testing.TB) string {
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// NewWorkDir makes a fresh --work-dir (or runner work root) for a served codellm binary. The runner
+// bind-mounts workspaces under it for the sandbox's uid, so it and its parents must be searchable
+// (t.TempDir's parent is 0700): it is made under os.TempDir with mode 0711. At cleanup, after the test's
+// processes are stopped, it is removed with any workspace tmpfs still mounted in it (RemoveWorkDir: a
+// SIGKILLed server leaves them, and os.RemoveAll fails on them).
+func NewWorkDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { RemoveWorkDir(t, dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -200,22 +200,8 @@ type e2eWorker struct {
 	env                      []string
 }
 
-// workRoot makes a fresh temporary directory for a worker's runner, searchable by the sandbox's uid (the
-// runner bind-mounts workspaces under it; t.TempDir's parent is 0700). At cleanup, after the test's
-// processes are stopped, it is removed with any workspace tmpfs still mounted in it: a SIGKILLed worker
-// leaves them, and os.RemoveAll fails on them.
-func workRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "codellm-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { testhelp.RemoveWorkDir(t, dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+// workRoot makes a fresh work root for a worker's runner (testhelp.NewWorkDir).
+func workRoot(t *testing.T) string { return testhelp.NewWorkDir(t, "codellm-e2e-") }
 
 func sandboxFlag(t *testing.T) string {
 	sb, err := testSandbox()

@@ -91,16 +91,7 @@ func startServe(t *testing.T, extra ...string) *serve {
 	if os.Getenv("CODELLM_REQUIRE_SANDBOX") == "1" {
 		mode = "native"
 	}
-	// The sandbox's unprivileged user must traverse every parent of the work dir (t.TempDir's are 0700).
-	work, err := os.MkdirTemp("", "codellm-clients-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Removed with any workspace tmpfs a SIGKILLed server leaves mounted in it (os.RemoveAll fails on those).
-	t.Cleanup(func() { testhelp.RemoveWorkDir(t, work) })
-	if err := os.Chmod(work, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	work := testhelp.NewWorkDir(t, "codellm-clients-")
 	args := append([]string{"serve", "--listen", addr, "--sandbox", mode, "--work-dir", work}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "CODELLM_API_KEY="+apiKey)
