@@ -56,6 +56,7 @@ func newEngine(t testing.TB, o envOpts) *engine.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { sb.Close() })
 	programs, err := interp.Enable(interp.Builtin(), o.allowed, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ func runPython(t *testing.T, shared, code string) (string, string, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { sb.Close() })
 	dir := filepath.Join(t.TempDir(), "block")
 	os.Mkdir(dir, 0o700)
 	os.Mkdir(filepath.Join(dir, "tmp"), 0o700)

@@ -71,6 +71,17 @@ func TestHookImportsOnlyTheStandardLibrary(t *testing.T) {
 	}
 }
 
+// The spawner's loop also runs in package initialisation, and every page its heap holds is copied by each
+// of its forks: it may import the standard library and golang.org/x/sys/unix only.
+func TestSpawnerImportsOnlyTheStandardLibrary(t *testing.T) {
+	for p := range deps(t, "../../internal/sandbox/spawner") {
+		if strings.Contains(strings.Split(p, "/")[0], ".") && p != mod+"internal/sandbox/spawner" &&
+			!strings.HasPrefix(p, "golang.org/x/sys/") {
+			t.Errorf("package spawner depends on %s", p)
+		}
+	}
+}
+
 // cmd/codellm is one package (serve builds the server), so go list cannot tell its subcommands apart; the
 // worker subcommand's file is checked by its imports instead: its chat operation calls internal/chat
 // directly and never builds an HTTP server in-process.

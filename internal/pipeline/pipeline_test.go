@@ -72,6 +72,7 @@ func newHarness(t *testing.T, mode sandbox.Mode) *harness {
 		}
 		t.Fatalf("sandbox.New(%s): %v", mode, err)
 	}
+	t.Cleanup(func() { sb.Close() })
 	return &harness{mode: mode, sb: sb, cfg: Config{Sandbox: sb, WorkRoot: t.TempDir(), KillGrace: time.Second}}
 }
 

@@ -66,6 +66,22 @@
 // request path; the root, Landlock and seccomp, which the spec decides,
 // stay on it, and so does the CPU (spawn_linux.go, prestart_linux.go).
 //
+// # The spawner
+//
+// A helper's clone makes a user namespace, so Go's syscall package forks
+// for it instead of vforking: the server's page tables are copied and its
+// whole heap is write-protected, and the server then pays a copy-on-write
+// fault plus a TLB-shootdown IPI for each heap page it writes next. Each
+// Sandbox therefore clones its helpers through a spawner (package spawner):
+// a re-executed codellm, started with the first such clone, whose heap is
+// about a megabyte. It clones with CLONE_PARENT, so helpers remain the
+// server's children (waited for, signalled and parent-death-signalled as
+// before), and it can exec only the sealed helper binary. A clone it cannot
+// take (no new PID namespace, see package spawner), a spawner that cannot
+// start or died three times, and every clone after [Sandbox.Close] go
+// straight from a locked server thread, as before the spawner existed. The
+// spawner ends with Close; `ps` shows it as codellm-spawner.
+//
 // # PID 1 semantics
 //
 // In native mode the helper stays as PID 1 (init) of the block's PID

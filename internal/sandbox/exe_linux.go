@@ -23,9 +23,17 @@ var processHelper = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	path, _, err := sealedExecutable(exe)
+	path, fd, err := sealedExecutable(exe)
+	if err == nil {
+		helperFile = os.NewFile(uintptr(fd), "codellm-sandbox-helper")
+	}
 	return path, err
 })
+
+// helperFile is the descriptor behind processHelper's path, handed to each
+// Sandbox's spawner (which execs its own copy of it). Set once, with
+// processHelper, and never closed: the path must stay valid for the process.
+var helperFile *os.File
 
 // sealedExecutable copies codellm's own binary into a sealed memfd and
 // returns a path that execs it ("/proc/self/fd/N", N a high descriptor kept

@@ -132,6 +132,9 @@ func (s *Sandbox) newPooledGroup() (pooledGroup, error) {
 // already created are unaffected and new ones make their groups on demand.
 // It returns once closed runs' groups are removed too (see Settle).
 func (s *Sandbox) Close() error {
+	if s.plat.spawner != nil {
+		defer s.plat.spawner.close() // after the pool's fills, which may still be cloning
+	}
 	gp := s.plat.pool
 	if gp == nil {
 		return nil

@@ -1,6 +1,16 @@
 package sandbox
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"slices"
+	"testing"
+
+	"github.com/codellm/codellm/internal/testhelp"
+)
 
 // withDisabled returns a copy of s with some mechanisms switched off (for
 // differential tests).
@@ -18,3 +28,32 @@ func withDisabled(s *Sandbox, names ...string) *Sandbox {
 }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// leftChildren is testhelp.ChildPIDs without the spawners of the package's
+// shared Sandboxes (sandboxFor), which live as long as the test binary.
+func leftChildren(t testing.TB) []int {
+	t.Helper()
+	sbMu.Lock()
+	var shared []int
+	for _, s := range sbCache {
+		if h := s.plat.spawner; h != nil {
+			h.mu.Lock()
+			if h.sp != nil {
+				shared = append(shared, h.sp.PID())
+			}
+			h.mu.Unlock()
+		}
+	}
+	sbMu.Unlock()
+	return slices.DeleteFunc(testhelp.ChildPIDs(t), func(pid int) bool { return slices.Contains(shared, pid) })
+}
+
+// describePIDs names each process by its /proc stat line (name, state).
+func describePIDs(pids []int) string {
+	var b strings.Builder
+	for _, pid := range pids {
+		stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		fmt.Fprintf(&b, "[%s] ", strings.Join(strings.Fields(string(stat))[:3], " "))
+	}
+	return b.String()
+}

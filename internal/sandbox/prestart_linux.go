@@ -107,11 +107,8 @@ func (s *Sandbox) prestartHelper(child *cgroup.Group) (*idleHelper, error) {
 	}
 	defer statW.Close()
 	attr := helperAttr(cl, s.plat.euid, child)
-	osp, err := startOnStableThread(s.plat.helperPath, []string{"codellm-sandbox", hook.Marker}, &os.ProcAttr{
-		Env:   append(helperEnv[:len(helperEnv):len(helperEnv)], hook.EnvPooled+"=1"),
-		Files: []*os.File{null, null, null, sockChild, statW, null},
-		Sys:   attr,
-	})
+	osp, err := s.plat.startHelper(append(helperEnv[:len(helperEnv):len(helperEnv)], hook.EnvPooled+"=1"),
+		[]*os.File{null, null, null, sockChild, statW, null}, attr)
 	if err != nil {
 		unix.Close(pair[0])
 		statR.Close()

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // prestartSandbox is a native Sandbox with pre-started helpers, closed
@@ -240,8 +238,8 @@ func TestPrestartedHelpersNeverLeak(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if kids := testhelp.ChildPIDs(t); len(kids) > 0 {
-		t.Errorf("processes left after Close: %v", kids)
+	if kids := leftChildren(t); len(kids) > 0 {
+		t.Errorf("processes left after Close: %s", describePIDs(kids))
 	}
 	for _, g := range pooled {
 		if _, err := os.Stat(g); !os.IsNotExist(err) {
@@ -312,8 +310,8 @@ func TestPrestartedHelpersUnderConcurrency(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if kids := testhelp.ChildPIDs(t); len(kids) > 0 {
-		t.Errorf("processes left after Close: %v", kids)
+	if kids := leftChildren(t); len(kids) > 0 {
+		t.Errorf("processes left after Close: %s", describePIDs(kids))
 	}
 }
 

@@ -46,6 +46,7 @@ type platform struct {
 	// background (removeLater); tests wait for it.
 	removals *sync.WaitGroup
 	pool     *groupPool // run groups made ahead of need; nil without cgroups
+	spawner  *helperSpawner
 
 	// disabled switches mechanisms off, for differential tests and
 	// benchmarks only (never set in production code).
@@ -103,6 +104,7 @@ func (s *Sandbox) init() error {
 	p.euid = os.Geteuid()
 	p.removals = &sync.WaitGroup{}
 	p.pool = &groupPool{}
+	p.spawner = &helperSpawner{}
 	p.detail = map[mechSet]string{}
 	p.version = map[mechSet]string{}
 	var err error

@@ -327,11 +327,7 @@ func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*lau
 	}
 	attr := helperAttr(cl, r.sb.plat.euid, child)
 	start := time.Now()
-	osp, err := startOnStableThread(r.sb.plat.helperPath, []string{"codellm-sandbox", hook.Marker}, &os.ProcAttr{
-		Env:   helperEnv,
-		Files: append(append(bf.list()[:3:3], specR, statW, bf.dir), extra...),
-		Sys:   attr,
-	})
+	osp, err := r.sb.plat.startHelper(helperEnv, append(append(bf.list()[:3:3], specR, statW, bf.dir), extra...), attr)
 	specR.Close()
 	statW.Close()
 	if err != nil {

@@ -65,6 +65,7 @@ func startServer(t *testing.T, o options) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { sb.Close() })
 	programs, err := interp.Enable(interp.Builtin(), o.allowed, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,248 @@
+//go:build linux
+
+package spawner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrUnsupported is returned for a request the spawner does not take (an
+// attribute it does not carry, or a parent-death signal without a new PID
+// namespace); the caller starts the process itself.
+var ErrUnsupported = errors.New("spawner: request not supported")
+
+// ErrClosed is returned once the spawner is closed or has failed; the
+// caller starts the process itself.
+var ErrClosed = errors.New("spawner: closed")
+
+// StartFunc starts the spawner process. The helpers it clones have the
+// spawner's parent thread as theirs, and their parent-death signal fires
+// when that thread ends, so it must be a thread that lives as long as the
+// process (see sandbox.startOnStableThread).
+type StartFunc func(path string, argv []string, attr *os.ProcAttr) (*os.Process, error)
+
+// Spawner is the server's handle on one spawner process. Its methods are
+// safe for concurrent use; requests are answered one at a time.
+type Spawner struct {
+	mu   sync.Mutex
+	conn *net.UnixConn // nil once closed or failed
+	proc *os.Process
+}
+
+// Start starts a spawner that clones children exec'ing exe with argv.
+// self is the path of this program's own binary (the spawner is a
+// re-execution of it); exe stays open in the caller.
+func Start(start StartFunc, self string, exe *os.File, argv []string) (*Spawner, error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("spawner: socket pair: %w", err)
+	}
+	ours := os.NewFile(uintptr(pair[0]), "spawner")
+	theirs := os.NewFile(uintptr(pair[1]), "spawner-peer")
+	defer theirs.Close()
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		ours.Close()
+		return nil, err
+	}
+	defer null.Close()
+	proc, err := start(self, append([]string{"codellm-spawner", Marker}, argv...), &os.ProcAttr{
+		Env:   []string{EnvMarker + "=1", "GOMAXPROCS=1"},
+		Files: []*os.File{null, null, os.Stderr, theirs, exe},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		ours.Close()
+		return nil, fmt.Errorf("spawner: start: %w", err)
+	}
+	c, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		_ = proc.Kill()
+		_, _ = proc.Wait()
+		return nil, fmt.Errorf("spawner: socket: %w", err)
+	}
+	s := &Spawner{conn: c.(*net.UnixConn), proc: proc}
+	// A Spawner dropped without Close: the socket's finalizer would end the
+	// spawner and leave it a zombie of this process. End it and reap it.
+	runtime.AddCleanup(s, func(st abandoned) {
+		_ = st.conn.Close()
+		go func() { _, _ = st.proc.Wait() }()
+	}, abandoned{s.conn, proc})
+	return s, nil
+}
+
+// abandoned is what the cleanup of an unclosed Spawner needs.
+type abandoned struct {
+	conn *net.UnixConn
+	proc *os.Process
+}
+
+// PID is the spawner process's PID (0 once closed).
+func (s *Spawner) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return 0
+	}
+	return s.proc.Pid
+}
+
+// Spawn clones a child of the calling process: files become its
+// descriptors 0..n-1, sys the attributes of its clone. The returned Process
+// is the caller's child, as from os.StartProcess. ErrUnsupported and
+// ErrClosed mean nothing was started and the caller should start it itself;
+// any other error is the clone's own (a *os.PathError around its errno).
+func (s *Spawner) Spawn(env []string, files []*os.File, sys *syscall.SysProcAttr) (*os.Process, error) {
+	req, err := request(env, files, sys)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	fds := make([]int, 0, len(files)+1)
+	for _, f := range files {
+		fds = append(fds, int(f.Fd()))
+	}
+	if sys.UseCgroupFD {
+		fds = append(fds, sys.CgroupFD)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return nil, ErrClosed
+	}
+	reply, err := s.roundTrip(payload, unix.UnixRights(fds...))
+	runtime.KeepAlive(files)
+	if err != nil {
+		s.stopLocked()
+		return nil, fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	if reply.PID <= 0 {
+		reapUnexeced()
+		errno := syscall.Errno(reply.Errno)
+		if errno == 0 {
+			errno = syscall.EIO
+		}
+		return nil, &os.PathError{Op: "fork/exec", Path: "helper (spawner: " + reply.Error + ")", Err: errno}
+	}
+	return os.FindProcess(reply.PID)
+}
+
+func (s *Spawner) roundTrip(payload, oob []byte) (Reply, error) {
+	var reply Reply
+	if _, _, err := s.conn.WriteMsgUnix(payload, oob, nil); err != nil {
+		return reply, err
+	}
+	buf := make([]byte, maxMessage)
+	n, _, _, _, err := s.conn.ReadMsgUnix(buf, nil)
+	if err != nil {
+		return reply, err
+	}
+	if n == 0 {
+		return reply, errors.New("spawner exited")
+	}
+	if err := json.Unmarshal(buf[:n], &reply); err != nil {
+		return reply, fmt.Errorf("bad reply: %w", err)
+	}
+	return reply, nil
+}
+
+// request checks that sys asks only for what the spawner carries.
+func request(env []string, files []*os.File, sys *syscall.SysProcAttr) (Request, error) {
+	if sys == nil || sys.Chroot != "" || sys.Ptrace || sys.Setpgid || sys.Setctty || sys.Noctty ||
+		sys.Foreground || sys.Unshareflags != 0 || sys.PidFD != nil {
+		return Request{}, ErrUnsupported
+	}
+	if sys.Pdeathsig != 0 && sys.Cloneflags&syscall.CLONE_NEWPID == 0 {
+		return Request{}, ErrUnsupported
+	}
+	if len(files) > maxFiles {
+		return Request{}, ErrUnsupported
+	}
+	for _, f := range files {
+		if f == nil {
+			return Request{}, ErrUnsupported
+		}
+	}
+	return Request{
+		Env: env, Files: len(files), CgroupFD: sys.UseCgroupFD,
+		Setsid: sys.Setsid, Pdeathsig: sys.Pdeathsig, Cloneflags: sys.Cloneflags,
+		UIDMappings: sys.UidMappings, GIDMappings: sys.GidMappings, Setgroups: sys.GidMappingsEnableSetgroups,
+		Credential: sys.Credential, AmbientCaps: sys.AmbientCaps,
+	}, nil
+}
+
+// Close ends the spawner and reaps it. The children it started are the
+// caller's and are not affected.
+func (s *Spawner) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked()
+	return nil
+}
+
+// stopLocked closes the socket, which ends the spawner's loop, and reaps
+// the spawner; one that has not gone within a second is killed.
+func (s *Spawner) stopLocked() {
+	if s.conn == nil {
+		return
+	}
+	_ = s.conn.Close()
+	s.conn = nil
+	kill := time.AfterFunc(time.Second, func() { _ = s.proc.Signal(syscall.SIGKILL) })
+	_, _ = s.proc.Wait()
+	kill.Stop()
+}
+
+// reapUnexeced reaps the children of this process that a spawner forked
+// but that failed before their exec (they still carry the spawner's thread
+// name): the spawner's ForkExec cannot wait for them, they are ours.
+func reapUnexeced() {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if unexecedZombie(pid) {
+				var ws unix.WaitStatus
+				_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+			}
+		}
+	}
+}
+
+// unexecedZombie reports whether pid is a zombie named unexecName.
+func unexecedZombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open || len(s) < end+3 {
+		return false
+	}
+	return s[open+1:end] == unexecName && s[end+2] == 'Z'
+}

@@ -1,0 +1,78 @@
+// Package spawner is a small process that clones sandbox helpers on the
+// server's behalf, so that the server itself never forks.
+//
+// Why it exists: a clone that makes a user namespace cannot share the
+// caller's memory (the child has to wait for its uid map, so Go's syscall
+// package forks instead of vforking). Forking the server copies its page
+// tables and write-protects every page of its heap. The child execs at once
+// and drops its copy, but the server then takes a copy-on-write fault, with
+// a TLB-shootdown IPI to each other CPU running one of its threads, for
+// every heap page it writes next. A profile of `codellm serve` at c=4
+// (BENCHMARKS.md) put that at about 16 % of the server's own CPU. The
+// spawner is a re-executed codellm that has done nothing but start: its
+// heap is a few pages, its forks are cheap, and the server's heap is never
+// write-protected.
+//
+// The helpers it starts are the server's children, not its own: the
+// spawner clones with CLONE_PARENT, so the server waits for them, signals
+// them through pidfds and they get the server's parent-death signal, as if
+// the server had cloned them. The spawner can only exec the one executable
+// and argv it was started with (the sealed helper binary); a request
+// chooses the environment, descriptors and namespace attributes only.
+//
+// Wire format (a SOCK_SEQPACKET socket pair; one request, one reply): the
+// request is a JSON [Request] with the child's descriptors attached as
+// SCM_RIGHTS, in order, followed by the cgroup descriptor when
+// Request.CgroupFD is set; the reply is a JSON [Reply].
+package spawner
+
+import "syscall"
+
+// Marker is argv[1] of a spawner process; EnvMarker=1 is in its environment.
+const (
+	Marker    = "\x01codellm-sandbox-spawner"
+	EnvMarker = "CODELLM_SANDBOX_SPAWNER"
+)
+
+// Descriptors of a spawner process: its end of the socket pair and the
+// executable it clones helpers of.
+const (
+	sockFD = 3
+	exeFD  = 4
+)
+
+// unexecName is the spawner's thread name, which a forked child carries
+// until its exec replaces it: a zombie child of the server with this name
+// is a clone that failed before it exec'd (see reapUnexeced).
+const unexecName = "codellm-spawner"
+
+// Request asks for one helper: the fields of syscall.SysProcAttr the
+// sandbox uses. Files descriptors are attached to the message.
+type Request struct {
+	Env         []string               `json:"env"`
+	Files       int                    `json:"files"`
+	CgroupFD    bool                   `json:"cgroup_fd,omitempty"`
+	Setsid      bool                   `json:"setsid,omitempty"`
+	Pdeathsig   syscall.Signal         `json:"pdeathsig,omitempty"`
+	Cloneflags  uintptr                `json:"cloneflags"`
+	UIDMappings []syscall.SysProcIDMap `json:"uid_mappings,omitempty"`
+	GIDMappings []syscall.SysProcIDMap `json:"gid_mappings,omitempty"`
+	Setgroups   bool                   `json:"setgroups,omitempty"`
+	Credential  *syscall.Credential    `json:"credential,omitempty"`
+	AmbientCaps []uintptr              `json:"ambient_caps,omitempty"`
+}
+
+// Reply is the spawner's answer: the child's PID, or the errno and text of
+// why there is none.
+type Reply struct {
+	PID   int    `json:"pid,omitempty"`
+	Errno int    `json:"errno,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// maxFiles bounds the descriptors of one request (a helper gets at most
+// seven, plus the cgroup's).
+const maxFiles = 16
+
+// maxMessage bounds one request or reply.
+const maxMessage = 64 << 10
