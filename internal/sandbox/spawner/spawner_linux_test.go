@@ -48,7 +48,7 @@ var stableStart = func() StartFunc {
 }()
 
 // startShell starts a spawner whose children run `sh -c "$SCRIPT"`.
-func startShell(t *testing.T) *Spawner {
+func startShell(t testing.TB) *Spawner {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
