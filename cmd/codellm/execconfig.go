@@ -20,6 +20,7 @@ import (
 	"github.com/codellm/codellm/internal/metrics"
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/scratch"
 	"github.com/codellm/codellm/internal/seal"
 	"github.com/codellm/codellm/internal/slots"
 )
@@ -193,6 +194,19 @@ func (l *lazyEgressMetrics) Bytes(direction string, n int64) {
 
 // build turns the flags into a sandbox and an engine configuration. Every mistake is a startup error that
 // names the flag or entry.
+// openScratch moves a long-running command's per-run scratch (the pipeline's block directories, the
+// runner's private directory) onto a private tmpfs below --work-dir when that is a disk filesystem and
+// codellm may mount (package scratch); f.workDir is the scratch directory from then on. Close it after the
+// runner and the Sandbox.
+func (f *execFlags) openScratch(log *slog.Logger) (*scratch.Dir, error) {
+	sc, err := scratch.Open(f.workDir, log)
+	if err != nil {
+		return nil, fmt.Errorf("--work-dir: %w", err)
+	}
+	f.workDir = sc.Path
+	return sc, nil
+}
+
 func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, error) {
 	var ecfg engine.Config
 	reg, kitDir, err := f.registry(log)

@@ -77,6 +77,12 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ef.prestart = true // a long-lived server: the next request's helper waits ready
+	sc, err := ef.openScratch(log)
+	if err != nil {
+		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
+		return 1
+	}
+	defer sc.Close() // last: the runner's workspace mounts are below it
 	ecfg, sb, err := ef.build(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)

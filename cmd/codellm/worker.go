@@ -506,8 +506,13 @@ func commandEgressSandbox(ef *execFlags, pol *egress.Policy, log *slog.Logger) (
 // chat core directly (no HTTP server in-process): exactly-once is the hub's settlement, so neither the
 // server's idempotency guard nor its listener rules apply here.
 func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log *slog.Logger) ([]string, *workspace.Options, func(), error) {
+	sc, err := ef.openScratch(log)
+	if err != nil {
+		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+	}
 	ecfg, sb, err := ef.build(log)
 	if err != nil {
+		sc.Close()
 		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 	}
 	f.runsEgress = sb.Report().Egress
@@ -515,6 +520,7 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 	// sandbox's private tmpfs, copied back for sessions.
 	rn, err := runner.New(ef.runnerConfig(runner.Config{WorkspaceSize: defaultWorkspaceSize}, ecfg, sb, log))
 	if err != nil {
+		sc.Close()
 		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 	}
 	eng := engine.New(ecfg, nil)
@@ -522,10 +528,11 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 	// The sandbox self-test runs before registration; a failure is fatal (§11.2).
 	if reason := eng.SelfCheck(context.Background(), log); reason != "" {
 		rn.Close()
+		sc.Close()
 		return nil, nil, nil, fmt.Errorf("%w: sandbox self-test failed: %s", worker.ErrConfig, reason)
 	}
 	cfg.Supervisor = worker.NewEmbedded(rn, chat.New(chat.Config{Engine: eng, Logger: log}).Handler(), f.stateful)
-	return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close() }, nil
+	return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close(); sc.Close() }, nil
 }
 
 // buildSupervisor makes the runtime supervisor named sup (§11.4) and puts it in cfg. It returns the

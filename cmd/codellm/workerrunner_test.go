@@ -34,7 +34,10 @@ func TestWorkerRunnerHonoursExecSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeSup()
-	if m, _ := filepath.Glob(filepath.Join(dir, "codellm-runner-*")); len(m) != 1 {
-		t.Fatalf("runner directories under --work-dir %s: %v, want one", dir, m)
+	// Directly below it, or below the private scratch tmpfs codellm mounts there (package scratch).
+	m, _ := filepath.Glob(filepath.Join(dir, "codellm-runner-*"))
+	s, _ := filepath.Glob(filepath.Join(dir, "codellm-scratch-*", "codellm-runner-*"))
+	if len(m)+len(s) != 1 {
+		t.Fatalf("runner directories under --work-dir %s: %v %v, want one", dir, m, s)
 	}
 }

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-	"slices"
 	"testing"
 
 	"github.com/codellm/codellm/internal/testhelp"
