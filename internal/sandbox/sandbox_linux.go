@@ -568,10 +568,14 @@ func (r *Run) start(spec *Spec, seq int) (*Process, error) {
 		}
 	}
 	var child *cgroup.Group
-	if use.has(mCgroup) && seq == 1 && r.plat.block1 != nil {
-		child = r.plat.block1 // made ahead with the pooled run group
+	name := "block-" + strconv.Itoa(seq)
+	if b1 := r.plat.block1; use.has(mCgroup) && seq == 1 && b1 != nil && (use.has(mPIDNS) || !b1.Accounting()) {
+		child = b1 // made ahead with the pooled run group
 	} else if use.has(mCgroup) && r.plat.group != nil {
-		c, err := r.plat.group.NewChild("block-" + strconv.Itoa(seq))
+		if seq == 1 && r.plat.block1 != nil {
+			name += "-own" // the pooled one only measures; this block's group must also freeze
+		}
+		c, err := blockGroup(r.plat.group, name, use)
 		if err != nil {
 			if s.cfg.Mode == ModeNative {
 				return nil, &UnavailableError{Mechanism: MechCgroup, Reason: "create block cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
@@ -581,6 +585,16 @@ func (r *Run) start(spec *Spec, seq int) (*Process, error) {
 		child = c
 	}
 	return r.spawnIn(spec, use, false, child)
+}
+
+// blockGroup makes a block's cgroup below its run's. A block that is its PID namespace's init only needs
+// one to measure (an accounting child: on cgroup v1 no directories of its own in the cpu and freezer
+// hierarchies); one without a PID namespace is killed through its group, which needs the freezer.
+func blockGroup(run *cgroup.Group, name string, use mechSet) (*cgroup.Group, error) {
+	if use.has(mPIDNS) {
+		return run.NewAccountingChild(name)
+	}
+	return run.NewChild(name)
 }
 
 // spawn starts the helper with the mechanisms in use.

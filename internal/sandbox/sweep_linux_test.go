@@ -106,8 +106,14 @@ func TestNewSweepsStaleRunGroups(t *testing.T) {
 		}
 		return err == nil && fi.IsDir()
 	}
-	if !isDir(staleG.Path()) || !isDir(staleC.Path()) {
-		t.Fatalf("stale group missing before New: %s", staleG.Path())
+	// Another package's test binary starting a Sandbox at this moment sweeps the stale group as well
+	// (go test runs packages in parallel, and it is a dead codellm's group to every process): make it again.
+	for try := 0; !isDir(staleG.Path()) || !isDir(staleC.Path()); try++ {
+		if try == 5 {
+			t.Fatalf("stale group keeps disappearing before New: %s", staleG.Path())
+		}
+		dead, id = deadPid(t), randomID(t)
+		staleG, staleC = mk(fmt.Sprintf("codellm-%d-%s-1", dead, id))
 	}
 	if _, err := New(Config{Mode: ModeOff}); err != nil {
 		t.Fatalf("New: %v", err)

@@ -729,3 +729,92 @@ func TestPopulatedFollowsTheSubtree(t *testing.T) {
 	gc.wait(t)
 	check("reaped", false)
 }
+
+// An accounting child has directories of its own only where Stats reads per-group numbers (v1: memory,
+// pids, cpuacct); in the other hierarchies its processes are in the run group. It measures, kills what it
+// lists, and its removal leaves the run group whole.
+func TestAccountingChild(t *testing.T) {
+	h := requireHost(t)
+	run := newTestGroup(t, h, Limits{Memory: 256 << 20, Pids: 64})
+	c, err := run.NewAccountingChild("block-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, hr := range h.hiers {
+		measured := slices.ContainsFunc(hr.ctrls, func(s string) bool { return s == "memory" || s == "pids" || s == "cpuacct" })
+		_, statErr := os.Stat(run.dirs[i] + "/block-1")
+		switch {
+		case h.version == 2 || measured:
+			if c.dirs[i] == "" || statErr != nil {
+				t.Errorf("hierarchy %v: want a directory of the child's own (%q): %v", hr.ctrls, c.dirs[i], statErr)
+			}
+		default:
+			if c.dirs[i] != "" || statErr == nil {
+				t.Errorf("hierarchy %v: want none for the child, got %q (stat %v)", hr.ctrls, c.dirs[i], statErr)
+			}
+		}
+	}
+	if h.version == 1 && !c.Accounting() && len(h.hiers) > 3 {
+		t.Errorf("a v1 host with %d hierarchies gave a child with every directory", len(h.hiers))
+	}
+	gc := startGated(t, "sh", "-c", "while :; do :; done")
+	if err := c.Add(gc.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	// In /proc/<pid>/cgroup: the child's path where it has a directory, the run's elsewhere.
+	for i, hr := range h.hiers {
+		want := c.rels[i]
+		if want == "" {
+			want = run.rels[i]
+		}
+		if got := cgroupOf(t, gc.cmd.Process.Pid, hr); got != want {
+			t.Errorf("hierarchy %v: process in %q, want %q", hr.ctrls, got, want)
+		}
+	}
+	if pop, err := c.Populated(); err != nil || !pop {
+		t.Errorf("Populated = %v, %v with a member", pop, err)
+	}
+	if _, err := io.WriteString(gc.gate, "go\n"); err != nil { // spin, so the child has CPU to report
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := gc.wait(t); st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("member after Kill: %v, want SIGKILL", st)
+	}
+	if err := c.WaitEmpty(DefaultWait); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.Stats(); err != nil || s.CPU <= 0 {
+		t.Errorf("child stats %+v, %v: want the member's CPU", s, err)
+	}
+	if err := c.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range h.hiers {
+		if _, err := os.Stat(run.dirs[i]); err != nil {
+			t.Errorf("run group's %s removed with its accounting child: %v", run.dirs[i], err)
+		}
+	}
+	if err := run.SetCPUWeight(2); err != nil {
+		t.Errorf("run group after the child's removal: %v", err)
+	}
+}
+
+// cgroupOf is pid's cgroup path in hierarchy hr (/proc/<pid>/cgroup).
+func cgroupOf(t *testing.T, pid int, hr hier) string {
+	t.Helper()
+	for _, l := range readLines("/proc/" + strconv.Itoa(pid) + "/cgroup") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if h := hr.ctrls; (len(h) == 0 && parts[1] == "") || (len(h) > 0 && slices.Contains(strings.Split(parts[1], ","), h[0])) {
+			return parts[2]
+		}
+	}
+	t.Fatalf("pid %d: no line for %v", pid, hr.ctrls)
+	return ""
+}

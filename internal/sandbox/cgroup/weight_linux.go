@@ -14,10 +14,10 @@ const (
 // (cpu.shares 1024·n on v1, cpu.weight 100·n on v2, within the kernel's
 // bounds), so that under contention the group's processes together get
 // what n separate processes would, rather than the share of one. Without
-// the cpu controller it does nothing.
+// the cpu controller (or for an accounting child) it does nothing.
 func (g *Group) SetCPUWeight(n int) error {
 	h := g.host
-	if h.cpu < 0 || n < 1 {
+	if h.cpu < 0 || n < 1 || g.dirs[h.cpu] == "" { // "": an accounting child weighs with its parent
 		return nil
 	}
 	if h.version == 2 {
