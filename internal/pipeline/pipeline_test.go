@@ -1089,3 +1089,20 @@ func TestEveryKillReasonReachable(t *testing.T) {
 		})
 	}
 }
+
+// A block's stdout into the next block is a pipe of interBlockPipe bytes (a writer like cat does not block
+// halfway through each write); the last block's stdout is the capture pipe, sized for the output cap.
+func TestInterBlockPipesAreGrown(t *testing.T) {
+	forModes(t, func(t *testing.T, h *harness) {
+		const getPipeSize = 1032 // F_GETPIPE_SZ
+		probe := "import fcntl, sys\nprint(fcntl.fcntl(1, %d))\nsys.stdout.flush()\n"
+		res := h.run(t, context.Background(), Request{Steps: []Step{
+			py(t, fmt.Sprintf(probe, getPipeSize)),
+			sh(t, `read n; echo "{\"answer\":\"$n\"}"`),
+		}})
+		wantOK(t, res)
+		if got, want := string(res.Stdout), fmt.Sprintf("{\"answer\":\"%d\"}\n", interBlockPipe); got != want {
+			t.Errorf("first block's stdout pipe: %q, want %q", got, want)
+		}
+	})
+}

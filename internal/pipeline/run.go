@@ -238,6 +238,7 @@ func (r *run) preparePipes() (err error) {
 		up, down := r.blocks[i], r.blocks[i+1]
 		if !r.req.Tap {
 			down.stdin, up.stdout = pipe()
+			growPipe(up.stdout, interBlockPipe)
 			continue
 		}
 		var ar, bw *os.File
@@ -262,6 +263,13 @@ func (r *run) preparePipes() (err error) {
 	}
 	return nil
 }
+
+// interBlockPipe is the buffer asked for each pipe from one block to the next. With the kernel's default
+// of 64 KiB a writer like cat (128 KiB per write) blocks halfway through every write and each chunk costs
+// two context switches; at 1 MiB, 1 GiB through three cat blocks ran 35–60 % faster (the same processes
+// outside any sandbox, BENCHMARKS.md). The pages are charged to the writing block's memory cgroup, so a
+// run's pipes stay inside its memory limit; a pipe that is never filled costs nothing.
+const interBlockPipe = 1 << 20
 
 // maxCapturePipe bounds the buffer asked for the captured-stdout pipe (see growPipe): one per run, so even
 // many concurrent runs stay far below the kernel's per-user pipe budget.
