@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/codellm/codellm/internal/sandbox/hook"
 )
 
 // BenchmarkSpawn measures starting and reaping /bin/true: bare (no helper),
@@ -171,7 +169,7 @@ func BenchmarkHelperStart(b *testing.B) {
 			var cpu time.Duration
 			var faults int64
 			for b.Loop() {
-				cmd := &exec.Cmd{Path: exe, Args: []string{"codellm-sandbox", hook.Marker}, Env: v.env}
+				cmd := &exec.Cmd{Path: exe, Args: helperArgv, Env: v.env}
 				if err := cmd.Run(); err == nil {
 					b.Fatal("helper without a spec exited 0")
 				}

@@ -109,7 +109,7 @@ func (s *Sandbox) newPooledGroup() (pooledGroup, error) {
 	if err != nil {
 		return pooledGroup{}, err
 	}
-	c, err := blockGroup(g, "block-1", s.plat.want&s.plat.avail&^s.plat.disabled)
+	c, err := blockGroup(g, "block-1", s.plat.runMechs())
 	if err != nil {
 		_ = g.Remove()
 		return pooledGroup{}, err

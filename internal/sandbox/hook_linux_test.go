@@ -39,7 +39,7 @@ func startHelper(t *testing.T, env []string, spec []byte) (stderr, status string
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := &exec.Cmd{Path: exe, Args: []string{"codellm-sandbox", hook.Marker}, Env: env}
+	cmd := &exec.Cmd{Path: exe, Args: helperArgv, Env: env}
 	var se bytes.Buffer
 	cmd.Stderr = &se
 	var statR *os.File

@@ -137,7 +137,7 @@ func (s *Sandbox) prestartHelper(child *cgroup.Group) (*idleHelper, error) {
 // deterministic mode.
 func (s *Sandbox) defaultClone(child *cgroup.Group) cloneSpec {
 	p := &s.plat
-	use := blockUse((p.want&p.avail)&^p.disabled, s.cfg.Network, child)
+	use := blockUse(p.runMechs(), s.cfg.Network, child)
 	return cloneSpec{use: use, uid: p.hostUID, gid: p.hostGID}
 }
 

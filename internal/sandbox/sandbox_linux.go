@@ -441,7 +441,7 @@ func (r *Run) init() error {
 		}
 		return nil
 	}
-	r.plat.use = (p.want & p.avail) &^ p.disabled
+	r.plat.use = p.runMechs()
 	if !r.plat.use.has(mCgroup) {
 		return nil
 	}
@@ -465,6 +465,10 @@ func (r *Run) init() error {
 	r.plat.group = g
 	return nil
 }
+
+// runMechs are the mechanisms a new run's blocks get: what the mode asks for, the host has and no
+// differential test switched off.
+func (p *platform) runMechs() mechSet { return (p.want & p.avail) &^ p.disabled }
 
 // privateRoot reports whether the run's blocks get a private root (and so MountAt).
 func (r *Run) privateRoot() bool {

@@ -42,7 +42,8 @@ func Open(workRoot string, log *slog.Logger) (*Dir, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("scratch: %w", err)
 	}
-	if err := unix.Mount("codellm-scratch", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size="+strconv.FormatInt(size(), 10)); err != nil {
+	limit := size()
+	if err := unix.Mount("codellm-scratch", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size="+strconv.FormatInt(limit, 10)); err != nil {
 		_ = os.Remove(dir)
 		return unmounted(workRoot, "mount tmpfs: "+err.Error(), log), nil
 	}
@@ -57,7 +58,7 @@ func Open(workRoot string, log *slog.Logger) (*Dir, error) {
 		return nil, fmt.Errorf("scratch: lock %s: %w", dir, err)
 	}
 	if log != nil {
-		log.Info("scratch directories on a private tmpfs", "dir", dir, "max_bytes", size())
+		log.Info("scratch directories on a private tmpfs", "dir", dir, "max_bytes", limit)
 	}
 	return &Dir{Path: dir, mounted: true, close: func() error {
 		err := unix.Unmount(dir, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)

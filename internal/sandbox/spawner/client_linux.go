@@ -149,7 +149,7 @@ func (s *Spawner) roundTrip(payload, oob []byte) (Reply, error) {
 	if _, _, err := s.conn.WriteMsgUnix(payload, oob, nil); err != nil {
 		return reply, err
 	}
-	buf := make([]byte, maxMessage)
+	buf := make([]byte, maxReply)
 	n, _, _, _, err := s.conn.ReadMsgUnix(buf, nil)
 	if err != nil {
 		return reply, err

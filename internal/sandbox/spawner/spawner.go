@@ -48,5 +48,9 @@ const unexecName = "codellm-spawner"
 // seven, plus the cgroup's).
 const maxFiles = 16
 
-// maxMessage bounds one request or reply.
-const maxMessage = 64 << 10
+// maxMessage bounds one request; maxReply one reply (a PID, or an errno and its text), read into a
+// buffer allocated per request.
+const (
+	maxMessage = 64 << 10
+	maxReply   = 4 << 10
+)
