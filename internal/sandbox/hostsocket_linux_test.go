@@ -73,6 +73,7 @@ func TestE_HostSocketUnderSharedDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
 	if rep := s.Report(); !rep.Ready {
 		skipOrFail(t, "native sandbox with a shared dir not ready here: %v %v", rep.Missing, rep.Mechanisms)
 	}

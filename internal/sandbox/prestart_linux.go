@@ -38,13 +38,14 @@ type idleHelper struct {
 	// prebuilt: it has built the block-independent part of a private root
 	// (hook.prepareRoot) from prebuildSpec and adds only the block's parts.
 	prebuilt bool
+	overlaid []string // see launched.overlaid
 }
 
 // prebuildSpec is the spec a pre-started helper builds the block-independent
 // part of its private root from (staging root, system directories, /etc,
 // the shared dir, /dev, /proc, /tmp): that of a block with the Sandbox's
 // defaults and no program or workdir of its own. nil without a private root.
-func (s *Sandbox) prebuildSpec(cl cloneSpec) []byte {
+func (s *Sandbox) prebuildSpec(cl cloneSpec, overlaid []string) []byte {
 	if !cl.use.has(mRootFS) {
 		return nil
 	}
@@ -52,6 +53,9 @@ func (s *Sandbox) prebuildSpec(cl cloneSpec) []byte {
 	hs, err := r.helperSpec(&Spec{Path: "/bin/true", Args: []string{"true"}, Dir: "/"}, cl.use, false)
 	if err != nil {
 		return nil
+	}
+	if overlaidRoot(cl.use) {
+		hs.Overlaid = overlaid
 	}
 	return hs.Encode()
 }
@@ -107,15 +111,15 @@ func (s *Sandbox) prestartHelper(child *cgroup.Group) (*idleHelper, error) {
 	}
 	defer statW.Close()
 	attr := helperAttr(cl, s.plat.euid, child)
-	osp, err := s.plat.startHelper(append(helperEnv[:len(helperEnv):len(helperEnv)], hook.EnvPooled+"=1"),
-		[]*os.File{null, null, null, sockChild, statW, null}, attr)
+	osp, overlaid, err := s.plat.startHelper(append(helperEnv[:len(helperEnv):len(helperEnv)], hook.EnvPooled+"=1"),
+		[]*os.File{null, null, null, sockChild, statW, null}, attr, overlaidRoot(cl.use))
 	if err != nil {
 		unix.Close(pair[0])
 		statR.Close()
 		return nil, startError(cl.use, err)
 	}
-	h := &idleHelper{osp: osp, sock: pair[0], statR: statR, cl: cl, group: child}
-	pre := s.prebuildSpec(cl)
+	h := &idleHelper{osp: osp, sock: pair[0], statR: statR, cl: cl, group: child, overlaid: overlaid}
+	pre := s.prebuildSpec(cl, overlaid)
 	if err := sendPreSpec(h.sock, pre); err != nil {
 		h.discard()
 		return nil, fmt.Errorf("send the pre-start spec: %w", err)
@@ -178,7 +182,7 @@ func (h *idleHelper) launch(bf *blockFiles) (*launched, error) {
 		}
 		return nil
 	}
-	return &launched{osp: h.osp, statR: h.statR, start: start, joined: true, pooled: true, deliver: deliver}, nil
+	return &launched{osp: h.osp, statR: h.statR, start: start, joined: true, pooled: true, deliver: deliver, overlaid: h.overlaid}, nil
 }
 
 // discard kills an unused idle helper, reaps it and closes its

@@ -126,6 +126,8 @@ func (s *Sandbox) init() error {
 		s.trialSpawn()
 	}
 	p.use = p.want & p.avail
+	// After the trial spawn, which decides whether blocks get overlays.
+	p.spawner.setOverlay(s.spawnerOverlay(), s.log)
 	s.report = s.buildReport()
 	if p.cg != nil && s.prestartable() {
 		s.startRefill() // the first request finds its helper waiting

@@ -38,7 +38,15 @@ type launched struct {
 	joined  bool // already inside the block's cgroup
 	pooled  bool // pre-started (idleHelper)
 	deliver func(spec []byte) error
+	// overlaid: the host directories its namespace has overlaid in place
+	// already (startHelper), for its spec.
+	overlaid []string
 }
+
+// overlaidRoot reports whether a block with mechanisms use shows host
+// directories through overlays in a private root: only such a block's helper
+// may come from a spawner that overlaid them (startHelper).
+func overlaidRoot(use mechSet) bool { return use.has(mRootFS | mOverlay) }
 
 // spawnIn starts the helper with the mechanisms in use, inside cgroup
 // child when given: the run's pre-started helper when it matches the block
@@ -115,6 +123,9 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 			killWait(osp)
 			return nil, &UnavailableError{Mechanism: MechCgroup, Reason: "join block cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
 		}
+	}
+	if overlaidRoot(mechSet(hs.Mech)) {
+		hs.Overlaid = hl.overlaid
 	}
 	_ = hl.deliver(hs.Encode()) // a failure means the helper died; the status pipe says why
 
@@ -327,7 +338,7 @@ func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*lau
 	}
 	attr := helperAttr(cl, r.sb.plat.euid, child)
 	start := time.Now()
-	osp, err := r.sb.plat.startHelper(helperEnv, append(append(bf.list()[:3:3], specR, statW, bf.dir), extra...), attr)
+	osp, overlaid, err := r.sb.plat.startHelper(helperEnv, append(append(bf.list()[:3:3], specR, statW, bf.dir), extra...), attr, overlaidRoot(cl.use))
 	specR.Close()
 	statW.Close()
 	if err != nil {
@@ -341,7 +352,7 @@ func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*lau
 		_, err := specW.Write(b)
 		return err
 	}
-	return &launched{osp: osp, statR: statR, start: start, joined: attr.UseCgroupFD, deliver: deliver}, netParent, nil
+	return &launched{osp: osp, statR: statR, start: start, joined: attr.UseCgroupFD, deliver: deliver, overlaid: overlaid}, netParent, nil
 }
 
 func closeIfSet(f *os.File) {

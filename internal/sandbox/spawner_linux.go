@@ -4,12 +4,15 @@ package sandbox
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/codellm/codellm/internal/sandbox/hook"
+	"github.com/codellm/codellm/internal/sandbox/mount"
 	"github.com/codellm/codellm/internal/sandbox/spawner"
 )
 
@@ -72,33 +75,58 @@ const maxSpawnerStarts = 3
 // closed) helpers are cloned from the server as before: slower, not less
 // confined.
 type helperSpawner struct {
-	mu     sync.Mutex
-	sp     *spawner.Spawner
-	starts int
-	closed bool
+	mu      sync.Mutex
+	sp      *spawner.Spawner
+	born    time.Time // when sp started
+	starts  int
+	closed  bool
+	overlay []spawner.OverlayDir // see Sandbox.spawnerOverlay
+	log     *slog.Logger
+	told    bool // the log has the spawner's reason for directories it did not overlay
 }
 
 // startHelper clones a block helper with the given environment,
 // descriptors and clone attributes: through the Sandbox's spawner when the
 // clone makes a user namespace (Go forks, rather than vforks, only those),
 // otherwise, or when the spawner cannot take it, from a locked server
-// thread.
-func (p *platform) startHelper(env []string, files []*os.File, attr *syscall.SysProcAttr) (*os.Process, error) {
+// thread. overlays says the block's private root shows host directories as
+// overlays (mRootFS and mOverlay): only such a block may come from a
+// spawner that overlaid them in place, since the host directories are
+// covered in its namespace. The directories the helper's namespace has
+// overlaid already are returned for its spec (hook.Spec.Overlaid).
+func (p *platform) startHelper(env []string, files []*os.File, attr *syscall.SysProcAttr, overlays bool) (*os.Process, []string, error) {
 	if attr.Cloneflags&syscall.CLONE_NEWUSER != 0 {
-		if sp := p.spawner.get(p.helperPath); sp != nil {
-			osp, err := sp.Spawn(env, files, attr)
-			switch {
-			case errors.Is(err, spawner.ErrClosed):
-				p.spawner.drop(sp)
-			case !errors.Is(err, spawner.ErrUnsupported):
-				return osp, err
+		// A second try when the first spawner was closed meanwhile (replaced, or died).
+		for range 2 {
+			sp := p.spawner.get(p.helperPath)
+			if sp == nil || !overlays && len(sp.Overlaid()) > 0 {
+				break
 			}
+			osp, err := sp.Spawn(env, files, attr)
+			if errors.Is(err, spawner.ErrClosed) {
+				p.spawner.drop(sp)
+				continue
+			}
+			if !errors.Is(err, spawner.ErrUnsupported) {
+				return osp, sp.Overlaid(), err
+			}
+			break
 		}
 	}
-	return startOnStableThread(p.helperPath, helperArgv, &os.ProcAttr{Env: env, Files: files, Sys: attr})
+	osp, err := startOnStableThread(p.helperPath, helperArgv, &os.ProcAttr{Env: env, Files: files, Sys: attr})
+	return osp, nil, err
 }
 
-// get returns the running spawner, starting one if there is none; nil when
+// overlayMaxAge is how long one spawner's overlays serve blocks. An
+// overlay may keep showing a lower layer's entries as they were when it
+// first looked them up (a host package upgraded meanwhile), so the
+// spawner, and with it the overlays, is replaced after this long: blocks
+// see host changes to the system directories, /etc and the shared dir
+// within about a minute, as a block that runs that long would anyway.
+const overlayMaxAge = time.Minute
+
+// get returns the running spawner, starting one if there is none or
+// replacing one whose overlays are older than overlayMaxAge; nil when
 // helpers should be cloned directly.
 func (h *helperSpawner) get(self string) *spawner.Spawner {
 	h.mu.Lock()
@@ -106,13 +134,64 @@ func (h *helperSpawner) get(self string) *spawner.Spawner {
 	if h.closed || helperFile == nil {
 		return nil
 	}
+	if h.sp != nil && len(h.sp.Overlaid()) > 0 && time.Since(h.born) >= overlayMaxAge {
+		// A planned replacement, not a failure: it does not count against maxSpawnerStarts.
+		_ = h.sp.Close()
+		h.sp = nil
+		h.starts--
+	}
 	if h.sp == nil && h.starts < maxSpawnerStarts {
 		h.starts++
-		if sp, err := spawner.Start(startOnStableThread, self, helperFile, helperArgv); err == nil {
-			h.sp = sp
+		if sp, err := spawner.Start(startOnStableThread, self, helperFile, helperArgv, h.overlay); err == nil {
+			h.sp, h.born = sp, time.Now()
+			if why := sp.Why(); why != "" && h.log != nil && !h.told {
+				h.told = true
+				h.log.Warn("sandbox: the spawner could not overlay every host directory in place; those blocks mount their own overlays (slower, as confined)", "reason", why)
+			}
 		}
 	}
 	return h.sp
+}
+
+// setOverlay sets the directories later spawners overlay in place and
+// ends a running spawner made without them.
+func (h *helperSpawner) setOverlay(dirs []spawner.OverlayDir, log *slog.Logger) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.overlay, h.log = dirs, log
+	if h.sp != nil {
+		_ = h.sp.Close()
+		h.sp = nil
+		h.starts--
+	}
+}
+
+// spawnerOverlay lists the host directories a spawner should overlay in
+// place: as root (the spawner needs its own mount namespace), when blocks
+// get private roots with overlays, every system directory that is a
+// directory (not a merged-/usr symlink), /etc and the shared dir, except
+// those with host mounts below them (their blocks split them entry by
+// entry, as before).
+func (s *Sandbox) spawnerOverlay() []spawner.OverlayDir {
+	p := &s.plat
+	if p.euid != 0 || !p.runMechs().has(mRootFS|mOverlay) {
+		return nil
+	}
+	var dirs []spawner.OverlayDir
+	add := func(d string, hidden bool) {
+		if st, err := os.Lstat(d); err != nil || !st.IsDir() || len(hostMounts.below([]string{d})) > 0 {
+			return
+		}
+		dirs = append(dirs, spawner.OverlayDir{Path: d, Hidden: hidden})
+	}
+	for _, d := range mount.SystemDirs {
+		add(d, false)
+	}
+	add("/etc", false)
+	if s.cfg.Shared != "" {
+		add(s.cfg.Shared, true)
+	}
+	return dirs
 }
 
 // drop forgets a spawner that failed (it is closed and reaped already).

@@ -80,6 +80,7 @@ func (s *Spec) Encode() []byte {
 	e.bytes(s.FakeTimeRC)
 	e.flag(s.Hold)
 	e.u64(uint64(s.WorkSize))
+	e.strs(s.Overlaid)
 	return e.b
 }
 
@@ -178,6 +179,7 @@ func Decode(b []byte) (*Spec, error) {
 	s.FakeTimeRC = d.bytes()
 	s.Hold = d.flag()
 	s.WorkSize = int64(d.u64())
+	s.Overlaid = d.strs()
 	if d.bad || len(d.b) != 0 || len(s.Seccomp)%8 != 0 {
 		return nil, errBadSpec
 	}

@@ -12,7 +12,7 @@ func fullSpec() *Spec {
 		TmpSize: 64 << 20, FileSize: -1, OpenFiles: 1024, CPUSeconds: 1<<63 + 5,
 		SystemDirs: []string{"/usr", "/bin"}, EtcEntries: []string{"ld.so.cache"}, DevNodes: []string{"null"},
 		Passwd: []byte("root:x:0:0\n"), Group: []byte("g\n"), Hosts: []byte("h\n"), Hostname: []byte("codellm\n"),
-		Staging: "/tmp", UTSName: "codellm", Shared: "/kit", HostMounts: []string{"/usr/local/x"}, ProbeSocket: "p.sock",
+		Staging: "/tmp", UTSName: "codellm", Shared: "/kit", HostMounts: []string{"/usr/local/x"}, Overlaid: []string{"/usr", "/etc"}, ProbeSocket: "p.sock",
 		LandlockABI: 7, HandledFS: 0xffff, HandledNet: 3, Scoped: 3,
 		Rules:   []LandlockRule{{Path: "/usr", Access: 7, Optional: true}, {Path: "/", Access: 8}},
 		Seccomp: []byte{1, 2, 3, 4, 5, 6, 7, 8}, CapLastCap: 40, FakeTimeRC: []byte("@2024-01-01 00:00:00 i0.001\n"), ReadOnly: true, Hold: true, WorkSize: 256 << 20,

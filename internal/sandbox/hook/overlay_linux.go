@@ -42,7 +42,33 @@ type sysTree struct {
 	mounts  []string // host mount points below the mirrored directories: Spec.HostMounts, or mountinfo once read
 	read    bool     // mounts came from this namespace's /proc/self/mountinfo
 	split   int      // entries mirrored one by one so far (at most maxSplit)
-	inPlace []string // host directories overlaid in place (overlayInPlace)
+	inPlace []string // host directories overlaid in place (overlayInPlace, or Spec.Overlaid)
+}
+
+// overlayfsMagic is statfs(2)'s f_type of an overlayfs (OVERLAYFS_SUPER_MAGIC).
+const overlayfsMagic = 0x794c7630
+
+// takeOverlaid records the directories the spawner overlaid in place
+// (Spec.Overlaid), which are then bound like /etc's entries after
+// overlayInPlace. Each must be an overlay in this namespace: binding a
+// plain host directory instead would leave its host sockets connectable,
+// so a spec that claims otherwise fails the overlay mechanism.
+func (t *sysTree) takeOverlaid(dirs []string) error {
+	for _, d := range dirs {
+		var sfs syscall.Statfs_t
+		if err := syscall.Statfs(d, &sfs); err != nil {
+			return errOverlay{wrap("build root filesystem: statfs "+d, err)}
+		}
+		// A host whose root filesystem is an overlay (a container) passes
+		// the type check with plain directories, so the directory must also
+		// be a mount point: its device differs from its parent's.
+		var own, up syscall.Stat_t
+		if uint32(sfs.Type) != overlayfsMagic || syscall.Stat(d, &own) != nil || syscall.Stat(parentDir(d), &up) != nil || own.Dev == up.Dev {
+			return errOverlay{&herr{"build root filesystem: " + d + " was to be overlaid in place by the spawner but is not an overlay mount", nil}}
+		}
+		t.inPlace = append(t.inPlace, d)
+	}
+	return nil
 }
 
 // maxSplit bounds the entries a block's root mirrors one by one (each
@@ -94,7 +120,7 @@ func (t *sysTree) dir(src, dst string) error {
 // entries get their own overlays instead.
 func (t *sysTree) overlayInPlace(src string) error {
 	var st syscall.Stat_t
-	if !t.overlay || syscall.Lstat(src, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+	if !t.overlay || t.overlaid(src) || syscall.Lstat(src, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		return nil
 	}
 	below, err := t.retryBelow(src, func() error { return mountOverlay(src, src) })
@@ -126,10 +152,10 @@ func (t *sysTree) retryBelow(src string, mount func() error) (below bool, err er
 	return false, err
 }
 
-// overlaid reports whether src is below a directory overlaid in place.
+// overlaid reports whether src is a directory overlaid in place or below one.
 func (t *sysTree) overlaid(src string) bool {
 	for _, d := range t.inPlace {
-		if isBelow(src, d) {
+		if src == d || isBelow(src, d) {
 			return true
 		}
 	}
@@ -147,6 +173,16 @@ func (t *sysTree) hasBelow(src string) bool {
 }
 
 // isBelow reports whether path p lies strictly below directory d.
+// parentDir is the parent of absolute path p ("/" for a top-level entry).
+func parentDir(p string) string {
+	for i := len(p) - 1; i > 0; i-- {
+		if p[i] == '/' {
+			return p[:i]
+		}
+	}
+	return "/"
+}
+
 func isBelow(p, d string) bool {
 	return len(p) > len(d) && p[:len(d)] == d && p[len(d)] == '/'
 }

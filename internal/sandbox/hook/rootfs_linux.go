@@ -47,11 +47,17 @@ func prepareRoot(sp *Spec) (*preparedRoot, error) {
 	if err != nil {
 		return pr, err
 	}
+	// Before the staging root covers their paths (the shared dir may be below it).
+	st := &sysTree{overlay: sp.Mech&MOverlay != 0, mounts: sp.HostMounts}
+	if st.overlay {
+		if err := st.takeOverlaid(sp.Overlaid); err != nil {
+			return pr, err
+		}
+	}
 	r := sp.Staging
 	if err := mountStaging(r); err != nil {
 		return pr, err
 	}
-	st := &sysTree{overlay: sp.Mech&MOverlay != 0, mounts: sp.HostMounts}
 	if st.overlay && sp.ProbeSocket != "" {
 		if err := probeSocket(r, sp.ProbeSocket, tr.probe); err != nil {
 			return pr, err
@@ -60,7 +66,7 @@ func prepareRoot(sp *Spec) (*preparedRoot, error) {
 	if err := hostParts(r, sp, st); err != nil {
 		return pr, err
 	}
-	if err := setupShared(r, st, tr.shared); err != nil {
+	if err := setupShared(r, st, tr.shared, sp.Shared); err != nil {
 		return pr, err
 	}
 	if err := setupDev(r, sp); err != nil {
@@ -201,8 +207,9 @@ func setupProc(r string) error {
 	return maskProc(r + "/proc")
 }
 
-// setupShared puts the shared tree (fd from takeTrees; -1: none) at SharedMount.
-func setupShared(r string, st *sysTree, fd int) error {
+// setupShared puts the shared tree (fd from takeTrees, opened from host
+// path shared; -1: none) at SharedMount.
+func setupShared(r string, st *sysTree, fd int, shared string) error {
 	if fd < 0 {
 		return nil
 	}
@@ -211,7 +218,13 @@ func setupShared(r string, st *sysTree, fd int) error {
 		if err := mkdir(dst, 0o755); err != nil {
 			return err
 		}
-		if err := mountOverlay("/proc/self/fd/"+itoa(int64(fd)), dst); err != nil {
+		layer := "/proc/self/fd/" + itoa(int64(fd))
+		if st.overlaid(shared) {
+			// fd is the root of the spawner's overlay of it already.
+			if err := bindRO(layer, dst); err != nil {
+				return err
+			}
+		} else if err := mountOverlay(layer, dst); err != nil {
 			return err
 		}
 	} else if err := attachRO(fd, dst); err != nil {

@@ -125,6 +125,13 @@ type Spec struct {
 	// mirrored into the root (MOverlay only; see sysTree): a hint that
 	// saves each helper reading /proc/self/mountinfo.
 	HostMounts []string
+	// Overlaid are host directories (system directories, /etc, the shared
+	// dir) that are already read-only lower-only overlays, mounted in place
+	// in the mount namespace this helper's was copied from: the
+	// spawner's (package spawner). The helper binds them instead of
+	// mounting an overlay of its own, after checking each is an overlay
+	// (MOverlay only; empty when the helper was cloned from the server).
+	Overlaid []string
 	// ProbeSocket, in the trial spawn only (ProbeOnly with MOverlay), names
 	// a socket the server listens on in the workdir: the helper checks that
 	// connect() reaches it by its own path and is refused through an overlay.

@@ -37,15 +37,22 @@ type StartFunc func(path string, argv []string, attr *os.ProcAttr) (*os.Process,
 // Spawner is the server's handle on one spawner process. Its methods are
 // safe for concurrent use; requests are answered one at a time.
 type Spawner struct {
-	mu   sync.Mutex
-	conn *net.UnixConn // nil once closed or failed
-	proc *os.Process
+	mu    sync.Mutex
+	conn  *net.UnixConn // nil once closed or failed
+	proc  *os.Process
+	hello Hello
 }
+
+// helloTimeout bounds the wait for a new spawner's first message (its
+// runtime start and overlays: milliseconds).
+const helloTimeout = 10 * time.Second
 
 // Start starts a spawner that clones children exec'ing exe with argv.
 // self is the path of this program's own binary (the spawner is a
-// re-execution of it); exe stays open in the caller.
-func Start(start StartFunc, self string, exe *os.File, argv []string) (*Spawner, error) {
+// re-execution of it); exe stays open in the caller. overlay lists host
+// directories the spawner should overlay in place (root only; see
+// [Spawner.Overlaid] for what it did).
+func Start(start StartFunc, self string, exe *os.File, argv []string, overlay []OverlayDir) (*Spawner, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("spawner: socket pair: %w", err)
@@ -59,8 +66,17 @@ func Start(start StartFunc, self string, exe *os.File, argv []string) (*Spawner,
 		return nil, err
 	}
 	defer null.Close()
+	env := []string{EnvMarker + "=1", "GOMAXPROCS=1"}
+	if len(overlay) > 0 {
+		b, err := json.Marshal(overlay)
+		if err != nil {
+			ours.Close()
+			return nil, fmt.Errorf("spawner: overlay list: %w", err)
+		}
+		env = append(env, EnvOverlay+"="+string(b))
+	}
 	proc, err := start(self, append([]string{"codellm-spawner", Marker}, argv...), &os.ProcAttr{
-		Env:   []string{EnvMarker + "=1", "GOMAXPROCS=1"},
+		Env:   env,
 		Files: []*os.File{null, null, os.Stderr, theirs, exe},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
@@ -76,6 +92,10 @@ func Start(start StartFunc, self string, exe *os.File, argv []string) (*Spawner,
 		return nil, fmt.Errorf("spawner: socket: %w", err)
 	}
 	s := &Spawner{conn: c.(*net.UnixConn), proc: proc}
+	if s.hello, err = s.readHello(); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("spawner: %w", err)
+	}
 	// A Spawner dropped without Close: the socket's finalizer would end the
 	// spawner and leave it a zombie of this process. End it and reap it.
 	runtime.AddCleanup(s, func(st abandoned) {
@@ -90,6 +110,30 @@ type abandoned struct {
 	conn *net.UnixConn
 	proc *os.Process
 }
+
+func (s *Spawner) readHello() (Hello, error) {
+	var h Hello
+	_ = s.conn.SetReadDeadline(time.Now().Add(helloTimeout))
+	defer s.conn.SetReadDeadline(time.Time{})
+	buf := make([]byte, maxReply)
+	n, _, _, _, err := s.conn.ReadMsgUnix(buf, nil)
+	if err != nil {
+		return h, fmt.Errorf("no hello: %w", err)
+	}
+	if n == 0 {
+		return h, errors.New("exited before its hello")
+	}
+	if err := json.Unmarshal(buf[:n], &h); err != nil {
+		return h, fmt.Errorf("bad hello: %w", err)
+	}
+	return h, nil
+}
+
+// Overlaid lists the directories the spawner overlaid in place.
+func (s *Spawner) Overlaid() []string { return s.hello.Overlaid }
+
+// Why is the spawner's reason for every directory it did not overlay.
+func (s *Spawner) Why() string { return s.hello.Error }
 
 // PID is the spawner process's PID (0 once closed).
 func (s *Spawner) PID() int {

@@ -43,6 +43,9 @@ func serve(argv []string) {
 		os.Exit(2)
 	}
 	path := "/proc/self/fd/" + strconv.Itoa(exe)
+	if err := sendHello(hello()); err != nil {
+		os.Exit(0)
+	}
 	buf := make([]byte, maxMessage)
 	oob := make([]byte, syscall.CmsgSpace(4*(maxFiles+1)))
 	for {
@@ -63,6 +66,25 @@ func serve(argv []string) {
 			os.Exit(0)
 		}
 	}
+}
+
+// hello makes the overlays the server asked for (EnvOverlay) and says
+// which exist.
+func hello() Hello {
+	raw, ok := syscall.Getenv(EnvOverlay)
+	if !ok || raw == "" {
+		return Hello{}
+	}
+	var dirs []OverlayDir
+	if err := json.Unmarshal([]byte(raw), &dirs); err != nil {
+		return Hello{Error: "bad " + EnvOverlay + ": " + err.Error()}
+	}
+	return overlayInPlace(dirs)
+}
+
+func sendHello(h Hello) error {
+	out, _ := json.Marshal(h)
+	return syscall.Sendmsg(sockFD, out, nil, nil, 0)
 }
 
 // spawn decodes one request and clones its helper; the child's parent is

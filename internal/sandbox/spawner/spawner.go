@@ -20,16 +20,23 @@
 // and argv it was started with (the sealed helper binary); a request
 // chooses the environment, descriptors and namespace attributes only.
 //
-// Wire format (a SOCK_SEQPACKET socket pair; one request, one reply): the
-// request is a JSON [Request] with the child's descriptors attached as
-// SCM_RIGHTS, in order, followed by the cgroup descriptor when
-// Request.CgroupFD is set; the reply is a JSON [Reply].
+// Started as root with directories to overlay ([Start]'s overlay), the
+// spawner first makes them read-only overlays in a mount namespace of its
+// own, which every helper's namespace is then a copy of (overlay_linux.go).
+//
+// Wire format (a SOCK_SEQPACKET socket pair): the spawner's first message
+// is a JSON [Hello]; then one request, one reply: the request is a JSON
+// [Request] with the child's descriptors attached as SCM_RIGHTS, in order,
+// followed by the cgroup descriptor when Request.CgroupFD is set; the reply
+// is a JSON [Reply].
 package spawner
 
-// Marker is argv[1] of a spawner process; EnvMarker=1 is in its environment.
+// Marker is argv[1] of a spawner process; EnvMarker=1 is in its
+// environment, and EnvOverlay the JSON list of [OverlayDir] to make.
 const (
-	Marker    = "\x01codellm-sandbox-spawner"
-	EnvMarker = "CODELLM_SANDBOX_SPAWNER"
+	Marker     = "\x01codellm-sandbox-spawner"
+	EnvMarker  = "CODELLM_SANDBOX_SPAWNER"
+	EnvOverlay = "CODELLM_SANDBOX_SPAWNER_OVERLAY"
 )
 
 // Descriptors of a spawner process: its end of the socket pair and the

@@ -59,7 +59,7 @@ func startShell(t testing.TB) *Spawner {
 		t.Skip("no /bin/sh")
 	}
 	defer sh.Close()
-	s, err := Start(stableStart, self, sh, []string{"sh", "-c", `eval "$SCRIPT"`})
+	s, err := Start(stableStart, self, sh, []string{"sh", "-c", `eval "$SCRIPT"`}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestDroppedSpawnerIsReaped(t *testing.T) {
 	if err != nil {
 		t.Skip("no /bin/sh")
 	}
-	s, err := Start(stableStart, self, sh, []string{"sh"})
+	s, err := Start(stableStart, self, sh, []string{"sh"}, nil)
 	sh.Close()
 	if err != nil {
 		t.Fatal(err)
