@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,14 +24,32 @@ func TestMain(m *testing.M) {
 	sandbox.Main() // the sandbox helper hook: must run before anything else in a test binary
 	// The sandbox keeps a few spawner goroutines locked to their threads for the life of the process
 	// (parent-death signals follow the parent thread); they are not leaks of this package.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"))
+	goleak.VerifyTestMain(closingSandbox{m}, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"))
 }
+
+// closingSandbox runs the tests, then closes the shared test Sandbox: its pooled run cgroups would
+// otherwise outlive the test binary (the next codellm start sweeps them, but a CI host has none).
+type closingSandbox struct{ m *testing.M }
+
+func (c closingSandbox) Run() int {
+	code := c.m.Run()
+	if made.Load() {
+		if sb, _ := testSandbox(); sb != nil {
+			_ = sb.Close()
+		}
+	}
+	return code
+}
+
+// made records that testSandbox ran, so that closing it does not make one.
+var made atomic.Bool
 
 func requireSandbox() bool { return os.Getenv("CODELLM_REQUIRE_SANDBOX") == "1" }
 
 // testSandbox picks the sandbox the functional tests run in: native when this host can run it (checked
 // by executing a real program through a runner), otherwise off. nativeErr says why native is not used.
 var testSandbox = sync.OnceValues(func() (*sandbox.Sandbox, error) {
+	made.Store(true)
 	nat, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeNative})
 	if err == nil {
 		if rep := nat.Report(); !rep.Ready {
@@ -42,6 +61,9 @@ var testSandbox = sync.OnceValues(func() (*sandbox.Sandbox, error) {
 	}
 	if err == nil {
 		return nat, nil
+	}
+	if nat != nil {
+		_ = nat.Close()
 	}
 	off, oerr := sandbox.New(sandbox.Config{Mode: sandbox.ModeOff})
 	if oerr != nil {
