@@ -83,6 +83,10 @@ type helperSpawner struct {
 	overlay []spawner.OverlayDir // see Sandbox.spawnerOverlay
 	log     *slog.Logger
 	told    bool // the log has the spawner's reason for directories it did not overlay
+	// replacing: a replacement with fresh overlays is being started
+	// (replace); replaced counts those goroutines for close.
+	replacing bool
+	replaced  sync.WaitGroup
 }
 
 // startHelper clones a block helper with the given environment,
@@ -125,20 +129,21 @@ func (p *platform) startHelper(env []string, files []*os.File, attr *syscall.Sys
 // within about a minute, as a block that runs that long would anyway.
 const overlayMaxAge = time.Minute
 
-// get returns the running spawner, starting one if there is none or
-// replacing one whose overlays are older than overlayMaxAge; nil when
-// helpers should be cloned directly.
+// get returns the running spawner, starting one if there is none (and, for
+// one whose overlays are older than overlayMaxAge, its replacement in the
+// background); nil when helpers should be cloned directly.
 func (h *helperSpawner) get(self string) *spawner.Spawner {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed || helperFile == nil {
 		return nil
 	}
-	if h.sp != nil && len(h.sp.Overlaid()) > 0 && time.Since(h.born) >= overlayMaxAge {
-		// A planned replacement, not a failure: it does not count against maxSpawnerStarts.
-		_ = h.sp.Close()
-		h.sp = nil
-		h.starts--
+	if h.sp != nil && len(h.sp.Overlaid()) > 0 && time.Since(h.born) >= overlayMaxAge && !h.replacing {
+		// A planned replacement, not a failure: it does not count against
+		// maxSpawnerStarts, and the old spawner serves until the new one is up.
+		h.replacing = true
+		h.replaced.Add(1)
+		go h.replace(self, h.overlay)
 	}
 	if h.sp == nil && h.starts < maxSpawnerStarts {
 		h.starts++
@@ -152,6 +157,34 @@ func (h *helperSpawner) get(self string) *spawner.Spawner {
 	}
 	return h.sp
 }
+
+// replace starts a spawner with fresh overlays, swaps it in and closes the
+// old one. Requests meanwhile go to the old spawner; one that reaches it
+// after its Close gets ErrClosed and asks again (startHelper). A failed
+// start keeps the old spawner for another overlayRetry.
+func (h *helperSpawner) replace(self string, overlay []spawner.OverlayDir) {
+	defer h.replaced.Done()
+	sp, err := spawner.Start(startOnStableThread, self, helperFile, helperArgv, overlay)
+	h.mu.Lock()
+	h.replacing = false
+	if err != nil || h.closed || h.sp == nil {
+		if err != nil {
+			h.born = time.Now().Add(overlayRetry - overlayMaxAge)
+		}
+		h.mu.Unlock()
+		if sp != nil {
+			_ = sp.Close()
+		}
+		return
+	}
+	old := h.sp
+	h.sp, h.born = sp, time.Now()
+	h.mu.Unlock()
+	_ = old.Close()
+}
+
+// overlayRetry is how soon a failed replacement (replace) is tried again.
+const overlayRetry = 5 * time.Second
 
 // setOverlay sets the directories later spawners overlay in place and
 // ends a running spawner made without them.
@@ -206,10 +239,12 @@ func (h *helperSpawner) drop(sp *spawner.Spawner) {
 // close ends the spawner; helpers started afterwards are cloned directly.
 func (h *helperSpawner) close() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.closed = true
-	if h.sp != nil {
-		_ = h.sp.Close()
-		h.sp = nil
+	sp := h.sp
+	h.sp = nil
+	h.mu.Unlock()
+	if sp != nil {
+		_ = sp.Close()
 	}
+	h.replaced.Wait() // a replacement under way closes what it started
 }

@@ -89,8 +89,9 @@ func TestSpawnerOverlaysServeEveryBlock(t *testing.T) {
 }
 
 // A spawner's overlays are replaced once they are overlayMaxAge old (a
-// lower layer changed since may show stale entries): the next block gets a
-// new spawner, the old one is reaped, and nothing of it is left.
+// lower layer changed since may show stale entries): the next block starts
+// a new spawner in the background, later blocks get it, and the old one is
+// closed and reaped.
 func TestSpawnerOverlaysAreReplaced(t *testing.T) {
 	s := freshOverlaidSandbox(t)
 	overlayDevs(t, s)
@@ -99,13 +100,15 @@ func TestSpawnerOverlaysAreReplaced(t *testing.T) {
 	old := h.sp.PID()
 	h.born = time.Now().Add(-overlayMaxAge)
 	h.mu.Unlock()
-	overlayDevs(t, s)
+	overlayDevs(t, s) // served by the old spawner while it asks for the new one
+	h.replaced.Wait()
 	h.mu.Lock()
 	now := h.sp.PID()
 	h.mu.Unlock()
 	if now == old || now == 0 {
 		t.Fatalf("spawner %d not replaced (now %d)", old, now)
 	}
+	overlayDevs(t, s)
 	if err := syscall.Kill(old, 0); err == nil {
 		t.Errorf("the replaced spawner %d is still there", old)
 	}
