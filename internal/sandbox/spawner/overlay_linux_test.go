@@ -148,3 +148,32 @@ func searchableDir(t *testing.T) string {
 	}
 	return d
 }
+
+// The empty layer's temporary mount must neither cover a directory to be
+// overlaid (its path would vanish while the overlays are mounted) nor lie
+// below one (the overlay would hide it, and it could not be detached).
+func TestEmptyMountForAvoidsTheOverlaidDirs(t *testing.T) {
+	for _, tc := range []struct {
+		dirs []string
+		want string
+	}{
+		{[]string{"/usr", "/etc"}, "/tmp"},
+		{[]string{"/usr", "/tmp/codellm-fleetkit"}, "/dev/shm"},
+		{[]string{"/tmp"}, "/dev/shm"},
+		{[]string{"/dev", "/tmp/x", "/mnt"}, ""},
+	} {
+		var dirs []OverlayDir
+		for _, d := range tc.dirs {
+			dirs = append(dirs, OverlayDir{Path: d})
+		}
+		got := emptyMountFor(dirs)
+		if want := tc.want; want != "" {
+			if st, err := os.Stat(want); err != nil || !st.IsDir() {
+				t.Skipf("%s is not a directory here", want)
+			}
+		}
+		if got != tc.want {
+			t.Errorf("emptyMountFor(%v) = %q, want %q", tc.dirs, got, tc.want)
+		}
+	}
+}
