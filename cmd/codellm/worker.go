@@ -532,7 +532,9 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 		return nil, nil, nil, fmt.Errorf("%w: sandbox self-test failed: %s", worker.ErrConfig, reason)
 	}
 	cfg.Supervisor = worker.NewEmbedded(rn, chat.New(chat.Config{Engine: eng, Logger: log}).Handler(), f.stateful)
-	return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close(); sc.Close() }, nil
+	// The Sandbox is closed too: it kills its pre-started helpers and removes its pooled run cgroups, which
+	// would otherwise outlive the worker until the next codellm start swept them.
+	return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close(); sb.Close(); sc.Close() }, nil
 }
 
 // buildSupervisor makes the runtime supervisor named sup (§11.4) and puts it in cfg. It returns the
@@ -575,7 +577,7 @@ func (f *workerFlags) buildSupervisor(sup string, ef *execFlags, cfg *worker.Con
 		if err != nil {
 			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 		}
-		return nil, &workspace.Options{Sandbox: sb}, nop, nil
+		return nil, &workspace.Options{Sandbox: sb}, func() { sb.Close() }, nil
 	}
 	return nil, nil, nil, fmt.Errorf("%w: runtime supervisor %q is not available in this build (embedded, endpoint, docker, docker-nsjail)", worker.ErrConfig, sup)
 }
@@ -604,17 +606,25 @@ func (f *workerFlags) openWorkspace(r *resolved, cfg *worker.Config, commandSand
 			return false, nil, err
 		}
 	}
+	var egressSB *sandbox.Sandbox // the commands' own, closed with the workspace
 	if f.commands && commandSandbox != nil {
 		opts.Sandbox = commandSandbox.Sandbox
 		if !cmdPolicy.Empty() {
-			if opts.Sandbox, err = commandEgressSandbox(ef, cmdPolicy, log); err != nil {
+			if egressSB, err = commandEgressSandbox(ef, cmdPolicy, log); err != nil {
 				return false, nil, errors.Join(worker.ErrConfig, err)
 			}
+			opts.Sandbox = egressSB
 			f.commandsEgress = opts.Sandbox.Report().Egress
+		}
+	}
+	closeSB := func() {
+		if egressSB != nil {
+			egressSB.Close()
 		}
 	}
 	ws, err := workspace.Open(root, opts)
 	if err != nil {
+		closeSB()
 		return false, nil, errors.Join(worker.ErrConfig, err)
 	}
 	name := f.workspaceName
@@ -629,7 +639,7 @@ func (f *workerFlags) openWorkspace(r *resolved, cfg *worker.Config, commandSand
 	for _, op := range ws.Operations() {
 		commandsOn = commandsOn || op == workspace.OpExecuteCommand
 	}
-	return commandsOn, func() { ws.Close() }, nil
+	return commandsOn, func() { ws.Close(); closeSB() }, nil
 }
 
 // supervisorName is --runtime-supervisor, defaulting to endpoint when an endpoint is set, else embedded.

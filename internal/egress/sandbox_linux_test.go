@@ -105,6 +105,7 @@ func newWorld(t *testing.T, list []string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { w.sb.Close() })
 	return w
 }
 

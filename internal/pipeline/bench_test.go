@@ -21,6 +21,7 @@ func benchModes(b *testing.B, f func(b *testing.B, cfg Config)) {
 			if err != nil {
 				b.Skipf("sandbox mode %s unavailable: %v", mode, err)
 			}
+			b.Cleanup(func() { sb.Close() })
 			f(b, Config{Sandbox: sb, WorkRoot: b.TempDir(), MaxOutputBytes: benchBytes})
 		})
 	}

@@ -108,6 +108,7 @@ func TestWorkRootNotSearchable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer sb.Close()
 	closed := t.TempDir()
 	if err := os.Chmod(closed, 0o700); err != nil {
 		t.Fatal(err)

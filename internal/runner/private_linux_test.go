@@ -145,6 +145,7 @@ func TestPrivateWorkspaceUnprivileged(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer sb.Close()
 		checkBounded(t, sb)
 		tr := boundedRunner(t, sb, testBound)
 		checkRefusedCopy(t, tr)

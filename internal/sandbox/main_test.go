@@ -12,5 +12,20 @@ import (
 func TestMain(m *testing.M) {
 	Main()
 	// The spawner threads live for the whole process by design.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"))
+	goleak.VerifyTestMain(closingShared{m}, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"))
+}
+
+// closingShared runs the tests, then closes the shared Sandboxes
+// (sandboxFor), whose pooled run cgroups would otherwise outlive the binary.
+type closingShared struct{ m *testing.M }
+
+func (c closingShared) Run() int {
+	code := c.m.Run()
+	sbMu.Lock()
+	defer sbMu.Unlock()
+	for k, s := range sbCache {
+		_ = s.Close()
+		delete(sbCache, k)
+	}
+	return code
 }

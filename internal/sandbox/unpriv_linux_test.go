@@ -43,6 +43,7 @@ func unprivilegedChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer be.Close()
 	rep := be.Report()
 	t.Logf("besteffort report as uid %d:\n%s", os.Geteuid(), rep.String())
 	for _, m := range []string{MechUserNS, MechPIDNS, MechMountNS, MechRootFS, MechLandlock, MechSeccomp} {

@@ -32,7 +32,7 @@ import (
 func TestMain(m *testing.M) {
 	sandbox.Main() // the sandbox helper hook must run first in a test binary that starts sandboxes
 	// The sandbox keeps a pool of locked spawner threads for the life of the process.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"),
+	goleak.VerifyTestMain(closingSandbox{m}, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"),
 		goleak.Cleanup(func(int) { removeBinDir() }))
 }
 
@@ -158,8 +158,26 @@ func (h *testHub) pair(t testing.TB, workerID string) (*Identity, string) {
 	return id, path
 }
 
+// closingSandbox runs the tests, then closes the shared test Sandbox, whose pooled run cgroups would
+// otherwise outlive the test binary.
+type closingSandbox struct{ m *testing.M }
+
+func (c closingSandbox) Run() int {
+	code := c.m.Run()
+	if sandboxMade.Load() {
+		if sb, _ := testSandbox(); sb != nil {
+			_ = sb.Close()
+		}
+	}
+	return code
+}
+
+// sandboxMade records that testSandbox ran, so that closing it does not make one.
+var sandboxMade atomic.Bool
+
 // testSandbox is native when this host supports it, else off (as the runner's tests do).
 var testSandbox = sync.OnceValues(func() (*sandbox.Sandbox, error) {
+	sandboxMade.Store(true)
 	mode := sandbox.ModeOff
 	if rep := sandbox.Probe(sandbox.Config{Mode: sandbox.ModeNative}); rep.Ready {
 		mode = sandbox.ModeNative

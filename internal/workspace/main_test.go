@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	// The sandbox package keeps a pool of locked spawner threads for its whole life; those are not ours.
 	ignore := []goleak.Option{goleak.IgnoreCurrent(), goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop")}
 	code := m.Run()
+	if nativeSB != nil {
+		_ = nativeSB.Close() // its pooled run cgroups would outlive the binary
+	}
 	// No goroutine of this package may outlive the operations (enumerators, output readers, waiters).
 	if code == 0 {
 		if err := goleak.Find(ignore...); err != nil {
