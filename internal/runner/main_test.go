@@ -24,21 +24,18 @@ func TestMain(m *testing.M) {
 	sandbox.Main() // the sandbox helper hook: must run before anything else in a test binary
 	// The sandbox keeps a few spawner goroutines locked to their threads for the life of the process
 	// (parent-death signals follow the parent thread); they are not leaks of this package.
-	goleak.VerifyTestMain(closingSandbox{m}, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"))
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"),
+		goleak.Cleanup(func(code int) { closeTestSandbox(); os.Exit(code) })) // a Cleanup must exit itself
 }
 
-// closingSandbox runs the tests, then closes the shared test Sandbox: its pooled run cgroups would
+// closeTestSandbox closes the shared test Sandbox when one was made: its pooled run cgroups would
 // otherwise outlive the test binary (the next codellm start sweeps them, but a CI host has none).
-type closingSandbox struct{ m *testing.M }
-
-func (c closingSandbox) Run() int {
-	code := c.m.Run()
+func closeTestSandbox() {
 	if made.Load() {
 		if sb, _ := testSandbox(); sb != nil {
 			_ = sb.Close()
 		}
 	}
-	return code
 }
 
 // made records that testSandbox ran, so that closing it does not make one.

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -12,20 +13,17 @@ import (
 func TestMain(m *testing.M) {
 	Main()
 	// The spawner threads live for the whole process by design.
-	goleak.VerifyTestMain(closingShared{m}, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"))
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"),
+		goleak.Cleanup(func(code int) { closeShared(); os.Exit(code) })) // a Cleanup must exit itself
 }
 
-// closingShared runs the tests, then closes the shared Sandboxes
-// (sandboxFor), whose pooled run cgroups would otherwise outlive the binary.
-type closingShared struct{ m *testing.M }
-
-func (c closingShared) Run() int {
-	code := c.m.Run()
+// closeShared closes the shared Sandboxes (sandboxFor), whose pooled run
+// cgroups would otherwise outlive the test binary.
+func closeShared() {
 	sbMu.Lock()
 	defer sbMu.Unlock()
 	for k, s := range sbCache {
 		_ = s.Close()
 		delete(sbCache, k)
 	}
-	return code
 }

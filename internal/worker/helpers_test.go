@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -32,8 +33,8 @@ import (
 func TestMain(m *testing.M) {
 	sandbox.Main() // the sandbox helper hook must run first in a test binary that starts sandboxes
 	// The sandbox keeps a pool of locked spawner threads for the life of the process.
-	goleak.VerifyTestMain(closingSandbox{m}, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"),
-		goleak.Cleanup(func(int) { removeBinDir() }))
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"),
+		goleak.Cleanup(func(code int) { closeTestSandbox(); removeBinDir(); os.Exit(code) })) // a Cleanup must exit itself
 }
 
 const (
@@ -158,18 +159,14 @@ func (h *testHub) pair(t testing.TB, workerID string) (*Identity, string) {
 	return id, path
 }
 
-// closingSandbox runs the tests, then closes the shared test Sandbox, whose pooled run cgroups would
+// closeTestSandbox closes the shared test Sandbox when one was made: its pooled run cgroups would
 // otherwise outlive the test binary.
-type closingSandbox struct{ m *testing.M }
-
-func (c closingSandbox) Run() int {
-	code := c.m.Run()
+func closeTestSandbox() {
 	if sandboxMade.Load() {
 		if sb, _ := testSandbox(); sb != nil {
 			_ = sb.Close()
 		}
 	}
-	return code
 }
 
 // sandboxMade records that testSandbox ran, so that closing it does not make one.

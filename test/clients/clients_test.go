@@ -28,10 +28,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		if binDir != "" {
 			os.RemoveAll(binDir)
 		}
+		os.Exit(code) // a Cleanup must exit itself, or a leak found would not fail the run
 	}))
 }
 

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // startOverlaid starts a spawner of `sh -c "$SCRIPT"` children that
@@ -75,16 +77,7 @@ func TestOverlayInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testhelp.AcceptAndClose(t, ln)
 	os.Chmod(sock, 0o777)
 	before := hostMountCount(t)
 
