@@ -14,24 +14,6 @@ import (
 	"github.com/codellm/codellm/internal/testhelp"
 )
 
-// startOverlaid starts a spawner of `sh -c "$SCRIPT"` children that
-// overlays dirs in place.
-func startOverlaid(t *testing.T, dirs []OverlayDir) *Spawner {
-	t.Helper()
-	self, _ := os.Executable()
-	sh, err := os.Open("/bin/sh")
-	if err != nil {
-		t.Skip("no /bin/sh")
-	}
-	defer sh.Close()
-	s, err := Start(stableStart, self, sh, []string{"sh", "-c", `eval "$SCRIPT"`}, dirs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // runChild runs script in a child of s (new user, PID and mount
 // namespaces) and returns its output.
 func runChild(t *testing.T, s *Spawner, script string) string {

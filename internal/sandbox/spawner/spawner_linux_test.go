@@ -50,6 +50,12 @@ var stableStart = func() StartFunc {
 // startShell starts a spawner whose children run `sh -c "$SCRIPT"`.
 func startShell(t testing.TB) *Spawner {
 	t.Helper()
+	return startOverlaid(t, nil)
+}
+
+// startOverlaid is startShell with a spawner that overlays dirs in place.
+func startOverlaid(t testing.TB, dirs []OverlayDir) *Spawner {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +65,7 @@ func startShell(t testing.TB) *Spawner {
 		t.Skip("no /bin/sh")
 	}
 	defer sh.Close()
-	s, err := Start(stableStart, self, sh, []string{"sh", "-c", `eval "$SCRIPT"`}, nil)
+	s, err := Start(stableStart, self, sh, []string{"sh", "-c", `eval "$SCRIPT"`}, dirs)
 	if err != nil {
 		t.Fatal(err)
 	}
