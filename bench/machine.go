@@ -92,6 +92,29 @@ func machineBusy() (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / 100, nil // USER_HZ is 100 on Linux
 }
 
+// settle waits until the machine is quiet — less than a tenth of every core's time busy over a tenth of a
+// second — or at most settleMax. A row's requests leave work behind them (a closed run's cgroups removed in
+// the background, network namespaces torn down in kernel workers, inits exiting after the reply): waiting
+// for it before a row's counters are read charges that work to the row that caused it, not to the next row
+// (which may be the other system's).
+func settle() {
+	const window = 100 * time.Millisecond
+	for end := time.Now().Add(settleMax); time.Now().Before(end); {
+		b0, err := machineBusy()
+		if err != nil {
+			return
+		}
+		time.Sleep(window)
+		b1, err := machineBusy()
+		if err != nil || float64(b1-b0) < 0.1*float64(window)*float64(runtime.NumCPU()) {
+			return
+		}
+	}
+}
+
+// settleMax bounds settle on a machine that others keep busy.
+const settleMax = 3 * time.Second
+
 // load1 is the one-minute load average: on a shared machine it says how much of the noise is others'.
 func load1() float64 {
 	b, err := os.ReadFile("/proc/loadavg")

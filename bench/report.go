@@ -165,7 +165,7 @@ func serviceMarkdown(b *strings.Builder, s *ServiceResult) {
 		fmt.Fprintf(b, " go-judge: %.1f MiB.", s.PeerRSSMiB)
 	}
 	b.WriteString(" CPU ms/req is the server's whole process tree (sandboxed programs and container processes included) per request;" +
-		" machine CPU ms/req is every core's busy time per request during the row (kernel workers, the load generator and any other load included).\n\n")
+		" machine CPU ms/req is every core's busy time per request during the row and until the machine is quiet after it (kernel workers, the load generator and any other load included).\n\n")
 }
 
 func orDash(f float64) string {

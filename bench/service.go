@@ -37,7 +37,8 @@ type LoadResult struct {
 	// could sustain with every core to itself. Both hold up under other load, unlike req/s.
 	ServerCPU   float64 `json:"server_cpu_ms_per_req"`
 	CPUBoundRPS float64 `json:"cpu_bound_rps"`
-	// MachineCPU is every core's busy time per request during the row: the server's tree plus what it
+	// MachineCPU is every core's busy time per request during the row and until the machine is quiet
+	// again after it (settle; each row starts quiet): the server's tree plus what it
 	// makes the kernel do elsewhere (network namespace teardown, cgroup and RCU work in kernel workers,
 	// which the tree does not see) plus the load generator and anything else running. It is what bounds
 	// throughput once the machine's cores are saturated; it is only as clean as the machine is quiet.
@@ -426,6 +427,7 @@ type loadRow struct {
 
 // round measures the row once more for d and adds it up.
 func (r *loadRow) round(d time.Duration) error {
+	settle() // what came before (the other phases, a server's start) is not this row's
 	pid := r.srv.cmd.Process.Pid
 	c0, err := treeCPU(pid)
 	if err != nil {
@@ -439,6 +441,7 @@ func (r *loadRow) round(d time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("%s %s %s c%d: %w", r.system, r.path, r.lang, r.conc, err)
 	}
+	settle() // this row's trailing work is this row's (the rate counts only the load's own span)
 	c1, err := treeCPU(pid)
 	if err != nil {
 		return err
