@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -270,7 +268,7 @@ func TestRunAndBlocksCommands(t *testing.T) {
 		t.Fatalf("failing run: %v %s", err, stderr.String())
 	}
 	// The command closed its Sandbox: no cgroup of its pool is left for the next codellm to sweep.
-	if left := cgroupsOf(t, cmd.Process.Pid); len(left) > 0 {
+	if left := testhelp.CgroupsOf(t, cmd.Process.Pid); len(left) > 0 {
 		t.Fatalf("codellm run left its cgroups behind: %v", left)
 	}
 	// Flags from the environment: CODELLM_MAX_BLOCKS=1 refuses two blocks.
@@ -341,26 +339,4 @@ func TestVersionAndHelp(t *testing.T) {
 	if err := exec.Command(bin, "nope").Run(); err == nil {
 		t.Fatal("unknown command exited 0")
 	}
-}
-
-// cgroupsOf lists the cgroup directories a codellm process with this pid made (codellm-<pid>-...), in
-// every hierarchy under /sys/fs/cgroup, down to the depth a nested service's cgroup sits at.
-func cgroupsOf(t *testing.T, pid int) []string {
-	t.Helper()
-	prefix := "codellm-" + strconv.Itoa(pid) + "-"
-	var found []string
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
-		}
-		if strings.HasPrefix(d.Name(), prefix) {
-			found = append(found, path)
-			return filepath.SkipDir
-		}
-		if strings.Count(path, "/") > 8 {
-			return filepath.SkipDir
-		}
-		return nil
-	})
-	return found
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -334,7 +333,7 @@ func TestE2ECrashedWorker(t *testing.T) {
 		t.Fatalf("drained worker exit %d", rc)
 	}
 	// A drained worker closes its Sandbox: its pooled run cgroups (and any other) go with it.
-	if left := runGroupsOf(t, p2.cmd.Process.Pid); len(left) > 0 {
+	if left := testhelp.CgroupsOf(t, p2.cmd.Process.Pid); len(left) > 0 {
 		t.Errorf("the drained worker left run cgroups: %q", left)
 	}
 	// The killed incarnation's run workspace (a tmpfs as root) was swept by the restarted one, whose own
@@ -393,26 +392,4 @@ func TestE2EQuarantineClear(t *testing.T) {
 	if rc := p.exitCode(t, 20*time.Second); rc != 0 {
 		t.Fatalf("exit %d", rc)
 	}
-}
-
-// runGroupsOf lists the run cgroups (codellm-<pid>-…) of process pid left in any hierarchy below
-// /sys/fs/cgroup (v1 memory groups may sit a few levels down).
-func runGroupsOf(t *testing.T, pid int) []string {
-	t.Helper()
-	prefix := fmt.Sprintf("codellm-%d-", pid)
-	var left []string
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
-		}
-		if strings.HasPrefix(d.Name(), prefix) {
-			left = append(left, path)
-			return filepath.SkipDir
-		}
-		if strings.Count(strings.TrimPrefix(path, "/sys/fs/cgroup"), "/") >= 4 {
-			return filepath.SkipDir
-		}
-		return nil
-	})
-	return left
 }
