@@ -427,7 +427,6 @@ type loadRow struct {
 
 // round measures the row once more for d and adds it up.
 func (r *loadRow) round(d time.Duration) error {
-	settle() // what came before (the other phases, a server's start) is not this row's
 	pid := r.srv.cmd.Process.Pid
 	c0, err := treeCPU(pid)
 	if err != nil {
@@ -502,6 +501,9 @@ func measureService(rounds int, d time.Duration, logf func(string, ...any)) (*Se
 		logf("service: %s; measuring codellm alone", pr.skip)
 	}
 	rows := serviceRows(s, pr.s)
+	// What came before (the other phases, the servers' start) is no row's; after that every row
+	// settles at its end (loadRow.round), so the next one starts quiet.
+	settle()
 	for i := range rounds {
 		for _, r := range rows {
 			if err := r.round(d); err != nil {

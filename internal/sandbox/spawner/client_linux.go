@@ -115,18 +115,7 @@ func (s *Spawner) readHello() (Hello, error) {
 	var h Hello
 	_ = s.conn.SetReadDeadline(time.Now().Add(helloTimeout))
 	defer s.conn.SetReadDeadline(time.Time{})
-	buf := make([]byte, maxReply)
-	n, _, _, _, err := s.conn.ReadMsgUnix(buf, nil)
-	if err != nil {
-		return h, fmt.Errorf("no hello: %w", err)
-	}
-	if n == 0 {
-		return h, errors.New("exited before its hello")
-	}
-	if err := json.Unmarshal(buf[:n], &h); err != nil {
-		return h, fmt.Errorf("bad hello: %w", err)
-	}
-	return h, nil
+	return h, s.readMessage(&h, "hello")
 }
 
 // Overlaid lists the directories the spawner overlaid in place.
@@ -193,18 +182,24 @@ func (s *Spawner) roundTrip(payload, oob []byte) (Reply, error) {
 	if _, _, err := s.conn.WriteMsgUnix(payload, oob, nil); err != nil {
 		return reply, err
 	}
+	return reply, s.readMessage(&reply, "reply")
+}
+
+// readMessage reads one JSON message of the spawner's (a reply or its
+// hello) into v.
+func (s *Spawner) readMessage(v any, what string) error {
 	buf := make([]byte, maxReply)
 	n, _, _, _, err := s.conn.ReadMsgUnix(buf, nil)
 	if err != nil {
-		return reply, err
+		return fmt.Errorf("no %s: %w", what, err)
 	}
 	if n == 0 {
-		return reply, errors.New("spawner exited")
+		return fmt.Errorf("spawner exited before its %s", what)
 	}
-	if err := json.Unmarshal(buf[:n], &reply); err != nil {
-		return reply, fmt.Errorf("bad reply: %w", err)
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		return fmt.Errorf("bad %s: %w", what, err)
 	}
-	return reply, nil
+	return nil
 }
 
 // request checks that sys asks only for what the spawner carries.

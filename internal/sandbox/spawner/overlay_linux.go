@@ -125,7 +125,12 @@ func overlayInPlace(dirs []OverlayDir) Hello {
 }
 
 // mountOverlay mounts lower and the empty layer "proc" on dst, read-only,
-// nosuid, nodev, and noexec when lower's own mount is.
+// nosuid, nodev, and noexec when lower's own mount is: the overlay a
+// helper mounts itself (hook.mountOverlay), written again because package
+// spawner may import only the standard library and x/sys (its heap is
+// copied by every fork; internal/layering checks it). Paths that would
+// need hook.escapeLayer are refused here instead; their blocks mount
+// their own.
 func mountOverlay(lower, dst string) error {
 	if strings.ContainsAny(lower, ":,\\") {
 		return syscall.EINVAL // would need escaping in the options
