@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,6 +117,67 @@ id -u; [ "$(awk -F: -v u="$(id -u)" '$3 == u {print $6}' /etc/passwd)" = "$PWD" 
 	if o2.ExitCode != 0 || o2.Stdout != "second\n" || pid2 == pid {
 		t.Fatalf("second block: %+v pid %d (first %d)", o2, pid2, pid)
 	}
+}
+
+// A pre-started helper switches into its prepared root while it waits, so
+// that detaching the host's root (an RCU grace period) is not on its
+// block's path; the block still finds the root read-only and its own
+// /etc/passwd and workdir in it. Before the change the idle helper's mount
+// table still held the host's root until its block arrived.
+func TestPrestartedHelperEntersItsRootAhead(t *testing.T) {
+	s := prestartSandbox(t)
+	if !s.plat.use.has(mRootFS) {
+		t.Skip("no private root on this host")
+	}
+	r, h := pooledRun(t, s)
+	defer r.Close()
+	if !h.prebuilt {
+		t.Fatal("the pre-started helper did not build its root's block-independent part")
+	}
+	// The helper prepares its root right after its start; wait for it (a bound, not a measurement).
+	var root string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mi, err := os.ReadFile("/proc/" + strconv.Itoa(h.osp.Pid) + "/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		root = rootMount(string(mi))
+		if strings.HasPrefix(root, "tmpfs ") || time.Now().After(deadline) {
+			if n := strings.Count(string(mi), "\n"); n > 40 {
+				t.Errorf("the idle helper's mount table has %d entries, the host's among them:\n%s", n, mi)
+			}
+			break
+		}
+	}
+	if !strings.HasPrefix(root, "tmpfs ") {
+		t.Fatalf("the idle helper's root is %q, want its prepared tmpfs", root)
+	}
+	script := `touch /x 2>&1 | grep -q 'Read-only' && echo root-ro
+[ "$(awk -F: -v u="$(id -u)" '$3 == u {print $6}' /etc/passwd)" = "$PWD" ] && echo home-is-workdir
+echo w > out.txt && cat out.txt`
+	o, pid := startBlock(t, r, "", sh(script)...)
+	if pid != h.osp.Pid {
+		t.Fatalf("block pid %d, the pre-started helper was %d: not used", pid, h.osp.Pid)
+	}
+	if o.ExitCode != 0 || o.Stdout != "root-ro\nhome-is-workdir\nw\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", o.ExitCode, o.Stdout, o.Stderr)
+	}
+}
+
+// rootMount is "fstype source" of the mount at "/" in a mountinfo text
+// (the last one: a later mount stacks over an earlier).
+func rootMount(mountinfo string) string {
+	var root string
+	for _, line := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || f[4] != "/" {
+			continue
+		}
+		if i := slices.Index(f, "-"); i > 0 && i+2 < len(f) {
+			root = f[i+1] + " " + f[i+2]
+		}
+	}
+	return root
 }
 
 // Each pre-started helper has namespaces of its own: two blocks served by

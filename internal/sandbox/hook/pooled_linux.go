@@ -11,8 +11,9 @@ var prepared *preparedRoot
 // prebuild reads the spec the server sent a pre-started helper at its
 // start — length-prefixed (4 bytes, little endian), empty for none — made
 // for no block in particular, and builds the parts of the private root
-// that are the same for every block (prepareRoot). The block's own spec
-// follows later; finishRoot adds its workdir.
+// that are the same for every block (prepareRoot), then switches into it
+// (enterPrepared). The block's own spec follows later; finishRoot adds its
+// workdir and makes the root read-only.
 func prebuild() error {
 	var n [4]byte
 	if err := readFull(SpecFD, n[:]); err != nil {
@@ -38,6 +39,10 @@ func prebuild() error {
 	}
 	pr, err := prepareRoot(pre)
 	if err != nil {
+		pr.trees.close()
+		return err
+	}
+	if err := enterPrepared(pr); err != nil {
 		pr.trees.close()
 		return err
 	}
