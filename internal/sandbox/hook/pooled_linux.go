@@ -38,11 +38,10 @@ func prebuild() error {
 		return nil
 	}
 	pr, err := prepareRoot(pre)
-	if err != nil {
-		pr.trees.close()
-		return err
+	if err == nil {
+		err = enterPrepared(pr)
 	}
-	if err := enterPrepared(pr); err != nil {
+	if err != nil {
 		pr.trees.close()
 		return err
 	}
