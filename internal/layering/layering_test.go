@@ -82,6 +82,17 @@ func TestSpawnerImportsOnlyTheStandardLibrary(t *testing.T) {
 	}
 }
 
+// rawchild's child runs in a fork of the spawner (or of any caller) without the runtime: it may import
+// the standard library and golang.org/x/sys/unix only, like the spawner it is meant for.
+func TestRawchildImportsOnlyTheStandardLibrary(t *testing.T) {
+	for p := range deps(t, "../../internal/sandbox/rawchild") {
+		if strings.Contains(strings.Split(p, "/")[0], ".") && p != mod+"internal/sandbox/rawchild" &&
+			!strings.HasPrefix(p, "golang.org/x/sys/") {
+			t.Errorf("package rawchild depends on %s", p)
+		}
+	}
+}
+
 // cmd/codellm is one package (serve builds the server), so go list cannot tell its subcommands apart; the
 // worker subcommand's file is checked by its imports instead: its chat operation calls internal/chat
 // directly and never builds an HTTP server in-process.

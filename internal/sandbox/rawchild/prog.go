@@ -1,0 +1,160 @@
+//go:build linux && (amd64 || arm64)
+
+package rawchild
+
+import (
+	"fmt"
+	"syscall"
+	"unsafe"
+)
+
+// maxSlots is how many results a Prog can keep for later steps (a power of
+// two: the child masks slot indices with it, so it never bounds-checks).
+const maxSlots = 16
+
+// Arg is one argument of a step: a value, or the result of an earlier step.
+type Arg struct {
+	v    uintptr
+	slot int8 // ≥ 0: the value of this slot replaces v
+}
+
+// Val is a literal argument.
+func Val(v uintptr) Arg { return Arg{v: v, slot: -1} }
+
+// Int is a literal signed argument (AT_FDCWD, -1), sign-extended as the
+// kernel reads it.
+func Int(v int) Arg { return Arg{v: uintptr(v), slot: -1} }
+
+// Slot names the saved result of an earlier step.
+type Slot int8
+
+// Arg makes the slot's value an argument.
+func (s Slot) Arg() Arg { return Arg{slot: int8(s)} }
+
+// op is one step, as the child reads it.
+type op struct {
+	trap  uintptr
+	arg   [6]uintptr
+	from  [6]int8        // per argument: -1, or the slot whose value replaces it
+	save  int8           // the slot that receives the result, or -1
+	store bool           // not a system call: *(*int32)(at) = arg[1]
+	at    unsafe.Pointer // where a store writes
+	okErr uintptr        // an errno that counts as success (EEXIST for a mkdir), or 0
+}
+
+// Prog is what the child does before it starts the program: system calls
+// in order, each able to use the results of earlier ones. Its memory
+// (strings, structs) is kept alive by the Prog and inherited by the child.
+type Prog struct {
+	ops   []op
+	what  []string
+	mem   [][]byte
+	slots int8
+	err   error
+}
+
+// Str returns the address of a NUL-terminated copy of s, kept alive by p.
+func (p *Prog) Str(s string) uintptr {
+	b := make([]byte, len(s)+1)
+	copy(b, s)
+	return p.Buf(b)
+}
+
+// Buf returns the address of b (or of one byte when b is empty), which p
+// keeps alive. The child sees b as it is when [Start] forks.
+func (p *Prog) Buf(b []byte) uintptr {
+	if len(b) == 0 {
+		b = make([]byte, 1)
+	}
+	p.mem = append(p.mem, b)
+	return uintptr(unsafe.Pointer(&b[0]))
+}
+
+// Call appends the system call trap(args...); its result is discarded.
+func (p *Prog) Call(what string, trap uintptr, args ...Arg) {
+	p.add(what, trap, args, -1, false)
+}
+
+// CallSave appends trap(args...) and returns the slot its result goes to.
+func (p *Prog) CallSave(what string, trap uintptr, args ...Arg) Slot {
+	if p.slots >= maxSlots {
+		p.fail(fmt.Errorf("rawchild: more than %d saved results", maxSlots))
+		return 0
+	}
+	s := p.slots
+	p.slots++
+	p.add(what, trap, args, s, false)
+	return Slot(s)
+}
+
+// Store32 appends a step that writes the value of s, as an int32, at
+// b[off:off+4] (b from [Prog.Buf]): a descriptor into a struct that a later
+// step passes to the kernel.
+func (p *Prog) Store32(what string, b []byte, off int, s Slot) {
+	if off < 0 || off+4 > len(b) || !p.owns(b) {
+		p.fail(fmt.Errorf("rawchild: %s: the address is not in the program's memory", what))
+		return
+	}
+	p.add(what, 0, []Arg{Val(0), s.Arg()}, -1, true)
+	if p.err == nil {
+		p.ops[len(p.ops)-1].at = unsafe.Pointer(&b[off])
+	}
+}
+
+// Allow makes errno count as success for the last step.
+func (p *Prog) Allow(errno syscall.Errno) {
+	if n := len(p.ops); n > 0 {
+		p.ops[n-1].okErr = uintptr(errno)
+	}
+}
+
+// Len is the number of steps.
+func (p *Prog) Len() int { return len(p.ops) }
+
+// What is what step i does, as given to Call; the program's exec is step
+// Len().
+func (p *Prog) What(i int) string {
+	if i >= 0 && i < len(p.what) {
+		return p.what[i]
+	}
+	return "exec the program"
+}
+
+func (p *Prog) add(what string, trap uintptr, args []Arg, save int8, store bool) {
+	if len(args) > 6 {
+		p.fail(fmt.Errorf("rawchild: %s: %d arguments", what, len(args)))
+		return
+	}
+	o := op{trap: trap, save: save, store: store}
+	for i := range o.from {
+		o.from[i] = -1
+	}
+	saved := p.slots // the slots earlier steps filled
+	if save >= 0 {
+		saved = save // CallSave has counted this step's own slot already
+	}
+	for i, a := range args {
+		if a.slot >= saved {
+			p.fail(fmt.Errorf("rawchild: %s: argument %d uses a slot no earlier step saved", what, i))
+			return
+		}
+		o.arg[i], o.from[i] = a.v, a.slot
+	}
+	p.ops = append(p.ops, o)
+	p.what = append(p.what, what)
+}
+
+func (p *Prog) owns(b []byte) bool {
+	for _, m := range p.mem {
+		if len(m) > 0 && len(b) > 0 && &m[0] == &b[0] {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Prog) fail(err error) {
+	if p.err == nil {
+		p.err = err
+	}
+}

@@ -1,0 +1,311 @@
+//go:build linux && (amd64 || arm64)
+
+package rawchild
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envGoInit) == "1" {
+		goInit(os.Args[1:])
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// child is one started child and the ends the test reads.
+type child struct {
+	pid    int
+	status *os.File // the records
+	stdout *os.File
+}
+
+// start runs p and prog in a child with the given clone flags (and, with
+// CLONE_NEWUSER, the caller's identity mapped to root) and stdin.
+func start(t *testing.T, p *Prog, prog Program, flags uintptr, stdin *os.File) child {
+	t.Helper()
+	statR, statW := pipe(t)
+	outR, outW := pipe(t)
+	if stdin == nil {
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { null.Close() })
+		stdin = null
+	}
+	a := Attr{Cloneflags: flags, Stdin: stdin, Stdout: outW, Stderr: outW, Status: statW, Pdeathsig: syscall.SIGKILL}
+	if flags&syscall.CLONE_NEWUSER != 0 {
+		a.UIDMap = "0 " + strconv.Itoa(os.Getuid()) + " 1"
+		a.GIDMap = "0 " + strconv.Itoa(os.Getgid()) + " 1"
+	}
+	pid, err := Start(p, prog, a)
+	statW.Close()
+	outW.Close()
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL); reapFailed(pid) })
+	return child{pid: pid, status: statR, stdout: outR}
+}
+
+func pipe(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
+}
+
+// records reads every record until the child closes its status end.
+func (c child) records(t *testing.T) []Record {
+	t.Helper()
+	var out []Record
+	for {
+		r, err := ReadRecord(c.status)
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+}
+
+func (c child) wait(t *testing.T) syscall.WaitStatus {
+	t.Helper()
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(c.pid, &ws, 0, nil)
+		if err == nil {
+			return ws
+		}
+		if err != syscall.EINTR {
+			t.Fatal(err)
+		}
+	}
+}
+
+func sh(script string) Program {
+	return Program{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"}}
+}
+
+func userPID(t *testing.T) uintptr {
+	t.Helper()
+	// An unprivileged user namespace (as root or not) makes the PID
+	// namespace possible without privileges.
+	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
+		t.Skip("no user namespaces")
+	}
+	return syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID
+}
+
+func TestStepsThenProgram(t *testing.T) {
+	p := &Prog{}
+	msg := "step\n"
+	p.Call("write to stdout", syscall.SYS_WRITE, Val(1), Val(p.Str(msg)), Val(uintptr(len(msg))))
+	c := start(t, p, sh("echo prog; exit 3"), 0, nil)
+	out, _ := io.ReadAll(c.stdout)
+	recs := c.records(t)
+	ws := c.wait(t)
+	if string(out) != "step\nprog\n" {
+		t.Errorf("stdout %q, want the step's write, then the program's", out)
+	}
+	if len(recs) != 2 || recs[0].Kind != KindStarted || recs[0].A == 0 || recs[1].Kind != KindWaited {
+		t.Fatalf("records %+v, want Started(pid), Waited", recs)
+	}
+	if got := syscall.WaitStatus(recs[1].A); got.ExitStatus() != 3 {
+		t.Errorf("reported status %v, want exit 3", got)
+	}
+	if ws.ExitStatus() != 3 {
+		t.Errorf("child exited %v, want 3 like its program", ws)
+	}
+}
+
+func TestFailedStepIsNamedAndStopsTheChild(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	p := &Prog{}
+	p.Call("mkdir "+dir+"/none/x", syscall.SYS_MKDIRAT, Int(unix.AT_FDCWD), Val(p.Str(dir+"/none/x")), Val(0o700))
+	c := start(t, p, sh("touch "+marker), 0, nil)
+	recs := c.records(t)
+	ws := c.wait(t)
+	if len(recs) != 1 || recs[0].Kind != KindFailed {
+		t.Fatalf("records %+v, want one Failed", recs)
+	}
+	var se *StepError
+	if err := recs[0].Err(p); !errors.As(err, &se) || se.Step != 0 || se.Errno != syscall.ENOENT ||
+		!strings.Contains(err.Error(), "mkdir "+dir+"/none/x") {
+		t.Errorf("error %v, want step 0 (the mkdir) with ENOENT", err)
+	}
+	if ws.ExitStatus() != 125 {
+		t.Errorf("child exited %v, want 125", ws)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Errorf("the program ran after a failed step (%v)", err)
+	}
+}
+
+func TestAllowedErrnoContinues(t *testing.T) {
+	dir := t.TempDir()
+	p := &Prog{}
+	p.Call("mkdir "+dir, syscall.SYS_MKDIRAT, Int(unix.AT_FDCWD), Val(p.Str(dir)), Val(0o700))
+	p.Allow(syscall.EEXIST)
+	c := start(t, p, sh("exit 0"), 0, nil)
+	if recs := c.records(t); len(recs) != 2 || recs[0].Kind != KindStarted {
+		t.Fatalf("records %+v, want the program started despite EEXIST", recs)
+	}
+	c.wait(t)
+}
+
+// A saved result feeds later steps as an argument and as a value stored
+// into a struct.
+func TestSavedResultsFeedLaterSteps(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	p := &Prog{}
+	fd := p.CallSave("open "+file, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(file)),
+		Val(syscall.O_WRONLY|syscall.O_CREAT|syscall.O_CLOEXEC), Val(0o600))
+	p.Call("write "+file, syscall.SYS_WRITE, fd.Arg(), Val(p.Str("hello")), Val(5))
+	buf := make([]byte, 4)
+	at := p.Buf(buf)
+	p.Store32("store the descriptor", buf, 0, fd)
+	p.Call("write the stored descriptor", syscall.SYS_WRITE, Val(1), Val(at), Val(4))
+	c := start(t, p, sh("exit 0"), 0, nil)
+	out, _ := io.ReadAll(c.stdout)
+	c.records(t)
+	c.wait(t)
+	if b, err := os.ReadFile(file); err != nil || string(b) != "hello" {
+		t.Errorf("file %q (%v), want hello written through the saved descriptor", b, err)
+	}
+	// Descriptors 0..3 are taken, so the open returned at least 4.
+	if len(out) != 4 || binary.LittleEndian.Uint32(out) < 4 {
+		t.Errorf("stored descriptor %v, want one 4-byte descriptor ≥ 4", out)
+	}
+}
+
+func TestBadProgIsRefusedBeforeTheFork(t *testing.T) {
+	p := &Prog{}
+	p.Call("uses a slot nothing saved", syscall.SYS_CLOSE, Slot(3).Arg())
+	if _, err := Start(p, sh("exit 0"), Attr{}); err == nil || !strings.Contains(err.Error(), "slot") {
+		t.Errorf("Start: %v, want the bad slot refused", err)
+	}
+	q := &Prog{}
+	q.Store32("store outside", make([]byte, 4), 0, 0)
+	if _, err := Start(q, sh("exit 0"), Attr{}); err == nil || !strings.Contains(err.Error(), "memory") {
+		t.Errorf("Start: %v, want a store outside the program's memory refused", err)
+	}
+}
+
+func TestExecFailureIsTheLastStep(t *testing.T) {
+	p := &Prog{}
+	c := start(t, p, Program{Path: "/nonexistent/prog", Args: []string{"prog"}}, 0, nil)
+	recs := c.records(t)
+	c.wait(t)
+	if len(recs) < 1 || recs[0].Kind != KindFailed || recs[0].A != uint32(p.Len()) || syscall.Errno(recs[0].B) != syscall.ENOENT {
+		t.Fatalf("records %+v, want Failed(step %d = the exec, ENOENT) first", recs, p.Len())
+	}
+	if err := recs[0].Err(p); !strings.Contains(err.Error(), "exec the program") {
+		t.Errorf("error %v, want it to name the exec", err)
+	}
+	if last := recs[len(recs)-1]; last.Kind != KindWaited || syscall.WaitStatus(last.A).ExitStatus() != 127 {
+		t.Errorf("last record %+v, want Waited(127)", last)
+	}
+}
+
+// As the init of a PID namespace the child ends what the program leaves
+// behind before it reports: once Waited arrives it has no child left.
+// Without the namespace (not an init) the leftover is not the child's.
+func TestInitEndsLeftoversBeforeItReports(t *testing.T) {
+	flags := userPID(t)
+	c := start(t, &Prog{}, sh("sleep 300 & echo $$"), flags, nil)
+	recs := c.records(t)
+	if len(recs) != 2 || recs[1].Kind != KindWaited {
+		t.Fatalf("records %+v", recs)
+	}
+	// The status end closed, so the init is exiting or gone; it must have
+	// no children at all (the sleep was reparented to it, then killed and
+	// reaped).
+	if kids, err := os.ReadFile("/proc/" + strconv.Itoa(c.pid) + "/task/" + strconv.Itoa(c.pid) + "/children"); err == nil && strings.TrimSpace(string(kids)) != "" {
+		t.Errorf("init still has children %q after it reported", kids)
+	}
+	out, _ := io.ReadAll(c.stdout)
+	if strings.TrimSpace(string(out)) != "2" {
+		t.Errorf("program's PID %q, want 2 (the init is 1)", out)
+	}
+	c.wait(t)
+}
+
+// While the program runs, the init holds its status descriptor only: not
+// the block's pipes, not anything the parent had open.
+func TestInitHoldsOnlyItsStatus(t *testing.T) {
+	flags := userPID(t)
+	inR, inW := pipe(t)
+	c := start(t, &Prog{}, sh("read x"), flags, inR)
+	inR.Close()
+	if r, err := ReadRecord(c.status); err != nil || r.Kind != KindStarted {
+		t.Fatalf("first record %+v, %v", r, err)
+	}
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(c.pid) + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []string
+	for _, e := range ents {
+		fds = append(fds, e.Name())
+	}
+	if len(fds) != 1 || fds[0] != "3" {
+		t.Fatalf("init's descriptors %v, want only 3 (its status)", fds) // Fatal: a held pipe end would keep read from ever ending
+	}
+	inW.Close() // the program's read ends
+	c.records(t)
+	if ws := c.wait(t); ws.ExitStatus() != 1 {
+		t.Errorf("child %v, want read's exit 1 at EOF", ws)
+	}
+}
+
+// Start leaves no descriptor behind in the caller.
+func TestStartLeaksNoDescriptor(t *testing.T) {
+	flags := userPID(t)
+	before := openFDs(t)
+	for i := 0; i < 3; i++ {
+		func() {
+			statR, statW := pipe(t)
+			null, _ := os.Open(os.DevNull)
+			defer null.Close()
+			pid, err := Start(&Prog{}, sh("exit 0"), Attr{Cloneflags: flags, Stdin: null, Stdout: null, Stderr: null, Status: statW,
+				UIDMap: "0 " + strconv.Itoa(os.Getuid()) + " 1", GIDMap: "0 " + strconv.Itoa(os.Getgid()) + " 1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			statW.Close()
+			io.Copy(io.Discard, statR)
+			statR.Close()
+			reapFailed(pid)
+		}()
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open after three starts, %d before", after, before)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}

@@ -1,0 +1,353 @@
+//go:build linux && (amd64 || arm64)
+
+package rawchild
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The runtime's fork hooks, as package syscall uses them around its own
+// fork (exported to other packages on purpose: go.dev/issue/67401).
+// BeforeFork blocks signals and makes any stack growth in the child fatal;
+// AfterForkInChild resets the runtime's signal handlers to the default and
+// restores the signal mask.
+//
+//go:linkname runtime_BeforeFork syscall.runtime_BeforeFork
+func runtime_BeforeFork()
+
+//go:linkname runtime_AfterFork syscall.runtime_AfterFork
+func runtime_AfterFork()
+
+//go:linkname runtime_AfterForkInChild syscall.runtime_AfterForkInChild
+func runtime_AfterForkInChild()
+
+// Program is what the init starts once the Prog has run.
+type Program struct {
+	Path string
+	Args []string
+	Env  []string
+}
+
+// Attr is how the child is cloned and wired.
+type Attr struct {
+	// Cloneflags are the clone's namespaces (CLONE_NEW*). Without
+	// CLONE_NEWPID the child is not an init: it reaps only the program
+	// and does not end the program's leftovers.
+	Cloneflags uintptr
+	// UIDMap and GIDMap are written to the child's maps (its setgroups
+	// denied) before it runs its first step; needed with CLONE_NEWUSER.
+	UIDMap, GIDMap string
+	// Pdeathsig is sent to the child when the caller's thread exits.
+	Pdeathsig syscall.Signal
+	// Stdin, Stdout and Stderr become the program's 0, 1 and 2 (the init
+	// closes its copies once the program runs); Status is the init's
+	// descriptor 3 for its records, closed for the program.
+	Stdin, Stdout, Stderr, Status *os.File
+}
+
+// frame is everything the child reads, prepared before the fork.
+type frame struct {
+	ops     *op
+	nops    uintptr
+	slots   [maxSlots]uintptr
+	path    *byte
+	argv    **byte
+	envv    **byte
+	fds     [4]uintptr // stdin, stdout, stderr, status, as the caller has them
+	high    uintptr    // above every one of fds, and ≥ 4
+	syncR   uintptr    // with a user namespace: the child waits for its maps on it
+	syncW   uintptr
+	synced  bool
+	pdeath  uintptr
+	rec     [3]uint32 // the init's record
+	execErr uintptr   // the program's failed exec, stored by it (it shares the init's memory until then)
+}
+
+// Start forks the child, which runs p and then starts prog as its init.
+// It returns the child's PID (in the caller's namespace); the child's
+// records arrive on a.Status, and the caller reaps the child.
+func Start(p *Prog, prog Program, a Attr) (int, error) {
+	if p.err != nil {
+		return 0, p.err
+	}
+	files := [4]*os.File{a.Stdin, a.Stdout, a.Stderr, a.Status}
+	for _, f := range files {
+		if f == nil {
+			return 0, errors.New("rawchild: Stdin, Stdout, Stderr and Status are all needed")
+		}
+	}
+	newUser := a.Cloneflags&syscall.CLONE_NEWUSER != 0
+	if newUser && (a.UIDMap == "" || a.GIDMap == "") {
+		return 0, errors.New("rawchild: a user namespace needs UIDMap and GIDMap")
+	}
+	f, keep, err := newFrame(p, prog, files, a.Pdeathsig)
+	if err != nil {
+		return 0, err
+	}
+	var sync [2]int
+	if newUser {
+		if err := syscall.Pipe2(sync[:], syscall.O_CLOEXEC); err != nil {
+			return 0, fmt.Errorf("rawchild: pipe: %w", err)
+		}
+		f.syncR, f.syncW, f.synced = uintptr(sync[0]), uintptr(sync[1]), true
+		defer syscall.Close(sync[0])
+		defer syscall.Close(sync[1])
+	}
+	pid, errno := forkChild(f, a.Cloneflags)
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(keep)
+	runtime.KeepAlive(files)
+	if errno != 0 {
+		return 0, fmt.Errorf("rawchild: clone: %w", errno)
+	}
+	if newUser {
+		if err := writeMaps(int(pid), a.UIDMap, a.GIDMap); err != nil {
+			reapFailed(int(pid))
+			return 0, err
+		}
+		if _, err := syscall.Write(sync[1], []byte{1}); err != nil {
+			reapFailed(int(pid))
+			return 0, fmt.Errorf("rawchild: release the child: %w", err)
+		}
+	}
+	return int(pid), nil
+}
+
+// newFrame lays out the child's frame; keep holds what it points into.
+func newFrame(p *Prog, prog Program, files [4]*os.File, pdeath syscall.Signal) (*frame, []any, error) {
+	path, err := syscall.BytePtrFromString(prog.Path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rawchild: program path: %w", err)
+	}
+	argv, err := syscall.SlicePtrFromStrings(prog.Args)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rawchild: program arguments: %w", err)
+	}
+	envv, err := syscall.SlicePtrFromStrings(prog.Env)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rawchild: program environment: %w", err)
+	}
+	f := &frame{path: path, argv: &argv[0], envv: &envv[0], nops: uintptr(len(p.ops)), high: 4, pdeath: uintptr(pdeath)}
+	if len(p.ops) > 0 {
+		f.ops = &p.ops[0]
+	}
+	for i, file := range files {
+		f.fds[i] = file.Fd()
+		f.high = max(f.high, f.fds[i]+1)
+	}
+	return f, []any{path, argv, envv}, nil
+}
+
+// forkChild clones the child. In the child it never returns: everything
+// after the clone runs without the runtime, in nosplit code.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func forkChild(f *frame, flags uintptr) (uintptr, syscall.Errno) {
+	runtime_BeforeFork()
+	pid, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, flags|uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	if errno != 0 || pid != 0 {
+		runtime_AfterFork()
+		return pid, errno
+	}
+	runtime_AfterForkInChild()
+	childMain(f)
+	return 0, 0 // not reached: childMain exits
+}
+
+func writeMaps(pid int, uidMap, gidMap string) error {
+	dir := "/proc/" + strconv.Itoa(pid) + "/"
+	for _, w := range []struct{ file, data string }{{"setgroups", "deny"}, {"gid_map", gidMap}, {"uid_map", uidMap}} {
+		if err := os.WriteFile(dir+w.file, []byte(w.data), 0); err != nil {
+			return fmt.Errorf("rawchild: write the child's %s: %w", w.file, err)
+		}
+	}
+	return nil
+}
+
+func reapFailed(pid int) {
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	var ws syscall.WaitStatus
+	for {
+		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
+			return
+		}
+	}
+}
+
+// The child's own code. Everything below runs after the fork: nosplit (the
+// stack cannot grow), no allocation, no locks, raw system calls only.
+
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func childMain(f *frame) {
+	if f.pdeath != 0 {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, f.pdeath, 0); e != 0 {
+			exit(125)
+		}
+	}
+	if f.synced {
+		// Wait until the parent has written the maps; EOF means it gave up.
+		syscall.RawSyscall(syscall.SYS_CLOSE, f.syncW, 0, 0)
+		var b [1]byte
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, f.syncR, uintptr(unsafe.Pointer(&b[0])), 1)
+		if e != 0 || n != 1 {
+			exit(125)
+		}
+	}
+	placeFiles(f)
+	runSteps(f)
+	runInit(f)
+}
+
+// placeFiles moves the four descriptors to 0..3 (3, the status, close-on-
+// exec) and closes every other one the child inherited.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func placeFiles(f *frame) {
+	for i := 0; i < 4; i++ {
+		r, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, f.fds[i], syscall.F_DUPFD_CLOEXEC, f.high)
+		if e != 0 {
+			exit(125)
+		}
+		f.fds[i] = r
+	}
+	for i := 0; i < 4; i++ {
+		flag := uintptr(0)
+		if i == 3 {
+			flag = syscall.O_CLOEXEC
+		}
+		if _, _, e := syscall.RawSyscall(syscall.SYS_DUP3, f.fds[i], uintptr(i), flag); e != 0 {
+			exit(125)
+		}
+	}
+	if _, _, e := syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, ^uintptr(0), 0); e != 0 {
+		exit(125)
+	}
+}
+
+// runSteps interprets the Prog; the first failing step is reported and
+// ends the child.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func runSteps(f *frame) {
+	for i := uintptr(0); i < f.nops; i++ {
+		o := (*op)(unsafe.Add(unsafe.Pointer(f.ops), i*unsafe.Sizeof(op{})))
+		var a [6]uintptr
+		for j := 0; j < 6; j++ {
+			a[j] = o.arg[j]
+			if s := o.from[j]; s >= 0 {
+				a[j] = f.slots[s&(maxSlots-1)]
+			}
+		}
+		if o.store {
+			*(*int32)(o.at) = int32(a[1])
+			continue
+		}
+		r, _, e := syscall.RawSyscall6(o.trap, a[0], a[1], a[2], a[3], a[4], a[5])
+		if e != 0 && uintptr(e) != o.okErr {
+			report(&f.rec, KindFailed, uint32(i), uint32(e))
+			exit(125)
+		}
+		if o.save >= 0 {
+			f.slots[o.save&(maxSlots-1)] = r
+		}
+	}
+}
+
+// vforkExec is in vfork_linux_*.s: a vfork child shares this stack, so it
+// must not return into Go code (it would overwrite the frames the init
+// resumes on).
+func vforkExec(path, argv, envv, errp uintptr) (pid, errno uintptr)
+
+// runInit starts the program (vfork, so nothing is copied), reports it,
+// reaps until it has ended, ends whatever it left in the namespace, reports
+// its wait status and exits like it.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func runInit(f *frame) {
+	pid, e := vforkExec(uintptr(unsafe.Pointer(f.path)), uintptr(unsafe.Pointer(f.argv)),
+		uintptr(unsafe.Pointer(f.envv)), uintptr(unsafe.Pointer(&f.execErr)))
+	if e != 0 {
+		report(&f.rec, KindFailed, uint32(f.nops), uint32(e))
+		exit(125)
+	}
+	if f.execErr != 0 {
+		// vfork: the program's exec failed before this resumed; reap it.
+		report(&f.rec, KindFailed, uint32(f.nops), uint32(f.execErr))
+	}
+	report(&f.rec, KindStarted, uint32(pid), 0)
+	for fd := uintptr(0); fd < 3; fd++ {
+		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	}
+	ws := reapUntil(pid)
+	self, _, _ := syscall.RawSyscall(syscall.SYS_GETPID, 0, 0, 0)
+	if self == 1 {
+		// kill(-1) from a namespace's init spares only the init. Never from
+		// anything else: it would signal every process the caller may.
+		syscall.RawSyscall(syscall.SYS_KILL, ^uintptr(0), uintptr(syscall.SIGKILL), 0)
+		for {
+			var st int32
+			_, _, e := syscall.RawSyscall6(syscall.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(&st)), 0, 0, 0, 0)
+			if e != 0 && e != syscall.EINTR {
+				break // ECHILD: only the init is left
+			}
+		}
+	}
+	report(&f.rec, KindWaited, ws, 0)
+	st := syscall.WaitStatus(ws)
+	if st.Signaled() {
+		exit(128 + uintptr(st&0x7f))
+	}
+	exit(uintptr(ws>>8) & 0xff)
+}
+
+// reapUntil reaps every child until pid has ended and returns its status.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func reapUntil(pid uintptr) uint32 {
+	for {
+		var st int32
+		r, _, e := syscall.RawSyscall6(syscall.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(&st)), 0, 0, 0, 0)
+		if e == 0 && r == pid {
+			return uint32(st)
+		}
+		if e != 0 && e != syscall.EINTR {
+			return 127 << 8 // ECHILD cannot happen while pid is unreaped; never spin
+		}
+	}
+}
+
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func report(rec *[3]uint32, kind, a, b uint32) {
+	rec[0], rec[1], rec[2] = kind, a, b // little-endian hosts only (amd64, arm64)
+	syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&rec[0])), RecordSize)
+}
+
+//go:nosplit
+//go:norace
+func exit(code uintptr) {
+	for {
+		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, code, 0, 0)
+	}
+}
