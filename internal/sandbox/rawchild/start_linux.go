@@ -292,10 +292,13 @@ func runInit(f *frame) {
 		// vfork: the program's exec failed before this resumed; reap it.
 		report(&f.rec, KindFailed, uint32(f.nops), uint32(f.execErr))
 	}
-	report(&f.rec, KindStarted, uint32(pid), 0)
+	// The init gives up the program's descriptors before it says Started:
+	// a program that closes its stdout gives its reader EOF, as without an
+	// init, and a reader of Started sees the init as it stays.
 	for fd := uintptr(0); fd < 3; fd++ {
 		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	}
+	report(&f.rec, KindStarted, uint32(pid), 0)
 	ws := reapUntil(pid)
 	self, _, _ := syscall.RawSyscall(syscall.SYS_GETPID, 0, 0, 0)
 	if self == 1 {
