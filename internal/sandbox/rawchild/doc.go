@@ -15,9 +15,10 @@
 // it. This is the design Go's own syscall.forkAndExecInChild uses, with a
 // program instead of a fixed sequence.
 //
-// Status: the interpreter, the init and their tests. The sandbox does not
-// use it yet: compiling a block's world (mounts, Landlock, capabilities,
-// seccomp, rlimits) into a Prog is the next step.
+// Status: the interpreter, the init and the lockdown's last steps
+// (rlimits, no_new_privs, the capability drop, seccomp: [Prog.AddLockdown]),
+// with their tests. The sandbox does not use it yet: compiling the rest of a
+// block's world (mounts, pivot_root, Landlock) into a Prog is the next step.
 //
 // The child reports on a status descriptor with fixed 12-byte records
 // ([Record]): a failed step (its index and errno, so that the parent, which
