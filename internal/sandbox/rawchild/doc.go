@@ -15,10 +15,11 @@
 // it. This is the design Go's own syscall.forkAndExecInChild uses, with a
 // program instead of a fixed sequence.
 //
-// Status: the interpreter, the init and the lockdown's last steps
-// (rlimits, no_new_privs, the capability drop, seccomp: [Prog.AddLockdown]),
+// Status: the interpreter, the init and the lockdown (rlimits,
+// no_new_privs, Landlock, the capability drop, seccomp: [Prog.AddLockdown]),
 // with their tests. The sandbox does not use it yet: compiling the rest of a
-// block's world (mounts, pivot_root, Landlock) into a Prog is the next step.
+// block's world (its root's mounts, pivot_root, host name, workdir) into a
+// Prog is the next step.
 //
 // The child reports on a status descriptor with fixed 12-byte records
 // ([Record]): a failed step (its index and errno, so that the parent, which

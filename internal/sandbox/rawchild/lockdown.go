@@ -13,14 +13,13 @@ import (
 )
 
 // Lockdown is the per-process confinement a helper applies last, in the
-// order package hook's lockDown does: rlimits, no_new_privs, no
-// capabilities, seccomp. (Landlock goes between no_new_privs and the
-// capability drop; its rules need paths and descriptors and are not
-// compiled here yet.) The child is single-threaded, so, unlike the Go
+// order package hook's lockDown does: rlimits, no_new_privs, Landlock, no
+// capabilities, seccomp. The child is single-threaded, so, unlike the Go
 // helper's init, it needs no all-thread capset and no seccomp TSYNC.
 type Lockdown struct {
 	Rlimits    []Rlimit
 	NoNewPrivs bool
+	Landlock   *Landlock
 	// DropCaps empties the bounding set (0..CapLastCap), the ambient set
 	// and the effective, permitted and inheritable sets.
 	DropCaps   bool
@@ -28,6 +27,22 @@ type Lockdown struct {
 	// Seccomp is a classic-BPF program: struct sock_filter entries of 8
 	// bytes in native byte order (what package sandbox hands package hook).
 	Seccomp []byte
+}
+
+// Landlock is a ruleset as package hook's Spec describes it: access masks
+// already reduced to the kernel's ABI, paths as the child sees them.
+type Landlock struct {
+	ABI                           int
+	HandledFS, HandledNet, Scoped uint64
+	Rules                         []LandlockRule
+}
+
+// LandlockRule grants Access beneath Path; an Optional path that does not
+// exist is skipped.
+type LandlockRule struct {
+	Path     string
+	Access   uint64
+	Optional bool
 }
 
 // Rlimit is one resource limit, soft and hard alike.
@@ -48,6 +63,9 @@ func (p *Prog) AddLockdown(l Lockdown) {
 	}
 	if l.NoNewPrivs {
 		p.Call("prctl(PR_SET_NO_NEW_PRIVS)", syscall.SYS_PRCTL, Val(unix.PR_SET_NO_NEW_PRIVS), Val(1), Val(0), Val(0), Val(0))
+	}
+	if l.Landlock != nil {
+		p.addLandlock(l.Landlock)
 	}
 	if l.DropCaps {
 		p.addCapDrop(l.CapLastCap)
@@ -90,4 +108,45 @@ func (p *Prog) addSeccomp(prog []byte) {
 	binary.NativeEndian.PutUint64(fprog[8:], uint64(p.Buf(filter)))
 	const seccompSetModeFilter = 1
 	p.Call("seccomp(SECCOMP_SET_MODE_FILTER)", unix.SYS_SECCOMP, Val(seccompSetModeFilter), Val(0), Val(p.Buf(fprog)))
+}
+
+// addLandlock builds the ruleset and restricts the child with it. Each
+// rule's O_PATH descriptor goes into its struct landlock_path_beneath_attr
+// (packed: u64 allowed_access, s32 parent_fd) by a store step, and is
+// closed once the rule is added; one slot serves every rule.
+func (p *Prog) addLandlock(l *Landlock) {
+	attr := make([]byte, 24)
+	binary.NativeEndian.PutUint64(attr[0:], l.HandledFS)
+	binary.NativeEndian.PutUint64(attr[8:], l.HandledNet)
+	binary.NativeEndian.PutUint64(attr[16:], l.Scoped)
+	size := uintptr(8) // ABI 1-3: handled_access_fs only
+	switch {
+	case l.ABI >= 6:
+		size = 24
+	case l.ABI >= 4:
+		size = 16
+	}
+	rs := p.CallSave("landlock: build ruleset: create", unix.SYS_LANDLOCK_CREATE_RULESET, Val(p.Buf(attr)), Val(size), Val(0))
+	fd := p.NewSlot()
+	for _, r := range l.Rules {
+		pb := make([]byte, 12)
+		binary.NativeEndian.PutUint64(pb, r.Access)
+		at := p.Buf(pb)
+		p.CallTo("landlock: build ruleset: open "+r.Path, fd, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(r.Path)),
+			Val(unix.O_PATH|unix.O_CLOEXEC), Val(0))
+		rule := func() {
+			p.Store32("landlock: the descriptor of "+r.Path, pb, 8, fd)
+			p.Call("landlock: build ruleset: add rule for "+r.Path, unix.SYS_LANDLOCK_ADD_RULE, rs.Arg(),
+				Val(unix.LANDLOCK_RULE_PATH_BENEATH), Val(at), Val(0))
+			p.Call("landlock: close "+r.Path, syscall.SYS_CLOSE, fd.Arg())
+		}
+		if r.Optional {
+			p.Allow(syscall.ENOENT)
+			p.IfOK(fd, rule)
+		} else {
+			rule()
+		}
+	}
+	p.Call("landlock: restrict self", unix.SYS_LANDLOCK_RESTRICT_SELF, rs.Arg(), Val(0))
+	p.Call("landlock: close the ruleset", syscall.SYS_CLOSE, rs.Arg())
 }

@@ -4,13 +4,16 @@ package rawchild
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/codellm/codellm/internal/sandbox/seccomp"
+	"golang.org/x/sys/unix"
 )
 
 // run starts sh -c script in a user and PID namespace after p, and returns
@@ -101,5 +104,63 @@ func TestLockdownRefusesABadFilter(t *testing.T) {
 	p.AddLockdown(Lockdown{Seccomp: make([]byte, 12)})
 	if _, err := Start(p, sh("exit 0"), Attr{}); err == nil || !strings.Contains(err.Error(), "seccomp filter of 12 bytes") {
 		t.Errorf("Start: %v, want the 12-byte filter refused", err)
+	}
+}
+
+// Access rights of Landlock ABI 1 (every kernel with Landlock has them).
+const (
+	llExecute  = 1 << 0
+	llReadFile = 1 << 2
+	llReadDir  = 1 << 3
+	llABI1     = 1<<13 - 1
+)
+
+func systemRules() []LandlockRule {
+	var rules []LandlockRule
+	for _, d := range []string{"/usr", "/bin", "/lib", "/lib64", "/etc"} {
+		rules = append(rules, LandlockRule{Path: d, Access: llExecute | llReadFile | llReadDir, Optional: true})
+	}
+	return rules
+}
+
+// Differential: the program reads a file outside the rules' paths unless
+// Landlock restricts it; optional rules for missing paths are skipped.
+func TestLockdownLandlockConfinesReads(t *testing.T) {
+	if _, _, e := syscall.RawSyscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION); e != 0 {
+		t.Skipf("no Landlock: %v", e)
+	}
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("s3cret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := "cat " + secret + " 2>&1"
+	if out, _ := run(t, &Prog{}, script); out != "s3cret" {
+		t.Fatalf("without Landlock: %q: the test shows nothing", out)
+	}
+	rules := append(systemRules(), LandlockRule{Path: "/nonexistent-codellm-dir", Access: llReadFile, Optional: true})
+	p := &Prog{}
+	p.AddLockdown(Lockdown{NoNewPrivs: true, Landlock: &Landlock{ABI: 1, HandledFS: llABI1, Rules: rules}})
+	out, ws := run(t, p, script)
+	if strings.Contains(out, "s3cret") || ws.ExitStatus() == 0 || !strings.Contains(out, "Permission denied") {
+		t.Errorf("with Landlock: %q (%v), want the read denied", out, ws)
+	}
+}
+
+func TestLockdownLandlockNamesAMissingRequiredPath(t *testing.T) {
+	if _, _, e := syscall.RawSyscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION); e != 0 {
+		t.Skipf("no Landlock: %v", e)
+	}
+	p := &Prog{}
+	p.AddLockdown(Lockdown{NoNewPrivs: true, Landlock: &Landlock{ABI: 1, HandledFS: llABI1,
+		Rules: append(systemRules(), LandlockRule{Path: "/nonexistent-codellm-dir", Access: llReadFile})}})
+	c := start(t, p, sh("exit 0"), userPID(t), nil)
+	recs := c.records(t)
+	c.wait(t)
+	if len(recs) != 1 {
+		t.Fatalf("records %+v, want one failure", recs)
+	}
+	if err := recs[0].Err(p); err == nil || !strings.Contains(err.Error(), "open /nonexistent-codellm-dir") ||
+		!errors.Is(err, syscall.ENOENT) {
+		t.Errorf("error %v, want the open of the missing rule path named, ENOENT", err)
 	}
 }

@@ -40,17 +40,20 @@ type op struct {
 	store bool           // not a system call: *(*int32)(at) = arg[1]
 	at    unsafe.Pointer // where a store writes
 	okErr uintptr        // an errno that counts as success (EEXIST for a mkdir), or 0
+	cond  bool           // not a system call: skip the next skip steps when slot from[0] is negative
+	skip  uintptr
 }
 
 // Prog is what the child does before it starts the program: system calls
 // in order, each able to use the results of earlier ones. Its memory
 // (strings, structs) is kept alive by the Prog and inherited by the child.
 type Prog struct {
-	ops   []op
-	what  []string
-	mem   [][]byte
-	slots int8
-	err   error
+	ops    []op
+	what   []string
+	mem    [][]byte
+	slots  int8   // slots made
+	filled uint16 // slots some earlier step fills
+	err    error
 }
 
 // Str returns the address of a NUL-terminated copy of s, kept alive by p.
@@ -75,16 +78,49 @@ func (p *Prog) Call(what string, trap uintptr, args ...Arg) {
 	p.add(what, trap, args, -1, false)
 }
 
-// CallSave appends trap(args...) and returns the slot its result goes to.
-func (p *Prog) CallSave(what string, trap uintptr, args ...Arg) Slot {
+// NewSlot reserves a slot for results; CallTo fills it (again and again:
+// a loop over rules can reuse one slot for each descriptor).
+func (p *Prog) NewSlot() Slot {
 	if p.slots >= maxSlots {
-		p.fail(fmt.Errorf("rawchild: more than %d saved results", maxSlots))
+		p.fail(fmt.Errorf("rawchild: more than %d slots", maxSlots))
 		return 0
 	}
-	s := p.slots
 	p.slots++
-	p.add(what, trap, args, s, false)
-	return Slot(s)
+	return Slot(p.slots - 1)
+}
+
+// CallSave appends trap(args...) and returns the new slot its result goes to.
+func (p *Prog) CallSave(what string, trap uintptr, args ...Arg) Slot {
+	s := p.NewSlot()
+	p.CallTo(what, s, trap, args...)
+	return s
+}
+
+// CallTo appends trap(args...) with its result saved in s.
+func (p *Prog) CallTo(what string, s Slot, trap uintptr, args ...Arg) {
+	if s < 0 || int8(s) >= p.slots {
+		p.fail(fmt.Errorf("rawchild: %s: slot %d was not made with NewSlot", what, s))
+		return
+	}
+	p.add(what, trap, args, int8(s), false)
+	if p.err == nil {
+		p.filled |= 1 << uint(s)
+	}
+}
+
+// IfOK runs the steps body appends only when s holds a success (not a
+// negative result: a step whose errno was allowed leaves -1 there), and
+// skips them otherwise: an optional path that does not exist.
+func (p *Prog) IfOK(s Slot, body func()) {
+	at := len(p.ops)
+	p.add("if ok", 0, []Arg{s.Arg()}, -1, false)
+	if p.err != nil {
+		return
+	}
+	body()
+	if p.err == nil {
+		p.ops[at].cond, p.ops[at].skip = true, uintptr(len(p.ops)-at-1)
+	}
 }
 
 // Store32 appends a step that writes the value of s, as an int32, at
@@ -129,13 +165,9 @@ func (p *Prog) add(what string, trap uintptr, args []Arg, save int8, store bool)
 	for i := range o.from {
 		o.from[i] = -1
 	}
-	saved := p.slots // the slots earlier steps filled
-	if save >= 0 {
-		saved = save // CallSave has counted this step's own slot already
-	}
 	for i, a := range args {
-		if a.slot >= saved {
-			p.fail(fmt.Errorf("rawchild: %s: argument %d uses a slot no earlier step saved", what, i))
+		if a.slot >= 0 && (a.slot >= maxSlots || p.filled&(1<<uint(a.slot)) == 0) {
+			p.fail(fmt.Errorf("rawchild: %s: argument %d uses a slot no earlier step filled", what, i))
 			return
 		}
 		o.arg[i], o.from[i] = a.v, a.slot

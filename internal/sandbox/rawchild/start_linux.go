@@ -258,6 +258,12 @@ func runSteps(f *frame) {
 			*(*int32)(o.at) = int32(a[1])
 			continue
 		}
+		if o.cond {
+			if int(a[0]) < 0 {
+				i += o.skip
+			}
+			continue
+		}
 		r, _, e := syscall.RawSyscall6(o.trap, a[0], a[1], a[2], a[3], a[4], a[5])
 		if e != 0 && uintptr(e) != o.okErr {
 			report(&f.rec, KindFailed, uint32(i), uint32(e))
