@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +21,9 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv(envGoInit) == "1" {
 		goInit(os.Args[1:])
+	}
+	if v := os.Getenv(envSpawn); v != "" {
+		spawnAndExit(v == "parent")
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -308,4 +312,115 @@ func openFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// envSpawn makes the test binary start one child ("parent": with
+// Attr.Parent) running `exit 7`, print its PID and exit, reaping it first
+// unless it is its parent's.
+const envSpawn = "RAWCHILD_SPAWN"
+
+func spawnAndExit(parent bool) {
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		os.Exit(2)
+	}
+	pid, err := Start(&Prog{}, sh("exit 7"), Attr{Parent: parent, Stdin: null, Stdout: null, Stderr: null, Status: null})
+	if err != nil {
+		os.Stderr.WriteString(err.Error())
+		os.Exit(2)
+	}
+	os.Stdout.WriteString(strconv.Itoa(pid))
+	if !parent {
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, 0, nil)
+	}
+	os.Exit(0)
+}
+
+// With Parent the child is the caller's parent's: a process that starts
+// one and exits leaves it to its own parent to reap, as the spawner leaves
+// helpers to the server. Without, it is not the parent's to wait for.
+func TestParentMakesTheChildTheCallersSibling(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, parent := range []bool{true, false} {
+		mode := map[bool]string{true: "parent", false: "own"}[parent]
+		cmd := exec.Command(exe)
+		cmd.Env = append(os.Environ(), envSpawn+"="+mode)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		pid, err := strconv.Atoi(string(out))
+		if err != nil {
+			t.Fatalf("%s: output %q", mode, out)
+		}
+		var ws syscall.WaitStatus
+		_, err = syscall.Wait4(pid, &ws, 0, nil)
+		switch {
+		case parent && (err != nil || ws.ExitStatus() != 7):
+			t.Errorf("with Parent: wait4: %v, %v; want this process to reap it, exit 7", err, ws)
+		case !parent && err != syscall.ECHILD:
+			t.Errorf("without Parent: wait4: %v, want ECHILD (not this process's child)", err)
+		}
+	}
+}
+
+// The child is born in the cgroup v2 directory it is given.
+func TestCgroupFDPlacesTheChildAtBirth(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a cgroup")
+	}
+	root := ""
+	for _, m := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		var st unix.Statfs_t
+		if unix.Statfs(m, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			root = m
+			break
+		}
+	}
+	if root == "" {
+		t.Skip("no cgroup v2 mount")
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel string
+	for _, l := range strings.Split(string(self), "\n") {
+		if v, ok := strings.CutPrefix(l, "0::"); ok {
+			rel = v
+		}
+	}
+	dir := filepath.Join(root, rel, "codellm-rawchild-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(dir) })
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	statR, statW := pipe(t)
+	outR, outW := pipe(t)
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	pid, err := Start(&Prog{}, sh("cat /proc/self/cgroup"), Attr{UseCgroupFD: true, CgroupFD: fd,
+		Stdin: null, Stdout: outW, Stderr: outW, Status: statW})
+	statW.Close()
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := child{pid: pid, status: statR, stdout: outR}
+	out, _ := io.ReadAll(outR)
+	c.records(t)
+	c.wait(t)
+	want := "0::" + filepath.Join(rel, filepath.Base(dir))
+	if !strings.Contains(string(out), want+"\n") {
+		t.Errorf("program's cgroups %q, want %s", out, want)
+	}
 }

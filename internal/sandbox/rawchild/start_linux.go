@@ -47,6 +47,15 @@ type Attr struct {
 	UIDMap, GIDMap string
 	// Pdeathsig is sent to the child when the caller's thread exits.
 	Pdeathsig syscall.Signal
+	// Parent makes the child the caller's parent's child (CLONE_PARENT),
+	// as the spawner clones helpers for the server; the caller's parent
+	// then reaps it.
+	Parent bool
+	// UseCgroupFD places the child in the cgroup v2 directory CgroupFD at
+	// its birth (clone3's CLONE_INTO_CGROUP), so that nothing it does runs
+	// outside it.
+	UseCgroupFD bool
+	CgroupFD    int
 	// Stdin, Stdout and Stderr become the program's 0, 1 and 2 (the init
 	// closes its copies once the program runs); Status is the init's
 	// descriptor 3 for its records, closed for the program.
@@ -101,7 +110,15 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 		defer syscall.Close(sync[0])
 		defer syscall.Close(sync[1])
 	}
-	pid, errno := forkChild(f, a.Cloneflags)
+	flags := a.Cloneflags
+	if a.Parent {
+		flags |= syscall.CLONE_PARENT
+	}
+	var args *cloneArgs
+	if a.UseCgroupFD {
+		args = &cloneArgs{flags: uint64(flags) | unix.CLONE_INTO_CGROUP, exitSignal: uint64(syscall.SIGCHLD), cgroup: uint64(a.CgroupFD)}
+	}
+	pid, errno := forkChild(f, flags, args)
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(keep)
 	runtime.KeepAlive(files)
@@ -146,15 +163,28 @@ func newFrame(p *Prog, prog Program, files [4]*os.File, pdeath syscall.Signal) (
 	return f, []any{path, argv, envv}, nil
 }
 
-// forkChild clones the child. In the child it never returns: everything
-// after the clone runs without the runtime, in nosplit code.
+// cloneArgs is struct clone_args up to its cgroup field (clone3's
+// CLONE_ARGS_SIZE_VER2, 88 bytes).
+type cloneArgs struct {
+	flags, pidfd, childTID, parentTID, exitSignal, stack, stackSize, tls, setTID, setTIDSize, cgroup uint64
+}
+
+// forkChild clones the child (with clone3 when args is set). In the child
+// it never returns: everything after the clone runs without the runtime,
+// in nosplit code.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
-func forkChild(f *frame, flags uintptr) (uintptr, syscall.Errno) {
+func forkChild(f *frame, flags uintptr, args *cloneArgs) (uintptr, syscall.Errno) {
 	runtime_BeforeFork()
-	pid, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, flags|uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	var pid uintptr
+	var errno syscall.Errno
+	if args != nil {
+		pid, _, errno = syscall.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0)
+	} else {
+		pid, _, errno = syscall.RawSyscall6(syscall.SYS_CLONE, flags|uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	}
 	if errno != 0 || pid != 0 {
 		runtime_AfterFork()
 		return pid, errno
