@@ -3,11 +3,14 @@
 package rawchild
 
 import (
+	"encoding/binary"
 	"os"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/codellm/codellm/internal/sandbox/seccomp"
 )
 
 // envGoInit makes the test binary a Go init (goInit) instead of running
@@ -33,8 +36,9 @@ func goInit(argv []string) {
 
 // BenchmarkInit starts an init in a helper's namespaces (user, PID, mount,
 // network, IPC, UTS) that runs /bin/true and exits: "raw" is this package's
-// child (forked, never exec'd), "go" the test binary exec'd as a Go init
-// (goInit), as a Go helper is. The CPU of the init and everything it
+// child (forked, never exec'd), "raw+lockdown" the same after a block's
+// lockdown (benchLockdown), "go" the test binary exec'd as a Go init
+// (goInit, no lockdown), as a Go helper is. The CPU of the init and everything it
 // reaped (wait4's rusage) is the number to compare; wall time is reported
 // as a median.
 //
@@ -62,6 +66,20 @@ func BenchmarkInit(b *testing.B) {
 			return pid
 		})
 	})
+	b.Run("raw+lockdown", func(b *testing.B) {
+		lock := benchLockdown(b)
+		measureInit(b, func() int {
+			p := &Prog{}
+			p.AddLockdown(lock)
+			pid, err := Start(p, Program{Path: "/bin/true", Args: []string{"true"}},
+				Attr{Cloneflags: flags, UIDMap: "0 " + uid + " 1", GIDMap: "0 " + gid + " 1",
+					Stdin: null, Stdout: null, Stderr: null, Status: null})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return pid
+		})
+	})
 	b.Run("go", func(b *testing.B) {
 		exe, err := os.Executable()
 		if err != nil {
@@ -81,6 +99,38 @@ func BenchmarkInit(b *testing.B) {
 			return pid
 		})
 	})
+}
+
+// benchLockdown is a block's lockdown as the sandbox builds it: four
+// rlimits, no_new_privs, Landlock over the system directories, every
+// capability dropped and the sandbox's seccomp filter. Compiling it is part
+// of each iteration, as it would be per block.
+func benchLockdown(b testing.TB) Lockdown {
+	raw, err := seccomp.Program()
+	if err != nil {
+		b.Skip(err)
+	}
+	prog := make([]byte, 0, 8*len(raw))
+	for _, in := range raw {
+		prog = binary.NativeEndian.AppendUint16(prog, in.Op)
+		prog = append(prog, in.Jt, in.Jf)
+		prog = binary.NativeEndian.AppendUint32(prog, in.K)
+	}
+	rules := systemRules()
+	for _, f := range []string{"/dev/null", "/dev/zero", "/dev/urandom"} {
+		rules = append(rules, LandlockRule{Path: f, Access: llReadFile, Optional: true}) // a file takes file rights only
+	}
+	for _, d := range []string{"/proc", "/tmp", "/sbin", "/opt", "/var", "/srv", "/home", "/root", "/run", "/mnt", "/media", "/sys"} {
+		rules = append(rules, LandlockRule{Path: d, Access: llReadFile | llReadDir, Optional: true})
+	}
+	return Lockdown{
+		Rlimits: []Rlimit{{"CORE", syscall.RLIMIT_CORE, 0}, {"FSIZE", syscall.RLIMIT_FSIZE, 1 << 30},
+			{"NOFILE", syscall.RLIMIT_NOFILE, 1024}, {"CPU", syscall.RLIMIT_CPU, 60}},
+		NoNewPrivs: true,
+		Landlock:   &Landlock{ABI: 1, HandledFS: llABI1, Rules: rules},
+		DropCaps:   true,
+		Seccomp:    prog,
+	}
 }
 
 func measureInit(b *testing.B, start func() int) {
