@@ -424,3 +424,31 @@ func TestCgroupFDPlacesTheChildAtBirth(t *testing.T) {
 		t.Errorf("program's cgroups %q, want %s", out, want)
 	}
 }
+
+// The program cannot end its init: signals from inside the namespace to
+// an init without handlers are dropped (the runtime's handlers were reset
+// in the child), so the init outlives them and reports.
+func TestProgramCannotSignalItsInit(t *testing.T) {
+	c := start(t, &Prog{}, sh("kill -TERM 1; kill -INT 1; kill -KILL 1; echo alive"), userPID(t), nil)
+	out, _ := io.ReadAll(c.stdout)
+	recs := c.records(t)
+	c.wait(t)
+	if string(out) != "alive\n" {
+		t.Errorf("program output %q, want alive", out)
+	}
+	if len(recs) != 2 || recs[1].Kind != KindWaited || syscall.WaitStatus(recs[1].A).ExitStatus() != 0 {
+		t.Errorf("records %+v, want the init to report the program's exit 0", recs)
+	}
+}
+
+// The init's status descriptor is close-on-exec: the program cannot write
+// records of its own.
+func TestProgramDoesNotInheritTheStatus(t *testing.T) {
+	c := start(t, &Prog{}, sh("readlink /proc/self/fd/3 || echo none"), 0, nil)
+	out, _ := io.ReadAll(c.stdout)
+	c.records(t)
+	c.wait(t)
+	if !strings.HasSuffix(string(out), "none\n") {
+		t.Errorf("the program's fd 3: %q, want none", out)
+	}
+}
