@@ -37,7 +37,8 @@ func goInit(argv []string) {
 // BenchmarkInit starts an init in a helper's namespaces (user, PID, mount,
 // network, IPC, UTS) that runs /bin/true and exits: "raw" is this package's
 // child (forked, never exec'd), "raw+lockdown" the same after a block's
-// lockdown (benchLockdown), "go" the test binary exec'd as a Go init
+// lockdown (benchLockdown), "raw+root+lockdown" with a private root of
+// binds and proc first, "go" the test binary exec'd as a Go init
 // (goInit, no lockdown), as a Go helper is. The CPU of the init and everything it
 // reaped (wait4's rusage) is the number to compare; wall time is reported
 // as a median.
@@ -70,6 +71,22 @@ func BenchmarkInit(b *testing.B) {
 		lock := benchLockdown(b)
 		measureInit(b, func() int {
 			p := &Prog{}
+			p.AddLockdown(lock)
+			pid, err := Start(p, Program{Path: "/bin/true", Args: []string{"true"}},
+				Attr{Cloneflags: flags, UIDMap: "0 " + uid + " 1", GIDMap: "0 " + gid + " 1",
+					Stdin: null, Stdout: null, Stderr: null, Status: null})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return pid
+		})
+	})
+	b.Run("raw+root+lockdown", func(b *testing.B) {
+		lock, staging := benchLockdown(b), b.TempDir()
+		measureInit(b, func() int {
+			p := &Prog{}
+			p.AddRoot(Root{Staging: staging, Size: 1 << 20, Proc: true, Binds: append(systemBinds(),
+				Bind{Source: "/etc", Target: "/etc"}, Bind{Source: b.TempDir(), Target: "/work", Writable: true})})
 			p.AddLockdown(lock)
 			pid, err := Start(p, Program{Path: "/bin/true", Args: []string{"true"}},
 				Attr{Cloneflags: flags, UIDMap: "0 " + uid + " 1", GIDMap: "0 " + gid + " 1",

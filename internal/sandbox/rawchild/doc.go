@@ -15,11 +15,12 @@
 // it. This is the design Go's own syscall.forkAndExecInChild uses, with a
 // program instead of a fixed sequence.
 //
-// Status: the interpreter, the init and the lockdown (rlimits,
-// no_new_privs, Landlock, the capability drop, seccomp: [Prog.AddLockdown]),
-// with their tests. The sandbox does not use it yet: compiling the rest of a
-// block's world (its root's mounts, pivot_root, host name, workdir) into a
-// Prog is the next step.
+// Status: the interpreter, the init, a private root of binds
+// ([Prog.AddRoot]) and the lockdown (rlimits, no_new_privs, Landlock, the
+// capability drop, seccomp: [Prog.AddLockdown]), with their tests. The
+// sandbox does not use it yet: compiling a block's hook.Spec into a Prog
+// (its root as package hook builds it, with the spawner's overlays, the
+// host name, the workdir) and starting it from the spawner is the next step.
 //
 // The child reports on a status descriptor with fixed 12-byte records
 // ([Record]): a failed step (its index and errno, so that the parent, which

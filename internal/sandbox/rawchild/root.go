@@ -1,0 +1,132 @@
+//go:build linux && (amd64 || arm64)
+
+package rawchild
+
+import (
+	"encoding/binary"
+	"errors"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Root is a private root for a child in its own mount namespace: a fresh
+// tmpfs on Staging with Binds in it, proc when asked, entered with
+// pivot_root and the host's root detached, left read-only. It is the
+// mechanism a block's root needs; which directories a block gets, and the
+// spawner's overlays, stay the caller's choice.
+type Root struct {
+	// Staging is an existing host directory the tmpfs is mounted on, in the
+	// child's mount namespace only (it is private there first).
+	Staging string
+	Size    int64 // the tmpfs's size in bytes (0: the kernel's default)
+	Binds   []Bind
+	Proc    bool   // mount a proc at /proc (needs the child's own PID namespace)
+	Dir     string // the working directory inside the root ("" : /)
+}
+
+// Bind shows Source (a host path) at Target (absolute, inside the root),
+// recursively, read-only unless Writable, never with setuid or devices.
+// An Optional source that does not exist is skipped. File makes the
+// mount point a file instead of a directory.
+type Bind struct {
+	Source, Target string
+	Writable       bool
+	Optional       bool
+	File           bool
+}
+
+// AddRoot appends the steps that build and enter r.
+func (p *Prog) AddRoot(r Root) {
+	if !filepath.IsAbs(r.Staging) {
+		p.fail(errors.New("rawchild: root: the staging directory must be absolute"))
+		return
+	}
+	p.Call("make every mount private", syscall.SYS_MOUNT, Val(0), Val(p.Str("/")), Val(0), Val(syscall.MS_REC|syscall.MS_PRIVATE), Val(0))
+	opts := "mode=0755"
+	if r.Size > 0 {
+		opts += ",size=" + strconv.FormatInt(r.Size, 10)
+	}
+	p.Call("mount the root's tmpfs on "+r.Staging, syscall.SYS_MOUNT, Val(p.Str("codellm-root")), Val(p.Str(r.Staging)),
+		Val(p.Str("tmpfs")), Val(syscall.MS_NOSUID|syscall.MS_NODEV), Val(p.Str(opts)))
+	ok := p.NewSlot()
+	for _, b := range r.Binds {
+		if !filepath.IsAbs(b.Target) || filepath.Clean(b.Target) != b.Target || b.Target == "/" {
+			p.fail(errors.New("rawchild: root: bind target " + strconv.Quote(b.Target) + " is not a clean absolute path below /"))
+			return
+		}
+		p.addBind(r.Staging, b, ok)
+	}
+	if r.Proc {
+		at := r.Staging + "/proc"
+		p.mkdirs(r.Staging, "/proc")
+		p.Call("mount proc on /proc", syscall.SYS_MOUNT, Val(p.Str("proc")), Val(p.Str(at)), Val(p.Str("proc")),
+			Val(syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC), Val(0))
+	}
+	dot := p.Str(".")
+	p.Call("chdir to the new root", syscall.SYS_CHDIR, Val(p.Str(r.Staging)))
+	p.Call("pivot_root", syscall.SYS_PIVOT_ROOT, Val(dot), Val(dot))
+	p.Call("detach the host's root", syscall.SYS_UMOUNT2, Val(dot), Val(syscall.MNT_DETACH))
+	p.Call("make the root read-only", unix.SYS_MOUNT_SETATTR, Int(unix.AT_FDCWD), Val(p.Str("/")), Val(0),
+		Val(p.mountAttr(unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)), Val(unix.MOUNT_ATTR_SIZE_VER0))
+	dir := r.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	p.Call("chdir to "+dir, syscall.SYS_CHDIR, Val(p.Str(dir)))
+}
+
+// addBind makes b's mount point and binds it; ok is the slot that tells a
+// missing optional source from a bound one.
+func (p *Prog) addBind(staging string, b Bind, ok Slot) {
+	at := staging + b.Target
+	if b.File {
+		p.mkdirs(staging, filepath.Dir(b.Target))
+		fd := p.CallSave("create the mount point "+b.Target, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(at)),
+			Val(syscall.O_CREAT|syscall.O_WRONLY|syscall.O_CLOEXEC), Val(0o644))
+		p.Call("close the mount point "+b.Target, syscall.SYS_CLOSE, fd.Arg())
+	} else {
+		p.mkdirs(staging, b.Target)
+	}
+	p.CallTo("bind "+b.Source+" on "+b.Target, ok, syscall.SYS_MOUNT, Val(p.Str(b.Source)), Val(p.Str(at)), Val(0),
+		Val(syscall.MS_BIND|syscall.MS_REC), Val(0))
+	set := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if !b.Writable {
+		set |= unix.MOUNT_ATTR_RDONLY
+	}
+	attrs := func() {
+		p.Call("set the attributes of "+b.Target, unix.SYS_MOUNT_SETATTR, Int(unix.AT_FDCWD), Val(p.Str(at)),
+			Val(unix.AT_RECURSIVE), Val(p.mountAttr(set)), Val(unix.MOUNT_ATTR_SIZE_VER0))
+	}
+	if b.Optional {
+		p.Allow(syscall.ENOENT)
+		p.IfOK(ok, attrs)
+	} else {
+		attrs()
+	}
+}
+
+// mkdirs makes every directory of dir (absolute, inside the root) below
+// staging, the existing ones allowed.
+func (p *Prog) mkdirs(staging, dir string) {
+	path := staging
+	for _, part := range strings.Split(strings.Trim(dir, "/"), "/") {
+		if part == "" {
+			continue
+		}
+		path += "/" + part
+		p.Call("mkdir "+strings.TrimPrefix(path, staging), syscall.SYS_MKDIRAT, Int(unix.AT_FDCWD), Val(p.Str(path)), Val(0o755))
+		p.Allow(syscall.EEXIST)
+	}
+}
+
+// mountAttr lays out struct mount_attr {u64 attr_set, attr_clr,
+// propagation, userns_fd} with attr_set = set.
+func (p *Prog) mountAttr(set uint64) uintptr {
+	b := make([]byte, unix.MOUNT_ATTR_SIZE_VER0)
+	binary.NativeEndian.PutUint64(b, set)
+	return p.Buf(b)
+}

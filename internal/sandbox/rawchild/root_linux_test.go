@@ -1,0 +1,80 @@
+//go:build linux && (amd64 || arm64)
+
+package rawchild
+
+import (
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func systemBinds() []Bind {
+	var bs []Bind
+	for _, d := range []string{"/usr", "/bin", "/lib", "/lib64"} {
+		bs = append(bs, Bind{Source: d, Target: d, Optional: true})
+	}
+	return bs
+}
+
+const rootProbe = `ls /; test -e /home && echo home; echo x > /x 2>/dev/null || echo root-ro;
+echo x > /usr/codellm-x 2>/dev/null || echo usr-ro; echo x > /work/w && echo work-rw; pwd`
+
+// Differential: the program sees the host's tree without a Root, and only
+// its binds (read-only but for the writable one), proc and its workdir
+// with one; the host sees nothing of it.
+func TestRootShowsOnlyItsBinds(t *testing.T) {
+	flags := userPID(t) | syscall.CLONE_NEWNS
+	work, staging := t.TempDir(), t.TempDir()
+	if out, _ := run(t, &Prog{}, "test -e /home && echo home"); out != "home\n" {
+		t.Skipf("the host has no /home (%q): the test would show nothing", out)
+	}
+	p := &Prog{}
+	p.AddRoot(Root{Staging: staging, Size: 1 << 20, Proc: true, Dir: "/work",
+		Binds: append(systemBinds(), Bind{Source: work, Target: "/work", Writable: true},
+			Bind{Source: "/nonexistent-codellm", Target: "/opt/none", Optional: true})})
+	c := start(t, p, sh(rootProbe), flags, nil)
+	out, _ := io.ReadAll(c.stdout)
+	for _, r := range c.records(t) {
+		if err := r.Err(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.wait(t)
+	got := string(out)
+	for _, want := range []string{"proc\n", "usr\n", "work\n", "root-ro\n", "usr-ro\n", "work-rw\n", "/work\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("program's view %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "home") {
+		t.Errorf("program's view %q shows the host's /home", got)
+	}
+	if b, err := os.ReadFile(work + "/w"); err != nil || string(b) != "x\n" {
+		t.Errorf("the writable bind's file %q (%v)", b, err)
+	}
+	if ents, _ := os.ReadDir(staging); len(ents) != 0 {
+		t.Errorf("the host's staging directory holds %v: the root leaked out of the child's namespace", ents)
+	}
+}
+
+func TestRootNamesAMissingRequiredBind(t *testing.T) {
+	flags := userPID(t) | syscall.CLONE_NEWNS
+	p := &Prog{}
+	p.AddRoot(Root{Staging: t.TempDir(), Binds: append(systemBinds(), Bind{Source: "/nonexistent-codellm", Target: "/opt/x"})})
+	c := start(t, p, sh("exit 0"), flags, nil)
+	recs := c.records(t)
+	c.wait(t)
+	if len(recs) != 1 || !strings.Contains(recs[0].Err(p).Error(), "bind /nonexistent-codellm on /opt/x") {
+		t.Errorf("records %+v (%v), want the bind named", recs, recs[0].Err(p))
+	}
+}
+
+func TestRootRefusesABadTarget(t *testing.T) {
+	p := &Prog{}
+	p.AddRoot(Root{Staging: "/tmp", Binds: []Bind{{Source: "/usr", Target: "/usr/../etc"}}})
+	if _, err := Start(p, sh("exit 0"), Attr{}); err == nil || !strings.Contains(err.Error(), "clean absolute path") {
+		t.Errorf("Start: %v, want the target refused", err)
+	}
+}
