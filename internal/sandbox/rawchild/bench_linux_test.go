@@ -3,14 +3,11 @@
 package rawchild
 
 import (
-	"encoding/binary"
 	"os"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/codellm/codellm/internal/sandbox/seccomp"
 )
 
 // envGoInit makes the test binary a Go init (goInit) instead of running
@@ -56,9 +53,13 @@ func BenchmarkInit(b *testing.B) {
 	}
 	defer null.Close()
 	uid, gid := strconv.Itoa(os.Getuid()), strconv.Itoa(os.Getgid())
-	b.Run("raw", func(b *testing.B) {
+	// raw measures this package's child with the steps build appends
+	// (compiled per iteration, as they would be per block).
+	raw := func(b *testing.B, build func(*Prog)) {
 		measureInit(b, func() int {
-			pid, err := Start(&Prog{}, Program{Path: "/bin/true", Args: []string{"true"}},
+			p := &Prog{}
+			build(p)
+			pid, err := Start(p, Program{Path: "/bin/true", Args: []string{"true"}},
 				Attr{Cloneflags: flags, UIDMap: "0 " + uid + " 1", GIDMap: "0 " + gid + " 1",
 					Stdin: null, Stdout: null, Stderr: null, Status: null})
 			if err != nil {
@@ -66,35 +67,18 @@ func BenchmarkInit(b *testing.B) {
 			}
 			return pid
 		})
-	})
+	}
+	b.Run("raw", func(b *testing.B) { raw(b, func(*Prog) {}) })
 	b.Run("raw+lockdown", func(b *testing.B) {
 		lock := benchLockdown(b)
-		measureInit(b, func() int {
-			p := &Prog{}
-			p.AddLockdown(lock)
-			pid, err := Start(p, Program{Path: "/bin/true", Args: []string{"true"}},
-				Attr{Cloneflags: flags, UIDMap: "0 " + uid + " 1", GIDMap: "0 " + gid + " 1",
-					Stdin: null, Stdout: null, Stderr: null, Status: null})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return pid
-		})
+		raw(b, func(p *Prog) { p.AddLockdown(lock) })
 	})
 	b.Run("raw+root+lockdown", func(b *testing.B) {
-		lock, staging := benchLockdown(b), b.TempDir()
-		measureInit(b, func() int {
-			p := &Prog{}
+		lock, staging, work := benchLockdown(b), b.TempDir(), b.TempDir()
+		raw(b, func(p *Prog) {
 			p.AddRoot(Root{Staging: staging, Size: 1 << 20, Proc: true, Binds: append(systemBinds(),
-				Bind{Source: "/etc", Target: "/etc"}, Bind{Source: b.TempDir(), Target: "/work", Writable: true})})
+				Bind{Source: "/etc", Target: "/etc"}, Bind{Source: work, Target: "/work", Writable: true})})
 			p.AddLockdown(lock)
-			pid, err := Start(p, Program{Path: "/bin/true", Args: []string{"true"}},
-				Attr{Cloneflags: flags, UIDMap: "0 " + uid + " 1", GIDMap: "0 " + gid + " 1",
-					Stdin: null, Stdout: null, Stderr: null, Status: null})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return pid
 		})
 	})
 	b.Run("go", func(b *testing.B) {
@@ -123,16 +107,7 @@ func BenchmarkInit(b *testing.B) {
 // capability dropped and the sandbox's seccomp filter. Compiling it is part
 // of each iteration, as it would be per block.
 func benchLockdown(b testing.TB) Lockdown {
-	raw, err := seccomp.Program()
-	if err != nil {
-		b.Skip(err)
-	}
-	prog := make([]byte, 0, 8*len(raw))
-	for _, in := range raw {
-		prog = binary.NativeEndian.AppendUint16(prog, in.Op)
-		prog = append(prog, in.Jt, in.Jf)
-		prog = binary.NativeEndian.AppendUint32(prog, in.K)
-	}
+	prog := sandboxFilter(b)
 	rules := systemRules()
 	for _, f := range []string{"/dev/null", "/dev/zero", "/dev/urandom"} {
 		rules = append(rules, LandlockRule{Path: f, Access: llReadFile, Optional: true}) // a file takes file rights only

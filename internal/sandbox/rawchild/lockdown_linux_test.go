@@ -81,16 +81,7 @@ func TestLockdownSeccompRefusesChroot(t *testing.T) {
 	if out, _ := run(t, &Prog{}, script); out != "chrooted\n" {
 		t.Fatalf("without the filter: %q, want chrooted: the test shows nothing", out)
 	}
-	raw, err := seccomp.Program()
-	if err != nil {
-		t.Skip(err)
-	}
-	prog := make([]byte, 0, 8*len(raw))
-	for _, in := range raw {
-		prog = binary.NativeEndian.AppendUint16(prog, in.Op)
-		prog = append(prog, in.Jt, in.Jf)
-		prog = binary.NativeEndian.AppendUint32(prog, in.K)
-	}
+	prog := sandboxFilter(t)
 	p := &Prog{}
 	p.AddLockdown(Lockdown{NoNewPrivs: true, Seccomp: prog})
 	out, ws := run(t, p, script+" 2>&1")
@@ -163,4 +154,20 @@ func TestLockdownLandlockNamesAMissingRequiredPath(t *testing.T) {
 		!errors.Is(err, syscall.ENOENT) {
 		t.Errorf("error %v, want the open of the missing rule path named, ENOENT", err)
 	}
+}
+
+// sandboxFilter is the sandbox's own seccomp program as the kernel reads
+// it (what package sandbox hands package hook).
+func sandboxFilter(t testing.TB) []byte {
+	raw, err := seccomp.Program()
+	if err != nil {
+		t.Skip(err)
+	}
+	prog := make([]byte, 0, 8*len(raw))
+	for _, in := range raw {
+		prog = binary.NativeEndian.AppendUint16(prog, in.Op)
+		prog = append(prog, in.Jt, in.Jf)
+		prog = binary.NativeEndian.AppendUint32(prog, in.K)
+	}
+	return prog
 }
