@@ -49,7 +49,8 @@ type Attr struct {
 	Pdeathsig syscall.Signal
 	// Parent makes the child the caller's parent's child (CLONE_PARENT),
 	// as the spawner clones helpers for the server; the caller's parent
-	// then reaps it.
+	// then reaps it (Start kills such a child when writing its maps fails,
+	// but cannot reap it).
 	Parent bool
 	// UseCgroupFD places the child in the cgroup v2 directory CgroupFD at
 	// its birth (clone3's CLONE_INTO_CGROUP), so that nothing it does runs
