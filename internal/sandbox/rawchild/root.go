@@ -37,6 +37,11 @@ type Bind struct {
 	Writable       bool
 	Optional       bool
 	File           bool
+	// TreeFD, when > 0, is the child's descriptor (Attr.Extra: 4, 5, ...)
+	// of a detached tree to attach instead of Source: what open_tree
+	// (OPEN_TREE_CLONE) made in the parent, as the server passes a block's
+	// workdir.
+	TreeFD int
 }
 
 // AddRoot appends the steps that build and enter r.
@@ -91,8 +96,13 @@ func (p *Prog) addBind(staging string, b Bind, ok Slot) {
 	} else {
 		p.mkdirs(staging, b.Target)
 	}
-	p.CallTo("bind "+b.Source+" on "+b.Target, ok, syscall.SYS_MOUNT, Val(p.Str(b.Source)), Val(p.Str(at)), Val(0),
-		Val(syscall.MS_BIND|syscall.MS_REC), Val(0))
+	if b.TreeFD > 0 {
+		p.CallTo("attach tree "+strconv.Itoa(b.TreeFD)+" on "+b.Target, ok, unix.SYS_MOVE_MOUNT, Val(uintptr(b.TreeFD)),
+			Val(p.Str("")), Int(unix.AT_FDCWD), Val(p.Str(at)), Val(unix.MOVE_MOUNT_F_EMPTY_PATH))
+	} else {
+		p.CallTo("bind "+b.Source+" on "+b.Target, ok, syscall.SYS_MOUNT, Val(p.Str(b.Source)), Val(p.Str(at)), Val(0),
+			Val(syscall.MS_BIND|syscall.MS_REC), Val(0))
+	}
 	set := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
 	if !b.Writable {
 		set |= unix.MOUNT_ATTR_RDONLY

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func systemBinds() []Bind {
@@ -76,5 +78,56 @@ func TestRootRefusesABadTarget(t *testing.T) {
 	p.AddRoot(Root{Staging: "/tmp", Binds: []Bind{{Source: "/usr", Target: "/usr/../etc"}}})
 	if _, err := Start(p, sh("exit 0"), Attr{}); err == nil || !strings.Contains(err.Error(), "clean absolute path") {
 		t.Errorf("Start: %v, want the target refused", err)
+	}
+}
+
+// A tree the parent cloned with open_tree is attached by its descriptor,
+// writable when asked; the program has none of the extra descriptors.
+func TestRootAttachesATreeByDescriptor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("open_tree(OPEN_TREE_CLONE) needs CAP_SYS_ADMIN")
+	}
+	work, staging := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(work+"/in", []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, work, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		t.Skip(err)
+	}
+	tree := os.NewFile(uintptr(fd), "tree")
+	defer tree.Close()
+	p := &Prog{}
+	p.AddRoot(Root{Staging: staging, Dir: "/work", Binds: append(systemBinds(),
+		Bind{Target: "/work", TreeFD: 4, Writable: true})})
+	statR, statW := pipe(t)
+	outR, outW := pipe(t)
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	pid, err := Start(p, sh("cat in; echo out > out; ls /proc/self/fd"), Attr{
+		Cloneflags: userPID(t) | syscall.CLONE_NEWNS, UIDMap: "0 0 1", GIDMap: "0 0 1",
+		Stdin: null, Stdout: outW, Stderr: outW, Status: statW, Extra: []*os.File{tree}})
+	statW.Close()
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := child{pid: pid, status: statR, stdout: outR}
+	out, _ := io.ReadAll(outR)
+	for _, r := range c.records(t) {
+		if err := r.Err(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.wait(t)
+	if !strings.HasPrefix(string(out), "from the host\n") {
+		t.Errorf("program output %q, want the host's file read through the tree", out)
+	}
+	if b, err := os.ReadFile(work + "/out"); err != nil || string(b) != "out\n" {
+		t.Errorf("written through the tree: %q (%v)", b, err)
+	}
+	// ls's own listing: 0, 1, 2 and its directory; no 4.
+	if strings.Contains(string(out), "\n4\n") {
+		t.Errorf("the program holds an extra descriptor: %q", out)
 	}
 }

@@ -61,7 +61,14 @@ type Attr struct {
 	// closes its copies once the program runs); Status is the init's
 	// descriptor 3 for its records, closed for the program.
 	Stdin, Stdout, Stderr, Status *os.File
+	// Extra are the steps' descriptors 4, 5, ... (a workdir's tree from
+	// open_tree, say); the init closes them once the steps have run, and
+	// the program never has them.
+	Extra []*os.File
 }
+
+// maxFiles bounds 0..3 and Extra.
+const maxFiles = 16
 
 // frame is everything the child reads, prepared before the fork.
 type frame struct {
@@ -71,9 +78,10 @@ type frame struct {
 	path    *byte
 	argv    **byte
 	envv    **byte
-	fds     [4]uintptr // stdin, stdout, stderr, status, as the caller has them
-	high    uintptr    // above every one of fds, and ≥ 4
-	syncR   uintptr    // with a user namespace: the child waits for its maps on it
+	fds     [maxFiles]uintptr // stdin, stdout, stderr, status, then Extra, as the caller has them
+	nfds    uintptr
+	high    uintptr // above every one of fds and every place they go to
+	syncR   uintptr // with a user namespace: the child waits for its maps on it
 	syncW   uintptr
 	synced  bool
 	pdeath  uintptr
@@ -88,11 +96,14 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 	if p.err != nil {
 		return 0, p.err
 	}
-	files := [4]*os.File{a.Stdin, a.Stdout, a.Stderr, a.Status}
+	files := append([]*os.File{a.Stdin, a.Stdout, a.Stderr, a.Status}, a.Extra...)
 	for _, f := range files {
 		if f == nil {
-			return 0, errors.New("rawchild: Stdin, Stdout, Stderr and Status are all needed")
+			return 0, errors.New("rawchild: Stdin, Stdout, Stderr, Status and every Extra are needed")
 		}
+	}
+	if len(files) > maxFiles {
+		return 0, fmt.Errorf("rawchild: %d descriptors, at most %d", len(files), maxFiles)
 	}
 	newUser := a.Cloneflags&syscall.CLONE_NEWUSER != 0
 	if newUser && (a.UIDMap == "" || a.GIDMap == "") {
@@ -140,7 +151,7 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 }
 
 // newFrame lays out the child's frame; keep holds what it points into.
-func newFrame(p *Prog, prog Program, files [4]*os.File, pdeath syscall.Signal) (*frame, []any, error) {
+func newFrame(p *Prog, prog Program, files []*os.File, pdeath syscall.Signal) (*frame, []any, error) {
 	path, err := syscall.BytePtrFromString(prog.Path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rawchild: program path: %w", err)
@@ -153,10 +164,11 @@ func newFrame(p *Prog, prog Program, files [4]*os.File, pdeath syscall.Signal) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("rawchild: program environment: %w", err)
 	}
-	f := &frame{path: path, argv: &argv[0], envv: &envv[0], nops: uintptr(len(p.ops)), high: 4, pdeath: uintptr(pdeath)}
+	f := &frame{path: path, argv: &argv[0], envv: &envv[0], nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath)}
 	if len(p.ops) > 0 {
 		f.ops = &p.ops[0]
 	}
+	f.nfds = uintptr(len(files))
 	for i, file := range files {
 		f.fds[i] = file.Fd()
 		f.high = max(f.high, f.fds[i]+1)
@@ -238,33 +250,36 @@ func childMain(f *frame) {
 	}
 	placeFiles(f)
 	runSteps(f)
+	// The steps' own descriptors go before the program starts: the init
+	// keeps only its status.
+	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, ^uintptr(0), 0)
 	runInit(f)
 }
 
-// placeFiles moves the four descriptors to 0..3 (3, the status, close-on-
-// exec) and closes every other one the child inherited.
+// placeFiles moves the descriptors to 0, 1, ... (3, the status, and the
+// extra ones close-on-exec) and closes every other one the child inherited.
 //
 //go:nosplit
 //go:norace
 //go:nocheckptr
 func placeFiles(f *frame) {
-	for i := 0; i < 4; i++ {
+	for i := uintptr(0); i < f.nfds && i < maxFiles; i++ {
 		r, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, f.fds[i], syscall.F_DUPFD_CLOEXEC, f.high)
 		if e != 0 {
 			exit(125)
 		}
 		f.fds[i] = r
 	}
-	for i := 0; i < 4; i++ {
+	for i := uintptr(0); i < f.nfds && i < maxFiles; i++ {
 		flag := uintptr(0)
-		if i == 3 {
+		if i >= 3 {
 			flag = syscall.O_CLOEXEC
 		}
-		if _, _, e := syscall.RawSyscall(syscall.SYS_DUP3, f.fds[i], uintptr(i), flag); e != 0 {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_DUP3, f.fds[i], i, flag); e != 0 {
 			exit(125)
 		}
 	}
-	if _, _, e := syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, ^uintptr(0), 0); e != 0 {
+	if _, _, e := syscall.RawSyscall(unix.SYS_CLOSE_RANGE, f.nfds, ^uintptr(0), 0); e != 0 {
 		exit(125)
 	}
 }
