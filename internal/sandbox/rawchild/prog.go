@@ -33,15 +33,17 @@ func (s Slot) Arg() Arg { return Arg{slot: int8(s)} }
 
 // op is one step, as the child reads it.
 type op struct {
-	trap  uintptr
-	arg   [6]uintptr
-	from  [6]int8        // per argument: -1, or the slot whose value replaces it
-	save  int8           // the slot that receives the result, or -1
-	store bool           // not a system call: *(*int32)(at) = arg[1]
-	at    unsafe.Pointer // where a store writes
-	okErr uintptr        // an errno that counts as success (EEXIST for a mkdir), or 0
-	cond  bool           // not a system call: skip the next skip steps when slot from[0] is negative
-	skip  uintptr
+	trap   uintptr
+	arg    [6]uintptr
+	from   [6]int8        // per argument: -1, or the slot whose value replaces it
+	save   int8           // the slot that receives the result, or -1
+	store  bool           // not a system call: *(*int32)(at) = arg[1]
+	at     unsafe.Pointer // where a store writes
+	okErr  uintptr        // an errno that counts as success (EEXIST for a mkdir), or 0
+	want   uintptr        // with wantOK: the only result that counts as success (a write's length)
+	wantOK bool
+	cond   bool // not a system call: skip the next skip steps when slot from[0] is negative
+	skip   uintptr
 }
 
 // Prog is what the child does before it starts the program: system calls
@@ -141,6 +143,14 @@ func (p *Prog) Store32(what string, b []byte, off int, s Slot) {
 func (p *Prog) Allow(errno syscall.Errno) {
 	if n := len(p.ops); n > 0 {
 		p.ops[n-1].okErr = uintptr(errno)
+	}
+}
+
+// Expect makes the last step fail (with EIO) unless it returns n: a write
+// that wrote less than all of its buffer.
+func (p *Prog) Expect(n uintptr) {
+	if k := len(p.ops); k > 0 {
+		p.ops[k-1].want, p.ops[k-1].wantOK = n, true
 	}
 }
 

@@ -25,6 +25,7 @@ type Root struct {
 	Size    int64 // the tmpfs's size in bytes (0: the kernel's default)
 	Binds   []Bind
 	Proc    bool   // mount a proc at /proc (needs the child's own PID namespace)
+	Files   []File // written into the root before it is made read-only (/etc/passwd)
 	Dir     string // the working directory inside the root ("" : /)
 }
 
@@ -42,6 +43,13 @@ type Bind struct {
 	// (OPEN_TREE_CLONE) made in the parent, as the server passes a block's
 	// workdir.
 	TreeFD int
+}
+
+// File is a file of the root's own: Path absolute inside the root.
+type File struct {
+	Path string
+	Data []byte
+	Mode uint32
 }
 
 // AddRoot appends the steps that build and enter r.
@@ -64,6 +72,9 @@ func (p *Prog) AddRoot(r Root) {
 			return
 		}
 		p.addBind(r.Staging, b, ok)
+	}
+	for _, f := range r.Files {
+		p.addFile(r.Staging, f, ok)
 	}
 	if r.Proc {
 		at := r.Staging + "/proc"
@@ -139,4 +150,20 @@ func (p *Prog) mountAttr(set uint64) uintptr {
 	b := make([]byte, unix.MOUNT_ATTR_SIZE_VER0)
 	binary.NativeEndian.PutUint64(b, set)
 	return p.Buf(b)
+}
+
+// addFile writes f below staging: a new file (O_EXCL: never through
+// something a bind put there), all of its data or a failed step.
+func (p *Prog) addFile(staging string, f File, fd Slot) {
+	if !filepath.IsAbs(f.Path) || filepath.Clean(f.Path) != f.Path || f.Path == "/" {
+		p.fail(errors.New("rawchild: root: file " + strconv.Quote(f.Path) + " is not a clean absolute path below /"))
+		return
+	}
+	p.mkdirs(staging, filepath.Dir(f.Path))
+	p.CallTo("create "+f.Path, fd, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(staging+f.Path)),
+		Val(syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW), Val(uintptr(f.Mode)))
+	data := append([]byte(nil), f.Data...)
+	p.Call("write "+f.Path, syscall.SYS_WRITE, fd.Arg(), Val(p.Buf(data)), Val(uintptr(len(data))))
+	p.Expect(uintptr(len(data)))
+	p.Call("close "+f.Path, syscall.SYS_CLOSE, fd.Arg())
 }

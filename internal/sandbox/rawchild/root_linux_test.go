@@ -131,3 +131,33 @@ func TestRootAttachesATreeByDescriptor(t *testing.T) {
 		t.Errorf("the program holds an extra descriptor: %q", out)
 	}
 }
+
+func TestRootWritesItsFiles(t *testing.T) {
+	flags := userPID(t) | syscall.CLONE_NEWNS
+	passwd := "sandbox:x:1000:1000::/work:/bin/sh\n"
+	p := &Prog{}
+	p.AddRoot(Root{Staging: t.TempDir(), Binds: systemBinds(), Files: []File{{Path: "/etc/passwd", Data: []byte(passwd), Mode: 0o644}}})
+	c := start(t, p, sh("cat /etc/passwd; stat -c %a /etc/passwd; (echo x >> /etc/passwd) 2>&- || echo ro"), flags, nil)
+	out, _ := io.ReadAll(c.stdout)
+	for _, r := range c.records(t) {
+		if err := r.Err(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.wait(t)
+	if string(out) != passwd+"644\nro\n" {
+		t.Errorf("program output %q, want the root's passwd, mode 644, read-only", out)
+	}
+}
+
+func TestExpectFailsAShortResult(t *testing.T) {
+	p := &Prog{}
+	p.Call("write to stdout", syscall.SYS_WRITE, Val(1), Val(p.Str("ab")), Val(2))
+	p.Expect(3)
+	c := start(t, p, sh("exit 0"), 0, nil)
+	recs := c.records(t)
+	c.wait(t)
+	if len(recs) != 1 || recs[0].Kind != KindFailed || syscall.Errno(recs[0].B) != syscall.EIO {
+		t.Errorf("records %+v, want the short write failed with EIO", recs)
+	}
+}

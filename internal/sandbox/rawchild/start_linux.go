@@ -311,6 +311,9 @@ func runSteps(f *frame) {
 			continue
 		}
 		r, _, e := syscall.RawSyscall6(o.trap, a[0], a[1], a[2], a[3], a[4], a[5])
+		if e == 0 && o.wantOK && r != o.want {
+			e = syscall.EIO
+		}
 		if e != 0 && uintptr(e) != o.okErr {
 			report(&f.rec, KindFailed, uint32(i), uint32(e))
 			exit(125)
