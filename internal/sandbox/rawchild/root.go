@@ -26,7 +26,15 @@ type Root struct {
 	Binds   []Bind
 	Proc    bool   // mount a proc at /proc (needs the child's own PID namespace)
 	Files   []File // written into the root before it is made read-only (/etc/passwd)
-	Dir     string // the working directory inside the root ("" : /)
+	// DevNodes are the host's /dev nodes bound into /dev (usable: no
+	// nodev), beside /dev/fd, stdin, stdout, stderr and a /dev/shm tmpfs.
+	DevNodes []string
+	// TmpSize, when > 0, mounts tmpfs's of that size on /tmp and /dev/shm.
+	TmpSize int64
+	// ProcMasked are files below /proc covered with the host's /dev/null
+	// (read-only); a file the kernel lacks is skipped.
+	ProcMasked []string
+	Dir        string // the working directory inside the root ("" : /)
 }
 
 // Bind shows Source (a host path) at Target (absolute, inside the root),
@@ -76,11 +84,14 @@ func (p *Prog) AddRoot(r Root) {
 	for _, f := range r.Files {
 		p.addFile(r.Staging, f, ok)
 	}
+	if len(r.DevNodes) > 0 || r.TmpSize > 0 {
+		p.addDev(r, ok)
+	}
+	if r.TmpSize > 0 {
+		p.addTmpfs(r.Staging, "/tmp", r.TmpSize)
+	}
 	if r.Proc {
-		at := r.Staging + "/proc"
-		p.mkdirs(r.Staging, "/proc")
-		p.Call("mount proc on /proc", syscall.SYS_MOUNT, Val(p.Str("proc")), Val(p.Str(at)), Val(p.Str("proc")),
-			Val(syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC), Val(0))
+		p.addProc(r, ok)
 	}
 	dot := p.Str(".")
 	p.Call("chdir to the new root", syscall.SYS_CHDIR, Val(p.Str(r.Staging)))
@@ -166,4 +177,53 @@ func (p *Prog) addFile(staging string, f File, fd Slot) {
 	p.Call("write "+f.Path, syscall.SYS_WRITE, fd.Arg(), Val(p.Buf(data)), Val(uintptr(len(data))))
 	p.Expect(uintptr(len(data)))
 	p.Call("close "+f.Path, syscall.SYS_CLOSE, fd.Arg())
+}
+
+// addDev makes /dev: the nodes bound from the host (nosuid, noexec, but
+// devices), the fd links and /dev/shm.
+func (p *Prog) addDev(r Root, fd Slot) {
+	p.mkdirs(r.Staging, "/dev")
+	for _, n := range r.DevNodes {
+		if strings.Contains(n, "/") || n == "" || n == "." || n == ".." {
+			p.fail(errors.New("rawchild: root: device node " + strconv.Quote(n) + " is not a name in /dev"))
+			return
+		}
+		at := r.Staging + "/dev/" + n
+		p.CallTo("create /dev/"+n, fd, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(at)),
+			Val(syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW), Val(0o666))
+		p.Call("close /dev/"+n, syscall.SYS_CLOSE, fd.Arg())
+		p.Call("bind /dev/"+n, syscall.SYS_MOUNT, Val(p.Str("/dev/"+n)), Val(p.Str(at)), Val(0), Val(syscall.MS_BIND), Val(0))
+		p.Call("set the attributes of /dev/"+n, unix.SYS_MOUNT_SETATTR, Int(unix.AT_FDCWD), Val(p.Str(at)), Val(0),
+			Val(p.mountAttr(unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)), Val(unix.MOUNT_ATTR_SIZE_VER0))
+	}
+	for _, l := range [][2]string{{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}} {
+		p.Call("symlink /dev/"+l[0], syscall.SYS_SYMLINKAT, Val(p.Str(l[1])), Int(unix.AT_FDCWD), Val(p.Str(r.Staging+"/dev/"+l[0])))
+	}
+	if r.TmpSize > 0 {
+		p.addTmpfs(r.Staging, "/dev/shm", r.TmpSize)
+	}
+}
+
+// addTmpfs mounts a sticky, world-writable tmpfs of size bytes on dir.
+func (p *Prog) addTmpfs(staging, dir string, size int64) {
+	p.mkdirs(staging, dir)
+	p.Call("mount "+dir, syscall.SYS_MOUNT, Val(p.Str("tmpfs")), Val(p.Str(staging+dir)), Val(p.Str("tmpfs")),
+		Val(syscall.MS_NOSUID|syscall.MS_NODEV), Val(p.Str("mode=1777,size="+strconv.FormatInt(size, 10))))
+}
+
+// addProc mounts the child's proc and covers r.ProcMasked.
+func (p *Prog) addProc(r Root, ok Slot) {
+	at := r.Staging + "/proc"
+	p.mkdirs(r.Staging, "/proc")
+	p.Call("mount proc on /proc", syscall.SYS_MOUNT, Val(p.Str("proc")), Val(p.Str(at)), Val(p.Str("proc")),
+		Val(syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC), Val(0))
+	for _, m := range r.ProcMasked {
+		dst := at + "/" + m
+		p.CallTo("mask /proc/"+m, ok, syscall.SYS_MOUNT, Val(p.Str("/dev/null")), Val(p.Str(dst)), Val(0), Val(syscall.MS_BIND), Val(0))
+		p.Allow(syscall.ENOENT)
+		p.IfOK(ok, func() {
+			p.Call("set the attributes of /proc/"+m, unix.SYS_MOUNT_SETATTR, Int(unix.AT_FDCWD), Val(p.Str(dst)), Val(0),
+				Val(p.mountAttr(unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)), Val(unix.MOUNT_ATTR_SIZE_VER0))
+		})
+	}
 }

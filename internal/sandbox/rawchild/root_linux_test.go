@@ -161,3 +161,38 @@ func TestExpectFailsAShortResult(t *testing.T) {
 		t.Errorf("records %+v, want the short write failed with EIO", recs)
 	}
 }
+
+const devProbe = `echo hi > /dev/null && echo devnull-ok; wc -c < /proc/cmdline; readlink /dev/stdout;
+stat -c %A /tmp; (echo x > /tmp/a) 2>&- && echo tmp-rw; (echo x > /dev/shm/a) 2>&- && echo shm-rw`
+
+// Differential for the mask: /proc/cmdline has the host's boot line
+// without it and reads empty with it. /dev's nodes work, /tmp and /dev/shm
+// are the block's own.
+func TestRootDevTmpAndMaskedProc(t *testing.T) {
+	flags := userPID(t) | syscall.CLONE_NEWNS
+	root := func(masked []string) Root {
+		return Root{Staging: t.TempDir(), Binds: systemBinds(), Proc: true, DevNodes: []string{"null", "zero"},
+			TmpSize: 1 << 20, ProcMasked: masked}
+	}
+	for _, masked := range [][]string{nil, {"cmdline", "no-such-proc-file"}} {
+		p := &Prog{}
+		p.AddRoot(root(masked))
+		c := start(t, p, sh(devProbe), flags, nil)
+		out, _ := io.ReadAll(c.stdout)
+		for _, r := range c.records(t) {
+			if err := r.Err(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.wait(t)
+		lines := strings.Split(string(out), "\n")
+		if len(lines) < 6 || lines[0] != "devnull-ok" || lines[2] != "/proc/self/fd/1" || lines[3] != "drwxrwxrwt" ||
+			lines[4] != "tmp-rw" || lines[5] != "shm-rw" {
+			t.Errorf("masked %v: program output %q", masked, out)
+			continue
+		}
+		if empty := lines[1] == "0"; empty != (masked != nil) {
+			t.Errorf("masked %v: /proc/cmdline is %s bytes", masked, lines[1])
+		}
+	}
+}
