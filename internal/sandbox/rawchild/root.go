@@ -5,6 +5,8 @@ package rawchild
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,7 +36,9 @@ type Root struct {
 	// ProcMasked are files below /proc covered with the host's /dev/null
 	// (read-only); a file the kernel lacks is skipped.
 	ProcMasked []string
-	Dir        string // the working directory inside the root ("" : /)
+	// Links are symbolic links made in the root (after the binds).
+	Links []Link
+	Dir   string // the working directory inside the root ("" : /)
 }
 
 // Bind shows Source (a host path) at Target (absolute, inside the root),
@@ -51,6 +55,40 @@ type Bind struct {
 	// (OPEN_TREE_CLONE) made in the parent, as the server passes a block's
 	// workdir.
 	TreeFD int
+}
+
+// Link is a symbolic link at Path (absolute, inside the root) to To.
+type Link struct{ Path, To string }
+
+// Mirror adds host path src to r at dst the way package hook mirrors the
+// host's system directories and /etc entries, deciding by what src is now
+// (the caller sees the host the child will): a symbolic link becomes the
+// same link, a directory a read-only bind, a regular file a read-only
+// file bind unless dirsOnly, anything else (a socket, a device) and a
+// missing src nothing.
+func (r *Root) Mirror(src, dst string, dirsOnly bool) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(src, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("rawchild: root: stat %s: %w", src, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		to, err := os.Readlink(src)
+		if err != nil {
+			return fmt.Errorf("rawchild: root: readlink %s: %w", src, err)
+		}
+		r.Links = append(r.Links, Link{Path: dst, To: to})
+	case unix.S_IFDIR:
+		r.Binds = append(r.Binds, Bind{Source: src, Target: dst})
+	case unix.S_IFREG:
+		if !dirsOnly {
+			r.Binds = append(r.Binds, Bind{Source: src, Target: dst, File: true})
+		}
+	}
+	return nil
 }
 
 // File is a file of the root's own: Path absolute inside the root.
@@ -80,6 +118,14 @@ func (p *Prog) AddRoot(r Root) {
 			return
 		}
 		p.addBind(r.Staging, b, ok)
+	}
+	for _, l := range r.Links {
+		if !filepath.IsAbs(l.Path) || filepath.Clean(l.Path) != l.Path || l.Path == "/" {
+			p.fail(errors.New("rawchild: root: link " + strconv.Quote(l.Path) + " is not a clean absolute path below /"))
+			return
+		}
+		p.mkdirs(r.Staging, filepath.Dir(l.Path))
+		p.Call("symlink "+l.Path, syscall.SYS_SYMLINKAT, Val(p.Str(l.To)), Int(unix.AT_FDCWD), Val(p.Str(r.Staging+l.Path)))
 	}
 	for _, f := range r.Files {
 		p.addFile(r.Staging, f, ok)

@@ -4,6 +4,7 @@ package rawchild
 
 import (
 	"io"
+	"net"
 	"os"
 	"strings"
 	"syscall"
@@ -194,5 +195,47 @@ func TestRootDevTmpAndMaskedProc(t *testing.T) {
 		if empty := lines[1] == "0"; empty != (masked != nil) {
 			t.Errorf("masked %v: /proc/cmdline is %s bytes", masked, lines[1])
 		}
+	}
+}
+
+// Mirror reproduces a host tree's entries by kind: the link as a link, the
+// directory and the file as read-only binds, the socket not at all.
+func TestMirrorByKind(t *testing.T) {
+	flags := userPID(t) | syscall.CLONE_NEWNS
+	host := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Mkdir(host+"/dir", 0o755))
+	must(os.WriteFile(host+"/dir/inner", []byte("inner\n"), 0o644))
+	must(os.WriteFile(host+"/file", []byte("file\n"), 0o644))
+	must(os.Symlink("dir/inner", host+"/link"))
+	ln, err := net.Listen("unix", host+"/sock")
+	must(err)
+	defer ln.Close()
+	r := Root{Staging: t.TempDir(), Binds: systemBinds()}
+	for _, e := range []string{"dir", "file", "link", "sock", "missing"} {
+		must(r.Mirror(host+"/"+e, "/m/"+e, false))
+	}
+	dirsOnly := Root{}
+	must(dirsOnly.Mirror(host+"/file", "/m/file", true))
+	if len(dirsOnly.Binds) != 0 {
+		t.Errorf("dirsOnly mirrored a file: %+v", dirsOnly.Binds)
+	}
+	p := &Prog{}
+	p.AddRoot(r)
+	c := start(t, p, sh("ls /m; cat /m/file /m/link; readlink /m/link; (echo x > /m/file) 2>&- || echo ro"), flags, nil)
+	out, _ := io.ReadAll(c.stdout)
+	for _, rec := range c.records(t) {
+		if err := rec.Err(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.wait(t)
+	if want := "dir\nfile\nlink\nfile\ninner\ndir/inner\nro\n"; string(out) != want {
+		t.Errorf("program output %q, want %q", out, want)
 	}
 }
