@@ -5,7 +5,6 @@ package rawchild
 import (
 	"encoding/binary"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,14 +19,7 @@ import (
 // its output and exit status.
 func run(t *testing.T, p *Prog, script string) (string, syscall.WaitStatus) {
 	t.Helper()
-	c := start(t, p, sh(script), userPID(t), nil)
-	out, _ := io.ReadAll(c.stdout)
-	for _, r := range c.records(t) {
-		if err := r.Err(p); err != nil {
-			t.Fatalf("child: %v", err)
-		}
-	}
-	return string(out), c.wait(t)
+	return start(t, p, sh(script), userPID(t), nil).result(t, p)
 }
 
 func statusField(out, name string) string {

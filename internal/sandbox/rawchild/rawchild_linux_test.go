@@ -39,18 +39,26 @@ type child struct {
 // CLONE_NEWUSER, the caller's identity mapped to root) and stdin.
 func start(t *testing.T, p *Prog, prog Program, flags uintptr, stdin *os.File) child {
 	t.Helper()
+	return startAttr(t, p, prog, Attr{Cloneflags: flags, Stdin: stdin})
+}
+
+// startAttr is start with the rest of a (a cgroup, extra descriptors,
+// other maps); stdout, stderr and the status are the test's pipes, stdin
+// /dev/null unless a has one.
+func startAttr(t *testing.T, p *Prog, prog Program, a Attr) child {
+	t.Helper()
 	statR, statW := pipe(t)
 	outR, outW := pipe(t)
-	if stdin == nil {
+	if a.Stdin == nil {
 		null, err := os.Open(os.DevNull)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { null.Close() })
-		stdin = null
+		a.Stdin = null
 	}
-	a := Attr{Cloneflags: flags, Stdin: stdin, Stdout: outW, Stderr: outW, Status: statW, Pdeathsig: syscall.SIGKILL}
-	if flags&syscall.CLONE_NEWUSER != 0 {
+	a.Stdout, a.Stderr, a.Status, a.Pdeathsig = outW, outW, statW, syscall.SIGKILL
+	if a.Cloneflags&syscall.CLONE_NEWUSER != 0 && a.UIDMap == "" {
 		a.UIDMap = "0 " + strconv.Itoa(os.Getuid()) + " 1"
 		a.GIDMap = "0 " + strconv.Itoa(os.Getgid()) + " 1"
 	}
@@ -102,6 +110,19 @@ func (c child) wait(t *testing.T) syscall.WaitStatus {
 			t.Fatal(err)
 		}
 	}
+}
+
+// result reads the program's output, fails the test on a failed step and
+// reaps the child.
+func (c child) result(t *testing.T, p *Prog) (string, syscall.WaitStatus) {
+	t.Helper()
+	out, _ := io.ReadAll(c.stdout)
+	for _, r := range c.records(t) {
+		if err := r.Err(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return string(out), c.wait(t)
 }
 
 func sh(script string) Program {
@@ -404,23 +425,9 @@ func TestCgroupFDPlacesTheChildAtBirth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	statR, statW := pipe(t)
-	outR, outW := pipe(t)
-	null, _ := os.Open(os.DevNull)
-	defer null.Close()
-	pid, err := Start(&Prog{}, sh("cat /proc/self/cgroup"), Attr{UseCgroupFD: true, CgroupFD: fd,
-		Stdin: null, Stdout: outW, Stderr: outW, Status: statW})
-	statW.Close()
-	outW.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := child{pid: pid, status: statR, stdout: outR}
-	out, _ := io.ReadAll(outR)
-	c.records(t)
-	c.wait(t)
+	out, _ := startAttr(t, &Prog{}, sh("cat /proc/self/cgroup"), Attr{UseCgroupFD: true, CgroupFD: fd}).result(t, &Prog{})
 	want := "0::" + filepath.Join(rel, filepath.Base(dir))
-	if !strings.Contains(string(out), want+"\n") {
+	if !strings.Contains(out, want+"\n") {
 		t.Errorf("program's cgroups %q, want %s", out, want)
 	}
 }

@@ -3,7 +3,6 @@
 package rawchild
 
 import (
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -37,15 +36,7 @@ func TestRootShowsOnlyItsBinds(t *testing.T) {
 	p.AddRoot(Root{Staging: staging, Size: 1 << 20, Proc: true, Dir: "/work",
 		Binds: append(systemBinds(), Bind{Source: work, Target: "/work", Writable: true},
 			Bind{Source: "/nonexistent-codellm", Target: "/opt/none", Optional: true})})
-	c := start(t, p, sh(rootProbe), flags, nil)
-	out, _ := io.ReadAll(c.stdout)
-	for _, r := range c.records(t) {
-		if err := r.Err(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.wait(t)
-	got := string(out)
+	got, _ := start(t, p, sh(rootProbe), flags, nil).result(t, p)
 	for _, want := range []string{"proc\n", "usr\n", "work\n", "root-ro\n", "usr-ro\n", "work-rw\n", "/work\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("program's view %q lacks %q", got, want)
@@ -101,34 +92,16 @@ func TestRootAttachesATreeByDescriptor(t *testing.T) {
 	p := &Prog{}
 	p.AddRoot(Root{Staging: staging, Dir: "/work", Binds: append(systemBinds(),
 		Bind{Target: "/work", TreeFD: 4, Writable: true})})
-	statR, statW := pipe(t)
-	outR, outW := pipe(t)
-	null, _ := os.Open(os.DevNull)
-	defer null.Close()
-	pid, err := Start(p, sh("cat in; echo out > out; ls /proc/self/fd"), Attr{
-		Cloneflags: userPID(t) | syscall.CLONE_NEWNS, UIDMap: "0 0 1", GIDMap: "0 0 1",
-		Stdin: null, Stdout: outW, Stderr: outW, Status: statW, Extra: []*os.File{tree}})
-	statW.Close()
-	outW.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := child{pid: pid, status: statR, stdout: outR}
-	out, _ := io.ReadAll(outR)
-	for _, r := range c.records(t) {
-		if err := r.Err(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.wait(t)
-	if !strings.HasPrefix(string(out), "from the host\n") {
+	out, _ := startAttr(t, p, sh("cat in; echo out > out; ls /proc/self/fd"), Attr{
+		Cloneflags: userPID(t) | syscall.CLONE_NEWNS, UIDMap: "0 0 1", GIDMap: "0 0 1", Extra: []*os.File{tree}}).result(t, p)
+	if !strings.HasPrefix(out, "from the host\n") {
 		t.Errorf("program output %q, want the host's file read through the tree", out)
 	}
 	if b, err := os.ReadFile(work + "/out"); err != nil || string(b) != "out\n" {
 		t.Errorf("written through the tree: %q (%v)", b, err)
 	}
 	// ls's own listing: 0, 1, 2 and its directory; no 4.
-	if strings.Contains(string(out), "\n4\n") {
+	if strings.Contains(out, "\n4\n") {
 		t.Errorf("the program holds an extra descriptor: %q", out)
 	}
 }
@@ -138,15 +111,8 @@ func TestRootWritesItsFiles(t *testing.T) {
 	passwd := "sandbox:x:1000:1000::/work:/bin/sh\n"
 	p := &Prog{}
 	p.AddRoot(Root{Staging: t.TempDir(), Binds: systemBinds(), Files: []File{{Path: "/etc/passwd", Data: []byte(passwd), Mode: 0o644}}})
-	c := start(t, p, sh("cat /etc/passwd; stat -c %a /etc/passwd; (echo x >> /etc/passwd) 2>&- || echo ro"), flags, nil)
-	out, _ := io.ReadAll(c.stdout)
-	for _, r := range c.records(t) {
-		if err := r.Err(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.wait(t)
-	if string(out) != passwd+"644\nro\n" {
+	out, _ := start(t, p, sh("cat /etc/passwd; stat -c %a /etc/passwd; (echo x >> /etc/passwd) 2>&- || echo ro"), flags, nil).result(t, p)
+	if out != passwd+"644\nro\n" {
 		t.Errorf("program output %q, want the root's passwd, mode 644, read-only", out)
 	}
 }
@@ -178,15 +144,8 @@ func TestRootDevTmpAndMaskedProc(t *testing.T) {
 	for _, masked := range [][]string{nil, {"cmdline", "no-such-proc-file"}} {
 		p := &Prog{}
 		p.AddRoot(root(masked))
-		c := start(t, p, sh(devProbe), flags, nil)
-		out, _ := io.ReadAll(c.stdout)
-		for _, r := range c.records(t) {
-			if err := r.Err(p); err != nil {
-				t.Fatal(err)
-			}
-		}
-		c.wait(t)
-		lines := strings.Split(string(out), "\n")
+		out, _ := start(t, p, sh(devProbe), flags, nil).result(t, p)
+		lines := strings.Split(out, "\n")
 		if len(lines) < 6 || lines[0] != "devnull-ok" || lines[2] != "/proc/self/fd/1" || lines[3] != "drwxrwxrwt" ||
 			lines[4] != "tmp-rw" || lines[5] != "shm-rw" {
 			t.Errorf("masked %v: program output %q", masked, out)
@@ -227,15 +186,8 @@ func TestMirrorByKind(t *testing.T) {
 	}
 	p := &Prog{}
 	p.AddRoot(r)
-	c := start(t, p, sh("ls /m; cat /m/file /m/link; readlink /m/link; (echo x > /m/file) 2>&- || echo ro"), flags, nil)
-	out, _ := io.ReadAll(c.stdout)
-	for _, rec := range c.records(t) {
-		if err := rec.Err(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.wait(t)
-	if want := "dir\nfile\nlink\nfile\ninner\ndir/inner\nro\n"; string(out) != want {
+	out, _ := start(t, p, sh("ls /m; cat /m/file /m/link; readlink /m/link; (echo x > /m/file) 2>&- || echo ro"), flags, nil).result(t, p)
+	if want := "dir\nfile\nlink\nfile\ninner\ndir/inner\nro\n"; out != want {
 		t.Errorf("program output %q, want %q", out, want)
 	}
 }
