@@ -31,19 +31,27 @@ type Slot int8
 // Arg makes the slot's value an argument.
 func (s Slot) Arg() Arg { return Arg{slot: int8(s)} }
 
+// opKind is what a step is.
+type opKind uint8
+
+const (
+	opCall  opKind = iota // the system call trap(arg...)
+	opStore               // *(*int32)(at) = arg[1]: a saved result into a struct
+	opIfOK                // skip the next skip steps when slot from[0] holds a failure (negative)
+)
+
 // op is one step, as the child reads it.
 type op struct {
+	kind   opKind
 	trap   uintptr
 	arg    [6]uintptr
 	from   [6]int8        // per argument: -1, or the slot whose value replaces it
 	save   int8           // the slot that receives the result, or -1
-	store  bool           // not a system call: *(*int32)(at) = arg[1]
-	at     unsafe.Pointer // where a store writes
+	at     unsafe.Pointer // opStore: where it writes
+	skip   uintptr        // opIfOK: how many steps it skips
 	okErr  uintptr        // an errno that counts as success (EEXIST for a mkdir), or 0
 	want   uintptr        // with wantOK: the only result that counts as success (a write's length)
 	wantOK bool
-	cond   bool // not a system call: skip the next skip steps when slot from[0] is negative
-	skip   uintptr
 }
 
 // Prog is what the child does before it starts the program: system calls
@@ -77,7 +85,7 @@ func (p *Prog) Buf(b []byte) uintptr {
 
 // Call appends the system call trap(args...); its result is discarded.
 func (p *Prog) Call(what string, trap uintptr, args ...Arg) {
-	p.add(what, trap, args, -1, false)
+	p.add(what, opCall, trap, args, -1)
 }
 
 // NewSlot reserves a slot for results; CallTo fills it (again and again:
@@ -104,7 +112,7 @@ func (p *Prog) CallTo(what string, s Slot, trap uintptr, args ...Arg) {
 		p.fail(fmt.Errorf("rawchild: %s: slot %d was not made with NewSlot", what, s))
 		return
 	}
-	p.add(what, trap, args, int8(s), false)
+	p.add(what, opCall, trap, args, int8(s))
 	if p.err == nil {
 		p.filled |= 1 << uint(s)
 	}
@@ -115,13 +123,13 @@ func (p *Prog) CallTo(what string, s Slot, trap uintptr, args ...Arg) {
 // skips them otherwise: an optional path that does not exist.
 func (p *Prog) IfOK(s Slot, body func()) {
 	at := len(p.ops)
-	p.add("if ok", 0, []Arg{s.Arg()}, -1, false)
+	p.add("if ok", opIfOK, 0, []Arg{s.Arg()}, -1)
 	if p.err != nil {
 		return
 	}
 	body()
 	if p.err == nil {
-		p.ops[at].cond, p.ops[at].skip = true, uintptr(len(p.ops)-at-1)
+		p.ops[at].skip = uintptr(len(p.ops) - at - 1)
 	}
 }
 
@@ -133,7 +141,7 @@ func (p *Prog) Store32(what string, b []byte, off int, s Slot) {
 		p.fail(fmt.Errorf("rawchild: %s: the address is not in the program's memory", what))
 		return
 	}
-	p.add(what, 0, []Arg{Val(0), s.Arg()}, -1, true)
+	p.add(what, opStore, 0, []Arg{Val(0), s.Arg()}, -1)
 	if p.err == nil {
 		p.ops[len(p.ops)-1].at = unsafe.Pointer(&b[off])
 	}
@@ -166,12 +174,12 @@ func (p *Prog) What(i int) string {
 	return "exec the program"
 }
 
-func (p *Prog) add(what string, trap uintptr, args []Arg, save int8, store bool) {
+func (p *Prog) add(what string, kind opKind, trap uintptr, args []Arg, save int8) {
 	if len(args) > 6 {
 		p.fail(fmt.Errorf("rawchild: %s: %d arguments", what, len(args)))
 		return
 	}
-	o := op{trap: trap, save: save, store: store}
+	o := op{kind: kind, trap: trap, save: save}
 	for i := range o.from {
 		o.from[i] = -1
 	}

@@ -300,11 +300,11 @@ func runSteps(f *frame) {
 				a[j] = f.slots[s&(maxSlots-1)]
 			}
 		}
-		if o.store {
+		switch o.kind {
+		case opStore:
 			*(*int32)(o.at) = int32(a[1])
 			continue
-		}
-		if o.cond {
+		case opIfOK:
 			if int(a[0]) < 0 {
 				i += o.skip
 			}
