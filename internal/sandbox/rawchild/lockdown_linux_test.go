@@ -142,7 +142,7 @@ func TestLockdownLandlockNamesAMissingRequiredPath(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("records %+v, want one failure", recs)
 	}
-	if err := recs[0].Err(p); err == nil || !strings.Contains(err.Error(), "open /nonexistent-codellm-dir") ||
+	if err := recs[0].Err(); err == nil || !strings.Contains(err.Error(), "open /nonexistent-codellm-dir") ||
 		!errors.Is(err, syscall.ENOENT) {
 		t.Errorf("error %v, want the open of the missing rule path named, ENOENT", err)
 	}

@@ -52,6 +52,9 @@ type op struct {
 	okErr  uintptr        // an errno that counts as success (EEXIST for a mkdir), or 0
 	want   uintptr        // with wantOK: the only result that counts as success (a write's length)
 	wantOK bool
+	tag    uint32  // Prog.Tag when the step was added, for its failure record
+	what   *byte   // what the step does (no NUL), for its failure record
+	nwhat  uintptr // its length, at most maxWhat
 }
 
 // Prog is what the child does before it starts the program: system calls
@@ -63,8 +66,16 @@ type Prog struct {
 	mem    [][]byte
 	slots  int8   // slots made
 	filled uint16 // slots some earlier step fills
+	tag    uint32 // the tag of the steps added now (Tag)
 	err    error
 }
+
+// Tag sets the tag of the steps added from now on: a number the child puts
+// in the failure record of such a step, so that whoever reads the record
+// can tell what failed without the Prog (package sandbox puts the
+// mechanism there: root filesystem, Landlock, seccomp). The program's exec
+// has tag 0.
+func (p *Prog) Tag(t uint32) { p.tag = t }
 
 // Str returns the address of a NUL-terminated copy of s, kept alive by p.
 func (p *Prog) Str(s string) uintptr {
@@ -179,7 +190,13 @@ func (p *Prog) add(what string, kind opKind, trap uintptr, args []Arg, save int8
 		p.fail(fmt.Errorf("rawchild: %s: %d arguments", what, len(args)))
 		return
 	}
-	o := op{kind: kind, trap: trap, save: save}
+	o := op{kind: kind, trap: trap, save: save, tag: p.tag}
+	if kind == opCall {
+		if w := []byte(what[:min(len(what), maxWhat)]); len(w) > 0 {
+			p.mem = append(p.mem, w)
+			o.what, o.nwhat = &w[0], uintptr(len(w))
+		}
+	}
 	for i := range o.from {
 		o.from[i] = -1
 	}

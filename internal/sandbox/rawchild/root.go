@@ -25,6 +25,10 @@ type Root struct {
 	// child's mount namespace only (it is private there first).
 	Staging string
 	Size    int64 // the tmpfs's size in bytes (0: the kernel's default)
+	// Inodes caps the inodes of the root's tmpfs, TmpInodes those of /tmp
+	// and /dev/shm each (0: the kernel's default, half the RAM's pages):
+	// empty files cost no size, only kernel memory.
+	Inodes, TmpInodes int64
 	Binds   []Bind
 	Proc    bool   // mount a proc at /proc (needs the child's own PID namespace)
 	Files   []File // written into the root before it is made read-only (/etc/passwd)
@@ -38,8 +42,42 @@ type Root struct {
 	ProcMasked []string
 	// Links are symbolic links made in the root (after the binds).
 	Links []Link
-	Dir   string // the working directory inside the root ("" : /)
+	// Work, when set, is the block's workdir, added after /tmp (it may be
+	// below it).
+	Work *Work
+	Dir  string // the working directory inside the root ("" : /)
 }
+
+// Work is a workdir at Dir (absolute, inside the root; its missing parents
+// are made 0755): a detached tree attached there (TreeFD, an open_tree
+// descriptor the child has), or a private tmpfs of Size bytes and Inodes
+// inodes, mode 0700, holding a copy of Copy, read from the directory open
+// at FromFD in the child.
+type Work struct {
+	Dir      string
+	TreeFD   int
+	ReadOnly bool // TreeFD: attached read-only
+	Size     int64
+	Inodes   int64
+	FromFD   int
+	Copy     []Entry
+}
+
+// Entry is one entry of a workdir copy: Name relative to the source
+// directory (parents listed before what they hold), a directory, a regular
+// file of Size bytes or a symbolic link to Link (Mode's type bits), with
+// Mode's permission bits (directories get at least 0700, files 0600, as
+// package hook's copy gives them).
+type Entry struct {
+	Name string
+	Mode uint32
+	Size int64
+	Link string
+}
+
+// maxSendfile is the most one sendfile(2) moves; a larger file is refused
+// (the caller copies such a workdir another way).
+const maxSendfile = 0x7ffff000
 
 // Bind shows Source (a host path) at Target (absolute, inside the root),
 // recursively, read-only unless Writable, never with setuid or devices.
@@ -105,10 +143,7 @@ func (p *Prog) AddRoot(r Root) {
 		return
 	}
 	p.Call("make every mount private", syscall.SYS_MOUNT, Val(0), Val(p.Str("/")), Val(0), Val(syscall.MS_REC|syscall.MS_PRIVATE), Val(0))
-	opts := "mode=0755"
-	if r.Size > 0 {
-		opts += ",size=" + strconv.FormatInt(r.Size, 10)
-	}
+	opts := "mode=0755" + tmpfsSize(r.Size, r.Inodes)
 	p.Call("mount the root's tmpfs on "+r.Staging, syscall.SYS_MOUNT, Val(p.Str("codellm-root")), Val(p.Str(r.Staging)),
 		Val(p.Str("tmpfs")), Val(syscall.MS_NOSUID|syscall.MS_NODEV), Val(p.Str(opts)))
 	ok := p.NewSlot()
@@ -134,10 +169,13 @@ func (p *Prog) AddRoot(r Root) {
 		p.addDev(r, ok)
 	}
 	if r.TmpSize > 0 {
-		p.addTmpfs(r.Staging, "/tmp", r.TmpSize)
+		p.addTmpfs(r.Staging, "/tmp", r.TmpSize, r.TmpInodes)
 	}
 	if r.Proc {
 		p.addProc(r, ok)
+	}
+	if r.Work != nil {
+		p.addWork(r.Staging, r.Work)
 	}
 	dot := p.Str(".")
 	p.Call("chdir to the new root", syscall.SYS_CHDIR, Val(p.Str(r.Staging)))
@@ -246,15 +284,94 @@ func (p *Prog) addDev(r Root, fd Slot) {
 		p.Call("symlink /dev/"+l[0], syscall.SYS_SYMLINKAT, Val(p.Str(l[1])), Int(unix.AT_FDCWD), Val(p.Str(r.Staging+"/dev/"+l[0])))
 	}
 	if r.TmpSize > 0 {
-		p.addTmpfs(r.Staging, "/dev/shm", r.TmpSize)
+		p.addTmpfs(r.Staging, "/dev/shm", r.TmpSize, r.TmpInodes)
 	}
 }
 
 // addTmpfs mounts a sticky, world-writable tmpfs of size bytes on dir.
-func (p *Prog) addTmpfs(staging, dir string, size int64) {
+func (p *Prog) addTmpfs(staging, dir string, size, inodes int64) {
 	p.mkdirs(staging, dir)
 	p.Call("mount "+dir, syscall.SYS_MOUNT, Val(p.Str("tmpfs")), Val(p.Str(staging+dir)), Val(p.Str("tmpfs")),
-		Val(syscall.MS_NOSUID|syscall.MS_NODEV), Val(p.Str("mode=1777,size="+strconv.FormatInt(size, 10))))
+		Val(syscall.MS_NOSUID|syscall.MS_NODEV), Val(p.Str("mode=1777"+tmpfsSize(size, inodes))))
+}
+
+// tmpfsSize is the size and nr_inodes options of a tmpfs ("" for 0).
+func tmpfsSize(size, inodes int64) string {
+	var o string
+	if size > 0 {
+		o += ",size=" + strconv.FormatInt(size, 10)
+	}
+	if inodes > 0 {
+		o += ",nr_inodes=" + strconv.FormatInt(inodes, 10)
+	}
+	return o
+}
+
+// addWork makes the workdir: the tree attached, or the tmpfs mounted and
+// the copy made entry by entry (each file opened beneath FromFD without
+// following any symbolic link, so a link swapped in since the caller
+// listed the directory is refused, and sent in one sendfile(2) whose count
+// must be the size the caller saw).
+func (p *Prog) addWork(staging string, w *Work) {
+	if !filepath.IsAbs(w.Dir) || filepath.Clean(w.Dir) != w.Dir {
+		p.fail(errors.New("rawchild: root: workdir " + strconv.Quote(w.Dir) + " is not a clean absolute path"))
+		return
+	}
+	at := staging + w.Dir
+	p.mkdirs(staging, w.Dir)
+	if w.TreeFD > 0 {
+		p.Call("attach workdir", unix.SYS_MOVE_MOUNT, Val(uintptr(w.TreeFD)), Val(p.Str("")), Int(unix.AT_FDCWD), Val(p.Str(at)),
+			Val(unix.MOVE_MOUNT_F_EMPTY_PATH))
+		set := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+		if w.ReadOnly {
+			set |= unix.MOUNT_ATTR_RDONLY
+		}
+		p.Call("mount_setattr "+w.Dir, unix.SYS_MOUNT_SETATTR, Int(unix.AT_FDCWD), Val(p.Str(at)), Val(0),
+			Val(p.mountAttr(set)), Val(unix.MOUNT_ATTR_SIZE_VER0))
+		return
+	}
+	p.Call("mount workdir tmpfs", syscall.SYS_MOUNT, Val(p.Str("tmpfs")), Val(p.Str(at)), Val(p.Str("tmpfs")),
+		Val(syscall.MS_NOSUID|syscall.MS_NODEV), Val(p.Str("mode=0700"+tmpfsSize(w.Size, w.Inodes))))
+	if len(w.Copy) == 0 {
+		return
+	}
+	how := make([]byte, unix.SizeofOpenHow) // struct open_how {u64 flags, mode, resolve}
+	binary.NativeEndian.PutUint64(how[0:], unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW)
+	binary.NativeEndian.PutUint64(how[16:], unix.RESOLVE_BENEATH|unix.RESOLVE_NO_SYMLINKS|unix.RESOLVE_NO_MAGICLINKS)
+	howAt := p.Buf(how)
+	in, out := p.NewSlot(), p.NewSlot()
+	for _, e := range w.Copy {
+		if e.Name == "" || filepath.IsAbs(e.Name) || filepath.Clean(e.Name) != e.Name || strings.HasPrefix(e.Name, "..") {
+			p.fail(errors.New("rawchild: root: workdir entry " + strconv.Quote(e.Name) + " is not a clean relative path"))
+			return
+		}
+		dst := at + "/" + e.Name
+		perm := uintptr(e.Mode & 0o777)
+		switch e.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			p.Call("copy workdir: mkdir "+e.Name, syscall.SYS_MKDIRAT, Int(unix.AT_FDCWD), Val(p.Str(dst)), Val(perm|0o700))
+		case unix.S_IFLNK:
+			p.Call("copy workdir: symlink "+e.Name, syscall.SYS_SYMLINKAT, Val(p.Str(e.Link)), Int(unix.AT_FDCWD), Val(p.Str(dst)))
+		case unix.S_IFREG:
+			if e.Size < 0 || e.Size > maxSendfile {
+				p.fail(fmt.Errorf("rawchild: root: workdir file %q of %d bytes is larger than one sendfile", e.Name, e.Size))
+				return
+			}
+			p.CallTo("copy workdir: open "+e.Name, in, unix.SYS_OPENAT2, Val(uintptr(w.FromFD)), Val(p.Str(e.Name)), Val(howAt),
+				Val(unix.SizeofOpenHow))
+			p.CallTo("copy workdir: create "+e.Name, out, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(dst)),
+				Val(syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW), Val(perm|0o600))
+			if e.Size > 0 {
+				p.Call("copy workdir: copy "+e.Name, unix.SYS_SENDFILE, out.Arg(), in.Arg(), Val(0), Val(uintptr(e.Size)))
+				p.Expect(uintptr(e.Size))
+			}
+			p.Call("copy workdir: close "+e.Name, syscall.SYS_CLOSE, in.Arg())
+			p.Call("copy workdir: close the copy of "+e.Name, syscall.SYS_CLOSE, out.Arg())
+		default:
+			p.fail(errors.New("rawchild: root: workdir entry " + strconv.Quote(e.Name) + " is not a directory, file or link"))
+			return
+		}
+	}
 }
 
 // addProc mounts the child's proc and covers r.ProcMasked.
@@ -262,7 +379,7 @@ func (p *Prog) addProc(r Root, ok Slot) {
 	at := r.Staging + "/proc"
 	p.mkdirs(r.Staging, "/proc")
 	p.Call("mount proc on /proc", syscall.SYS_MOUNT, Val(p.Str("proc")), Val(p.Str(at)), Val(p.Str("proc")),
-		Val(syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC), Val(0))
+		Val(syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC|syscall.MS_RDONLY), Val(0))
 	for _, m := range r.ProcMasked {
 		dst := at + "/" + m
 		p.CallTo("mask /proc/"+m, ok, syscall.SYS_MOUNT, Val(p.Str("/dev/null")), Val(p.Str(dst)), Val(0), Val(syscall.MS_BIND), Val(0))

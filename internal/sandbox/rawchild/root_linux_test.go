@@ -60,8 +60,8 @@ func TestRootNamesAMissingRequiredBind(t *testing.T) {
 	c := start(t, p, sh("exit 0"), flags, nil)
 	recs := c.records(t)
 	c.wait(t)
-	if len(recs) != 1 || !strings.Contains(recs[0].Err(p).Error(), "bind /nonexistent-codellm on /opt/x") {
-		t.Errorf("records %+v (%v), want the bind named", recs, recs[0].Err(p))
+	if len(recs) != 1 || !strings.Contains(recs[0].Err().Error(), "bind /nonexistent-codellm on /opt/x") {
+		t.Errorf("records %+v (%v), want the bind named", recs, recs[0].Err())
 	}
 }
 
@@ -189,5 +189,85 @@ func TestMirrorByKind(t *testing.T) {
 	out, _ := start(t, p, sh("ls /m; cat /m/file /m/link; readlink /m/link; (echo x > /m/file) 2>&- || echo ro"), flags, nil).result(t, p)
 	if want := "dir\nfile\nlink\nfile\ninner\ndir/inner\nro\n"; out != want {
 		t.Errorf("program output %q, want %q", out, want)
+	}
+}
+
+// workSource is a host directory for a workdir copy: a file, a directory
+// with a file, a link; and the Entries that describe it.
+func workSource(t *testing.T) (string, []Entry) {
+	t.Helper()
+	src := t.TempDir()
+	for _, f := range []struct{ name, data string }{{"a", "hello\n"}, {"d/b", "inner\n"}} {
+		if err := os.MkdirAll(src+"/d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(src+"/"+f.name, []byte(f.data), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("a", src+"/l"); err != nil {
+		t.Fatal(err)
+	}
+	return src, []Entry{{Name: "a", Mode: unix.S_IFREG | 0o640, Size: 6}, {Name: "d", Mode: unix.S_IFDIR | 0o755},
+		{Name: "d/b", Mode: unix.S_IFREG | 0o640, Size: 6}, {Name: "l", Mode: unix.S_IFLNK | 0o777, Link: "a"}}
+}
+
+// The workdir copy: what the program finds is the source's tree, in a
+// private writable tmpfs of the given size and inodes, and the host's
+// directory is left as it was.
+func TestWorkdirCopy(t *testing.T) {
+	flags := userPID(t) | syscall.CLONE_NEWNS
+	src, entries := workSource(t)
+	dir, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	p := &Prog{}
+	p.AddRoot(Root{Staging: t.TempDir(), Binds: systemBinds(), TmpSize: 4 << 20, TmpInodes: 5000, Dir: "/tmp/w",
+		Work: &Work{Dir: "/tmp/w", Size: 1 << 20, Inodes: 4096, FromFD: 4, Copy: entries}})
+	got, _ := startAttr(t, p, sh(`cat a d/b; readlink l; echo new > n && echo rw; stat -f -c %c /tmp/w /tmp`),
+		Attr{Cloneflags: flags, Extra: []*os.File{dir}}).result(t, p)
+	if want := "hello\ninner\na\nrw\n4096\n5000\n"; got != want {
+		t.Errorf("program's view %q, want %q", got, want)
+	}
+	if _, err := os.Stat(src + "/n"); !os.IsNotExist(err) {
+		t.Errorf("the program's write reached the host's directory (%v)", err)
+	}
+}
+
+// Differential: a file the parent listed, swapped for a link to a host file
+// before the child copies it, is copied while it is a file and refused once
+// it is a link (the copy follows no link).
+func TestWorkdirCopyRefusesASwappedLink(t *testing.T) {
+	flags := userPID(t) | syscall.CLONE_NEWNS
+	for _, swapped := range []bool{false, true} {
+		src, entries := workSource(t)
+		if swapped {
+			if err := os.Remove(src + "/a"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("/etc/hostname", src+"/a"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dir, err := os.Open(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &Prog{}
+		p.AddRoot(Root{Staging: t.TempDir(), Binds: systemBinds(), TmpSize: 1 << 20, Dir: "/tmp/w",
+			Work: &Work{Dir: "/tmp/w", Size: 1 << 20, FromFD: 4, Copy: entries[:1]}})
+		c := startAttr(t, p, sh("cat a"), Attr{Cloneflags: flags, Extra: []*os.File{dir}})
+		recs := c.records(t)
+		c.wait(t)
+		dir.Close()
+		failed := len(recs) > 0 && recs[0].Kind == KindFailed
+		if failed != swapped {
+			t.Errorf("swapped %v: records %+v", swapped, recs)
+		}
+		if swapped && (recs[0].What != "copy workdir: open a" || syscall.Errno(recs[0].B) != syscall.ELOOP) {
+			t.Errorf("the refusal %+v, want the open of a with ELOOP", recs[0])
+		}
 	}
 }

@@ -85,7 +85,8 @@ type frame struct {
 	syncW   uintptr
 	synced  bool
 	pdeath  uintptr
-	rec     [3]uint32 // the init's record
+	npath   uintptr           // len of *path, for an exec failure's record
+	rec     [failHeader]byte  // the record being written
 	execErr uintptr   // the program's failed exec, stored by it (it shares the init's memory until then)
 }
 
@@ -164,7 +165,7 @@ func newFrame(p *Prog, prog Program, files []*os.File, pdeath syscall.Signal) (*
 	if err != nil {
 		return nil, nil, fmt.Errorf("rawchild: program environment: %w", err)
 	}
-	f := &frame{path: path, argv: &argv[0], envv: &envv[0], nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath)}
+	f := &frame{path: path, npath: uintptr(min(len(prog.Path), maxWhat)), argv: &argv[0], envv: &envv[0], nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath)}
 	if len(p.ops) > 0 {
 		f.ops = &p.ops[0]
 	}
@@ -315,7 +316,7 @@ func runSteps(f *frame) {
 			e = syscall.EIO
 		}
 		if e != 0 && uintptr(e) != o.okErr {
-			report(&f.rec, KindFailed, uint32(i), uint32(e))
+			reportFailed(f, uint32(i), uint32(e), o.tag, o.what, o.nwhat)
 			exit(125)
 		}
 		if o.save >= 0 {
@@ -340,12 +341,15 @@ func runInit(f *frame) {
 	pid, e := vforkExec(uintptr(unsafe.Pointer(f.path)), uintptr(unsafe.Pointer(f.argv)),
 		uintptr(unsafe.Pointer(f.envv)), uintptr(unsafe.Pointer(&f.execErr)))
 	if e != 0 {
-		report(&f.rec, KindFailed, uint32(f.nops), uint32(e))
+		reportFailed(f, uint32(f.nops), uint32(e), 0, f.path, f.npath)
 		exit(125)
 	}
 	if f.execErr != 0 {
-		// vfork: the program's exec failed before this resumed; reap it.
-		report(&f.rec, KindFailed, uint32(f.nops), uint32(f.execErr))
+		// vfork: the program's exec failed before this resumed. It has
+		// exited (127); reap it and end as the Go helper does.
+		reportFailed(f, uint32(f.nops), uint32(f.execErr), 0, f.path, f.npath)
+		reapUntil(pid)
+		exit(127)
 	}
 	// The init gives up the program's descriptors before it says Started:
 	// a program that closes its stdout gives its reader EOF, as without an
@@ -353,7 +357,7 @@ func runInit(f *frame) {
 	for fd := uintptr(0); fd < 3; fd++ {
 		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	}
-	report(&f.rec, KindStarted, uint32(pid), 0)
+	report(&f.rec, KindStarted, uint32(pid))
 	ws := reapUntil(pid)
 	self, _, _ := syscall.RawSyscall(syscall.SYS_GETPID, 0, 0, 0)
 	if self == 1 {
@@ -368,7 +372,7 @@ func runInit(f *frame) {
 			}
 		}
 	}
-	report(&f.rec, KindWaited, ws, 0)
+	report(&f.rec, KindWaited, ws)
 	st := syscall.WaitStatus(ws)
 	if st.Signaled() {
 		exit(128 + uintptr(st&0x7f))
@@ -394,12 +398,41 @@ func reapUntil(pid uintptr) uint32 {
 	}
 }
 
+// report writes a Started or Waited record: kind, then a (little-endian;
+// amd64 and arm64 only).
+//
 //go:nosplit
 //go:norace
 //go:nocheckptr
-func report(rec *[3]uint32, kind, a, b uint32) {
-	rec[0], rec[1], rec[2] = kind, a, b // little-endian hosts only (amd64, arm64)
-	syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&rec[0])), RecordSize)
+func report(rec *[failHeader]byte, kind byte, a uint32) {
+	rec[0] = kind
+	put32(rec[1:5], a)
+	syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&rec[0])), 5)
+}
+
+// reportFailed writes a failure record: the header, then what the step did.
+// Two writes: only the child writes on the descriptor, and it exits next.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func reportFailed(f *frame, step, errno, tag uint32, what *byte, nwhat uintptr) {
+	rec := &f.rec
+	rec[0] = KindFailed
+	put32(rec[1:5], step)
+	put32(rec[5:9], errno)
+	put32(rec[9:13], tag)
+	rec[13], rec[14] = byte(nwhat), byte(nwhat>>8)
+	syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&rec[0])), failHeader)
+	if nwhat > 0 {
+		syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(what)), nwhat)
+	}
+}
+
+//go:nosplit
+func put32(b []byte, v uint32) {
+	_ = b[3]
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 }
 
 //go:nosplit
