@@ -29,9 +29,9 @@ type Root struct {
 	// and /dev/shm each (0: the kernel's default, half the RAM's pages):
 	// empty files cost no size, only kernel memory.
 	Inodes, TmpInodes int64
-	Binds   []Bind
-	Proc    bool   // mount a proc at /proc (needs the child's own PID namespace)
-	Files   []File // written into the root before it is made read-only (/etc/passwd)
+	Binds             []Bind
+	Proc              bool   // mount a proc at /proc (needs the child's own PID namespace)
+	Files             []File // written into the root before it is made read-only (/etc/passwd)
 	// DevNodes are the host's /dev nodes bound into /dev (usable: no
 	// nodev), beside /dev/fd, stdin, stdout, stderr and a /dev/shm tmpfs.
 	DevNodes []string

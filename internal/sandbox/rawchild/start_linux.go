@@ -85,9 +85,9 @@ type frame struct {
 	syncW   uintptr
 	synced  bool
 	pdeath  uintptr
-	npath   uintptr           // len of *path, for an exec failure's record
-	rec     [failHeader]byte  // the record being written
-	execErr uintptr   // the program's failed exec, stored by it (it shares the init's memory until then)
+	npath   uintptr          // len of *path, for an exec failure's record
+	rec     [failHeader]byte // the record being written
+	execErr uintptr          // the program's failed exec, stored by it (it shares the init's memory until then)
 }
 
 // Start forks the child, which runs p and then starts prog as its init.
