@@ -39,7 +39,11 @@ type child struct {
 // CLONE_NEWUSER, the caller's identity mapped to root) and stdin.
 func start(t *testing.T, p *Prog, prog Program, flags uintptr, stdin *os.File) child {
 	t.Helper()
-	return startAttr(t, p, prog, Attr{Cloneflags: flags, Stdin: stdin})
+	a := Attr{Cloneflags: flags}
+	if stdin != nil {
+		a.Stdin = stdin
+	}
+	return startAttr(t, p, prog, a)
 }
 
 // startAttr is start with the rest of a (a cgroup, extra descriptors,
@@ -458,5 +462,26 @@ func TestProgramDoesNotInheritTheStatus(t *testing.T) {
 	c.wait(t)
 	if !strings.HasSuffix(string(out), "none\n") {
 		t.Errorf("the program's fd 3: %q, want none", out)
+	}
+}
+
+// A child that never execs would keep its parent thread's name for life
+// (the spawner's, which the spawner's client reaps by); Attr.Name renames
+// it first.
+func TestNameIsSet(t *testing.T) {
+	for _, name := range []string{"", "codellm-t"} {
+		p := &Prog{}
+		got, _ := startAttr(t, p, sh("cat /proc/$PPID/comm"), Attr{Name: name}).result(t, p)
+		self, err := os.ReadFile("/proc/thread-self/comm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := name + "\n"
+		if name == "" {
+			want = string(self) // inherited from the forking thread
+		}
+		if got != want {
+			t.Errorf("Name %q: the child is named %q, want %q", name, got, want)
+		}
 	}
 }

@@ -93,6 +93,9 @@ type Bind struct {
 	// (OPEN_TREE_CLONE) made in the parent, as the server passes a block's
 	// workdir.
 	TreeFD int
+	// Early takes Source (open_tree, a recursive clone) before the root's
+	// tmpfs covers Staging, for a source below it; not with Optional.
+	Early bool
 }
 
 // Link is a symbolic link at Path (absolute, inside the root) to To.
@@ -143,16 +146,27 @@ func (p *Prog) AddRoot(r Root) {
 		return
 	}
 	p.Call("make every mount private", syscall.SYS_MOUNT, Val(0), Val(p.Str("/")), Val(0), Val(syscall.MS_REC|syscall.MS_PRIVATE), Val(0))
+	ok, fd := p.NewSlot(), p.NewSlot()
+	early := make([]Slot, len(r.Binds))
+	for i, b := range r.Binds {
+		if b.Early {
+			if b.Optional || b.TreeFD > 0 {
+				p.fail(errors.New("rawchild: root: the early bind of " + strconv.Quote(b.Source) + " cannot be optional or a tree"))
+				return
+			}
+			early[i] = p.CallSave("take "+b.Source, unix.SYS_OPEN_TREE, Int(unix.AT_FDCWD), Val(p.Str(b.Source)),
+				Val(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE))
+		}
+	}
 	opts := "mode=0755" + tmpfsSize(r.Size, r.Inodes)
 	p.Call("mount the root's tmpfs on "+r.Staging, syscall.SYS_MOUNT, Val(p.Str("codellm-root")), Val(p.Str(r.Staging)),
 		Val(p.Str("tmpfs")), Val(syscall.MS_NOSUID|syscall.MS_NODEV), Val(p.Str(opts)))
-	ok := p.NewSlot()
-	for _, b := range r.Binds {
+	for i, b := range r.Binds {
 		if !filepath.IsAbs(b.Target) || filepath.Clean(b.Target) != b.Target || b.Target == "/" {
 			p.fail(errors.New("rawchild: root: bind target " + strconv.Quote(b.Target) + " is not a clean absolute path below /"))
 			return
 		}
-		p.addBind(r.Staging, b, ok)
+		p.addBind(r.Staging, b, ok, fd, early[i])
 	}
 	for _, l := range r.Links {
 		if !filepath.IsAbs(l.Path) || filepath.Clean(l.Path) != l.Path || l.Path == "/" {
@@ -190,22 +204,28 @@ func (p *Prog) AddRoot(r Root) {
 	p.Call("chdir to "+dir, syscall.SYS_CHDIR, Val(p.Str(dir)))
 }
 
-// addBind makes b's mount point and binds it; ok is the slot that tells a
+// addBind makes b's mount point and binds it (fd: a slot for a file's
+// mount point, reused by every bind; tree: an Early bind's taken tree); ok
+// is the slot that tells a
 // missing optional source from a bound one.
-func (p *Prog) addBind(staging string, b Bind, ok Slot) {
+func (p *Prog) addBind(staging string, b Bind, ok, fd, tree Slot) {
 	at := staging + b.Target
 	if b.File {
 		p.mkdirs(staging, filepath.Dir(b.Target))
-		fd := p.CallSave("create the mount point "+b.Target, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(at)),
+		p.CallTo("create the mount point "+b.Target, fd, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(at)),
 			Val(syscall.O_CREAT|syscall.O_WRONLY|syscall.O_CLOEXEC), Val(0o644))
 		p.Call("close the mount point "+b.Target, syscall.SYS_CLOSE, fd.Arg())
 	} else {
 		p.mkdirs(staging, b.Target)
 	}
-	if b.TreeFD > 0 {
+	switch {
+	case b.TreeFD > 0:
 		p.CallTo("attach tree "+strconv.Itoa(b.TreeFD)+" on "+b.Target, ok, unix.SYS_MOVE_MOUNT, Val(uintptr(b.TreeFD)),
 			Val(p.Str("")), Int(unix.AT_FDCWD), Val(p.Str(at)), Val(unix.MOVE_MOUNT_F_EMPTY_PATH))
-	} else {
+	case b.Early:
+		p.CallTo("attach "+b.Source+" on "+b.Target, ok, unix.SYS_MOVE_MOUNT, tree.Arg(),
+			Val(p.Str("")), Int(unix.AT_FDCWD), Val(p.Str(at)), Val(unix.MOVE_MOUNT_F_EMPTY_PATH))
+	default:
 		p.CallTo("bind "+b.Source+" on "+b.Target, ok, syscall.SYS_MOUNT, Val(p.Str(b.Source)), Val(p.Str(at)), Val(0),
 			Val(syscall.MS_BIND|syscall.MS_REC), Val(0))
 	}

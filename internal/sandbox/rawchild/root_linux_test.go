@@ -3,6 +3,7 @@
 package rawchild
 
 import (
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -93,7 +94,7 @@ func TestRootAttachesATreeByDescriptor(t *testing.T) {
 	p.AddRoot(Root{Staging: staging, Dir: "/work", Binds: append(systemBinds(),
 		Bind{Target: "/work", TreeFD: 4, Writable: true})})
 	out, _ := startAttr(t, p, sh("cat in; echo out > out; ls /proc/self/fd"), Attr{
-		Cloneflags: userPID(t) | syscall.CLONE_NEWNS, UIDMap: "0 0 1", GIDMap: "0 0 1", Extra: []*os.File{tree}}).result(t, p)
+		Cloneflags: userPID(t) | syscall.CLONE_NEWNS, UIDMap: "0 0 1", GIDMap: "0 0 1", Extra: []FD{tree}}).result(t, p)
 	if !strings.HasPrefix(out, "from the host\n") {
 		t.Errorf("program output %q, want the host's file read through the tree", out)
 	}
@@ -227,7 +228,7 @@ func TestWorkdirCopy(t *testing.T) {
 	p.AddRoot(Root{Staging: t.TempDir(), Binds: systemBinds(), TmpSize: 4 << 20, TmpInodes: 5000, Dir: "/tmp/w",
 		Work: &Work{Dir: "/tmp/w", Size: 1 << 20, Inodes: 4096, FromFD: 4, Copy: entries}})
 	got, _ := startAttr(t, p, sh(`cat a d/b; readlink l; echo new > n && echo rw; stat -f -c %c /tmp/w /tmp`),
-		Attr{Cloneflags: flags, Extra: []*os.File{dir}}).result(t, p)
+		Attr{Cloneflags: flags, Extra: []FD{dir}}).result(t, p)
 	if want := "hello\ninner\na\nrw\n4096\n5000\n"; got != want {
 		t.Errorf("program's view %q, want %q", got, want)
 	}
@@ -258,7 +259,7 @@ func TestWorkdirCopyRefusesASwappedLink(t *testing.T) {
 		p := &Prog{}
 		p.AddRoot(Root{Staging: t.TempDir(), Binds: systemBinds(), TmpSize: 1 << 20, Dir: "/tmp/w",
 			Work: &Work{Dir: "/tmp/w", Size: 1 << 20, FromFD: 4, Copy: entries[:1]}})
-		c := startAttr(t, p, sh("cat a"), Attr{Cloneflags: flags, Extra: []*os.File{dir}})
+		c := startAttr(t, p, sh("cat a"), Attr{Cloneflags: flags, Extra: []FD{dir}})
 		recs := c.records(t)
 		c.wait(t)
 		dir.Close()
@@ -268,6 +269,34 @@ func TestWorkdirCopyRefusesASwappedLink(t *testing.T) {
 		}
 		if swapped && (recs[0].What != "copy workdir: open a" || syscall.Errno(recs[0].B) != syscall.ELOOP) {
 			t.Errorf("the refusal %+v, want the open of a with ELOOP", recs[0])
+		}
+	}
+}
+
+// Differential: a source below the staging directory is covered by the
+// root's tmpfs before a plain bind can reach it; an Early bind takes it
+// first.
+func TestEarlyBindReachesASourceBelowStaging(t *testing.T) {
+	flags := userPID(t) | syscall.CLONE_NEWNS
+	for _, early := range []bool{false, true} {
+		staging := t.TempDir()
+		if err := os.MkdirAll(staging+"/shared", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(staging+"/shared/f", []byte("shared\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := &Prog{}
+		p.AddRoot(Root{Staging: staging, Binds: append(systemBinds(), Bind{Source: staging + "/shared", Target: "/codellm", Early: early})})
+		c := start(t, p, sh("cat /codellm/f; (echo x > /codellm/g) 2>&- || echo ro"), flags, nil)
+		out, _ := io.ReadAll(c.stdout)
+		recs := c.records(t)
+		c.wait(t)
+		if early && string(out) != "shared\nro\n" {
+			t.Errorf("early: the program read %q (records %+v), want the shared file, read-only", out, recs)
+		}
+		if !early && (len(recs) == 0 || recs[0].Kind != KindFailed || !strings.Contains(recs[0].What, "bind "+staging+"/shared")) {
+			t.Errorf("not early: records %+v, want the bind refused (its source covered)", recs)
 		}
 	}
 }

@@ -45,6 +45,10 @@ type Attr struct {
 	// UIDMap and GIDMap are written to the child's maps (its setgroups
 	// denied) before it runs its first step; needed with CLONE_NEWUSER.
 	UIDMap, GIDMap string
+	// Name, when set, is the child's name (PR_SET_NAME, at most 15 bytes
+	// kept), set before anything else: a fork that never execs otherwise
+	// keeps its parent thread's name for life.
+	Name string
 	// Pdeathsig is sent to the child when the caller's thread exits.
 	Pdeathsig syscall.Signal
 	// Parent makes the child the caller's parent's child (CLONE_PARENT),
@@ -60,12 +64,17 @@ type Attr struct {
 	// Stdin, Stdout and Stderr become the program's 0, 1 and 2 (the init
 	// closes its copies once the program runs); Status is the init's
 	// descriptor 3 for its records, closed for the program.
-	Stdin, Stdout, Stderr, Status *os.File
+	Stdin, Stdout, Stderr, Status FD
 	// Extra are the steps' descriptors 4, 5, ... (a workdir's tree from
 	// open_tree, say); the init closes them once the steps have run, and
 	// the program never has them.
-	Extra []*os.File
+	Extra []FD
 }
+
+// FD is a descriptor the child gets: an *os.File, or a bare number the
+// caller owns. Start only reads it; the caller keeps it open until Start
+// returns.
+type FD interface{ Fd() uintptr }
 
 // maxFiles bounds 0..3 and Extra.
 const maxFiles = 16
@@ -85,6 +94,7 @@ type frame struct {
 	syncW   uintptr
 	synced  bool
 	pdeath  uintptr
+	name    *byte            // PR_SET_NAME, or nil
 	npath   uintptr          // len of *path, for an exec failure's record
 	rec     [failHeader]byte // the record being written
 	execErr uintptr          // the program's failed exec, stored by it (it shares the init's memory until then)
@@ -97,9 +107,9 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 	if p.err != nil {
 		return 0, p.err
 	}
-	files := append([]*os.File{a.Stdin, a.Stdout, a.Stderr, a.Status}, a.Extra...)
+	files := append([]FD{a.Stdin, a.Stdout, a.Stderr, a.Status}, a.Extra...)
 	for _, f := range files {
-		if f == nil {
+		if f == nil || f.Fd() == ^uintptr(0) { // a nil *os.File has Fd -1
 			return 0, errors.New("rawchild: Stdin, Stdout, Stderr, Status and every Extra are needed")
 		}
 	}
@@ -113,6 +123,13 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 	f, keep, err := newFrame(p, prog, files, a.Pdeathsig)
 	if err != nil {
 		return 0, err
+	}
+	if a.Name != "" {
+		name, err := syscall.BytePtrFromString(a.Name)
+		if err != nil {
+			return 0, fmt.Errorf("rawchild: name: %w", err)
+		}
+		f.name, keep = name, append(keep, name)
 	}
 	var sync [2]int
 	if newUser {
@@ -152,7 +169,7 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 }
 
 // newFrame lays out the child's frame; keep holds what it points into.
-func newFrame(p *Prog, prog Program, files []*os.File, pdeath syscall.Signal) (*frame, []any, error) {
+func newFrame(p *Prog, prog Program, files []FD, pdeath syscall.Signal) (*frame, []any, error) {
 	path, err := syscall.BytePtrFromString(prog.Path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rawchild: program path: %w", err)
@@ -235,6 +252,9 @@ func reapFailed(pid int) {
 //go:norace
 //go:nocheckptr
 func childMain(f *frame) {
+	if f.name != nil {
+		syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_NAME, uintptr(unsafe.Pointer(f.name)), 0)
+	}
 	if f.pdeath != 0 {
 		if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, f.pdeath, 0); e != 0 {
 			exit(125)
