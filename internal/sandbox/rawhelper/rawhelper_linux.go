@@ -1,0 +1,347 @@
+//go:build linux && (amd64 || arm64)
+
+package rawhelper
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"syscall"
+
+	"github.com/codellm/codellm/internal/sandbox/hook"
+	"github.com/codellm/codellm/internal/sandbox/rawchild"
+	"golang.org/x/sys/unix"
+)
+
+// Descriptors of the raw helper (rawchild's 0..3, then Attr.Extra): the
+// workdir, a directory descriptor or a detached tree (hook.Spec.DirIsTree).
+const DirFD = 4
+
+// Host is what the compiler needs beyond the spec: facts of the process
+// that forks the helper (the spawner), which the server cannot see.
+type Host struct {
+	// Overlaid are the host directories the spawner overlaid in place;
+	// with hook.MOverlay every mirrored directory must be one of them (a
+	// block that needs its own overlay gets the Go helper).
+	Overlaid []string
+	// ProcsFiles are the cgroup v1 cgroup.procs files of the block's group,
+	// which the helper joins (writing "0") before it runs anything else;
+	// empty when clone3 places it (v2) or there is no group.
+	ProcsFiles []string
+	// UID and GID are the ids the helper takes inside its user namespace
+	// before it mounts anything (its maps are written by then).
+	UID, GID int
+	// Dir is the workdir's descriptor in the compiling process, listed for
+	// a private copy (hook.Spec.Persist false); the helper gets it as DirFD.
+	Dir int
+}
+
+// FallbackError says why a spec needs the Go helper. Nothing was started.
+type FallbackError struct{ Reason string }
+
+func (e *FallbackError) Error() string { return "rawhelper: needs the Go helper: " + e.Reason }
+
+func fallback(format string, args ...any) error {
+	return &FallbackError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Compile turns sp into the raw helper's program and the program it starts.
+// A *FallbackError means the spec asks for something only the Go helper
+// does; any other error is a spec that cannot be confined as asked.
+func Compile(sp *hook.Spec, h Host) (*rawchild.Prog, rawchild.Program, error) {
+	if err := supported(sp); err != nil {
+		return nil, rawchild.Program{}, err
+	}
+	has := func(m uint32) bool { return sp.Mech&m == m }
+	p := &rawchild.Prog{}
+	p.Tag(hook.MHelper)
+	// Non-dumpable first: while the helper holds capabilities in its
+	// namespace nothing there may ptrace it or read its memory.
+	p.Call("set non-dumpable", syscall.SYS_PRCTL, rawchild.Val(syscall.PR_SET_DUMPABLE), rawchild.Val(0))
+	p.Call("setsid", syscall.SYS_SETSID)
+	if len(h.ProcsFiles) > 0 {
+		joinCgroup(p, h.ProcsFiles)
+	}
+	if has(hook.MCgroupNS) {
+		p.Tag(hook.MCgroupNS)
+		p.Call("unshare cgroup namespace", syscall.SYS_UNSHARE, rawchild.Val(syscall.CLONE_NEWCGROUP))
+	}
+	p.Tag(hook.MHelper)
+	p.Call("setresgid", syscall.SYS_SETRESGID, rawchild.Int(h.GID), rawchild.Int(h.GID), rawchild.Int(h.GID))
+	p.Call("setresuid", syscall.SYS_SETRESUID, rawchild.Int(h.UID), rawchild.Int(h.UID), rawchild.Int(h.UID))
+	if has(hook.MRootFS) {
+		r, err := root(sp, h)
+		if err != nil {
+			return nil, rawchild.Program{}, err
+		}
+		p.Tag(hook.MRootFS)
+		p.AddRoot(r)
+	} else {
+		p.Call("chdir to workdir "+sp.Dir, syscall.SYS_FCHDIR, rawchild.Val(DirFD))
+	}
+	if has(hook.MUTSNS) {
+		p.Tag(hook.MUTSNS)
+		host := []byte(sp.UTSName)
+		p.Call("sethostname", syscall.SYS_SETHOSTNAME, rawchild.Val(p.Buf(host)), rawchild.Val(uintptr(len(host))))
+		p.Call("setdomainname", syscall.SYS_SETDOMAINNAME, rawchild.Val(p.Str("(none)")), rawchild.Val(6))
+	}
+	lockdown(p, sp)
+	return p, rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env}, nil
+}
+
+// supported refuses what only the Go helper does: the trial spawn, an
+// init that holds its namespace, egress, deterministic blocks, a program
+// run as PID 1 or without its own user and PID namespaces, a persistent
+// workdir opened by path.
+func supported(sp *hook.Spec) error {
+	need := hook.MHelper | hook.MUserNS | hook.MPIDNS
+	switch {
+	case sp.ProbeOnly || sp.ProbeSocket != "":
+		return fallback("the trial spawn")
+	case !sp.Init || sp.Mech&need != need:
+		return fallback("the block has no init in its own user and PID namespaces")
+	case sp.Hold:
+		return fallback("the block's namespace is held for a collect")
+	case sp.Egress:
+		return fallback("egress")
+	case len(sp.Determ) > 0 || len(sp.FakeTimeRC) > 0:
+		return fallback("a deterministic block")
+	case sp.Persist && !sp.DirIsTree:
+		return fallback("a persistent workdir opened by path")
+	}
+	return nil
+}
+
+// joinCgroup writes "0" (the writer) to each cgroup.procs file: the helper
+// joins the block's group before anything of the block runs, with the
+// permission of the uid it was cloned with (the files are the server's).
+func joinCgroup(p *rawchild.Prog, files []string) {
+	p.Tag(hook.MCgroup)
+	fd := p.NewSlot()
+	zero := p.Str("0")
+	for _, f := range files {
+		p.CallTo("join block cgroup: open "+f, fd, syscall.SYS_OPENAT, rawchild.Int(unix.AT_FDCWD), rawchild.Val(p.Str(f)),
+			rawchild.Val(syscall.O_WRONLY|syscall.O_CLOEXEC), rawchild.Val(0))
+		p.Call("join block cgroup: write "+f, syscall.SYS_WRITE, fd.Arg(), rawchild.Val(zero), rawchild.Val(1))
+		p.Expect(1)
+		p.Call("join block cgroup: close "+f, syscall.SYS_CLOSE, fd.Arg())
+	}
+}
+
+// root is the block's private root as package hook builds it: the system
+// directories and /etc entries mirrored (through the spawner's overlays
+// with hook.MOverlay), the generated /etc files, the shared dir, /dev,
+// /proc (host files masked), /tmp, and the workdir.
+func root(sp *hook.Spec, h Host) (rawchild.Root, error) {
+	r := rawchild.Root{Staging: sp.Staging, Size: 1 << 20, Inodes: 4096, Proc: true, ProcMasked: hook.ProcMasked,
+		DevNodes: sp.DevNodes, TmpSize: sp.TmpSize, TmpInodes: hook.TmpfsInodes(sp.TmpSize), Dir: sp.Dir}
+	overlaid := func(d string) bool {
+		for _, o := range h.Overlaid {
+			if d == o || strings.HasPrefix(d, o+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	// check refuses a directory the Go helper would overlay itself.
+	check := func(src string) error {
+		var st unix.Stat_t
+		if sp.Mech&hook.MOverlay != 0 && unix.Lstat(src, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !overlaid(src) {
+			return fallback("%s is not overlaid by the spawner", src)
+		}
+		return nil
+	}
+	for _, d := range sp.SystemDirs {
+		if err := check(d); err != nil {
+			return r, err
+		}
+		if err := r.Mirror(d, d, true); err != nil {
+			return r, err
+		}
+	}
+	if err := check("/etc"); err != nil { // its entries are bound, not /etc itself
+		return r, err
+	}
+	for _, e := range sp.EtcEntries {
+		if err := check("/etc/" + e); err != nil {
+			return r, err
+		}
+		if err := r.Mirror("/etc/"+e, "/etc/"+e, false); err != nil {
+			return r, err
+		}
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{"passwd", sp.Passwd}, {"group", sp.Group}, {"hosts", sp.Hosts}, {"hostname", sp.Hostname}} {
+		r.Files = append(r.Files, rawchild.File{Path: "/etc/" + f.name, Data: f.data, Mode: 0o644})
+	}
+	if sp.Shared != "" {
+		if err := shared(&r, sp, overlaid); err != nil {
+			return r, err
+		}
+	}
+	w, err := workdir(sp, h)
+	if err != nil {
+		return r, err
+	}
+	r.Work = w
+	return r, nil
+}
+
+// shared binds the shared dir read-only at hook.SharedMount, with the
+// /node_modules link ESM resolution walks up to.
+func shared(r *rawchild.Root, sp *hook.Spec, overlaid func(string) bool) error {
+	if sp.Mech&hook.MOverlay != 0 && !overlaid(sp.Shared) {
+		return fallback("the shared dir is not overlaid by the spawner")
+	}
+	// Taken before the staging tmpfs covers it, should it be below (a work dir under /tmp).
+	r.Binds = append(r.Binds, rawchild.Bind{Source: sp.Shared, Target: hook.SharedMount, Early: true})
+	r.Links = append(r.Links, rawchild.Link{Path: "/node_modules", To: hook.SharedMount + "/node"})
+	return nil
+}
+
+// Bounds of a workdir the raw helper copies; a larger one gets the Go
+// helper, whose copy reports a workdir too large for its tmpfs precisely.
+const (
+	maxCopyEntries = 256
+	maxCopyDepth   = 16
+)
+
+// workdir is the block's workdir: the server's detached tree (persistent),
+// or a tmpfs with a copy of the directory h.Dir.
+func workdir(sp *hook.Spec, h Host) (*rawchild.Work, error) {
+	if sp.Persist {
+		return &rawchild.Work{Dir: sp.Dir, TreeFD: DirFD, ReadOnly: sp.ReadOnly}, nil
+	}
+	size := sp.WorkdirSize()
+	w := &rawchild.Work{Dir: sp.Dir, Size: size, Inodes: hook.TmpfsInodes(size), FromFD: DirFD}
+	var total int64
+	if err := list(h.Dir, "", 0, &w.Copy, &total); err != nil {
+		return nil, err
+	}
+	// Half the tmpfs at most: the pages and inodes the copy takes beyond its
+	// bytes are the tmpfs's to count; near the bound the Go helper's copy
+	// says precisely that the workdir does not fit.
+	if size > 0 && total > size/2 {
+		return nil, fallback("a workdir of %d bytes in a tmpfs of %d", total, size)
+	}
+	return w, nil
+}
+
+// list appends the entries below the directory open at fd (prefix its
+// name relative to the workdir), parents first, without following links.
+func list(fd int, prefix string, depth int, out *[]rawchild.Entry, total *int64) error {
+	if depth > maxCopyDepth {
+		return fallback("a workdir deeper than %d levels", maxCopyDepth)
+	}
+	names, err := readNames(fd)
+	if err != nil {
+		return fmt.Errorf("rawhelper: list the workdir: %w", err)
+	}
+	for _, n := range names {
+		if len(*out) >= maxCopyEntries {
+			return fallback("a workdir of more than %d entries", maxCopyEntries)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("rawhelper: stat workdir entry %s: %w", path.Join(prefix, n), err)
+		}
+		name := path.Join(prefix, n)
+		e := rawchild.Entry{Name: name, Mode: st.Mode}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			e.Size = st.Size
+			*total += st.Size
+		case unix.S_IFLNK:
+			buf := make([]byte, unix.PathMax)
+			k, err := unix.Readlinkat(fd, n, buf)
+			if err != nil {
+				return fmt.Errorf("rawhelper: readlink workdir entry %s: %w", name, err)
+			}
+			e.Link = string(buf[:k])
+		case unix.S_IFDIR:
+			*out = append(*out, e)
+			sub, err := unix.Openat(fd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("rawhelper: open workdir entry %s: %w", name, err)
+			}
+			err = list(sub, name, depth+1, out, total)
+			unix.Close(sub)
+			if err != nil {
+				return err
+			}
+			continue
+		default:
+			continue // sockets, fifos, devices: package hook's copy skips them too
+		}
+		*out = append(*out, e)
+	}
+	return nil
+}
+
+// readNames lists the directory open at fd, through a descriptor of its
+// own so fd's offset is left alone.
+func readNames(fd int) ([]string, error) {
+	d, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(d)
+	var names []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.ReadDirent(d, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+}
+
+// lockdown appends the per-thread confinement in package hook's order,
+// each part tagged with its mechanism.
+func lockdown(p *rawchild.Prog, sp *hook.Spec) {
+	has := func(m uint32) bool { return sp.Mech&m == m }
+	if has(hook.MRlimit) {
+		p.Tag(hook.MRlimit)
+		lim := []rawchild.Rlimit{{Name: "CORE", Resource: unix.RLIMIT_CORE, Value: 0}}
+		for _, l := range []struct {
+			name string
+			res  int
+			v    uint64
+		}{{"FSIZE", unix.RLIMIT_FSIZE, uint64(sp.FileSize)}, {"NOFILE", unix.RLIMIT_NOFILE, uint64(sp.OpenFiles)},
+			{"CPU", unix.RLIMIT_CPU, sp.CPUSeconds}} {
+			if l.v > 0 {
+				lim = append(lim, rawchild.Rlimit{Name: l.name, Resource: l.res, Value: l.v})
+			}
+		}
+		p.AddLockdown(rawchild.Lockdown{Rlimits: lim})
+	}
+	if has(hook.MNoNewPrivs) {
+		p.Tag(hook.MNoNewPrivs)
+		p.AddLockdown(rawchild.Lockdown{NoNewPrivs: true})
+	}
+	if has(hook.MLandlock) {
+		p.Tag(hook.MLandlock)
+		ll := &rawchild.Landlock{ABI: int(sp.LandlockABI), HandledFS: sp.HandledFS, HandledNet: sp.HandledNet, Scoped: sp.Scoped}
+		for _, r := range sp.Rules {
+			ll.Rules = append(ll.Rules, rawchild.LandlockRule{Path: r.Path, Access: r.Access, Optional: r.Optional})
+		}
+		p.AddLockdown(rawchild.Lockdown{Landlock: ll})
+	}
+	if has(hook.MCaps) {
+		p.Tag(hook.MCaps)
+		p.AddLockdown(rawchild.Lockdown{DropCaps: true, CapLastCap: int(sp.CapLastCap)})
+	}
+	if has(hook.MSeccomp) {
+		p.Tag(hook.MSeccomp)
+		p.AddLockdown(rawchild.Lockdown{Seccomp: sp.Seccomp})
+	}
+}
