@@ -144,6 +144,33 @@ func (s *Spawner) Spawn(env []string, files []*os.File, sys *syscall.SysProcAttr
 	if err != nil {
 		return nil, err
 	}
+	return s.send(req, files, sys)
+}
+
+// ErrFallback is returned by SpawnRaw for a block the raw helper does not
+// serve (the error says why); nothing was started, and the caller starts
+// the Go helper.
+var ErrFallback = errors.New("spawner: the raw helper does not serve this block")
+
+// SpawnRaw clones the raw helper (package rawhelper) for the block raw
+// describes, with files stdin, stdout, stderr, the status pipe and the
+// workdir, and the namespaces, maps, parent-death signal and cgroup of
+// sys; its other attributes are the raw helper's own business. Errors as
+// Spawn's, and ErrFallback.
+func (s *Spawner) SpawnRaw(raw *Raw, files []*os.File, sys *syscall.SysProcAttr) (*os.Process, error) {
+	if len(files) != RawFiles {
+		return nil, fmt.Errorf("%w: a raw request needs %d descriptors", ErrUnsupported, RawFiles)
+	}
+	req, err := request(nil, files, sys)
+	if err != nil {
+		return nil, err
+	}
+	req.Credential, req.AmbientCaps, req.Raw = nil, nil, raw
+	return s.send(req, files, sys)
+}
+
+// send makes one round trip for req and turns the reply into the child.
+func (s *Spawner) send(req Request, files []*os.File, sys *syscall.SysProcAttr) (*os.Process, error) {
 	payload, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
@@ -165,6 +192,9 @@ func (s *Spawner) Spawn(env []string, files []*os.File, sys *syscall.SysProcAttr
 	if err != nil {
 		s.stopLocked()
 		return nil, fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	if reply.Fallback != "" {
+		return nil, fmt.Errorf("%w: %s", ErrFallback, reply.Fallback)
 	}
 	if reply.PID <= 0 {
 		reapUnexeced()

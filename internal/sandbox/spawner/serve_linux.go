@@ -43,7 +43,9 @@ func serve(argv []string) {
 		os.Exit(2)
 	}
 	path := "/proc/self/fd/" + strconv.Itoa(exe)
-	if err := sendHello(hello()); err != nil {
+	h := hello()
+	overlaid = h.Overlaid
+	if err := sendHello(h); err != nil {
 		os.Exit(0)
 	}
 	buf := make([]byte, maxMessage)
@@ -67,6 +69,9 @@ func serve(argv []string) {
 		}
 	}
 }
+
+// overlaid are the directories this spawner overlaid in place (its Hello).
+var overlaid []string
 
 // hello makes the overlays the server asked for (EnvOverlay) and says
 // which exist.
@@ -108,6 +113,9 @@ func spawn(path string, argv []string, msg []byte, fds []int) Reply {
 	// (getppid is 0 there, and an init ignores its own SIGKILL).
 	if req.Pdeathsig != 0 && req.Cloneflags&syscall.CLONE_NEWPID == 0 {
 		return Reply{Errno: int(syscall.EINVAL), Error: "spawner: a parent-death signal needs CLONE_NEWPID"}
+	}
+	if req.Raw != nil {
+		return spawnRaw(&req, fds)
 	}
 	sys := &syscall.SysProcAttr{
 		Setsid:                     req.Setsid,

@@ -18,7 +18,25 @@ type Request struct {
 	Setgroups   bool                   `json:"setgroups,omitempty"`
 	Credential  *syscall.Credential    `json:"credential,omitempty"`
 	AmbientCaps []uintptr              `json:"ambient_caps,omitempty"`
+	// Raw, when set, asks for the raw helper (package rawhelper) instead of
+	// an exec of the helper binary; Credential and AmbientCaps are then
+	// unused (the raw helper takes Raw.UID inside its namespace and keeps
+	// its capabilities there until its lockdown).
+	Raw *Raw `json:"raw,omitempty"`
 }
+
+// Raw is a raw helper's block: its spec, and what the spawner cannot know.
+// Its descriptors are stdin, stdout, stderr, the status pipe and the
+// workdir (RawFiles).
+type Raw struct {
+	Spec       []byte   `json:"spec"` // hook.Spec.Encode
+	ProcsFiles []string `json:"procs_files,omitempty"`
+	UID        int      `json:"uid"`
+	GID        int      `json:"gid"`
+}
+
+// RawFiles is how many descriptors a raw request carries (before the cgroup's).
+const RawFiles = 5
 
 // Reply is the spawner's answer: the child's PID, or the errno and text of
 // why there is none.
@@ -26,4 +44,7 @@ type Reply struct {
 	PID   int    `json:"pid,omitempty"`
 	Errno int    `json:"errno,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Fallback, for a raw request, is why the raw helper cannot serve the
+	// block (nothing was started; the caller starts the Go helper).
+	Fallback string `json:"fallback,omitempty"`
 }
