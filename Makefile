@@ -18,6 +18,7 @@ test:
 	$(GO) vet ./...
 	$(GO) vet -tags codellm_trace ./internal/sandbox/... ./internal/runner/  # bench's trace row builds this
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout 25m ./...  # static like the release binary: its helper confines all of an init's threads (no AllThreadsSyscall with cgo)
+	CODELLM_TEST_GO_HELPER=1 CGO_ENABLED=0 $(GO) test -count=1 -timeout 10m ./internal/sandbox/  # the threat-model tests on the Go helper too (the raw one serves most blocks)
 
 bench:
 	CGO_ENABLED=0 $(GO) run ./bench --quick

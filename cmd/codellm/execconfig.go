@@ -53,6 +53,7 @@ type execFlags struct {
 	logFormat     string
 	logLevel      string
 	deterministic bool
+	goHelper      bool // sandbox.Config.GoHelper
 
 	v *config.Values // every loaded setting of the command: which were given, the warnings
 
@@ -67,6 +68,7 @@ func (f *execFlags) bind(v *config.Values) {
 	f.v = v
 	f.allowed, f.interpreters, f.sandboxMode = v.String("allowed-programs"), v.String("interpreters"), v.String("sandbox")
 	f.network, f.networkAllow, f.deterministic = v.Bool("network"), v.String("network-allow"), v.Bool("deterministic")
+	f.goHelper = v.Bool("go-helper")
 	f.netMaxConns, f.netMaxBytes = v.Int("network-max-connections"), v.Size("network-max-bytes")
 	f.timeout, f.queueTimeout, f.cpuTime = v.Duration("timeout"), v.Duration("queue-timeout"), v.Duration("cpu-time-limit")
 	f.maxOutput, f.maxStderr = v.Size("max-output-bytes"), v.Size("max-stderr-bytes")
@@ -238,6 +240,7 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 	}
 	scfg.Shared = kitDir
 	scfg.PrestartHelpers = f.prestart
+	scfg.GoHelper = f.goHelper
 	sb, err := f.newSandbox(scfg, log)
 	if err != nil {
 		return ecfg, nil, err

@@ -60,6 +60,7 @@ func execSettings() []config.Setting {
 		{Name: "network-allow", Kind: config.String, Usage: "comma-separated host names, *.suffix wildcards, IPs or CIDRs blocks may reach through codellm's filtering egress proxy (default: none)"},
 		{Name: "network-max-connections", Kind: config.Int, Default: intDefault(egress.DefaultMaxConns), Usage: "egress connections per run (with --network-allow)"},
 		{Name: "network-max-bytes", Kind: config.Size, Default: sizeDefault(egress.DefaultMaxBytes), Usage: "egress bytes per run, both directions (with --network-allow)"},
+		{Name: "go-helper", Kind: config.Bool, Usage: "give every block the Go helper (a re-exec of codellm) instead of the raw helper the spawner forks where a block allows it; as confined, slower (for comparisons, and to rule the raw helper out)"},
 		{Name: "deterministic", Kind: config.Bool, Usage: "run every block reproducibly: fixed clock, seeded randomness, ASLR off (requests may turn it off or pick metadata.seed/now; needs the native sandbox and libfaketime)"},
 		{Name: "timeout", Kind: config.Duration, Default: durDefault(300 * time.Second), Usage: "whole-run timeout (requests may lower it)"},
 		{Name: "max-output-bytes", Kind: config.Size, Default: sizeDefault(10 << 20), Aliases: []config.Alias{trip2gMaxStdout}, Usage: "cap on captured stdout per block"},

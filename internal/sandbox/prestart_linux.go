@@ -151,7 +151,10 @@ func (s *Sandbox) defaultClone(child *cgroup.Group) cloneSpec {
 // gets a listener socket, so it is always started fresh).
 func (s *Sandbox) prestartable() bool {
 	p := &s.plat
-	return s.cfg.PrestartHelpers && s.cfg.Mode != ModeOff && s.cfg.Egress == nil && p.avail.has(mHelper) && p.helperPath != ""
+	// A raw helper starts no runtime and so has nothing to hide by starting
+	// early: pre-started helpers are Go helpers, for a Sandbox that uses those.
+	goHelper := s.cfg.GoHelper || goHelperForTests
+	return s.cfg.PrestartHelpers && goHelper && s.cfg.Mode != ModeOff && s.cfg.Egress == nil && p.avail.has(mHelper) && p.helperPath != ""
 }
 
 // launch hands the helper its block's descriptors; the spec follows with

@@ -17,8 +17,8 @@ import (
 // (pool drained) when the test ends.
 func prestartSandbox(t *testing.T) *Sandbox {
 	t.Helper()
-	nativeSandbox(t) // skips (or fails under CODELLM_REQUIRE_SANDBOX=1) where native cannot run
-	s, err := New(Config{Mode: ModeNative, PrestartHelpers: true})
+	nativeSandbox(t)                                                               // skips (or fails under CODELLM_REQUIRE_SANDBOX=1) where native cannot run
+	s, err := New(Config{Mode: ModeNative, PrestartHelpers: true, GoHelper: true}) // pre-started helpers are Go helpers
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -150,6 +150,12 @@ type Config struct {
 	// request does not wait for that. Each is used for one block only; see
 	// Sandbox.Close. Off by default; `codellm serve` turns it on.
 	PrestartHelpers bool
+	// GoHelper gives every block the Go helper (a re-exec of this binary).
+	// By default a block the raw helper serves gets that instead: a fork of
+	// the spawner that runs the same confinement as precompiled system calls
+	// without starting a Go runtime (package rawhelper says which blocks).
+	// For A/B benchmarks, and to rule the raw helper out.
+	GoHelper bool
 }
 
 // EgressRun is the egress of one run: Serve accepts on one block's

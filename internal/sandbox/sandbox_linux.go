@@ -47,6 +47,9 @@ type platform struct {
 	removals *sync.WaitGroup
 	pool     *groupPool // run groups made ahead of need; nil without cgroups
 	spawner  *helperSpawner
+	// fallback: the first block that got the Go helper although it was a
+	// raw candidate has been logged (noteFallback).
+	fallback *sync.Once
 
 	// disabled switches mechanisms off, for differential tests and
 	// benchmarks only (never set in production code).
@@ -103,6 +106,7 @@ func (s *Sandbox) init() error {
 	p := &s.plat
 	p.euid = os.Geteuid()
 	p.removals = &sync.WaitGroup{}
+	p.fallback = &sync.Once{}
 	p.pool = &groupPool{}
 	p.spawner = &helperSpawner{}
 	p.detail = map[mechSet]string{}
@@ -676,6 +680,9 @@ func startError(use mechSet, err error) error {
 }
 
 func helperFailure(msg []byte, rerr error, st *os.ProcessState) error {
+	if err := rawFailure(msg); err != nil {
+		return err
+	}
 	if _, failed, mech, reason, ok := hook.ParseStatus(msg); ok && failed {
 		if mech == hook.MExec {
 			return &UnavailableError{Mechanism: "exec", Reason: reason,

@@ -37,6 +37,7 @@ type launched struct {
 	start   time.Time
 	joined  bool // already inside the block's cgroup
 	pooled  bool // pre-started (idleHelper)
+	raw     bool // the raw helper (rawStart): its spec is compiled in already
 	deliver func(spec []byte) error
 	// overlaid: the host directories its namespace has overlaid in place
 	// already (startHelper), for its spec.
@@ -94,6 +95,15 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 			return proc, err
 		}
 	}
+	if r.rawCandidate(spec, cl, hs) {
+		hl, ok, err := r.rawStart(cl, bf, hs, child)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return r.finishStart(spec, hs, hl, cl, child, nil)
+		}
+	}
 	hl, netParent, err := r.coldStart(cl, bf, child)
 	if err != nil {
 		return nil, err
@@ -124,10 +134,12 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 			return nil, &UnavailableError{Mechanism: MechCgroup, Reason: "join block cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
 		}
 	}
-	if overlaidRoot(mechSet(hs.Mech)) {
-		hs.Overlaid = hl.overlaid
+	if !hl.raw {
+		if overlaidRoot(mechSet(hs.Mech)) {
+			hs.Overlaid = hl.overlaid
+		}
+		_ = hl.deliver(hs.Encode()) // a failure means the helper died; the status pipe says why
 	}
-	_ = hl.deliver(hs.Encode()) // a failure means the helper died; the status pipe says why
 
 	Trace("s.delivered")
 	msg, progPID, rerr := readStarted(hl.statR, hs.Init)

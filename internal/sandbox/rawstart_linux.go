@@ -1,0 +1,119 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/codellm/codellm/internal/sandbox/cgroup"
+	"github.com/codellm/codellm/internal/sandbox/hook"
+	"github.com/codellm/codellm/internal/sandbox/rawchild"
+	"github.com/codellm/codellm/internal/sandbox/spawner"
+)
+
+// rawCandidate reports whether a block may get the raw helper, as far as
+// the server can tell: not switched off, its own user and PID namespaces
+// with an init, no egress, not deterministic, not held for a collect, not
+// the trial spawn. The spawner decides the rest (package rawhelper) and
+// says so when the block needs the Go helper after all.
+func (r *Run) rawCandidate(spec *Spec, cl cloneSpec, hs *hook.Spec) bool {
+	return !r.sb.cfg.GoHelper && !goHelperForTests && cl.use.has(mUserNS|mPIDNS) && !cl.egress && !cl.determ && hs.Init && !hs.ProbeOnly &&
+		spec.Collect == nil && r.sb.plat.helperPath != ""
+}
+
+// goHelperForTests makes every Sandbox use the Go helper, as
+// Config.GoHelper does one: the package's TestMain sets it from
+// CODELLM_TEST_GO_HELPER=1, so that the whole suite (the threat-model
+// tests among it) runs against each helper.
+var goHelperForTests bool
+
+// rawStart has the spawner fork the raw helper for the block, already
+// inside child (clone3 on v2; on v1 the helper joins it as its first
+// step). ok false, with no error, means the block gets the Go helper: no
+// spawner, or the spawner's compiler refused the spec.
+func (r *Run) rawStart(cl cloneSpec, bf *blockFiles, hs *hook.Spec, child *cgroup.Group) (hl *launched, ok bool, err error) {
+	p := &r.sb.plat
+	for range 2 { // a second try when the first spawner was closed meanwhile (replaced, or died)
+		sp := p.spawner.get(p.helperPath)
+		if sp == nil || !overlaidRoot(cl.use) && len(sp.Overlaid()) > 0 {
+			return nil, false, nil
+		}
+		if overlaidRoot(cl.use) {
+			hs.Overlaid = sp.Overlaid()
+		}
+		hl, err := r.rawSpawn(sp, cl, bf, hs, child)
+		if errors.Is(err, spawner.ErrClosed) {
+			p.spawner.drop(sp)
+			continue
+		}
+		if errors.Is(err, spawner.ErrFallback) || errors.Is(err, spawner.ErrUnsupported) {
+			r.sb.noteFallback(err)
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, true, startError(cl.use, err)
+		}
+		return hl, true, nil
+	}
+	return nil, false, nil
+}
+
+func (r *Run) rawSpawn(sp *spawner.Spawner, cl cloneSpec, bf *blockFiles, hs *hook.Spec, child *cgroup.Group) (*launched, error) {
+	attr := helperAttr(cl, r.sb.plat.euid, child)
+	raw := &spawner.Raw{Spec: hs.Encode(), UID: sandboxUID, GID: sandboxGID}
+	if child != nil && !attr.UseCgroupFD {
+		raw.ProcsFiles = child.ProcsFiles()
+	}
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	osp, err := sp.SpawnRaw(raw, []*os.File{bf.stdin, bf.stdout, bf.stderr, statW, bf.dir}, attr)
+	statW.Close()
+	if err != nil {
+		statR.Close()
+		return nil, err
+	}
+	return &launched{osp: osp, statR: statR, start: start, joined: true, raw: true, overlaid: hs.Overlaid}, nil
+}
+
+// noteFallback logs, once per Sandbox, the first reason a block got the
+// Go helper instead of the raw one (debug: it is a choice, not a fault).
+func (s *Sandbox) noteFallback(err error) {
+	s.plat.fallback.Do(func() {
+		if s.log != nil {
+			s.log.Debug("sandbox: a block got the Go helper", "reason", err.Error())
+		}
+	})
+}
+
+// rawFailure is the failure a raw helper reported ('F' record), or nil
+// when msg is not one.
+func rawFailure(msg []byte) error {
+	if len(msg) == 0 || msg[0] != rawchild.KindFailed {
+		return nil
+	}
+	rec, err := rawchild.ReadRecord(bytes.NewReader(msg))
+	if err != nil {
+		return &UnavailableError{Mechanism: MechHelper, Reason: "raw helper: " + err.Error(), Fix: mechFix(mHelper)}
+	}
+	se := rec.Err()
+	if se.Tag == hook.MExec {
+		return &UnavailableError{Mechanism: "exec", Reason: se.What + ": " + se.Errno.Error(),
+			Fix: "the program must exist inside the sandbox (under /usr, /bin, /sbin or /lib*) and be executable"}
+	}
+	reason := se.What + ": " + se.Errno.Error()
+	if se.Tag == hook.MRootFS {
+		reason = "build root filesystem: " + reason
+		if se.Errno == syscall.ENOSPC && strings.HasPrefix(se.What, "copy workdir") {
+			reason = hook.ErrWorkdirTooLargeText + " (" + se.What + ": " + se.Errno.Error() + ")"
+		}
+	}
+	return &UnavailableError{Mechanism: mechName(mechSet(se.Tag)), Reason: reason, Fix: mechFix(mechSet(se.Tag))}
+}

@@ -1,0 +1,56 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/codellm/codellm/internal/sandbox/hook"
+	"github.com/codellm/codellm/internal/sandbox/rawchild"
+)
+
+// One reader serves both helpers: the raw init's Started and Waited
+// records are the Go init's byte for byte.
+func TestRawRecordsAreTheGoInitsRecords(t *testing.T) {
+	if rawchild.KindStarted != hook.Started {
+		t.Errorf("rawchild's Started kind %q, hook's %q", rune(rawchild.KindStarted), rune(hook.Started))
+	}
+	if w := hook.WaitRecord(0x1234); w[0] != rawchild.KindWaited || binary.LittleEndian.Uint32(w[1:]) != 0x1234 {
+		t.Errorf("hook's wait record %x is not rawchild's 'W' + little-endian status", w)
+	}
+}
+
+// failRecord is a raw helper's failure record as the child writes it.
+func failRecord(step, errno, tag uint32, what string) []byte {
+	b := []byte{rawchild.KindFailed}
+	b = binary.LittleEndian.AppendUint32(b, step)
+	b = binary.LittleEndian.AppendUint32(b, errno)
+	b = binary.LittleEndian.AppendUint32(b, tag)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(what)))
+	return append(b, what...)
+}
+
+// A raw helper's refusal names its mechanism and step as the Go helper's
+// does (the tag is the mechanism bit), the exec's names the program, and a
+// workdir copy out of space says the workdir does not fit.
+func TestRawFailureNamesTheMechanism(t *testing.T) {
+	for _, c := range []struct {
+		rec        []byte
+		mech, text string
+	}{
+		{failRecord(40, uint32(syscall.ENOENT), hook.MLandlock, "landlock: build ruleset: open /x"), MechLandlock, "landlock: build ruleset: open /x: no such file or directory"},
+		{failRecord(9, uint32(syscall.EPERM), hook.MRootFS, "mount /proc"), MechRootFS, "build root filesystem: mount /proc: operation not permitted"},
+		{failRecord(70, uint32(syscall.ENOENT), hook.MExec, "/usr/bin/nope"), "exec", "/usr/bin/nope: no such file or directory"},
+		{failRecord(12, uint32(syscall.ENOSPC), hook.MRootFS, "copy workdir: copy a"), MechRootFS, hook.ErrWorkdirTooLargeText},
+	} {
+		err := helperFailure(c.rec, nil, nil)
+		var ue *UnavailableError
+		if !errors.As(err, &ue) || ue.Mechanism != c.mech || !strings.Contains(ue.Reason, c.text) {
+			t.Errorf("record %q: %v, want mechanism %s and %q", c.rec, err, c.mech, c.text)
+		}
+	}
+}
