@@ -50,9 +50,25 @@
 // idempotent, documents the intent and catches a helper whose environment
 // marker was lost. PERF.md has the measurements behind this design.
 //
+// # The raw helper
+//
+// Most blocks do not get the re-exec helper but the raw one: the spawner
+// (below) compiles the block's spec into a list of system calls (package
+// rawhelper) and forks a child that runs them without the Go runtime
+// (package rawchild) and then stays the block's init, as the Go helper
+// does. Its Started, wait and failure records are read by the same code;
+// a failure names its mechanism and step. It serves a block with its own
+// user and PID namespaces and an init, without egress, determinism or a
+// collect (rawCandidate), whose root the spawner's overlays cover and
+// whose workdir copy is small (rawhelper refuses the rest, and the block
+// gets the Go helper). The Go runtime's start, threads and exit were most
+// of a helper's CPU (PERF.md, "session 9"). [Config.GoHelper] turns it
+// off; `make test` runs this package's tests once on each helper.
+//
 // # Pre-started helpers
 //
-// With [Config.PrestartHelpers] (on in `codellm serve`) the run cgroups
+// With [Config.PrestartHelpers] (on in `codellm serve`) and the Go helper
+// ([Config.GoHelper]; a raw helper has no runtime start to hide) the run cgroups
 // made ahead of need each carry the first block's helper too, cloned into
 // fresh namespaces of its own, its Go runtime started, inside the group's
 // first block cgroup, waiting on a Unix socket with /dev/null as stdio. The

@@ -15,15 +15,15 @@
 // it. This is the design Go's own syscall.forkAndExecInChild uses, with a
 // program instead of a fixed sequence.
 //
-// Status: the interpreter, the init, a private root of binds
-// ([Prog.AddRoot]) and the lockdown (rlimits, no_new_privs, Landlock, the
-// capability drop, seccomp: [Prog.AddLockdown]), with their tests. The
-// sandbox does not use it yet: compiling a block's hook.Spec into a Prog
-// (its root as package hook builds it, with the spawner's overlays, the
-// host name, the workdir) and starting it from the spawner is the next step.
+// It is the mechanism under the sandbox's raw helper: package rawhelper
+// compiles a block's spec into a Prog (a private root of binds and a
+// workdir, [Prog.AddRoot]; the lockdown, [Prog.AddLockdown]) and the
+// spawner starts it.
 //
-// The child reports on a status descriptor with fixed 12-byte records
-// ([Record]): a failed step (its index and errno, so that the parent, which
-// knows what each step was, can say precisely what failed), the program's
-// PID once it is started, and its wait status once it has ended.
+// The child reports on its status descriptor with records ([Record]): the
+// program's PID once it is started and its wait status once it has ended
+// (byte for byte package hook's records, so one reader serves both
+// helpers), or the first failed step: its index, errno, tag ([Prog.Tag])
+// and what it did, so that the reader can say precisely what failed
+// without the Prog.
 package rawchild
