@@ -5,12 +5,14 @@ package sandbox
 import (
 	"encoding/binary"
 	"errors"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/codellm/codellm/internal/sandbox/hook"
 	"github.com/codellm/codellm/internal/sandbox/rawchild"
+	"github.com/codellm/codellm/internal/sandbox/rawhelper"
 )
 
 // One reader serves both helpers: the raw init's Started and Waited
@@ -51,6 +53,44 @@ func TestRawFailureNamesTheMechanism(t *testing.T) {
 		var ue *UnavailableError
 		if !errors.As(err, &ue) || ue.Mechanism != c.mech || !strings.Contains(ue.Reason, c.text) {
 			t.Errorf("record %q: %v, want mechanism %s and %q", c.rec, err, c.mech, c.text)
+		}
+	}
+}
+
+// BenchmarkRawCompile is the spawner's own work per raw block, past the
+// socket: decode the server's spec and compile it. Every byte it allocates
+// lands on pages the spawner shares copy-on-write with the raw helpers
+// still running (each a fork of it), so allocations are the number to
+// watch, beside the time.
+func BenchmarkRawCompile(b *testing.B) {
+	s := nativeSandbox(b)
+	r, err := s.NewRun(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	dir := workdir(b, map[string]string{"run.sh": "echo hi\n"})
+	use := blockUse(s.plat.runMechs(), s.cfg.Network, nil)
+	hs, err := r.helperSpec(&Spec{Path: "/bin/bash", Args: []string{"bash", "run.sh"}, Dir: dir}, use, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	hs.Mech &^= hook.MOverlay // binds where the spawner would bind its overlays: the same steps
+	enc := hs.Encode()
+	var p rawchild.Prog
+	b.ReportAllocs()
+	for b.Loop() {
+		sp, err := hook.Decode(enc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := rawhelper.Compile(&p, sp, rawhelper.Host{UID: 1000, GID: 1000, Dir: int(d.Fd())}); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

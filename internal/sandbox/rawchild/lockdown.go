@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -80,7 +81,7 @@ func (p *Prog) addCapDrop(last int) {
 		last = 63
 	}
 	for c := 0; c <= last; c++ {
-		p.Call(fmt.Sprintf("drop bounding capability %d", c), syscall.SYS_PRCTL, Val(unix.PR_CAPBSET_DROP), Val(uintptr(c)))
+		p.Call(capDropWhat(c), syscall.SYS_PRCTL, Val(unix.PR_CAPBSET_DROP), Val(uintptr(c)))
 		p.Allow(syscall.EINVAL) // above the kernel's last capability
 	}
 	p.Call("clear ambient capabilities", syscall.SYS_PRCTL, Val(unix.PR_CAP_AMBIENT), Val(unix.PR_CAP_AMBIENT_CLEAR_ALL), Val(0), Val(0), Val(0))
@@ -88,6 +89,22 @@ func (p *Prog) addCapDrop(last int) {
 	binary.NativeEndian.PutUint32(hdr, unix.LINUX_CAPABILITY_VERSION_3)
 	data := make([]byte, 24) // two struct __user_cap_data_struct, all zero
 	p.Call("capset", syscall.SYS_CAPSET, Val(p.Buf(hdr)), Val(p.Buf(data)))
+}
+
+// capDropNames are the bounding-set drops' descriptions, made once: a
+// spawner compiles 64 of them per block.
+var capDropNames = func() (n [64]string) {
+	for c := range n {
+		n[c] = "drop bounding capability " + strconv.Itoa(c)
+	}
+	return n
+}()
+
+func capDropWhat(c int) string {
+	if c >= 0 && c < len(capDropNames) {
+		return capDropNames[c]
+	}
+	return "drop bounding capability " + strconv.Itoa(c)
 }
 
 // addSeccomp loads prog as the last step. The kernel copies the filter at
@@ -129,9 +146,8 @@ func (p *Prog) addLandlock(l *Landlock) {
 	rs := p.CallSave("landlock: build ruleset: create", unix.SYS_LANDLOCK_CREATE_RULESET, Val(p.Buf(attr)), Val(size), Val(0))
 	fd := p.NewSlot()
 	for _, r := range l.Rules {
-		pb := make([]byte, 12)
+		pb, at := p.Bytes(12)
 		binary.NativeEndian.PutUint64(pb, r.Access)
-		at := p.Buf(pb)
 		p.CallTo("landlock: build ruleset: open "+r.Path, fd, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(r.Path)),
 			Val(unix.O_PATH|unix.O_CLOEXEC), Val(0))
 		rule := func() {

@@ -59,15 +59,51 @@ type op struct {
 
 // Prog is what the child does before it starts the program: system calls
 // in order, each able to use the results of earlier ones. Its memory
-// (strings, structs) is kept alive by the Prog and inherited by the child.
+// (strings, structs) is kept in an arena of the Prog's, inherited by the
+// child. A Prog can be Reset and built again: a caller that forks many
+// children (the spawner) then allocates almost nothing per child, and
+// every page it writes after a fork is one more copy-on-write fault while
+// that child lives.
 type Prog struct {
 	ops    []op
-	what   []string
-	mem    [][]byte
-	slots  int8   // slots made
-	filled uint16 // slots some earlier step fills
-	tag    uint32 // the tag of the steps added now (Tag)
+	chunks [][]byte // the arena: never moved once handed out
+	cur    int      // the chunk being filled
+	used   int      // bytes used of it
+	slots  int8     // slots made
+	filled uint16   // slots some earlier step fills
+	tag    uint32   // the tag of the steps added now (Tag)
 	err    error
+}
+
+// chunkSize is the arena's unit; a larger request gets a chunk of its own.
+const chunkSize = 32 << 10
+
+// Reset empties p for a new program, keeping its memory. Addresses p handed
+// out before are reused: a child already started has its own copy.
+func (p *Prog) Reset() {
+	p.ops = p.ops[:0]
+	p.cur, p.used, p.slots, p.filled, p.tag, p.err = 0, 0, 0, 0, 0, nil
+}
+
+// Bytes returns n zeroed bytes of p's memory (8-byte aligned) and their
+// address, for the caller to fill (a struct a later Store32 writes into).
+func (p *Prog) Bytes(n int) ([]byte, uintptr) {
+	b := p.alloc(max(n, 1))[:n]
+	return b, uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+func (p *Prog) alloc(n int) []byte {
+	need := (n + 7) &^ 7
+	for p.cur < len(p.chunks) && p.used+need > len(p.chunks[p.cur]) {
+		p.cur, p.used = p.cur+1, 0
+	}
+	if p.cur == len(p.chunks) {
+		p.chunks = append(p.chunks, make([]byte, max(chunkSize, need)))
+	}
+	b := p.chunks[p.cur][p.used : p.used+n : p.used+n]
+	clear(b)
+	p.used += need
+	return b
 }
 
 // Tag sets the tag of the steps added from now on: a number the child puts
@@ -77,21 +113,19 @@ type Prog struct {
 // has tag 0.
 func (p *Prog) Tag(t uint32) { p.tag = t }
 
-// Str returns the address of a NUL-terminated copy of s, kept alive by p.
+// Str returns the address of a NUL-terminated copy of s in p's memory.
 func (p *Prog) Str(s string) uintptr {
-	b := make([]byte, len(s)+1)
+	b, at := p.Bytes(len(s) + 1)
 	copy(b, s)
-	return p.Buf(b)
+	return at
 }
 
-// Buf returns the address of b (or of one byte when b is empty), which p
-// keeps alive. The child sees b as it is when [Start] forks.
+// Buf returns the address of a copy of b in p's memory (one zero byte when
+// b is empty).
 func (p *Prog) Buf(b []byte) uintptr {
-	if len(b) == 0 {
-		b = make([]byte, 1)
-	}
-	p.mem = append(p.mem, b)
-	return uintptr(unsafe.Pointer(&b[0]))
+	m, at := p.Bytes(max(len(b), 1))
+	copy(m, b)
+	return at
 }
 
 // Call appends the system call trap(args...); its result is discarded.
@@ -145,8 +179,8 @@ func (p *Prog) IfOK(s Slot, body func()) {
 }
 
 // Store32 appends a step that writes the value of s, as an int32, at
-// b[off:off+4] (b from [Prog.Buf]): a descriptor into a struct that a later
-// step passes to the kernel.
+// b[off:off+4] (b from [Prog.Bytes]): a descriptor into a struct that a
+// later step passes to the kernel.
 func (p *Prog) Store32(what string, b []byte, off int, s Slot) {
 	if off < 0 || off+4 > len(b) || !p.owns(b) {
 		p.fail(fmt.Errorf("rawchild: %s: the address is not in the program's memory", what))
@@ -179,8 +213,8 @@ func (p *Prog) Len() int { return len(p.ops) }
 // What is what step i does, as given to Call; the program's exec is step
 // Len().
 func (p *Prog) What(i int) string {
-	if i >= 0 && i < len(p.what) {
-		return p.what[i]
+	if i >= 0 && i < len(p.ops) {
+		return unsafe.String(p.ops[i].what, p.ops[i].nwhat)
 	}
 	return "exec the program"
 }
@@ -191,11 +225,10 @@ func (p *Prog) add(what string, kind opKind, trap uintptr, args []Arg, save int8
 		return
 	}
 	o := op{kind: kind, trap: trap, save: save, tag: p.tag}
-	if kind == opCall {
-		if w := []byte(what[:min(len(what), maxWhat)]); len(w) > 0 {
-			p.mem = append(p.mem, w)
-			o.what, o.nwhat = &w[0], uintptr(len(w))
-		}
+	if w := what[:min(len(what), maxWhat)]; len(w) > 0 {
+		b := p.alloc(len(w))
+		copy(b, w)
+		o.what, o.nwhat = &b[0], uintptr(len(b))
 	}
 	for i := range o.from {
 		o.from[i] = -1
@@ -207,13 +240,21 @@ func (p *Prog) add(what string, kind opKind, trap uintptr, args []Arg, save int8
 		}
 		o.arg[i], o.from[i] = a.v, a.slot
 	}
+	if p.ops == nil {
+		p.ops = make([]op, 0, 512) // a block's program: about 400 steps
+	}
 	p.ops = append(p.ops, o)
-	p.what = append(p.what, what)
 }
 
+// owns reports whether b lies in p's memory.
 func (p *Prog) owns(b []byte) bool {
-	for _, m := range p.mem {
-		if len(m) > 0 && len(b) > 0 && &m[0] == &b[0] {
+	if len(b) == 0 {
+		return false
+	}
+	at := uintptr(unsafe.Pointer(&b[0]))
+	for _, m := range p.chunks {
+		lo := uintptr(unsafe.Pointer(&m[0]))
+		if at >= lo && at+uintptr(len(b)) <= lo+uintptr(len(m)) {
 			return true
 		}
 	}

@@ -210,8 +210,7 @@ func TestSavedResultsFeedLaterSteps(t *testing.T) {
 	fd := p.CallSave("open "+file, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(file)),
 		Val(syscall.O_WRONLY|syscall.O_CREAT|syscall.O_CLOEXEC), Val(0o600))
 	p.Call("write "+file, syscall.SYS_WRITE, fd.Arg(), Val(p.Str("hello")), Val(5))
-	buf := make([]byte, 4)
-	at := p.Buf(buf)
+	buf, at := p.Bytes(4)
 	p.Store32("store the descriptor", buf, 0, fd)
 	p.Call("write the stored descriptor", syscall.SYS_WRITE, Val(1), Val(at), Val(4))
 	c := start(t, p, sh("exit 0"), 0, nil)

@@ -5,7 +5,6 @@ package rawchild
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -225,11 +224,29 @@ func forkChild(f *frame, flags uintptr, args *cloneArgs) (uintptr, syscall.Errno
 	return 0, 0 // not reached: childMain exits
 }
 
+// atFDCWD is unix.AT_FDCWD as a system call argument.
+const atFDCWD = ^uintptr(99)
+
 func writeMaps(pid int, uidMap, gidMap string) error {
-	dir := "/proc/" + strconv.Itoa(pid) + "/"
-	for _, w := range []struct{ file, data string }{{"setgroups", "deny"}, {"gid_map", gidMap}, {"uid_map", uidMap}} {
-		if err := os.WriteFile(dir+w.file, []byte(w.data), 0); err != nil {
-			return fmt.Errorf("rawchild: write the child's %s: %w", w.file, err)
+	// Raw calls on one path buffer: no *os.File (and its poller check) per
+	// file, since a spawner writes three per child.
+	var path [48]byte
+	dir := strconv.AppendInt(append(path[:0], "/proc/"...), int64(pid), 10)
+	dir = append(dir, '/')
+	for _, w := range [...]struct{ file, data string }{{"setgroups", "deny"}, {"gid_map", gidMap}, {"uid_map", uidMap}} {
+		name := append(append(dir, w.file...), 0)
+		fd, _, e := syscall.Syscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(&name[0])),
+			syscall.O_WRONLY|syscall.O_CLOEXEC, 0, 0, 0)
+		if e == 0 {
+			var n uintptr
+			n, _, e = syscall.Syscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.StringData(w.data))), uintptr(len(w.data)))
+			if e == 0 && n != uintptr(len(w.data)) {
+				e = syscall.EIO
+			}
+			syscall.Close(int(fd))
+		}
+		if e != 0 {
+			return fmt.Errorf("rawchild: write the child's %s: %w", w.file, e)
 		}
 	}
 	return nil

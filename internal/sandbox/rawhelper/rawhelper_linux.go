@@ -45,15 +45,17 @@ func fallback(format string, args ...any) error {
 	return &FallbackError{Reason: fmt.Sprintf(format, args...)}
 }
 
-// Compile turns sp into the raw helper's program and the program it starts.
-// A *FallbackError means the spec asks for something only the Go helper
-// does; any other error is a spec that cannot be confined as asked.
-func Compile(sp *hook.Spec, h Host) (*rawchild.Prog, rawchild.Program, error) {
+// Compile turns sp into the raw helper's program, in p (Reset first, so
+// that a caller compiling block after block reuses its memory), and the
+// program it starts. A *FallbackError means the spec asks for something
+// only the Go helper does; any other error is a spec that cannot be
+// confined as asked.
+func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) {
+	p.Reset()
 	if err := supported(sp); err != nil {
-		return nil, rawchild.Program{}, err
+		return rawchild.Program{}, err
 	}
 	has := func(m uint32) bool { return sp.Mech&m == m }
-	p := &rawchild.Prog{}
 	p.Tag(hook.MHelper)
 	// Non-dumpable first: while the helper holds capabilities in its
 	// namespace nothing there may ptrace it or read its memory.
@@ -72,7 +74,7 @@ func Compile(sp *hook.Spec, h Host) (*rawchild.Prog, rawchild.Program, error) {
 	if has(hook.MRootFS) {
 		r, err := root(sp, h)
 		if err != nil {
-			return nil, rawchild.Program{}, err
+			return rawchild.Program{}, err
 		}
 		p.Tag(hook.MRootFS)
 		p.AddRoot(r)
@@ -86,7 +88,7 @@ func Compile(sp *hook.Spec, h Host) (*rawchild.Prog, rawchild.Program, error) {
 		p.Call("setdomainname", syscall.SYS_SETDOMAINNAME, rawchild.Val(p.Str("(none)")), rawchild.Val(6))
 	}
 	lockdown(p, sp)
-	return p, rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env}, nil
+	return rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env}, nil
 }
 
 // supported refuses what only the Go helper does: the trial spawn, an
@@ -345,3 +347,4 @@ func lockdown(p *rawchild.Prog, sp *hook.Spec) {
 		p.AddLockdown(rawchild.Lockdown{Seccomp: sp.Seccomp})
 	}
 }
+

@@ -53,7 +53,8 @@ func TestCompiledBlockRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	p, prog, err := Compile(sp, Host{UID: 1000, GID: 1000, Dir: int(d.Fd())})
+	p := &rawchild.Prog{}
+	prog, err := Compile(p, sp, Host{UID: 1000, GID: 1000, Dir: int(d.Fd())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,19 +140,19 @@ func TestFallbacks(t *testing.T) {
 		}
 		sp := blockSpec(dir)
 		change(sp)
-		_, _, err := Compile(sp, h)
+		_, err := Compile(&rawchild.Prog{}, sp, h)
 		var fe *FallbackError
 		if !errors.As(err, &fe) || fe.Reason == "" {
 			t.Errorf("%s: Compile returned %v, want a FallbackError with its reason", name, err)
 		}
 		os.Remove(dir + "/big")
 	}
-	if _, _, err := Compile(blockSpec(dir), h); err != nil {
+	if _, err := Compile(&rawchild.Prog{}, blockSpec(dir), h); err != nil {
 		t.Errorf("the common block: %v", err)
 	}
 	sp := blockSpec(dir)
 	sp.Persist, sp.DirIsTree = true, true
-	if _, _, err := Compile(sp, h); err != nil {
+	if _, err := Compile(&rawchild.Prog{}, sp, h); err != nil {
 		t.Errorf("a persistent workdir by tree: %v", err)
 	}
 }
@@ -169,7 +170,7 @@ func TestWorkdirOfManyEntriesFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if _, _, err := Compile(blockSpec(dir), Host{Dir: int(d.Fd())}); !strings.Contains(err.Error(), "entries") {
+	if _, err := Compile(&rawchild.Prog{}, blockSpec(dir), Host{Dir: int(d.Fd())}); !strings.Contains(err.Error(), "entries") {
 		t.Errorf("Compile returned %v, want a fallback for the entries", err)
 	}
 }

@@ -175,6 +175,12 @@ func (s *Spawner) send(req Request, files []*os.File, sys *syscall.SysProcAttr) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
+	if req.Raw != nil {
+		payload = append(append(payload, 0), req.Raw.Spec...)
+		if len(payload) > maxMessage {
+			return nil, fmt.Errorf("%w: a raw request of %d bytes", ErrUnsupported, len(payload))
+		}
+	}
 	fds := make([]int, 0, len(files)+1)
 	for _, f := range files {
 		fds = append(fds, int(f.Fd()))

@@ -18,6 +18,11 @@ type fd int
 
 func (f fd) Fd() uintptr { return uintptr(f) }
 
+// prog is compiled into for every raw request (they come one at a time):
+// its memory is reused, so the spawner writes few pages per block (each a
+// copy-on-write fault while an earlier raw helper, a fork of it, lives).
+var prog rawchild.Prog
+
 // rawName is a raw helper's name: never unexecName, so that reapUnexeced
 // (which reaps zombies by that name) cannot take a helper the server waits
 // for.
@@ -34,7 +39,7 @@ func spawnRaw(req *Request, fds []int) Reply {
 	if err != nil {
 		return Reply{Errno: int(syscall.EINVAL), Error: "spawner: bad raw spec: " + err.Error()}
 	}
-	prog, program, err := rawhelper.Compile(sp, rawhelper.Host{Overlaid: overlaid, ProcsFiles: req.Raw.ProcsFiles,
+	program, err := rawhelper.Compile(&prog, sp, rawhelper.Host{Overlaid: overlaid, ProcsFiles: req.Raw.ProcsFiles,
 		UID: req.Raw.UID, GID: req.Raw.GID, Dir: fds[4]})
 	if fe, ok := err.(*rawhelper.FallbackError); ok {
 		return Reply{Fallback: fe.Reason}
@@ -48,7 +53,7 @@ func spawnRaw(req *Request, fds []int) Reply {
 	if req.CgroupFD {
 		a.UseCgroupFD, a.CgroupFD = true, fds[req.Files]
 	}
-	pid, err := rawchild.Start(prog, program, a)
+	pid, err := rawchild.Start(&prog, program, a)
 	if err != nil {
 		var errno syscall.Errno
 		if !errors.As(err, &errno) {

@@ -3,6 +3,7 @@
 package spawner
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"strconv"
@@ -96,8 +97,15 @@ func sendHello(h Hello) error {
 // the spawner's parent (CLONE_PARENT).
 func spawn(path string, argv []string, msg []byte, fds []int) Reply {
 	var req Request
-	if err := json.Unmarshal(msg, &req); err != nil {
+	body, spec := msg, []byte(nil)
+	if i := bytes.IndexByte(msg, 0); i >= 0 {
+		body, spec = msg[:i], msg[i+1:] // a raw request's spec (Raw.Spec)
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
 		return Reply{Errno: int(syscall.EINVAL), Error: "spawner: bad request: " + err.Error()}
+	}
+	if req.Raw != nil {
+		req.Raw.Spec = spec
 	}
 	want := req.Files
 	if req.CgroupFD {

@@ -29,7 +29,9 @@ type Request struct {
 // Its descriptors are stdin, stdout, stderr, the status pipe and the
 // workdir (RawFiles).
 type Raw struct {
-	Spec       []byte   `json:"spec"` // hook.Spec.Encode
+	// Spec is hook.Spec.Encode, sent after the JSON and a NUL byte (which
+	// JSON text never holds) rather than as base64 inside it.
+	Spec       []byte   `json:"-"`
 	ProcsFiles []string `json:"procs_files,omitempty"`
 	UID        int      `json:"uid"`
 	GID        int      `json:"gid"`
