@@ -347,4 +347,3 @@ func lockdown(p *rawchild.Prog, sp *hook.Spec) {
 		p.AddLockdown(rawchild.Lockdown{Seccomp: sp.Seccomp})
 	}
 }
-
