@@ -42,6 +42,8 @@ var traceWhat = []struct {
 	{"C.send", "client: request sent", false},
 	{"r.begin", "server: runner handler entered", false},
 	{"s.spawn", "server: block start (workspace, files, run taken)", false},
+	{"s.raw", "server: raw helper asked of the spawner", false},
+	{"s.rawforked", "server: raw helper forked (the spawner's reply)", false},
 	{"s.delivered", "server: descriptors and spec sent to the helper", false},
 	{"h.stdio", "helper: descriptors received (pre-started)", false},
 	{"h.spec", "helper: spec read", false},

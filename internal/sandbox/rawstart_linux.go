@@ -74,7 +74,9 @@ func (r *Run) rawSpawn(sp *spawner.Spawner, cl cloneSpec, bf *blockFiles, hs *ho
 		return nil, err
 	}
 	start := time.Now()
+	Trace("s.raw")
 	osp, err := sp.SpawnRaw(raw, []*os.File{bf.stdin, bf.stdout, bf.stderr, statW, bf.dir}, attr)
+	Trace("s.rawforked")
 	statW.Close()
 	if err != nil {
 		statR.Close()
