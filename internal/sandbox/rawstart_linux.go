@@ -67,7 +67,10 @@ func (r *Run) rawSpawn(sp *spawner.Spawner, cl cloneSpec, bf *blockFiles, hs *ho
 	attr := helperAttr(cl, r.sb.plat.euid, child)
 	raw := &spawner.Raw{Spec: hs.Encode(), UID: sandboxUID, GID: sandboxGID}
 	if child != nil && !attr.UseCgroupFD {
-		raw.ProcsFiles = child.ProcsFiles()
+		// The raw helper is single-threaded: it joins by its thread (see TaskFiles).
+		if raw.CgroupFiles = child.TaskFiles(); raw.CgroupFiles == nil {
+			raw.CgroupFiles = child.ProcsFiles()
+		}
 	}
 	statR, statW, err := os.Pipe()
 	if err != nil {

@@ -604,30 +604,36 @@ func TestKillWithoutFreezer(t *testing.T) {
 }
 
 // TestJoinViaProcsFiles: a process joins the group itself by writing "0" to
-// every ProcsFiles entry before running the payload, as a sandbox init
-// helper would.
+// every ProcsFiles entry (or, single-threaded on v1, every TaskFiles entry)
+// before running the payload, as a sandbox init does.
 func TestJoinViaProcsFiles(t *testing.T) {
 	h := requireHost(t)
-	g := newTestGroup(t, h, Limits{Pids: 8})
-	var script strings.Builder
-	for _, f := range g.ProcsFiles() {
-		fmt.Fprintf(&script, "echo 0 > %s && ", f)
+	lists := map[string]func(*Group) []string{"procs": (*Group).ProcsFiles}
+	if h.version == 1 {
+		lists["tasks"] = (*Group).TaskFiles
 	}
-	script.WriteString("exec cat /proc/self/cgroup")
-	out, err := exec.Command("/bin/sh", "-c", script.String()).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	for i, hr := range h.hiers {
-		want := strconv.Itoa(hr.id) + ":"
-		found := false
-		for _, line := range strings.Split(string(out), "\n") {
-			if strings.HasPrefix(line, want) && strings.HasSuffix(line, ":"+g.rels[i]) {
-				found = true
-			}
+	for name, files := range lists {
+		g := newTestGroup(t, h, Limits{Pids: 8})
+		var script strings.Builder
+		for _, f := range files(g) {
+			fmt.Fprintf(&script, "echo 0 > %s && ", f)
 		}
-		if !found {
-			t.Errorf("not in %s (hierarchy %d): %s", g.rels[i], hr.id, out)
+		script.WriteString("exec cat /proc/self/cgroup")
+		out, err := exec.Command("/bin/sh", "-c", script.String()).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v: %s", name, err, out)
+		}
+		for i, hr := range h.hiers {
+			want := strconv.Itoa(hr.id) + ":"
+			found := false
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.HasPrefix(line, want) && strings.HasSuffix(line, ":"+g.rels[i]) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("%s: not in %s (hierarchy %d): %s", name, g.rels[i], hr.id, out)
+			}
 		}
 	}
 }

@@ -36,6 +36,9 @@ func (g *Group) SetCPUWeight(n int) error { return nil }
 // ProcsFiles is empty off Linux.
 func (g *Group) ProcsFiles() []string { return nil }
 
+// TaskFiles is nil off Linux.
+func (g *Group) TaskFiles() []string { return nil }
+
 // Add always fails off Linux.
 func (g *Group) Add(pid int) error { return ErrUnavailable }
 

@@ -24,10 +24,11 @@ type Host struct {
 	// with hook.MOverlay every mirrored directory must be one of them (a
 	// block that needs its own overlay gets the Go helper).
 	Overlaid []string
-	// ProcsFiles are the cgroup v1 cgroup.procs files of the block's group,
-	// which the helper joins (writing "0") before it runs anything else;
-	// empty when clone3 places it (v2) or there is no group.
-	ProcsFiles []string
+	// CgroupFiles are the cgroup v1 files of the block's group the helper
+	// joins by writing "0" before it runs anything else (tasks files: it is
+	// single-threaded; see cgroup.Group.TaskFiles); empty when clone3 places
+	// it (v2) or there is no group.
+	CgroupFiles []string
 	// UID and GID are the ids the helper takes inside its user namespace
 	// before it mounts anything (its maps are written by then).
 	UID, GID int
@@ -61,8 +62,8 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 	// namespace nothing there may ptrace it or read its memory.
 	p.Call("set non-dumpable", syscall.SYS_PRCTL, rawchild.Val(syscall.PR_SET_DUMPABLE), rawchild.Val(0))
 	p.Call("setsid", syscall.SYS_SETSID)
-	if len(h.ProcsFiles) > 0 {
-		joinCgroup(p, h.ProcsFiles)
+	if len(h.CgroupFiles) > 0 {
+		joinCgroup(p, h.CgroupFiles)
 	}
 	if has(hook.MCgroupNS) {
 		p.Tag(hook.MCgroupNS)
@@ -114,7 +115,7 @@ func supported(sp *hook.Spec) error {
 	return nil
 }
 
-// joinCgroup writes "0" (the writer) to each cgroup.procs file: the helper
+// joinCgroup writes "0" (the writer) to each cgroup file: the helper
 // joins the block's group before anything of the block runs, with the
 // permission of the uid it was cloned with (the files are the server's).
 func joinCgroup(p *rawchild.Prog, files []string) {

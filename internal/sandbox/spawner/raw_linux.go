@@ -39,7 +39,7 @@ func spawnRaw(req *Request, fds []int) Reply {
 	if err != nil {
 		return Reply{Errno: int(syscall.EINVAL), Error: "spawner: bad raw spec: " + err.Error()}
 	}
-	program, err := rawhelper.Compile(&prog, sp, rawhelper.Host{Overlaid: overlaid, ProcsFiles: req.Raw.ProcsFiles,
+	program, err := rawhelper.Compile(&prog, sp, rawhelper.Host{Overlaid: overlaid, CgroupFiles: req.Raw.CgroupFiles,
 		UID: req.Raw.UID, GID: req.Raw.GID, Dir: fds[4]})
 	if fe, ok := err.(*rawhelper.FallbackError); ok {
 		return Reply{Fallback: fe.Reason}

@@ -31,10 +31,10 @@ type Request struct {
 type Raw struct {
 	// Spec is hook.Spec.Encode, sent after the JSON and a NUL byte (which
 	// JSON text never holds) rather than as base64 inside it.
-	Spec       []byte   `json:"-"`
-	ProcsFiles []string `json:"procs_files,omitempty"`
-	UID        int      `json:"uid"`
-	GID        int      `json:"gid"`
+	Spec        []byte   `json:"-"`
+	CgroupFiles []string `json:"cgroup_files,omitempty"` // rawhelper.Host.CgroupFiles
+	UID         int      `json:"uid"`
+	GID         int      `json:"gid"`
 }
 
 // RawFiles is how many descriptors a raw request carries (before the cgroup's).
