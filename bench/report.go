@@ -77,7 +77,7 @@ func markdown(r *Results) string {
 			{"unshare", "`unshare -Urmpfn --mount-proc`"},
 			{"bwrap", "bubblewrap, codellm-like root"},
 			{"codellm", "codellm: new run + block + close"},
-			{"codellm-prestart", "the same with a pre-started helper (as `serve` runs)"},
+			{"codellm-prestart", "the same with pooled run groups, as `serve` runs (the raw helper; pre-started Go helpers only with `--go-helper`)"},
 			{"codellm-block", "codellm: one more block in a run"},
 			{"codellm-block-pid1", "the same, program exec'd as PID 1 (before the init)"},
 		} {

@@ -29,7 +29,8 @@ type SpawnResult struct {
 	OverBwrap      float64 `json:"codellm_over_bwrap,omitempty"`
 	OverheadMs     float64 `json:"codellm_overhead_ms"`
 	BlockOverBwrap float64 `json:"codellm_block_over_bwrap,omitempty"`
-	// Prestart*: the whole one-block run with a pre-started helper (Config.PrestartHelpers, as serve runs).
+	// Prestart*: the whole one-block run with Config.PrestartHelpers, as serve runs: pooled run groups
+	// (pre-started helpers too only with Config.GoHelper).
 	PrestartP50       float64  `json:"codellm_prestart_p50_ms,omitempty"`
 	PrestartP99       float64  `json:"codellm_prestart_p99_ms,omitempty"`
 	PrestartOverBwrap float64  `json:"codellm_prestart_over_bwrap,omitempty"`
