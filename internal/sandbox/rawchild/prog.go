@@ -73,6 +73,7 @@ type Prog struct {
 	filled uint16   // slots some earlier step fills
 	tag    uint32   // the tag of the steps added now (Tag)
 	err    error
+	fr     *frame // the child's frame, made once (newFrame)
 }
 
 // chunkSize is the arena's unit; a larger request gets a chunk of its own.

@@ -3,10 +3,12 @@
 package rawchild
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -103,33 +105,61 @@ type frame struct {
 // It returns the child's PID (in the caller's namespace); the child's
 // records arrive on a.Status, and the caller reaps the child.
 func Start(p *Prog, prog Program, a Attr) (int, error) {
+	files, err := checkAttr(p, a)
+	if err != nil {
+		return 0, err
+	}
+	f, err := newFrame(p, prog, files, a.Pdeathsig, a.Name)
+	if err != nil {
+		return 0, err
+	}
+	var args *cloneArgs
+	flags := cloneFlags(a)
+	if a.UseCgroupFD {
+		args = &cloneArgs{flags: uint64(flags) | unix.CLONE_INTO_CGROUP, exitSignal: uint64(syscall.SIGCHLD), cgroup: uint64(a.CgroupFD)}
+	}
+	pid, err := cloneWithMaps(f, a, func() (uintptr, syscall.Errno) { return forkChild(f, flags, args) })
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(files)
+	return pid, err
+}
+
+// checkAttr checks a and p before a fork and lists the child's descriptors.
+func checkAttr(p *Prog, a Attr) ([]FD, error) {
 	if p.err != nil {
-		return 0, p.err
+		return nil, p.err
 	}
 	files := append([]FD{a.Stdin, a.Stdout, a.Stderr, a.Status}, a.Extra...)
 	for _, f := range files {
 		if f == nil || f.Fd() == ^uintptr(0) { // a nil *os.File has Fd -1
-			return 0, errors.New("rawchild: Stdin, Stdout, Stderr, Status and every Extra are needed")
+			return nil, errors.New("rawchild: Stdin, Stdout, Stderr, Status and every Extra are needed")
 		}
 	}
 	if len(files) > maxFiles {
-		return 0, fmt.Errorf("rawchild: %d descriptors, at most %d", len(files), maxFiles)
+		return nil, fmt.Errorf("rawchild: %d descriptors, at most %d", len(files), maxFiles)
 	}
+	return files, checkMaps(a)
+}
+
+func checkMaps(a Attr) error {
+	if a.Cloneflags&syscall.CLONE_NEWUSER != 0 && (a.UIDMap == "" || a.GIDMap == "") {
+		return errors.New("rawchild: a user namespace needs UIDMap and GIDMap")
+	}
+	return nil
+}
+
+func cloneFlags(a Attr) uintptr {
+	if a.Parent {
+		return a.Cloneflags | syscall.CLONE_PARENT
+	}
+	return a.Cloneflags
+}
+
+// cloneWithMaps runs fork (which clones a child that first runs
+// childStart(f)) and, with a user namespace, writes the child's maps and
+// releases it.
+func cloneWithMaps(f *frame, a Attr, fork func() (uintptr, syscall.Errno)) (int, error) {
 	newUser := a.Cloneflags&syscall.CLONE_NEWUSER != 0
-	if newUser && (a.UIDMap == "" || a.GIDMap == "") {
-		return 0, errors.New("rawchild: a user namespace needs UIDMap and GIDMap")
-	}
-	f, keep, err := newFrame(p, prog, files, a.Pdeathsig)
-	if err != nil {
-		return 0, err
-	}
-	if a.Name != "" {
-		name, err := syscall.BytePtrFromString(a.Name)
-		if err != nil {
-			return 0, fmt.Errorf("rawchild: name: %w", err)
-		}
-		f.name, keep = name, append(keep, name)
-	}
 	var sync [2]int
 	if newUser {
 		if err := syscall.Pipe2(sync[:], syscall.O_CLOEXEC); err != nil {
@@ -139,18 +169,7 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 		defer syscall.Close(sync[0])
 		defer syscall.Close(sync[1])
 	}
-	flags := a.Cloneflags
-	if a.Parent {
-		flags |= syscall.CLONE_PARENT
-	}
-	var args *cloneArgs
-	if a.UseCgroupFD {
-		args = &cloneArgs{flags: uint64(flags) | unix.CLONE_INTO_CGROUP, exitSignal: uint64(syscall.SIGCHLD), cgroup: uint64(a.CgroupFD)}
-	}
-	pid, errno := forkChild(f, flags, args)
-	runtime.KeepAlive(p)
-	runtime.KeepAlive(keep)
-	runtime.KeepAlive(files)
+	pid, errno := fork()
 	if errno != 0 {
 		return 0, fmt.Errorf("rawchild: clone: %w", errno)
 	}
@@ -167,21 +186,27 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 	return int(pid), nil
 }
 
-// newFrame lays out the child's frame; keep holds what it points into.
-func newFrame(p *Prog, prog Program, files []FD, pdeath syscall.Signal) (*frame, []any, error) {
-	path, err := syscall.BytePtrFromString(prog.Path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rawchild: program path: %w", err)
+// newFrame lays out the child's frame in p's own frame and memory (the
+// program's path, argv and environment in its arena): all of it then exists
+// at the same addresses in a child forked before the Prog was built
+// (Prefork), which receives it byte for byte.
+func newFrame(p *Prog, prog Program, files []FD, pdeath syscall.Signal, name string) (*frame, error) {
+	for _, s := range append([]string{prog.Path, name}, append(prog.Args, prog.Env...)...) {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, fmt.Errorf("rawchild: a NUL byte in the program's path, arguments, environment or name")
+		}
 	}
-	argv, err := syscall.SlicePtrFromStrings(prog.Args)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rawchild: program arguments: %w", err)
+	if p.fr == nil {
+		p.fr = new(frame)
 	}
-	envv, err := syscall.SlicePtrFromStrings(prog.Env)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rawchild: program environment: %w", err)
+	f := p.fr
+	*f = frame{nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath)}
+	f.path = p.cstr(prog.Path)
+	f.npath = uintptr(min(len(prog.Path), maxWhat))
+	f.argv, f.envv = p.cstrs(prog.Args), p.cstrs(prog.Env)
+	if name != "" {
+		f.name = p.cstr(name)
 	}
-	f := &frame{path: path, npath: uintptr(min(len(prog.Path), maxWhat)), argv: &argv[0], envv: &envv[0], nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath)}
 	if len(p.ops) > 0 {
 		f.ops = &p.ops[0]
 	}
@@ -190,7 +215,28 @@ func newFrame(p *Prog, prog Program, files []FD, pdeath syscall.Signal) (*frame,
 		f.fds[i] = file.Fd()
 		f.high = max(f.high, f.fds[i]+1)
 	}
-	return f, []any{path, argv, envv}, nil
+	if p.err != nil {
+		return nil, p.err
+	}
+	return f, nil
+}
+
+// cstr is a NUL-terminated copy of s in p's memory.
+func (p *Prog) cstr(s string) *byte {
+	b, _ := p.Bytes(len(s) + 1)
+	copy(b, s)
+	return &b[0]
+}
+
+// cstrs is a NULL-terminated array of C strings in p's memory: the
+// addresses are stored as integers (the memory is the arena's, kept alive
+// by p), so the array holds no pointer the collector would have to see.
+func (p *Prog) cstrs(ss []string) **byte {
+	arr, _ := p.Bytes((len(ss) + 1) * int(unsafe.Sizeof(uintptr(0))))
+	for i, s := range ss {
+		binary.NativeEndian.PutUint64(arr[i*8:], uint64(uintptr(unsafe.Pointer(p.cstr(s)))))
+	}
+	return (**byte)(unsafe.Pointer(&arr[0]))
 }
 
 // cloneArgs is struct clone_args up to its cgroup field (clone3's
@@ -269,6 +315,17 @@ func reapFailed(pid int) {
 //go:norace
 //go:nocheckptr
 func childMain(f *frame) {
+	childStart(f)
+	childRun(f)
+}
+
+// childStart names the child, arms its parent-death signal and waits for
+// its maps.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func childStart(f *frame) {
 	if f.name != nil {
 		syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_NAME, uintptr(unsafe.Pointer(f.name)), 0)
 	}
@@ -286,6 +343,14 @@ func childMain(f *frame) {
 			exit(125)
 		}
 	}
+}
+
+// childRun places the descriptors, runs the steps and becomes the init.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func childRun(f *frame) {
 	placeFiles(f)
 	runSteps(f)
 	// The steps' own descriptors go before the program starts: the init

@@ -1,0 +1,100 @@
+//go:build linux && (amd64 || arm64)
+
+package rawchild
+
+import (
+	"io"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+)
+
+// preforkAttr is a user and PID namespace with the test's maps.
+func preforkAttr(t *testing.T) Attr {
+	return Attr{Cloneflags: userPID(t), Pdeathsig: syscall.SIGKILL,
+		UIDMap: "0 " + strconv.Itoa(os.Getuid()) + " 1", GIDMap: "0 " + strconv.Itoa(os.Getgid()) + " 1"}
+}
+
+// warm lays out p's frame as a Start would have: Prefork needs a Prog built once.
+func warm(t *testing.T, p *Prog) {
+	t.Helper()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if _, err := newFrame(p, sh("exit 1"), []FD{null, null, null, null}, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A child forked before its program was built runs that program, with the
+// descriptors it was handed, as a child from Start would: the steps' write,
+// the program's output, the init's records.
+func TestPreforkedChildRunsALaterProgram(t *testing.T) {
+	p := &Prog{}
+	p.Call("a first program", syscall.SYS_GETPID)
+	warm(t, p)
+	idle, err := Prefork(p, preforkAttr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reapFailed(idle.PID) })
+	p.Reset()
+	msg := "from the step\n"
+	p.Call("write", syscall.SYS_WRITE, Val(1), Val(p.Str(msg)), Val(uintptr(len(msg))))
+	statR, statW := pipe(t)
+	outR, outW := pipe(t)
+	inR, inW := pipe(t)
+	if err := idle.Run(p, sh("echo from the program; read x; exit 0"), "codellm-t", []FD{inR, outW, outW, statW}); err != nil {
+		t.Fatal(err)
+	}
+	statW.Close()
+	outW.Close()
+	inR.Close()
+	line := make([]byte, 64)
+	n, _ := io.ReadAtLeast(outR, line, len("from the step\nfrom the program\n"))
+	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(idle.PID) + "/comm")
+	inW.Close()
+	rest, _ := io.ReadAll(outR)
+	out := string(line[:n]) + string(rest)
+	c := child{pid: idle.PID, status: statR}
+	recs := c.records(t)
+	ws := c.wait(t)
+	if want := "from the step\nfrom the program\n"; out != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	if string(comm) != "codellm-t\n" {
+		t.Errorf("the child is named %q once it runs, want codellm-t", comm)
+	}
+	if len(recs) != 2 || recs[0].Kind != KindStarted || recs[1].Kind != KindWaited || ws.ExitStatus() != 0 {
+		t.Errorf("records %+v, exit %v: want Started, Waited and 0", recs, ws)
+	}
+}
+
+// An idle child that is given up ends (the caller reaps it), and a Prog
+// whose memory moved since the fork is refused before anything is sent.
+func TestPreforkedChildCloseAndStale(t *testing.T) {
+	p := &Prog{}
+	p.Call("a first program", syscall.SYS_GETPID)
+	warm(t, p)
+	idle, err := Prefork(p, preforkAttr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Reset()
+	for range 2 * cap(p.ops) { // outgrows the ops array the child has
+		p.Call("getpid", syscall.SYS_GETPID)
+	}
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	if err := idle.Run(p, sh("exit 0"), "", []FD{null, null, null, null}); err != ErrStale {
+		t.Errorf("Run with moved memory: %v, want ErrStale", err)
+	}
+	idle.Close()
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(idle.PID, &ws, 0, nil); err != nil || !ws.Signaled() {
+		t.Errorf("the closed idle child: %v %v, want it killed", ws, err)
+	}
+}
