@@ -46,6 +46,11 @@ type Attr struct {
 	// UIDMap and GIDMap are written to the child's maps (its setgroups
 	// denied) before it runs its first step; needed with CLONE_NEWUSER.
 	UIDMap, GIDMap string
+	// KeepShared keeps the init's copy of the caller's memory: by default
+	// it lets go of every private anonymous page but its own frame and stack
+	// once the program runs (see dropShared), so that the caller's writes
+	// meanwhile are not copy-on-write faults.
+	KeepShared bool
 	// Name, when set, is the child's name (PR_SET_NAME, at most 15 bytes
 	// kept), set before anything else: a fork that never execs otherwise
 	// keeps its parent thread's name for life.
@@ -82,23 +87,26 @@ const maxFiles = 16
 
 // frame is everything the child reads, prepared before the fork.
 type frame struct {
-	ops     *op
-	nops    uintptr
-	slots   [maxSlots]uintptr
-	path    *byte
-	argv    **byte
-	envv    **byte
-	fds     [maxFiles]uintptr // stdin, stdout, stderr, status, then Extra, as the caller has them
-	nfds    uintptr
-	high    uintptr // above every one of fds and every place they go to
-	syncR   uintptr // with a user namespace: the child waits for its maps on it
-	syncW   uintptr
-	synced  bool
-	pdeath  uintptr
-	name    *byte            // PR_SET_NAME, or nil
-	npath   uintptr          // len of *path, for an exec failure's record
-	rec     [failHeader]byte // the record being written
-	execErr uintptr          // the program's failed exec, stored by it (it shares the init's memory until then)
+	ops      *op
+	nops     uintptr
+	slots    [maxSlots]uintptr
+	path     *byte
+	argv     **byte
+	envv     **byte
+	fds      [maxFiles]uintptr // stdin, stdout, stderr, status, then Extra, as the caller has them
+	nfds     uintptr
+	high     uintptr // above every one of fds and every place they go to
+	syncR    uintptr // with a user namespace: the child waits for its maps on it
+	syncW    uintptr
+	synced   bool
+	pdeath   uintptr
+	drop     [maxDrop]memRange // what the init lets go of once the program runs (dropShared)
+	ndrop    uintptr
+	pageMask uintptr
+	name     *byte            // PR_SET_NAME, or nil
+	npath    uintptr          // len of *path, for an exec failure's record
+	rec      [failHeader]byte // the record being written
+	execErr  uintptr          // the program's failed exec, stored by it (it shares the init's memory until then)
 }
 
 // Start forks the child, which runs p and then starts prog as its init.
@@ -112,6 +120,9 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 	f, err := newFrame(p, prog, files, a.Pdeathsig, a.Name)
 	if err != nil {
 		return 0, err
+	}
+	if !a.KeepShared {
+		planDrop(f)
 	}
 	var args *cloneArgs
 	flags := cloneFlags(a)
@@ -460,6 +471,7 @@ func runInit(f *frame) {
 		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	}
 	report(&f.rec, KindStarted, uint32(pid))
+	dropShared(f)
 	ws := reapUntil(pid)
 	self, _, _ := syscall.RawSyscall(syscall.SYS_GETPID, 0, 0, 0)
 	if self == 1 {

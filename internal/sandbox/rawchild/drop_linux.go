@@ -1,0 +1,150 @@
+//go:build linux && (amd64 || arm64)
+
+package rawchild
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// A raw child is a copy of its parent and, unlike a child that execs, keeps
+// sharing the parent's anonymous pages copy-on-write for its whole life: for
+// the spawner, every page it writes while a block runs is a fault, a page
+// copy and a TLB shootdown (internal/sandbox/PERF.md, "session 10"). Once the
+// program runs, the init needs only its frame and its stack, so it lets go
+// of every other private anonymous page (MADV_DONTNEED): the parent's pages
+// are then its own again, and a write to one only re-enables it.
+
+// maxDrop bounds the ranges an init lets go of.
+const maxDrop = 64
+
+type memRange struct{ start, end uintptr }
+
+// anonMaps caches the caller's private anonymous writable mappings (the Go
+// heap and the runtime's own): they change rarely, and reading them per fork
+// would itself write pages. A stale list only leaves some pages shared.
+var anonMaps struct {
+	sync.Mutex
+	at     time.Time
+	ranges []memRange
+}
+
+// anonRanges lists the caller's private anonymous writable mappings,
+// refreshed at most once a second.
+func anonRanges() []memRange {
+	anonMaps.Lock()
+	defer anonMaps.Unlock()
+	if time.Since(anonMaps.at) < time.Second && anonMaps.ranges != nil {
+		return anonMaps.ranges
+	}
+	anonMaps.ranges, anonMaps.at = readAnonMaps(), time.Now()
+	return anonMaps.ranges
+}
+
+func readAnonMaps() []memRange {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return []memRange{}
+	}
+	rs := []memRange{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		// start-end perms offset dev inode [path]
+		f := bytes.Fields(sc.Bytes())
+		if len(f) < 5 || string(f[1]) != "rw-p" || string(f[4]) != "0" || len(f) > 5 {
+			continue // file-backed, shared, read-only, or named ([stack], [heap], [vvar])
+		}
+		lo, hi, ok := bytes.Cut(f[0], []byte("-"))
+		if !ok {
+			continue
+		}
+		s, err1 := strconv.ParseUint(string(lo), 16, 64)
+		e, err2 := strconv.ParseUint(string(hi), 16, 64)
+		if err1 == nil && err2 == nil && e > s {
+			rs = append(rs, memRange{uintptr(s), uintptr(e)})
+		}
+	}
+	return rs
+}
+
+// planDrop fills f.drop with the caller's anonymous ranges minus f itself.
+// The stack the child runs on is spared by the child (dropShared): the
+// goroutine's stack may still move before the fork.
+func planDrop(f *frame) {
+	page := uintptr(syscall.Getpagesize())
+	f.pageMask = page - 1
+	fa := uintptr(unsafe.Pointer(f))
+	keep := []memRange{{fa &^ (page - 1), (fa + unsafe.Sizeof(*f) + page - 1) &^ (page - 1)}}
+	f.ndrop = 0
+	for _, r := range anonRanges() {
+		for _, piece := range subtract(r, keep) {
+			if f.ndrop < maxDrop {
+				f.drop[f.ndrop] = piece
+				f.ndrop++
+			}
+		}
+	}
+}
+
+// subtract returns r without the ranges in keep.
+func subtract(r memRange, keep []memRange) []memRange {
+	out := []memRange{r}
+	for _, k := range keep {
+		var next []memRange
+		for _, p := range out {
+			if k.end <= p.start || k.start >= p.end {
+				next = append(next, p)
+				continue
+			}
+			if p.start < k.start {
+				next = append(next, memRange{p.start, k.start})
+			}
+			if k.end < p.end {
+				next = append(next, memRange{k.end, p.end})
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+// stackWindow is how much around its stack pointer the init keeps: its own
+// calls from here on take well under a page (nosplit code).
+const stackWindow = 64 << 10
+
+// dropShared lets go of the planned ranges but the stack it runs on.
+// Nothing of the runtime runs in the child, and nothing in them is read
+// again: the init's code uses only its frame and its stack.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func dropShared(f *frame) {
+	var here byte
+	sp := uintptr(unsafe.Pointer(&here))
+	lo, hi := (sp-stackWindow)&^f.pageMask, (sp+stackWindow)&^f.pageMask
+	for i := uintptr(0); i < f.ndrop && i < maxDrop; i++ {
+		r := f.drop[i]
+		if r.end <= lo || r.start >= hi {
+			madvise(r.start, r.end)
+			continue
+		}
+		if r.start < lo {
+			madvise(r.start, lo)
+		}
+		if hi < r.end {
+			madvise(hi, r.end)
+		}
+	}
+}
+
+//go:nosplit
+func madvise(start, end uintptr) {
+	syscall.RawSyscall(syscall.SYS_MADVISE, start, end-start, syscall.MADV_DONTNEED)
+}
