@@ -21,8 +21,12 @@ import (
 // of every other private anonymous page (MADV_DONTNEED): the parent's pages
 // are then its own again, and a write to one only re-enables it.
 
-// maxDrop bounds the ranges an init lets go of.
-const maxDrop = 64
+// maxDrop bounds the ranges a child lets go of before its steps, maxLater
+// those it lets go of once its program runs.
+const (
+	maxDrop  = 64
+	maxLater = 16
+)
 
 type memRange struct{ start, end uintptr }
 
@@ -73,20 +77,40 @@ func readAnonMaps() []memRange {
 	return rs
 }
 
-// planDrop fills f.drop with the caller's anonymous ranges minus f itself.
-// The stack the child runs on is spared by the child (dropShared): the
-// goroutine's stack may still move before the fork.
-func planDrop(f *frame) {
+// planDrop plans what the child lets go of (dropShared): before its steps,
+// every anonymous range of the caller's but f itself and p's memory (the
+// steps read it); once the program runs, p's memory too. The stack the child
+// runs on is spared by the child: the goroutine's stack may still move
+// before the fork.
+func planDrop(f *frame, p *Prog) {
 	page := uintptr(syscall.Getpagesize())
 	f.pageMask = page - 1
-	fa := uintptr(unsafe.Pointer(f))
-	keep := []memRange{{fa &^ (page - 1), (fa + unsafe.Sizeof(*f) + page - 1) &^ (page - 1)}}
-	f.ndrop = 0
+	span := func(at unsafe.Pointer, n uintptr) memRange {
+		a := uintptr(at)
+		return memRange{a &^ (page - 1), (a + n + page - 1) &^ (page - 1)}
+	}
+	self := span(unsafe.Pointer(f), unsafe.Sizeof(*f))
+	var prog []memRange
+	if cap(p.ops) > 0 {
+		prog = append(prog, span(unsafe.Pointer(&p.ops[:1][0]), uintptr(cap(p.ops))*unsafe.Sizeof(op{})))
+	}
+	for _, c := range p.chunks {
+		prog = append(prog, span(unsafe.Pointer(&c[0]), uintptr(len(c))))
+	}
+	f.ndrop, f.nlater = 0, 0
 	for _, r := range anonRanges() {
-		for _, piece := range subtract(r, keep) {
+		for _, piece := range subtract(r, append(prog, self)) {
 			if f.ndrop < maxDrop {
 				f.drop[f.ndrop] = piece
 				f.ndrop++
+			}
+		}
+	}
+	for _, r := range prog {
+		for _, piece := range subtract(r, []memRange{self}) {
+			if f.nlater < maxLater {
+				f.later[f.nlater] = piece
+				f.nlater++
 			}
 		}
 	}
@@ -118,19 +142,20 @@ func subtract(r memRange, keep []memRange) []memRange {
 // calls from here on take well under a page (nosplit code).
 const stackWindow = 64 << 10
 
-// dropShared lets go of the planned ranges but the stack it runs on.
+// dropShared lets go of the ranges rs[:n] but the stack it runs on.
 // Nothing of the runtime runs in the child, and nothing in them is read
-// again: the init's code uses only its frame and its stack.
+// again: the child's code uses only its frame, its stack and, until the
+// program runs, the Prog's memory.
 //
 //go:nosplit
 //go:norace
 //go:nocheckptr
-func dropShared(f *frame) {
+func dropShared(rs *[maxDrop]memRange, n, pageMask uintptr) {
 	var here byte
 	sp := uintptr(unsafe.Pointer(&here))
-	lo, hi := (sp-stackWindow)&^f.pageMask, (sp+stackWindow)&^f.pageMask
-	for i := uintptr(0); i < f.ndrop && i < maxDrop; i++ {
-		r := f.drop[i]
+	lo, hi := (sp-stackWindow)&^pageMask, (sp+stackWindow)&^pageMask
+	for i := uintptr(0); i < n && i < maxDrop; i++ {
+		r := rs[i]
 		if r.end <= lo || r.start >= hi {
 			madvise(r.start, r.end)
 			continue

@@ -100,8 +100,10 @@ type frame struct {
 	syncW    uintptr
 	synced   bool
 	pdeath   uintptr
-	drop     [maxDrop]memRange // what the init lets go of once the program runs (dropShared)
+	drop     [maxDrop]memRange // what the child lets go of before its steps (dropShared)
 	ndrop    uintptr
+	later    [maxDrop]memRange // and once its program runs: the Prog's memory
+	nlater   uintptr
 	pageMask uintptr
 	name     *byte            // PR_SET_NAME, or nil
 	npath    uintptr          // len of *path, for an exec failure's record
@@ -122,7 +124,7 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 		return 0, err
 	}
 	if !a.KeepShared {
-		planDrop(f)
+		planDrop(f, p)
 	}
 	var args *cloneArgs
 	flags := cloneFlags(a)
@@ -362,6 +364,7 @@ func childStart(f *frame) {
 //go:norace
 //go:nocheckptr
 func childRun(f *frame) {
+	dropShared(&f.drop, f.ndrop, f.pageMask)
 	placeFiles(f)
 	runSteps(f)
 	// The steps' own descriptors go before the program starts: the init
@@ -471,7 +474,7 @@ func runInit(f *frame) {
 		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	}
 	report(&f.rec, KindStarted, uint32(pid))
-	dropShared(f)
+	dropShared(&f.later, f.nlater, f.pageMask)
 	ws := reapUntil(pid)
 	self, _, _ := syscall.RawSyscall(syscall.SYS_GETPID, 0, 0, 0)
 	if self == 1 {
