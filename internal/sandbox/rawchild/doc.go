@@ -18,7 +18,11 @@
 // It is the mechanism under the sandbox's raw helper: package rawhelper
 // compiles a block's spec into a Prog (a private root of binds and a
 // workdir, [Prog.AddRoot]; the lockdown, [Prog.AddLockdown]) and the
-// spawner starts it.
+// spawner starts it. A child shares its parent's pages copy-on-write, so it
+// lets go of them (drop_linux.go) before its steps, all but the Prog's
+// memory, and of that too once the program runs ([Attr.KeepShared] keeps
+// them). [Prefork] forks a child before its program exists; [Idle.Run]
+// hands it the program, compiled later into the same memory.
 //
 // The child reports on its status descriptor with records ([Record]): the
 // program's PID once it is started and its wait status once it has ended
