@@ -45,7 +45,20 @@ func leftChildren(t testing.TB) []int {
 		}
 	}
 	sbMu.Unlock()
-	return slices.DeleteFunc(testhelp.ChildPIDs(t), func(pid int) bool { return slices.Contains(shared, pid) })
+	// The shared Sandboxes' spawners hold an idle raw helper each (the
+	// server's child): TestRawIdleHelperEndsWithItsSandbox checks those.
+	return slices.DeleteFunc(testhelp.ChildPIDs(t), func(pid int) bool { return slices.Contains(shared, pid) || isIdleHelper(pid) })
+}
+
+// isIdleHelper reports whether pid is a raw helper forked ahead, waiting.
+func isIdleHelper(pid int) bool {
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	return err == nil && string(comm) == "codellm-idle\n"
+}
+
+// idleHelpers lists this process's children that are idle raw helpers.
+func idleHelpers(t testing.TB) []int {
+	return slices.DeleteFunc(testhelp.ChildPIDs(t), func(pid int) bool { return !isIdleHelper(pid) })
 }
 
 // describePIDs names each process by its /proc stat line (name, state).

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,6 +93,39 @@ func BenchmarkRawCompile(b *testing.B) {
 		}
 		if _, err := rawhelper.Compile(&p, sp, rawhelper.Host{UID: 1000, GID: 1000, Dir: int(d.Fd())}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// The spawner forks the next block's raw helper ahead, after each reply:
+// after two blocks the Sandbox has one idle helper, and Close leaves none
+// behind (the spawner kills it, the server reaps it).
+func TestRawIdleHelperEndsWithItsSandbox(t *testing.T) {
+	before := idleHelpers(t)
+	s, err := New(Config{Mode: ModeNative})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Report().Ready {
+		skipOrFail(t, "native sandbox unavailable: %v", s.Report().Missing)
+	}
+	var idle []int
+	for i := range 2 {
+		if out := mustRun(t, s, "/bin/sh", "-c", "echo ok"); out.Stdout != "ok\n" || out.ExitCode != 0 {
+			t.Fatalf("block %d: %+v", i, out)
+		}
+		idle = slices.DeleteFunc(idleHelpers(t), func(pid int) bool { return slices.Contains(before, pid) })
+	}
+	if len(idle) != 1 {
+		t.Errorf("idle raw helpers of this Sandbox after two blocks: %v, want one (forked after the last reply)", idle)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range idle {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			t.Errorf("the idle helper %d is still a process (unreaped) after Close: %s", pid, describePIDs([]int{pid}))
 		}
 	}
 }

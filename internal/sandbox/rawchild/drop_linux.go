@@ -21,12 +21,8 @@ import (
 // of every other private anonymous page (MADV_DONTNEED): the parent's pages
 // are then its own again, and a write to one only re-enables it.
 
-// maxDrop bounds the ranges a child lets go of before its steps, maxLater
-// those it lets go of once its program runs.
-const (
-	maxDrop  = 64
-	maxLater = 16
-)
+// maxDrop bounds the ranges a child lets go of at once.
+const maxDrop = 64
 
 type memRange struct{ start, end uintptr }
 
@@ -83,12 +79,6 @@ func readAnonMaps() []memRange {
 // runs on is spared by the child: the goroutine's stack may still move
 // before the fork.
 func planDrop(f *frame, p *Prog) {
-	page := uintptr(syscall.Getpagesize())
-	f.pageMask = page - 1
-	span := func(at unsafe.Pointer, n uintptr) memRange {
-		a := uintptr(at)
-		return memRange{a &^ (page - 1), (a + n + page - 1) &^ (page - 1)}
-	}
 	self := span(unsafe.Pointer(f), unsafe.Sizeof(*f))
 	var prog []memRange
 	if cap(p.ops) > 0 {
@@ -97,23 +87,31 @@ func planDrop(f *frame, p *Prog) {
 	for _, c := range p.chunks {
 		prog = append(prog, span(unsafe.Pointer(&c[0]), uintptr(len(c))))
 	}
-	f.ndrop, f.nlater = 0, 0
-	for _, r := range anonRanges() {
-		for _, piece := range subtract(r, append(prog, self)) {
-			if f.ndrop < maxDrop {
-				f.drop[f.ndrop] = piece
-				f.ndrop++
-			}
-		}
+	f.ndrop, f.pageMask = planRanges(&f.drop, subtractAll(anonRanges(), append(prog, self)))
+	f.nlater, _ = planRanges(&f.later, subtractAll(prog, []memRange{self}))
+}
+
+// span is the pages that hold n bytes at at.
+func span(at unsafe.Pointer, n uintptr) memRange {
+	page := uintptr(syscall.Getpagesize())
+	a := uintptr(at)
+	return memRange{a &^ (page - 1), (a + n + page - 1) &^ (page - 1)}
+}
+
+// subtractAll is rs without keep.
+func subtractAll(rs, keep []memRange) []memRange {
+	var out []memRange
+	for _, r := range rs {
+		out = append(out, subtract(r, keep)...)
 	}
-	for _, r := range prog {
-		for _, piece := range subtract(r, []memRange{self}) {
-			if f.nlater < maxLater {
-				f.later[f.nlater] = piece
-				f.nlater++
-			}
-		}
-	}
+	return out
+}
+
+// planRanges copies rs into dst (at most maxDrop) and returns how many, and
+// the page mask the child aligns its stack window with.
+func planRanges(dst *[maxDrop]memRange, rs []memRange) (n, pageMask uintptr) {
+	n = uintptr(copy(dst[:], rs))
+	return n, uintptr(syscall.Getpagesize()) - 1
 }
 
 // subtract returns r without the ranges in keep.

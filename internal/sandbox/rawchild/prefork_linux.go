@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,6 +45,9 @@ type idleFrame struct {
 	nchunks  uintptr
 	fr       *frame // where the program's frame arrives (the Prog's)
 	received [maxFiles]int32
+	drop     [maxDrop]memRange // the caller's memory it lets go of while it waits
+	ndrop    uintptr
+	pageMask uintptr
 }
 
 // Idle is a child forked ahead of its program: in its namespaces, its maps
@@ -93,6 +97,10 @@ func Prefork(p *Prog, a Attr) (*Idle, error) {
 		d.start.name = &keep[0]
 	}
 	idle := &Idle{sock: pair[0], prog: p, ops: d.opsBase, opsCap: cap(p.ops), n: len(p.chunks), pdeath: a.Pdeathsig}
+	// Everything it has of the caller's but d: the program arrives into
+	// pages it no longer has (fresh ones, then), and the caller's writes
+	// while it waits do not copy pages for it.
+	d.ndrop, d.pageMask = planRanges(&d.drop, subtractAll(anonRanges(), []memRange{span(unsafe.Pointer(d), unsafe.Sizeof(*d))}))
 	for i, c := range p.chunks {
 		d.chunks[i], idle.chunks[i] = &c[0], &c[0]
 	}
@@ -190,6 +198,26 @@ func (idle *Idle) Close() {
 	}
 }
 
+// CloseWait is Close, then waits up to d until the child has ended (it
+// is then a zombie for its parent to reap).
+func (idle *Idle) CloseWait(d time.Duration) {
+	if idle.sock < 0 {
+		return
+	}
+	pidfd, err := unix.Dup(idle.pidfd)
+	idle.Close()
+	if err != nil {
+		return
+	}
+	defer unix.Close(pidfd)
+	pfd := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		if _, err := unix.Poll(pfd, int(time.Until(deadline).Milliseconds())+1); err != unix.EINTR {
+			return
+		}
+	}
+}
+
 //go:noinline
 //go:norace
 //go:nocheckptr
@@ -218,6 +246,7 @@ func idleMain(d *idleFrame) {
 		exit(125)
 	}
 	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 1, ^uintptr(0), 0)
+	dropShared(&d.drop, d.ndrop, d.pageMask)
 	nfds := receiveHeader(d)
 	if !readAll(uintptr(unsafe.Pointer(d.opsBase)), d.hdr.opsLen) {
 		exit(125)

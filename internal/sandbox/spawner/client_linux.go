@@ -199,6 +199,7 @@ func (s *Spawner) send(req Request, files []*os.File, sys *syscall.SysProcAttr) 
 		s.stopLocked()
 		return nil, fmt.Errorf("%w: %v", ErrClosed, err)
 	}
+	reapDiscarded(reply.Discarded)
 	if reply.Fallback != "" {
 		return nil, fmt.Errorf("%w: %s", ErrFallback, reply.Fallback)
 	}
@@ -283,12 +284,17 @@ func (s *Spawner) stopLocked() {
 	kill := time.AfterFunc(time.Second, func() { _ = s.proc.Signal(syscall.SIGKILL) })
 	_, _ = s.proc.Wait()
 	kill.Stop()
+	// Its idle raw helper, which it killed and saw end before it exited (endIdle).
+	reapZombiesNamed(idleName)
 }
 
 // reapUnexeced reaps the children of this process that a spawner forked
 // but that failed before their exec (they still carry the spawner's thread
 // name): the spawner's ForkExec cannot wait for them, they are ours.
-func reapUnexeced() {
+func reapUnexeced() { reapZombiesNamed(unexecName) }
+
+// reapZombiesNamed reaps the zombie children of this process named name.
+func reapZombiesNamed(name string) {
 	tasks, _ := filepath.Glob("/proc/self/task/*/children")
 	for _, t := range tasks {
 		b, err := os.ReadFile(t)
@@ -300,7 +306,7 @@ func reapUnexeced() {
 			if err != nil {
 				continue
 			}
-			if unexecedZombie(pid) {
+			if zombieNamed(pid, name) {
 				var ws unix.WaitStatus
 				_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 			}
@@ -308,8 +314,8 @@ func reapUnexeced() {
 	}
 }
 
-// unexecedZombie reports whether pid is a zombie named unexecName.
-func unexecedZombie(pid int) bool {
+// zombieNamed reports whether pid is a zombie named name.
+func zombieNamed(pid int, name string) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return false
@@ -319,5 +325,17 @@ func unexecedZombie(pid int) bool {
 	if open < 0 || end < open || len(s) < end+3 {
 		return false
 	}
-	return s[open+1:end] == unexecName && s[end+2] == 'Z'
+	return s[open+1:end] == name && s[end+2] == 'Z'
+}
+
+// reapDiscarded reaps the idle raw helpers the spawner killed unused.
+func reapDiscarded(pids []int) {
+	for _, pid := range pids {
+		var ws unix.WaitStatus
+		for {
+			if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
+				break
+			}
+		}
+	}
 }

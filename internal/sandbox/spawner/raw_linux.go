@@ -53,15 +53,84 @@ func spawnRaw(req *Request, fds []int) Reply {
 	if req.CgroupFD {
 		a.UseCgroupFD, a.CgroupFD = true, fds[req.Files]
 	}
+	var discarded []int
+	if !req.CgroupFD {
+		pid, gone, ok := runIdle(a, program)
+		discarded = gone
+		if ok {
+			return Reply{PID: pid, Discarded: discarded}
+		}
+	}
 	pid, err := rawchild.Start(&prog, program, a)
 	if err != nil {
 		var errno syscall.Errno
 		if !errors.As(err, &errno) {
 			errno = syscall.EIO
 		}
-		return Reply{Errno: int(errno), Error: err.Error()}
+		return Reply{Errno: int(errno), Error: err.Error(), Discarded: discarded}
 	}
-	return Reply{PID: pid}
+	if !req.CgroupFD {
+		next = &a // the next block is likely one like it: fork its helper after this reply
+	}
+	return Reply{PID: pid, Discarded: discarded}
+}
+
+// The raw helper forked ahead (rawchild.Prefork): after each reply the
+// spawner forks one for a block like the last (its namespaces, maps and
+// parent-death signal), so that the next such block's clone is off the
+// request path. Only without clone3's cgroup placement (cgroup v1, where the
+// helper joins its group in a step): the group is not known ahead.
+var (
+	idle    *rawchild.Idle
+	idleKey string
+	next    *rawchild.Attr
+)
+
+func attrKey(a rawchild.Attr) string {
+	return strconv.FormatUint(uint64(a.Cloneflags), 16) + "|" + strconv.Itoa(int(a.Pdeathsig)) + "|" + a.UIDMap + "|" + a.GIDMap
+}
+
+// runIdle hands the compiled block to the idle helper when it was forked
+// for a block like this one. gone lists an idle helper given up (killed; the
+// server reaps it).
+func runIdle(a rawchild.Attr, program rawchild.Program) (pid int, gone []int, ok bool) {
+	if idle == nil {
+		return 0, nil, false
+	}
+	it := idle
+	idle = nil
+	if idleKey == attrKey(a) {
+		if err := it.Run(&prog, program, rawName, append([]rawchild.FD{a.Stdin, a.Stdout, a.Stderr, a.Status}, a.Extra...)); err == nil {
+			next = &a
+			return it.PID, nil, true
+		}
+	}
+	it.Close()
+	return 0, []int{it.PID}, false
+}
+
+// afterReply forks the idle helper the last block asked for (next), off
+// that block's path.
+func afterReply() {
+	if next == nil || idle != nil {
+		return
+	}
+	a := *next
+	next = nil
+	a.Name, a.Stdin, a.Stdout, a.Stderr, a.Status, a.Extra = idleName, nil, nil, nil, nil, nil
+	if it, err := rawchild.Prefork(&prog, a); err == nil {
+		idle, idleKey = it, attrKey(a)
+	}
+}
+
+// endIdle kills the idle helper as the spawner ends and waits (briefly)
+// until it is gone, so that the server, which never learnt its PID, finds
+// it a zombie by its name once it has reaped the spawner.
+func endIdle() {
+	if idle != nil {
+		idle.CloseWait(idleGrace)
+		idle = nil
+	}
 }
 
 // idMap is the map file's text of ms ("" for none).

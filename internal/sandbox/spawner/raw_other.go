@@ -7,3 +7,7 @@ package spawner
 func spawnRaw(req *Request, fds []int) Reply {
 	return Reply{Fallback: "the raw helper is built for amd64 and arm64 only"}
 }
+
+func afterReply() {}
+
+func endIdle() {}

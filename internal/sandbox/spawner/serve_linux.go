@@ -57,6 +57,7 @@ func serve(argv []string) {
 			continue
 		}
 		if err != nil || n == 0 {
+			endIdle()
 			os.Exit(0) // the server closed its end (or is gone)
 		}
 		fds := receivedFDs(oob[:oobn])
@@ -66,8 +67,10 @@ func serve(argv []string) {
 		}
 		out, _ := json.Marshal(reply)
 		if err := syscall.Sendmsg(sockFD, out, nil, nil, 0); err != nil {
+			endIdle()
 			os.Exit(0)
 		}
+		afterReply()
 	}
 }
 

@@ -31,6 +31,8 @@
 // is a JSON [Reply].
 package spawner
 
+import "time"
+
 // Marker is argv[1] of a spawner process; EnvMarker=1 is in its
 // environment, and EnvOverlay the JSON list of [OverlayDir] to make.
 const (
@@ -50,6 +52,15 @@ const (
 // until its exec replaces it: a zombie child of the server with this name
 // is a clone that failed before it exec'd (see reapUnexeced).
 const unexecName = "codellm-spawner"
+
+// idleName is a raw helper's name while it waits for a block (it renames
+// itself when it gets one): the server reaps a zombie by this name once it
+// has reaped the spawner that forked it (the spawner kills its idle helper
+// as it ends; the server never learnt that PID).
+const idleName = "codellm-idle"
+
+// idleGrace bounds how long an ending spawner waits for its idle helper's end.
+const idleGrace = 200 * time.Millisecond
 
 // maxFiles bounds the descriptors of one request (a helper gets at most
 // seven, plus the cgroup's).

@@ -49,4 +49,7 @@ type Reply struct {
 	// Fallback, for a raw request, is why the raw helper cannot serve the
 	// block (nothing was started; the caller starts the Go helper).
 	Fallback string `json:"fallback,omitempty"`
+	// Discarded are idle raw helpers the spawner killed unused (children
+	// of the server, which reaps them).
+	Discarded []int `json:"discarded,omitempty"`
 }
