@@ -62,8 +62,11 @@
 // collect (rawCandidate), whose root the spawner's overlays cover and
 // whose workdir copy is small (rawhelper refuses the rest, and the block
 // gets the Go helper). The Go runtime's start, threads and exit were most
-// of a helper's CPU (PERF.md, "session 9"). [Config.GoHelper] turns it
-// off; `make test` runs this package's tests once on each helper.
+// of a helper's CPU (PERF.md, "session 9"). On cgroup v1 the spawner forks
+// the next block's raw helper after each reply (namespaces and maps made,
+// waiting for its program), so that clone is off the request path.
+// [Config.GoHelper] turns the raw helper off; `make test` runs this
+// package's tests once on each helper.
 //
 // # Pre-started helpers
 //

@@ -20,15 +20,23 @@
 // and argv it was started with (the sealed helper binary); a request
 // chooses the environment, descriptors and namespace attributes only.
 //
+// A raw request ([Request].Raw) asks for the raw helper instead: the
+// spawner compiles the block's spec (package rawhelper) and forks a child
+// of its own that runs it without exec'ing anything (package rawchild),
+// or answers [Reply].Fallback for a block only the Go helper serves. After
+// each raw reply it forks the next such block's helper ahead (raw_linux.go),
+// an idle child named idleName that it kills when it ends.
+//
 // Started as root with directories to overlay ([Start]'s overlay), the
 // spawner first makes them read-only overlays in a mount namespace of its
 // own, which every helper's namespace is then a copy of (overlay_linux.go).
 //
 // Wire format (a SOCK_SEQPACKET socket pair): the spawner's first message
 // is a JSON [Hello]; then one request, one reply: the request is a JSON
-// [Request] with the child's descriptors attached as SCM_RIGHTS, in order,
-// followed by the cgroup descriptor when Request.CgroupFD is set; the reply
-// is a JSON [Reply].
+// [Request] (for a raw one followed by a NUL byte and the encoded spec) with
+// the child's descriptors attached as SCM_RIGHTS, in order, followed by the
+// cgroup descriptor when Request.CgroupFD is set; the reply is a JSON
+// [Reply].
 package spawner
 
 import "time"
