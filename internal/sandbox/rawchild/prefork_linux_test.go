@@ -29,10 +29,10 @@ func warm(t *testing.T, p *Prog) {
 	}
 }
 
-// A child forked before its program was built runs that program, with the
-// descriptors it was handed, as a child from Start would: the steps' write,
-// the program's output, the init's records.
-func TestPreforkedChildRunsALaterProgram(t *testing.T) {
+// preforked is a Prog built once and a child forked for its next program;
+// the Prog is reset for that program.
+func preforked(t *testing.T) (*Prog, *Idle) {
+	t.Helper()
 	p := &Prog{}
 	p.Call("a first program", syscall.SYS_GETPID)
 	warm(t, p)
@@ -40,8 +40,16 @@ func TestPreforkedChildRunsALaterProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { reapFailed(idle.PID) })
 	p.Reset()
+	return p, idle
+}
+
+// A child forked before its program was built runs that program, with the
+// descriptors it was handed, as a child from Start would: the steps' write,
+// the program's output, the init's records.
+func TestPreforkedChildRunsALaterProgram(t *testing.T) {
+	p, idle := preforked(t)
+	t.Cleanup(func() { reapFailed(idle.PID) })
 	msg := "from the step\n"
 	p.Call("write", syscall.SYS_WRITE, Val(1), Val(p.Str(msg)), Val(uintptr(len(msg))))
 	statR, statW := pipe(t)
@@ -76,14 +84,7 @@ func TestPreforkedChildRunsALaterProgram(t *testing.T) {
 // An idle child that is given up ends (the caller reaps it), and a Prog
 // whose memory moved since the fork is refused before anything is sent.
 func TestPreforkedChildCloseAndStale(t *testing.T) {
-	p := &Prog{}
-	p.Call("a first program", syscall.SYS_GETPID)
-	warm(t, p)
-	idle, err := Prefork(p, preforkAttr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Reset()
+	p, idle := preforked(t)
 	for range 2 * cap(p.ops) { // outgrows the ops array the child has
 		p.Call("getpid", syscall.SYS_GETPID)
 	}
