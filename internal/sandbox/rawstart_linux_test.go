@@ -101,6 +101,9 @@ func BenchmarkRawCompile(b *testing.B) {
 // after two blocks the Sandbox has one idle helper, and Close leaves none
 // behind (the spawner kills it, the server reaps it).
 func TestRawIdleHelperEndsWithItsSandbox(t *testing.T) {
+	if goHelperForTests {
+		t.Skip("CODELLM_TEST_GO_HELPER=1: every block gets the Go helper, no raw helper is forked ahead")
+	}
 	before := idleHelpers(t)
 	s, err := New(Config{Mode: ModeNative})
 	if err != nil {
