@@ -43,9 +43,6 @@ func (r *Run) rawStart(cl cloneSpec, bf *blockFiles, hs *hook.Spec, child *cgrou
 		if sp == nil || !overlaidRoot(cl.use) && len(sp.Overlaid()) > 0 {
 			return nil, false, nil
 		}
-		if overlaidRoot(cl.use) {
-			hs.Overlaid = sp.Overlaid()
-		}
 		hl, err := r.rawSpawn(sp, cl, bf, hs, child)
 		if errors.Is(err, spawner.ErrClosed) {
 			p.spawner.drop(sp)
@@ -85,7 +82,8 @@ func (r *Run) rawSpawn(sp *spawner.Spawner, cl cloneSpec, bf *blockFiles, hs *ho
 		statR.Close()
 		return nil, err
 	}
-	return &launched{osp: osp, statR: statR, start: start, joined: true, raw: true, overlaid: hs.Overlaid}, nil
+	// Its spec went compiled: the spawner binds the overlays it made itself (rawhelper.Host.Overlaid).
+	return &launched{osp: osp, statR: statR, start: start, joined: true, raw: true}, nil
 }
 
 // noteFallback logs, once per Sandbox, the first reason a block got the
