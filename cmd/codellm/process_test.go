@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,29 +45,48 @@ func startServe(t *testing.T, args ...string) string {
 }
 
 // startServeProc is startServe for a test that also looks at the work dir or stops the server itself.
-// At cleanup the server is stopped (if the test has not) and its work dir removed, mounts and all.
+// At cleanup the server is stopped (if the test has not) and its work dir removed, mounts and all. A
+// server that lost its port to another test between freeAddr and its bind (the packages' tests run in
+// parallel) is started again on another.
 func startServeProc(t *testing.T, args ...string) *serveProc {
 	t.Helper()
 	requireNative(t)
 	bin := binary(t)
-	addr := freeAddr(t)
-	s := &serveProc{base: "http://" + addr, workDir: newWorkDir(t), exited: make(chan error, 1)}
-	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", addr, "--work-dir", s.workDir}, args...)...)
-	logs := newSyncBuffer()
-	s.cmd.Stderr = logs
-	if err := s.cmd.Start(); err != nil {
+	for attempt := 1; ; attempt++ {
+		addr := freeAddr(t)
+		s := &serveProc{base: "http://" + addr, workDir: newWorkDir(t), exited: make(chan error, 1)}
+		s.cmd = exec.Command(bin, append([]string{"serve", "--listen", addr, "--work-dir", s.workDir}, args...)...)
+		logs := newSyncBuffer()
+		s.cmd.Stderr = logs
+		if err := s.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { s.exited <- s.cmd.Wait() }()
+		t.Cleanup(func() { s.stop() })
+		_, err := readyOrExit(s.base, s.exited, logs)
+		if err == nil {
+			return s
+		}
+		if attempt < 3 && strings.Contains(logs.String(), "address already in use") {
+			continue
+		}
 		t.Fatal(err)
 	}
-	go func() { s.exited <- s.cmd.Wait() }()
-	t.Cleanup(func() { s.stop() })
-	waitReady(t, s.base, s.exited, logs)
-	return s
 }
 
 // waitReady polls base's /readyz until it says ready (returning the sandbox mode it reports), failing the
 // test when the server exits first or is not ready within 60 s.
 func waitReady(t *testing.T, base string, exited chan error, logs *syncBuffer) string {
 	t.Helper()
+	sb, err := readyOrExit(base, exited, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// readyOrExit is waitReady's poll: the sandbox mode once ready, or why not.
+func readyOrExit(base string, exited chan error, logs *syncBuffer) (string, error) {
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		if resp, err := http.Get(base + "/readyz"); err == nil {
 			var rd struct {
@@ -76,17 +96,17 @@ func waitReady(t *testing.T, base string, exited chan error, logs *syncBuffer) s
 			json.NewDecoder(resp.Body).Decode(&rd)
 			resp.Body.Close()
 			if rd.Ready {
-				return rd.Sandbox
+				return rd.Sandbox, nil
 			}
 		}
 		select {
 		case err := <-exited:
 			exited <- err
-			t.Fatalf("serve exited early (%v); logs:\n%s", err, logs.String())
+			return "", fmt.Errorf("serve exited early (%v); logs:\n%s", err, logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not ready within 60s; logs:\n%s", logs.String())
+			return "", fmt.Errorf("not ready within 60s; logs:\n%s", logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
