@@ -170,7 +170,7 @@ func (idle *Idle) Run(p *Prog, prog Program, name string, files []FD) error {
 	if err := unix.Sendmsg(sock, hb, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL); err != nil {
 		return fmt.Errorf("rawchild: hand the program over: %w", err)
 	}
-	for _, b := range bufs[:len(bufs):len(bufs)] {
+	for _, b := range bufs {
 		for len(b) > 0 {
 			n, err := unix.SendmsgN(sock, b, nil, nil, unix.MSG_NOSIGNAL)
 			if err == unix.EINTR {

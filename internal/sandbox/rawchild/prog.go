@@ -211,15 +211,6 @@ func (p *Prog) Expect(n uintptr) {
 // Len is the number of steps.
 func (p *Prog) Len() int { return len(p.ops) }
 
-// What is what step i does, as given to Call; the program's exec is step
-// Len().
-func (p *Prog) What(i int) string {
-	if i >= 0 && i < len(p.ops) {
-		return unsafe.String(p.ops[i].what, p.ops[i].nwhat)
-	}
-	return "exec the program"
-}
-
 func (p *Prog) add(what string, kind opKind, trap uintptr, args []Arg, save int8) {
 	if len(args) > 6 {
 		p.fail(fmt.Errorf("rawchild: %s: %d arguments", what, len(args)))

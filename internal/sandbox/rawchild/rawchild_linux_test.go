@@ -484,3 +484,25 @@ func TestNameIsSet(t *testing.T) {
 		}
 	}
 }
+
+// A NUL byte would end a C string early: refused before any fork. And
+// checking leaves the caller's slices as they were (their spare capacity
+// included, which an append for the check would have written).
+func TestProgramWithNULIsRefused(t *testing.T) {
+	args := make([]string, 2, 4)
+	args[0], args[1] = "sh", "-c"
+	spare := args[:4]
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	for _, prog := range []Program{{Path: "/bin/sh", Args: args, Env: []string{"A=1\x00B=2"}}, {Path: "/bin/sh\x00x", Args: args}} {
+		if _, err := Start(&Prog{}, prog, Attr{Stdin: null, Stdout: null, Stderr: null, Status: null}); err == nil || !strings.Contains(err.Error(), "NUL") {
+			t.Errorf("Start(%q): %v, want the NUL byte refused", prog.Path, err)
+		}
+	}
+	if spare[2] != "" || spare[3] != "" {
+		t.Errorf("the check wrote into the caller's arguments: %q", spare)
+	}
+}

@@ -204,10 +204,8 @@ func cloneWithMaps(f *frame, a Attr, fork func() (uintptr, syscall.Errno)) (int,
 // at the same addresses in a child forked before the Prog was built
 // (Prefork), which receives it byte for byte.
 func newFrame(p *Prog, prog Program, files []FD, pdeath syscall.Signal, name string) (*frame, error) {
-	for _, s := range append([]string{prog.Path, name}, append(prog.Args, prog.Env...)...) {
-		if strings.IndexByte(s, 0) >= 0 {
-			return nil, fmt.Errorf("rawchild: a NUL byte in the program's path, arguments, environment or name")
-		}
+	if hasNUL([]string{prog.Path, name}, prog.Args, prog.Env) {
+		return nil, fmt.Errorf("rawchild: a NUL byte in the program's path, arguments, environment or name")
 	}
 	if p.fr == nil {
 		p.fr = new(frame)
@@ -232,6 +230,19 @@ func newFrame(p *Prog, prog Program, files []FD, pdeath syscall.Signal, name str
 		return nil, p.err
 	}
 	return f, nil
+}
+
+// hasNUL reports whether any string of lists holds a NUL byte (it would
+// end the C string early).
+func hasNUL(lists ...[]string) bool {
+	for _, l := range lists {
+		for _, s := range l {
+			if strings.IndexByte(s, 0) >= 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // cstr is a NUL-terminated copy of s in p's memory.
