@@ -140,34 +140,80 @@ func subtract(r memRange, keep []memRange) []memRange {
 // calls from here on take well under a page (nosplit code).
 const stackWindow = 64 << 10
 
-// dropShared lets go of the ranges rs[:n] but the stack it runs on.
-// Nothing of the runtime runs in the child, and nothing in them is read
-// again: the child's code uses only its frame, its stack and, until the
-// program runs, the Prog's memory.
+// dropShared lets go of the ranges rs[:n] but the stack it runs on and
+// the thread's TLS (tp, see adviseOutside). Nothing of the runtime runs in
+// the child, and nothing in them is read again: the child's code uses only
+// its frame, its stack and, until the program runs, the Prog's memory.
 //
 //go:nosplit
 //go:norace
 //go:nocheckptr
-func dropShared(rs *[maxDrop]memRange, n, pageMask uintptr) {
+func dropShared(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
+	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DONTNEED)
+}
+
+// adviseOutside applies madvise(advice) to the ranges rs[:n] but two
+// windows: the stack around the caller's stack pointer, and the memory
+// around tp, the thread pointer. The kernel itself writes there on every
+// return to user space when a C library registered the thread's rseq area
+// (a cgo build: glibc's thread control block is in an anonymous mapping),
+// and a child without those pages dies of SIGSEGV before its first
+// instruction.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func adviseOutside(rs *[maxDrop]memRange, n, pageMask, tp, advice uintptr) {
 	var here byte
 	sp := uintptr(unsafe.Pointer(&here))
-	lo, hi := (sp-stackWindow)&^pageMask, (sp+stackWindow)&^pageMask
+	w := [2]memRange{{(sp - stackWindow) &^ pageMask, (sp + stackWindow) &^ pageMask}, {}}
+	w[1] = w[0]
+	if tp > stackWindow {
+		w[1] = memRange{(tp - stackWindow) &^ pageMask, (tp + stackWindow) &^ pageMask}
+	}
+	if w[1].start < w[0].start {
+		w[0], w[1] = w[1], w[0]
+	}
 	for i := uintptr(0); i < n && i < maxDrop; i++ {
 		r := rs[i]
-		if r.end <= lo || r.start >= hi {
-			madvise(r.start, r.end)
-			continue
+		at := r.start
+		for k := 0; k < 2; k++ {
+			if w[k].end <= at || w[k].start >= r.end {
+				continue
+			}
+			if at < w[k].start {
+				madvise(at, w[k].start, advice)
+			}
+			at = max(at, w[k].end)
 		}
-		if r.start < lo {
-			madvise(r.start, lo)
-		}
-		if hi < r.end {
-			madvise(hi, r.end)
+		if at < r.end {
+			madvise(at, r.end, advice)
 		}
 	}
 }
 
+// The fork itself need not copy what the child lets go of anyway: the
+// parent marks those ranges MADV_DONTFORK just before its clone and
+// MADV_DOFORK right after (both from the fork's own frame, so the stack
+// window is the same), and the child never has them. This is what spares
+// the spawner its copy-on-write faults: a fork write-protects every private
+// page it copies in the parent as well, so the spawner's next write to each
+// of its heap pages was a fault and a TLB flush (about 130 per block), and
+// the copy of their page tables went with them. The marks live only while
+// syscall.ForkLock is held (cloneWithMaps): a fork by package syscall (the
+// Go helper's, a real fork with a user namespace) always copies everything.
+
 //go:nosplit
-func madvise(start, end uintptr) {
-	syscall.RawSyscall(syscall.SYS_MADVISE, start, end-start, syscall.MADV_DONTNEED)
+func markNoFork(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
+	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DONTFORK)
+}
+
+//go:nosplit
+func unmarkNoFork(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
+	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DOFORK)
+}
+
+//go:nosplit
+func madvise(start, end, advice uintptr) {
+	syscall.RawSyscall(syscall.SYS_MADVISE, start, end-start, advice)
 }

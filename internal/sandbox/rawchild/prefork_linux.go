@@ -47,7 +47,11 @@ type idleFrame struct {
 	received [maxFiles]int32
 	drop     [maxDrop]memRange // the caller's memory it lets go of while it waits
 	ndrop    uintptr
+	nofork   [maxDrop]memRange // what it is never given: drop but the Prog's memory (see markNoFork)
+	nnofork  uintptr
 	pageMask uintptr
+	tp       uintptr  // its thread pointer (adviseOutside)
+	name     [16]byte // its name until it runs (PR_SET_NAME keeps 15 bytes)
 }
 
 // Idle is a child forked ahead of its program: in its namespaces, its maps
@@ -90,23 +94,30 @@ func Prefork(p *Prog, a Attr) (*Idle, error) {
 		return nil, fmt.Errorf("rawchild: socket pair: %w", err)
 	}
 	d := &idleFrame{sock: uintptr(pair[1]), opsBase: &p.ops[:1][0], fr: p.fr, nchunks: uintptr(len(p.chunks))}
+	d.iov.Base = (*byte)(unsafe.Pointer(&d.hdr))
+	d.msg.Iov, d.msg.Control = &d.iov, &d.cmsg[0]
 	d.start.pdeath = uintptr(a.Pdeathsig)
-	var keep []byte
 	if a.Name != "" {
-		keep = append([]byte(a.Name), 0)
-		d.start.name = &keep[0]
+		copy(d.name[:len(d.name)-1], a.Name)
+		d.start.name = &d.name[0]
 	}
 	idle := &Idle{sock: pair[0], prog: p, ops: d.opsBase, opsCap: cap(p.ops), n: len(p.chunks), pdeath: a.Pdeathsig}
 	// Everything it has of the caller's but d: the program arrives into
 	// pages it no longer has (fresh ones, then), and the caller's writes
 	// while it waits do not copy pages for it.
-	d.ndrop, d.pageMask = planRanges(&d.drop, subtractAll(anonRanges(), []memRange{span(unsafe.Pointer(d), unsafe.Sizeof(*d))}))
+	self := span(unsafe.Pointer(d), unsafe.Sizeof(*d))
+	d.ndrop, d.pageMask = planRanges(&d.drop, subtractAll(anonRanges(), []memRange{self}))
+	// The program arrives into the Prog's memory (fresh pages, once
+	// dropped), so the child must have those ranges mapped.
+	keep := []memRange{self, span(unsafe.Pointer(p.fr), unsafe.Sizeof(*p.fr)),
+		span(unsafe.Pointer(&p.ops[:1][0]), uintptr(cap(p.ops))*unsafe.Sizeof(op{}))}
 	for i, c := range p.chunks {
 		d.chunks[i], idle.chunks[i] = &c[0], &c[0]
+		keep = append(keep, span(unsafe.Pointer(&c[0]), uintptr(len(c))))
 	}
+	d.nnofork, _ = planRanges(&d.nofork, subtractAll(anonRanges(), keep))
 	flags := cloneFlags(a)
 	pid, err := cloneWithMaps(&d.start, a, func() (uintptr, syscall.Errno) { return forkIdle(d, flags) })
-	runtime.KeepAlive(keep)
 	runtime.KeepAlive(d)
 	unix.Close(pair[1])
 	if err != nil {
@@ -223,12 +234,15 @@ func (idle *Idle) CloseWait(d time.Duration) {
 //go:nocheckptr
 func forkIdle(d *idleFrame, flags uintptr) (uintptr, syscall.Errno) {
 	runtime_BeforeFork()
+	d.tp = threadPointer()
+	markNoFork(&d.nofork, d.nnofork, d.pageMask, d.tp)
 	pid, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, flags|uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
 	if errno != 0 || pid != 0 {
+		unmarkNoFork(&d.nofork, d.nnofork, d.pageMask, d.tp)
 		runtime_AfterFork()
 		return pid, errno
 	}
-	runtime_AfterForkInChild()
+	childSignals()
 	idleMain(d)
 	return 0, 0 // not reached
 }
@@ -246,7 +260,7 @@ func idleMain(d *idleFrame) {
 		exit(125)
 	}
 	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 1, ^uintptr(0), 0)
-	dropShared(&d.drop, d.ndrop, d.pageMask)
+	dropShared(&d.drop, d.ndrop, d.pageMask, d.tp)
 	nfds := receiveHeader(d)
 	if !readAll(uintptr(unsafe.Pointer(d.opsBase)), d.hdr.opsLen) {
 		exit(125)
@@ -271,6 +285,7 @@ func idleMain(d *idleFrame) {
 		f.high = max(f.high, f.fds[i]+1, nfds)
 	}
 	f.synced = false
+	f.tp = d.tp // the frame came with the caller's thread's
 	if f.name != nil {
 		syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_NAME, uintptr(unsafe.Pointer(f.name)), 0)
 	}
@@ -284,10 +299,11 @@ func idleMain(d *idleFrame) {
 //go:norace
 //go:nocheckptr
 func receiveHeader(d *idleFrame) uintptr {
-	d.iov.Base = (*byte)(unsafe.Pointer(&d.hdr))
+	// Its pointers were set by Prefork: a pointer store here would read
+	// the runtime's write-barrier flag, on a page the child does not have.
 	d.iov.Len = uint64(unsafe.Sizeof(d.hdr))
-	d.msg.Iov, d.msg.Iovlen = &d.iov, 1
-	d.msg.Control, d.msg.Controllen = &d.cmsg[0], uint64(len(d.cmsg))
+	d.msg.Iovlen = 1
+	d.msg.Controllen = uint64(len(d.cmsg))
 	var n uintptr
 	var e syscall.Errno
 	for {

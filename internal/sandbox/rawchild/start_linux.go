@@ -18,17 +18,14 @@ import (
 // The runtime's fork hooks, as package syscall uses them around its own
 // fork (exported to other packages on purpose: go.dev/issue/67401).
 // BeforeFork blocks signals and makes any stack growth in the child fatal;
-// AfterForkInChild resets the runtime's signal handlers to the default and
-// restores the signal mask.
+// AfterFork undoes it in the parent. The child does what AfterForkInChild
+// would itself (childSignals).
 //
 //go:linkname runtime_BeforeFork syscall.runtime_BeforeFork
 func runtime_BeforeFork()
 
 //go:linkname runtime_AfterFork syscall.runtime_AfterFork
 func runtime_AfterFork()
-
-//go:linkname runtime_AfterForkInChild syscall.runtime_AfterForkInChild
-func runtime_AfterForkInChild()
 
 // Program is what the init starts once the Prog has run.
 type Program struct {
@@ -105,6 +102,7 @@ type frame struct {
 	later    [maxDrop]memRange // and once its program runs: the Prog's memory
 	nlater   uintptr
 	pageMask uintptr
+	tp       uintptr          // the forking thread's thread pointer, the child's too (adviseOutside)
 	name     *byte            // PR_SET_NAME, or nil
 	npath    uintptr          // len of *path, for an exec failure's record
 	rec      [failHeader]byte // the record being written
@@ -182,7 +180,11 @@ func cloneWithMaps(f *frame, a Attr, fork func() (uintptr, syscall.Errno)) (int,
 		defer syscall.Close(sync[0])
 		defer syscall.Close(sync[1])
 	}
+	// ForkLock: no fork by package syscall may see the ranges fork marks
+	// MADV_DONTFORK for its own clone (markNoFork).
+	syscall.ForkLock.Lock()
 	pid, errno := fork()
+	syscall.ForkLock.Unlock()
 	if errno != 0 {
 		return 0, fmt.Errorf("rawchild: clone: %w", errno)
 	}
@@ -278,6 +280,8 @@ type cloneArgs struct {
 //go:nocheckptr
 func forkChild(f *frame, flags uintptr, args *cloneArgs) (uintptr, syscall.Errno) {
 	runtime_BeforeFork()
+	f.tp = threadPointer()
+	markNoFork(&f.drop, f.ndrop, f.pageMask, f.tp)
 	var pid uintptr
 	var errno syscall.Errno
 	if args != nil {
@@ -286,10 +290,11 @@ func forkChild(f *frame, flags uintptr, args *cloneArgs) (uintptr, syscall.Errno
 		pid, _, errno = syscall.RawSyscall6(syscall.SYS_CLONE, flags|uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
 	}
 	if errno != 0 || pid != 0 {
+		unmarkNoFork(&f.drop, f.ndrop, f.pageMask, f.tp)
 		runtime_AfterFork()
 		return pid, errno
 	}
-	runtime_AfterForkInChild()
+	childSignals()
 	childMain(f)
 	return 0, 0 // not reached: childMain exits
 }
@@ -335,6 +340,36 @@ func reapFailed(pid int) {
 // The child's own code. Everything below runs after the fork: nosplit (the
 // stack cannot grow), no allocation, no locks, raw system calls only.
 
+// kernelSigaction is the kernel's struct sigaction (amd64 and arm64 alike).
+type kernelSigaction struct {
+	handler, flags, restorer, mask uintptr
+}
+
+// childSignals is what runtime_AfterForkInChild does, without the runtime's
+// memory (the g and m it reads are on heap pages the child was not given,
+// see markNoFork): every signal with a handler (the runtime's) goes back to
+// its default action, ignored ones stay ignored, and the signals
+// runtime_BeforeFork blocked are unblocked.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func childSignals() {
+	var old, dfl kernelSigaction
+	for sig := uintptr(1); sig <= 64; sig++ {
+		if sig == uintptr(syscall.SIGKILL) || sig == uintptr(syscall.SIGSTOP) {
+			continue
+		}
+		old = kernelSigaction{}
+		_, _, e := syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, sig, 0, uintptr(unsafe.Pointer(&old)), 8, 0, 0)
+		if e == 0 && old.handler > 1 { // neither SIG_DFL (0) nor SIG_IGN (1)
+			syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0)
+		}
+	}
+	var none uint64
+	syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&none)), 0, 8, 0, 0)
+}
+
 //go:nosplit
 //go:norace
 //go:nocheckptr
@@ -375,7 +410,7 @@ func childStart(f *frame) {
 //go:norace
 //go:nocheckptr
 func childRun(f *frame) {
-	dropShared(&f.drop, f.ndrop, f.pageMask)
+	dropShared(&f.drop, f.ndrop, f.pageMask, f.tp)
 	placeFiles(f)
 	runSteps(f)
 	// The steps' own descriptors go before the program starts: the init
@@ -485,7 +520,7 @@ func runInit(f *frame) {
 		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	}
 	report(&f.rec, KindStarted, uint32(pid))
-	dropShared(&f.later, f.nlater, f.pageMask)
+	dropShared(&f.later, f.nlater, f.pageMask, f.tp)
 	ws := reapUntil(pid)
 	self, _, _ := syscall.RawSyscall(syscall.SYS_GETPID, 0, 0, 0)
 	if self == 1 {

@@ -45,3 +45,11 @@ exit:
 	MOVD	$94, R8		// SYS_exit_group
 	SVC
 	B	exit
+
+// func threadPointer() uintptr
+//
+// TPIDR_EL0: the C library's thread pointer in a cgo build (0 otherwise).
+TEXT ·threadPointer(SB),NOSPLIT,$0-8
+	MRS	TPIDR_EL0, R0
+	MOVD	R0, ret+0(FP)
+	RET
