@@ -3,5 +3,4 @@
 package rawchild
 
 // threadPointer is TPIDR_EL0 (vfork_linux_arm64.s).
-//
 func threadPointer() uintptr
