@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // A raw child is a copy of its parent and, unlike a child that execs, keeps
@@ -57,6 +59,8 @@ func readAnonMaps() []memRange {
 	for sc.Scan() {
 		// start-end perms offset dev inode [path]
 		f := bytes.Fields(sc.Bytes())
+		// Not the main thread's [stack] either: it holds the argv that
+		// /proc/PID/cmdline shows (ps names a helper by it).
 		if len(f) < 5 || string(f[1]) != "rw-p" || string(f[4]) != "0" || len(f) > 5 {
 			continue // file-backed, shared, read-only, or named ([stack], [heap], [vvar])
 		}
@@ -149,27 +153,26 @@ const stackWindow = 64 << 10
 //go:norace
 //go:nocheckptr
 func dropShared(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
-	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DONTNEED)
+	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DONTNEED, stackWindow, stackWindow)
 }
 
 // adviseOutside applies madvise(advice) to the ranges rs[:n] but two
-// windows: the stack around the caller's stack pointer, and the memory
-// around tp, the thread pointer. The kernel itself writes there on every
-// return to user space when a C library registered the thread's rseq area
-// (a cgo build: glibc's thread control block is in an anonymous mapping),
-// and a child without those pages dies of SIGSEGV before its first
-// instruction.
+// windows: the stack from below bytes under the caller's stack pointer to
+// above bytes over it, and tpWindow around tp, the thread pointer (0:
+// none). A child without its TLS dies of SIGSEGV at its first return
+// through an ABI wrapper, or (cgo) before its first instruction, since the
+// kernel writes the thread's rseq area on every return to user space.
 //
 //go:nosplit
 //go:norace
 //go:nocheckptr
-func adviseOutside(rs *[maxDrop]memRange, n, pageMask, tp, advice uintptr) {
+func adviseOutside(rs *[maxDrop]memRange, n, pageMask, tp, advice, below, above uintptr) {
 	var here byte
 	sp := uintptr(unsafe.Pointer(&here))
-	w := [2]memRange{{(sp - stackWindow) &^ pageMask, (sp + stackWindow) &^ pageMask}, {}}
+	w := [2]memRange{{(sp - below) &^ pageMask, (sp + above + pageMask) &^ pageMask}, {}}
 	w[1] = w[0]
-	if tp > stackWindow {
-		w[1] = memRange{(tp - stackWindow) &^ pageMask, (tp + stackWindow) &^ pageMask}
+	if tp > tpWindow {
+		w[1] = memRange{(tp - tpWindow) &^ pageMask, (tp + tpWindow + pageMask) &^ pageMask}
 	}
 	if w[1].start < w[0].start {
 		w[0], w[1] = w[1], w[0]
@@ -203,15 +206,50 @@ func adviseOutside(rs *[maxDrop]memRange, n, pageMask, tp, advice uintptr) {
 // syscall.ForkLock is held (cloneWithMaps): a fork by package syscall (the
 // Go helper's, a real fork with a user namespace) always copies everything.
 
+// The window a fork keeps of its caller's stack: from forkBelow under the
+// marking frame (the child's nosplit calls, which the linker bounds to well
+// under a page, and the system calls') to forkAbove over it (the fork's own
+// frame and its arguments' spill slots; the child never returns from it).
+// The rest of the goroutine's stack span, and the heap around it, would only
+// be copy-on-write pages the spawner then faults on.
+const (
+	forkBelow = 32 << 10
+	forkAbove = 8 << 10
+)
+
 //go:nosplit
 func markNoFork(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
-	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DONTFORK)
+	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DONTFORK, forkBelow, forkAbove)
 }
 
 //go:nosplit
 func unmarkNoFork(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
-	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DOFORK)
+	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DOFORK, forkBelow, forkAbove)
 }
+
+// markWipe gives the child the ranges rs[:n] as fresh zero pages
+// (MADV_WIPEONFORK): an idle child receives its program into the Prog's
+// memory, so it needs the addresses but not what the caller keeps there.
+//
+//go:nosplit
+func markWipe(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
+	adviseOutside(rs, n, pageMask, tp, unix.MADV_WIPEONFORK, forkBelow, forkAbove)
+}
+
+//go:nosplit
+func unmarkWipe(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
+	adviseOutside(rs, n, pageMask, tp, unix.MADV_KEEPONFORK, forkBelow, forkAbove)
+}
+
+// forkTP is the thread pointer a fork keeps memory around (tpWindow).
+func forkTP() uintptr { return threadPointer() }
+
+// tpWindow is how much around the thread pointer a child keeps: on amd64
+// the Go runtime's TLS slot (-8 from it, read by every ABI wrapper the
+// child's assembly calls return through), and with cgo the C library's
+// thread control block with its rseq area (a few KiB on either side of it,
+// by architecture).
+const tpWindow = 8 << 10
 
 //go:nosplit
 func madvise(start, end, advice uintptr) {

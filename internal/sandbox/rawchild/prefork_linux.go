@@ -49,6 +49,8 @@ type idleFrame struct {
 	ndrop    uintptr
 	nofork   [maxDrop]memRange // what it is never given: drop but the Prog's memory (see markNoFork)
 	nnofork  uintptr
+	wipe     [maxDrop]memRange // the Prog's memory, given as zero pages (markWipe)
+	nwipe    uintptr
 	pageMask uintptr
 	tp       uintptr  // its thread pointer (adviseOutside)
 	name     [16]byte // its name until it runs (PR_SET_NAME keeps 15 bytes)
@@ -109,13 +111,15 @@ func Prefork(p *Prog, a Attr) (*Idle, error) {
 	d.ndrop, d.pageMask = planRanges(&d.drop, subtractAll(anonRanges(), []memRange{self}))
 	// The program arrives into the Prog's memory (fresh pages, once
 	// dropped), so the child must have those ranges mapped.
-	keep := []memRange{self, span(unsafe.Pointer(p.fr), unsafe.Sizeof(*p.fr)),
+	prog := []memRange{span(unsafe.Pointer(p.fr), unsafe.Sizeof(*p.fr)),
 		span(unsafe.Pointer(&p.ops[:1][0]), uintptr(cap(p.ops))*unsafe.Sizeof(op{}))}
 	for i, c := range p.chunks {
 		d.chunks[i], idle.chunks[i] = &c[0], &c[0]
-		keep = append(keep, span(unsafe.Pointer(&c[0]), uintptr(len(c))))
+		prog = append(prog, span(unsafe.Pointer(&c[0]), uintptr(len(c))))
 	}
-	d.nnofork, _ = planRanges(&d.nofork, subtractAll(anonRanges(), keep))
+	d.nnofork, _ = planRanges(&d.nofork, subtractAll(anonRanges(), append(prog, self)))
+	// Not the pages d shares with them (it is read before the program arrives).
+	d.nwipe, _ = planRanges(&d.wipe, subtractAll(prog, []memRange{self}))
 	flags := cloneFlags(a)
 	pid, err := cloneWithMaps(&d.start, a, func() (uintptr, syscall.Errno) { return forkIdle(d, flags) })
 	runtime.KeepAlive(d)
@@ -234,10 +238,12 @@ func (idle *Idle) CloseWait(d time.Duration) {
 //go:nocheckptr
 func forkIdle(d *idleFrame, flags uintptr) (uintptr, syscall.Errno) {
 	runtime_BeforeFork()
-	d.tp = threadPointer()
+	d.tp = forkTP()
 	markNoFork(&d.nofork, d.nnofork, d.pageMask, d.tp)
+	markWipe(&d.wipe, d.nwipe, d.pageMask, d.tp)
 	pid, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, flags|uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
 	if errno != 0 || pid != 0 {
+		unmarkWipe(&d.wipe, d.nwipe, d.pageMask, d.tp)
 		unmarkNoFork(&d.nofork, d.nnofork, d.pageMask, d.tp)
 		runtime_AfterFork()
 		return pid, errno

@@ -280,7 +280,7 @@ type cloneArgs struct {
 //go:nocheckptr
 func forkChild(f *frame, flags uintptr, args *cloneArgs) (uintptr, syscall.Errno) {
 	runtime_BeforeFork()
-	f.tp = threadPointer()
+	f.tp = forkTP()
 	markNoFork(&f.drop, f.ndrop, f.pageMask, f.tp)
 	var pid uintptr
 	var errno syscall.Errno
