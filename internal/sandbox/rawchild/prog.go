@@ -73,7 +73,8 @@ type Prog struct {
 	filled uint16   // slots some earlier step fills
 	tag    uint32   // the tag of the steps added now (Tag)
 	err    error
-	fr     *frame // the child's frame, made once (newFrame)
+	fr     *frame   // the child's frame, made once (newFrame)
+	dirs   []string // directories the root's steps make so far (mkdirs)
 }
 
 // chunkSize is the arena's unit; a larger request gets a chunk of its own.
@@ -82,7 +83,7 @@ const chunkSize = 32 << 10
 // Reset empties p for a new program, keeping its memory. Addresses p handed
 // out before are reused: a child already started has its own copy.
 func (p *Prog) Reset() {
-	p.ops = p.ops[:0]
+	p.ops, p.dirs = p.ops[:0], p.dirs[:0]
 	p.cur, p.used, p.slots, p.filled, p.tag, p.err = 0, 0, 0, 0, 0, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -109,7 +110,14 @@ type Link struct{ Path, To string }
 // missing src nothing.
 func (r *Root) Mirror(src, dst string, dirsOnly bool) error {
 	var st unix.Stat_t
-	if err := unix.Lstat(src, &st); err != nil {
+	err := unix.Lstat(src, &st)
+	return r.MirrorStat(src, dst, dirsOnly, &st, err)
+}
+
+// MirrorStat is Mirror for a caller that has lstat'ed src already (st and
+// its error err), as a compiler checking what src is does.
+func (r *Root) MirrorStat(src, dst string, dirsOnly bool, st *unix.Stat_t, err error) error {
+	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
@@ -145,6 +153,7 @@ func (p *Prog) AddRoot(r Root) {
 		p.fail(errors.New("rawchild: root: the staging directory must be absolute"))
 		return
 	}
+	p.dirs = p.dirs[:0]
 	p.Call("make every mount private", syscall.SYS_MOUNT, Val(0), Val(p.Str("/")), Val(0), Val(syscall.MS_REC|syscall.MS_PRIVATE), Val(0))
 	ok, fd := p.NewSlot(), p.NewSlot()
 	early := make([]Slot, len(r.Binds))
@@ -211,10 +220,12 @@ func (p *Prog) AddRoot(r Root) {
 func (p *Prog) addBind(staging string, b Bind, ok, fd, tree Slot) {
 	at := staging + b.Target
 	if b.File {
+		// mknodat, not open and close: one step. Nothing but these steps made
+		// the root's entries, so there is no link here to follow.
 		p.mkdirs(staging, filepath.Dir(b.Target))
-		p.CallTo("create the mount point "+b.Target, fd, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(at)),
-			Val(syscall.O_CREAT|syscall.O_WRONLY|syscall.O_CLOEXEC), Val(0o644))
-		p.Call("close the mount point "+b.Target, syscall.SYS_CLOSE, fd.Arg())
+		p.Call("create the mount point "+b.Target, syscall.SYS_MKNODAT, Int(unix.AT_FDCWD), Val(p.Str(at)),
+			Val(syscall.S_IFREG|0o644), Val(0))
+		p.Allow(syscall.EEXIST)
 	} else {
 		p.mkdirs(staging, b.Target)
 	}
@@ -246,7 +257,8 @@ func (p *Prog) addBind(staging string, b Bind, ok, fd, tree Slot) {
 }
 
 // mkdirs makes every directory of dir (absolute, inside the root) below
-// staging, the existing ones allowed.
+// staging, the existing ones allowed; one an earlier step of this root made
+// is not made again (the /etc of two dozen entries is one mkdir, not 25).
 func (p *Prog) mkdirs(staging, dir string) {
 	path := staging
 	for _, part := range strings.Split(strings.Trim(dir, "/"), "/") {
@@ -254,6 +266,10 @@ func (p *Prog) mkdirs(staging, dir string) {
 			continue
 		}
 		path += "/" + part
+		if slices.Contains(p.dirs, path) {
+			continue
+		}
+		p.dirs = append(p.dirs, path)
 		p.Call("mkdir "+strings.TrimPrefix(path, staging), syscall.SYS_MKDIRAT, Int(unix.AT_FDCWD), Val(p.Str(path)), Val(0o755))
 		p.Allow(syscall.EEXIST)
 	}
@@ -293,9 +309,7 @@ func (p *Prog) addDev(r Root, fd Slot) {
 			return
 		}
 		at := r.Staging + "/dev/" + n
-		p.CallTo("create /dev/"+n, fd, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(at)),
-			Val(syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW), Val(0o666))
-		p.Call("close /dev/"+n, syscall.SYS_CLOSE, fd.Arg())
+		p.Call("create /dev/"+n, syscall.SYS_MKNODAT, Int(unix.AT_FDCWD), Val(p.Str(at)), Val(syscall.S_IFREG|0o666), Val(0))
 		p.Call("bind /dev/"+n, syscall.SYS_MOUNT, Val(p.Str("/dev/"+n)), Val(p.Str(at)), Val(0), Val(syscall.MS_BIND), Val(0))
 		p.Call("set the attributes of /dev/"+n, unix.SYS_MOUNT_SETATTR, Int(unix.AT_FDCWD), Val(p.Str(at)), Val(0),
 			Val(p.mountAttr(unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)), Val(unix.MOUNT_ATTR_SIZE_VER0))

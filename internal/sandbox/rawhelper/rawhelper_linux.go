@@ -146,30 +146,29 @@ func root(sp *hook.Spec, h Host) (rawchild.Root, error) {
 		}
 		return false
 	}
-	// check refuses a directory the Go helper would overlay itself.
-	check := func(src string) error {
+	// mirror adds src as Mirror does, from one lstat that also refuses a
+	// directory the Go helper would overlay itself.
+	mirror := func(src string, dirsOnly, add bool) error {
 		var st unix.Stat_t
-		if sp.Mech&hook.MOverlay != 0 && unix.Lstat(src, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !overlaid(src) {
+		err := unix.Lstat(src, &st)
+		if sp.Mech&hook.MOverlay != 0 && err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !overlaid(src) {
 			return fallback("%s is not overlaid by the spawner", src)
 		}
-		return nil
+		if !add {
+			return nil
+		}
+		return r.MirrorStat(src, src, dirsOnly, &st, err)
 	}
 	for _, d := range sp.SystemDirs {
-		if err := check(d); err != nil {
-			return r, err
-		}
-		if err := r.Mirror(d, d, true); err != nil {
+		if err := mirror(d, true, true); err != nil {
 			return r, err
 		}
 	}
-	if err := check("/etc"); err != nil { // its entries are bound, not /etc itself
+	if err := mirror("/etc", false, false); err != nil { // its entries are bound, not /etc itself
 		return r, err
 	}
 	for _, e := range sp.EtcEntries {
-		if err := check("/etc/" + e); err != nil {
-			return r, err
-		}
-		if err := r.Mirror("/etc/"+e, "/etc/"+e, false); err != nil {
+		if err := mirror("/etc/"+e, false, true); err != nil {
 			return r, err
 		}
 	}
