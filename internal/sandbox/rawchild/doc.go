@@ -18,11 +18,15 @@
 // It is the mechanism under the sandbox's raw helper: package rawhelper
 // compiles a block's spec into a Prog (a private root of binds and a
 // workdir, [Prog.AddRoot]; the lockdown, [Prog.AddLockdown]) and the
-// spawner starts it. A child shares its parent's pages copy-on-write, so it
-// lets go of them (drop_linux.go) before its steps, all but the Prog's
-// memory, and of that too once the program runs ([Attr.KeepShared] keeps
-// them). [Prefork] forks a child before its program exists; [Idle.Run]
-// hands it the program, compiled later into the same memory.
+// spawner starts it. The fork leaves out what the child does not need (the
+// parent marks it MADV_DONTFORK around the clone, drop_linux.go): it gets
+// its frame, its stack, its thread's TLS and the Prog's memory, lets go of
+// whatever else it still shares before its steps, and of the Prog's memory
+// too once the program runs ([Attr.KeepShared] keeps all of it), so the
+// parent's later writes are not copy-on-write faults. [Prefork] forks a
+// child before its program exists; [Idle.Run] hands it the program,
+// compiled later into the same memory. Code that runs in the child stores
+// no pointer (the write barrier's flag is on a page it does not have).
 //
 // The child reports on its status descriptor with records ([Record]): the
 // program's PID once it is started and its wait status once it has ended
