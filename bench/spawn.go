@@ -199,6 +199,7 @@ func fullRun(sb *sandbox.Sandbox, spec sandbox.Spec) func() (time.Duration, erro
 		if err != nil {
 			return 0, err
 		}
+		r.OneBlock() // as serve's single-block runs
 		p, err := r.Start(spec)
 		if err != nil {
 			r.Close()

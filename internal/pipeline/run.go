@@ -126,6 +126,9 @@ func (r *run) execute() *Result {
 	if err != nil {
 		return r.abortSetup(err)
 	}
+	if r.n == 1 {
+		sb.OneBlock()
+	}
 	r.sb = sb
 	if err := r.preparePipes(); err != nil {
 		_ = r.sb.Close()

@@ -86,12 +86,22 @@ type stageLimits struct {
 	netAllow *[]string // the request's narrowed egress list (nil: the operator's)
 }
 
+// oneBlockRun is a sandbox run for one stage: its one block runs in the run's own cgroup (Run.OneBlock).
+func (r *Runner) oneBlockRun(lim *sandbox.Limits) (*sandbox.Run, error) {
+	run, err := r.cfg.Sandbox.NewRun(lim)
+	if err != nil {
+		return nil, err
+	}
+	run.OneBlock()
+	return run, nil
+}
+
 // stage runs one sandboxed process (the compile stage) in its own cgroup and captures it like the run
 // stage; in the private mode what it leaves in the workspace is kept for the run stage.
 func (r *Runner) stage(ctx context.Context, ws *workspace, sp sandbox.Spec, l stageLimits) (*StageResult, execution.Status, *Error) {
 	lim := r.runLimits(l.memory, l.cpu)
 	lim.NetworkAllow = l.netAllow
-	run, err := r.cfg.Sandbox.NewRun(lim)
+	run, err := r.oneBlockRun(lim)
 	if err != nil {
 		return nil, 0, sandboxFailed("sandbox: "+err.Error(), err)
 	}

@@ -170,7 +170,7 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 	}
 	lim := r.runLimits(p.memory, p.cpu)
 	lim.NetworkAllow = p.netAllow
-	run, err := r.cfg.Sandbox.NewRun(lim)
+	run, err := r.oneBlockRun(lim) // the run stage (a compile is a stage of its own)
 	if err != nil {
 		return nil, sandboxFailed("sandbox: "+err.Error(), err)
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/codellm/codellm/internal/sandbox/cgroup"
 )
 
-// groupPoolSize is how many run cgroups (each with its first block's child
-// group) are kept made ahead of need. Creating them is ≈ 0.5–1 ms of
+// groupPoolSize is how many run cgroups (with pre-started Go helpers, each
+// with its first block's child group) are kept made ahead of need. Creating them is ≈ 0.5–1 ms of
 // mkdirs and limit writes per run on cgroup v1, which a request otherwise
 // pays before its first block can start. Two cover a burst of concurrent
 // requests between refills; an idle server holds two empty groups.
@@ -108,6 +108,11 @@ func (s *Sandbox) newPooledGroup() (pooledGroup, error) {
 	g, err := s.plat.cg.NewGroup(name, s.poolLimits())
 	if err != nil {
 		return pooledGroup{}, err
+	}
+	if !s.prestartable() {
+		// Most runs start one block (Run.OneBlock), which runs in g itself;
+		// a run of more makes its first block's group when it starts it.
+		return pooledGroup{name: name, run: g}, nil
 	}
 	c, err := blockGroup(g, "block-1", s.plat.runMechs())
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -124,9 +125,9 @@ func TestCloseRemovesRunGroupAfterReturn(t *testing.T) {
 }
 
 // TestPooledRunGroups: after the first run the pool holds run groups made
-// ahead; a run with the default limits takes one (its first block goes
-// into the pre-made child), is confined by its limits like any run, and
-// leaves nothing when closed. A run with its own limits makes its own.
+// ahead; a run with the default limits takes one (its one block, OneBlock,
+// runs in it), is confined by its limits like any run, and leaves nothing
+// when closed. A run with its own limits makes its own.
 func TestPooledRunGroups(t *testing.T) {
 	s := nativeSandbox(t)
 	if s.plat.cg == nil {
@@ -140,12 +141,19 @@ func TestPooledRunGroups(t *testing.T) {
 	}
 	_ = r0.Close()
 	s.plat.pool.fills.Wait()
+	s.plat.pool.mu.Lock()
+	var ready []string
+	for _, pg := range s.plat.pool.ready {
+		ready = append(ready, pg.name)
+	}
+	s.plat.pool.mu.Unlock()
 	r, err := s.NewRun(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.plat.block1 == nil || r.ID() == r0.ID() {
-		t.Fatalf("second run did not take a pooled group (block1 %v, ids %s %s)", r.plat.block1, r.ID(), r0.ID())
+	r.OneBlock()
+	if !slices.Contains(ready, r.ID()) {
+		t.Fatalf("second run did not take a pooled group (id %s, pool %v)", r.ID(), ready)
 	}
 	var out bytes.Buffer
 	pr, pw, _ := os.Pipe()
@@ -159,9 +167,9 @@ func TestPooledRunGroups(t *testing.T) {
 	if res := p.Wait(); res.ExitCode != 0 {
 		t.Fatalf("%+v", res)
 	}
-	// The pre-made child is the block's group: its accounting saw the block.
-	if st, err := r.plat.block1.Stats(); err != nil || st.CPU <= 0 {
-		t.Errorf("the first block did not run in the pre-made child: %+v %v (%s)", st, err, out.String())
+	// The pooled group is the block's: its accounting saw the block.
+	if st, err := r.plat.group.Stats(); err != nil || st.CPU <= 0 {
+		t.Errorf("the block did not run in the pooled group: %+v %v (%s)", st, err, out.String())
 	}
 	files := r.plat.group.ProcsFiles()
 	if err := r.Close(); err != nil {

@@ -544,8 +544,8 @@ func (s *Sandbox) removeLater(g *cgroup.Group) {
 }
 
 // start picks the mechanisms for this block and refuses in native mode
-// when any is missing.
-func (r *Run) start(spec *Spec, seq int) (*Process, error) {
+// when any is missing. one: the run starts this block only (Run.OneBlock).
+func (r *Run) start(spec *Spec, seq int, one bool) (*Process, error) {
 	s := r.sb
 	p := &s.plat
 	if seq > 1 && r.plat.group != nil {
@@ -579,7 +579,9 @@ func (r *Run) start(spec *Spec, seq int) (*Process, error) {
 	}
 	var child *cgroup.Group
 	name := "block-" + strconv.Itoa(seq)
-	if b1 := r.plat.block1; use.has(mCgroup) && seq == 1 && b1 != nil && (use.has(mPIDNS) || !b1.Accounting()) {
+	if one && use.has(mCgroup) && r.plat.group != nil && r.plat.block1 == nil {
+		child = r.plat.group // the run holds this block only: its group is the block's
+	} else if b1 := r.plat.block1; use.has(mCgroup) && seq == 1 && b1 != nil && (use.has(mPIDNS) || !b1.Accounting()) {
 		child = b1 // made ahead with the pooled run group
 	} else if use.has(mCgroup) && r.plat.group != nil {
 		if seq == 1 && r.plat.block1 != nil {

@@ -65,7 +65,7 @@ func (p *Process) holds() bool   { return false }
 func (r *Run) killAll()          {}
 func (r *Run) release() error    { return nil }
 
-func (r *Run) start(spec *Spec, seq int) (*Process, error) { return r.startOff(spec) }
+func (r *Run) start(spec *Spec, seq int, one bool) (*Process, error) { return r.startOff(spec) }
 
 func (p *Process) reap() {
 	pp := &p.plat

@@ -190,6 +190,7 @@ func (w *Workspace) runCommand(ctx context.Context, command, cwd string, timeout
 	if err != nil {
 		return nil, newErr(CodeCommandUnavailable, "sandbox: "+w.scrub(err.Error()))
 	}
+	run.OneBlock()
 	hook("command-start")
 	sup, err := execution.Supervise(ctx, run, sandbox.Spec{
 		Path: commandShell, Args: args, Env: commandEnv(tmp), Dir: w.real, Persist: true,
