@@ -63,6 +63,9 @@ func TestForkLeavesTheCallersHeapOut(t *testing.T) {
 	runtime.LockOSThread() // RUSAGE_THREAD: this thread's faults only
 	defer runtime.UnlockOSThread()
 	ballast = make([]byte, 16<<20)
+	// Small pages, so that a copy-on-write fault is one per 4 KiB even where
+	// transparent huge pages are on.
+	_ = unix.Madvise(ballast, unix.MADV_NOHUGEPAGE)
 	for i := range ballast {
 		ballast[i] = 1
 	}
