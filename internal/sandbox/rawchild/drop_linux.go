@@ -153,7 +153,7 @@ const stackWindow = 64 << 10
 //go:norace
 //go:nocheckptr
 func dropShared(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
-	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DONTNEED, stackWindow, stackWindow)
+	_ = adviseOutside(rs, n, pageMask, tp, syscall.MADV_DONTNEED, stackWindow, stackWindow)
 }
 
 // adviseOutside applies madvise(advice) to the ranges rs[:n] but two
@@ -166,7 +166,7 @@ func dropShared(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
 //go:nosplit
 //go:norace
 //go:nocheckptr
-func adviseOutside(rs *[maxDrop]memRange, n, pageMask, tp, advice, below, above uintptr) {
+func adviseOutside(rs *[maxDrop]memRange, n, pageMask, tp, advice, below, above uintptr) (ok bool) {
 	var here byte
 	sp := uintptr(unsafe.Pointer(&here))
 	w := [2]memRange{{(sp - below) &^ pageMask, (sp + above + pageMask) &^ pageMask}, {}}
@@ -177,6 +177,7 @@ func adviseOutside(rs *[maxDrop]memRange, n, pageMask, tp, advice, below, above 
 	if w[1].start < w[0].start {
 		w[0], w[1] = w[1], w[0]
 	}
+	ok = true
 	for i := uintptr(0); i < n && i < maxDrop; i++ {
 		r := rs[i]
 		at := r.start
@@ -185,14 +186,15 @@ func adviseOutside(rs *[maxDrop]memRange, n, pageMask, tp, advice, below, above 
 				continue
 			}
 			if at < w[k].start {
-				madvise(at, w[k].start, advice)
+				ok = madvise(at, w[k].start, advice) && ok
 			}
 			at = max(at, w[k].end)
 		}
 		if at < r.end {
-			madvise(at, r.end, advice)
+			ok = madvise(at, r.end, advice) && ok
 		}
 	}
+	return ok
 }
 
 // The fork itself need not copy what the child lets go of anyway: the
@@ -217,14 +219,18 @@ const (
 	forkAbove = 8 << 10
 )
 
+// markNoFork reports whether every range was marked: then the child has
+// none of them and need not let go of them again (a failed mark, say for a
+// range unmapped since the cached list was read, leaves that to its drop).
+//
 //go:nosplit
-func markNoFork(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
-	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DONTFORK, forkBelow, forkAbove)
+func markNoFork(rs *[maxDrop]memRange, n, pageMask, tp uintptr) bool {
+	return adviseOutside(rs, n, pageMask, tp, syscall.MADV_DONTFORK, forkBelow, forkAbove)
 }
 
 //go:nosplit
 func unmarkNoFork(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
-	adviseOutside(rs, n, pageMask, tp, syscall.MADV_DOFORK, forkBelow, forkAbove)
+	_ = adviseOutside(rs, n, pageMask, tp, syscall.MADV_DOFORK, forkBelow, forkAbove)
 }
 
 // markWipe gives the child the ranges rs[:n] as fresh zero pages
@@ -232,13 +238,13 @@ func unmarkNoFork(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
 // memory, so it needs the addresses but not what the caller keeps there.
 //
 //go:nosplit
-func markWipe(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
-	adviseOutside(rs, n, pageMask, tp, unix.MADV_WIPEONFORK, forkBelow, forkAbove)
+func markWipe(rs *[maxDrop]memRange, n, pageMask, tp uintptr) bool {
+	return adviseOutside(rs, n, pageMask, tp, unix.MADV_WIPEONFORK, forkBelow, forkAbove)
 }
 
 //go:nosplit
 func unmarkWipe(rs *[maxDrop]memRange, n, pageMask, tp uintptr) {
-	adviseOutside(rs, n, pageMask, tp, unix.MADV_KEEPONFORK, forkBelow, forkAbove)
+	_ = adviseOutside(rs, n, pageMask, tp, unix.MADV_KEEPONFORK, forkBelow, forkAbove)
 }
 
 // forkTP is the thread pointer a fork keeps memory around (tpWindow).
@@ -252,6 +258,7 @@ func forkTP() uintptr { return threadPointer() }
 const tpWindow = 8 << 10
 
 //go:nosplit
-func madvise(start, end, advice uintptr) {
-	syscall.RawSyscall(syscall.SYS_MADVISE, start, end-start, advice)
+func madvise(start, end, advice uintptr) bool {
+	_, _, e := syscall.RawSyscall(syscall.SYS_MADVISE, start, end-start, advice)
+	return e == 0
 }

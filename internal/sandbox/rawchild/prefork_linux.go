@@ -53,6 +53,7 @@ type idleFrame struct {
 	nwipe    uintptr
 	pageMask uintptr
 	tp       uintptr  // its thread pointer (adviseOutside)
+	marked   bool     // nofork and wipe were marked whole for the fork
 	name     [16]byte // its name until it runs (PR_SET_NAME keeps 15 bytes)
 }
 
@@ -239,8 +240,8 @@ func (idle *Idle) CloseWait(d time.Duration) {
 func forkIdle(d *idleFrame, flags uintptr) (uintptr, syscall.Errno) {
 	runtime_BeforeFork()
 	d.tp = forkTP()
-	markNoFork(&d.nofork, d.nnofork, d.pageMask, d.tp)
-	markWipe(&d.wipe, d.nwipe, d.pageMask, d.tp)
+	d.marked = markNoFork(&d.nofork, d.nnofork, d.pageMask, d.tp) // the child's copy has it too
+	d.marked = markWipe(&d.wipe, d.nwipe, d.pageMask, d.tp) && d.marked
 	pid, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, flags|uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
 	if errno != 0 || pid != 0 {
 		unmarkWipe(&d.wipe, d.nwipe, d.pageMask, d.tp)
@@ -266,7 +267,9 @@ func idleMain(d *idleFrame) {
 		exit(125)
 	}
 	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 1, ^uintptr(0), 0)
-	dropShared(&d.drop, d.ndrop, d.pageMask, d.tp)
+	if !d.marked { // nofork and wipe are drop, split by what the fork left out and what it gave as zero pages
+		dropShared(&d.drop, d.ndrop, d.pageMask, d.tp)
+	}
 	nfds := receiveHeader(d)
 	if !readAll(uintptr(unsafe.Pointer(d.opsBase)), d.hdr.opsLen) {
 		exit(125)

@@ -103,6 +103,7 @@ type frame struct {
 	nlater   uintptr
 	pageMask uintptr
 	tp       uintptr          // the forking thread's thread pointer, the child's too (adviseOutside)
+	marked   bool             // every range of drop was marked MADV_DONTFORK for the fork
 	name     *byte            // PR_SET_NAME, or nil
 	npath    uintptr          // len of *path, for an exec failure's record
 	rec      [failHeader]byte // the record being written
@@ -281,7 +282,7 @@ type cloneArgs struct {
 func forkChild(f *frame, flags uintptr, args *cloneArgs) (uintptr, syscall.Errno) {
 	runtime_BeforeFork()
 	f.tp = forkTP()
-	markNoFork(&f.drop, f.ndrop, f.pageMask, f.tp)
+	f.marked = markNoFork(&f.drop, f.ndrop, f.pageMask, f.tp) // the child's copy has it too
 	var pid uintptr
 	var errno syscall.Errno
 	if args != nil {
@@ -410,7 +411,9 @@ func childStart(f *frame) {
 //go:norace
 //go:nocheckptr
 func childRun(f *frame) {
-	dropShared(&f.drop, f.ndrop, f.pageMask, f.tp)
+	if !f.marked { // the fork gave it none of f.drop otherwise
+		dropShared(&f.drop, f.ndrop, f.pageMask, f.tp)
+	}
 	placeFiles(f)
 	runSteps(f)
 	// The steps' own descriptors go before the program starts: the init
