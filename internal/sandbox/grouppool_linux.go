@@ -9,9 +9,9 @@ import (
 )
 
 // groupPoolSize is how many run cgroups (with pre-started Go helpers, each
-// with its first block's child group) are kept made ahead of need. Creating them is ≈ 0.5–1 ms of
-// mkdirs and limit writes per run on cgroup v1, which a request otherwise
-// pays before its first block can start. Two cover a burst of concurrent
+// with its first block's child group) are kept made ahead of need.
+// Creating them is ≈ 0.5–1 ms of mkdirs and limit writes per run on cgroup
+// v1, which a request otherwise pays before its first block can start. Two cover a burst of concurrent
 // requests between refills; an idle server holds two empty groups.
 const groupPoolSize = 2
 
