@@ -108,7 +108,16 @@ fleetkit.emit([
     fleetkit.note("transcripts/%s.md" % meeting.id, {"title": meeting.title, "source": cfg.krisp_base_url,
                   "created_at": "2026-01-15T10:00:00+00:00"}, "# " + meeting.title + "\n"),
     fleetkit.patch("index.md", "<!-- next -->", "<!-- next -->\n- [[transcripts/%s]]" % meeting.id),
-], "auth=%s env=%s missing=%s" % (bag["secrets"]["krisp_token"] == "krisp-sealed-token", env, cfg.nope))
+], "auth=%s sealed=%s env=%s missing=%s,%s" % (fleetkit.secrets().krisp_token == "krisp-sealed-token",
+    cfg.krisp_token.startswith("sealed:v1:"), env, cfg.nope, fleetkit.secrets().nope))
+` + "```\n"
+
+// trip2gNodeRole is the node twin of trip2gRole's secret handling: fleetkit.secrets() holds the opened
+// value, fleetkit.frontmatter() still the ciphertext, and neither raises for a missing key.
+const trip2gNodeRole = "```js\n" + `const fleetkit = require('fleetkit');
+const sec = fleetkit.secrets(), cfg = fleetkit.frontmatter();
+fleetkit.emit([], 'auth=' + (sec.krisp_token === 'krisp-sealed-token') + ' sealed=' + cfg.krisp_token.startsWith('sealed:v1:') +
+  ' missing=' + sec.nope + ' keys=' + Object.keys(sec).join(','));
 ` + "```\n"
 
 // trip2gBlob is "krisp-sealed-token" sealed under sealTestKey outside Go (Python's cryptography AESGCM,
@@ -147,10 +156,16 @@ func TestTrip2gRoleThroughTheRealBinary(t *testing.T) {
 	want := []string{
 		`write_note {"path":"transcripts/q1.md","content":"---\ntitle: 'Q1: planning'\nsource: https://api.krisp.ai\ncreated_at: '2026-01-15T10:00:00+00:00'\n---\n# Q1: planning\n"}`,
 		`patch_note {"path":"index.md","find":"\u003c!-- next --\u003e","replace":"\u003c!-- next --\u003e\n- [[transcripts/q1]]"}`,
-		`finish {"answer":"auth=True env=KRISP_TOKEN missing=None"}`,
+		`finish {"answer":"auth=True sealed=True env=KRISP_TOKEN missing=None,None"}`,
 	}
 	if fmt.Sprint(calls) != fmt.Sprint(want) && fmt.Sprint(calls) != strings.NewReplacer(`\u003c`, "<", `\u003e`, ">").Replace(fmt.Sprint(want)) {
 		t.Fatalf("tool calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
+	}
+
+	// fleetkit.secrets() in node: the opened fields only, the ciphertext left in the frontmatter.
+	_, calls, msg = s.chat(t, trip2gNodeRole, trip2gBag(t))
+	if fmt.Sprint(calls) != `[finish {"answer":"auth=true sealed=true missing=undefined keys=krisp_token"}]` {
+		t.Fatalf("node secrets(): %v %s", calls, msg)
 	}
 
 	// Without its declaration the same role sees the operator's whole exposure — and never UNRELATED.
