@@ -120,6 +120,18 @@ fleetkit.emit([], 'auth=' + (sec.krisp_token === 'krisp-sealed-token') + ' seale
   ' missing=' + sec.nope + ' keys=' + Object.keys(sec).join(','));
 ` + "```\n"
 
+// trip2gFailingMiddle is a role whose middle block fails after its downstream, the last block, has
+// already exited 0 (it closes its stdout first).
+const trip2gFailingMiddle = "```bash\necho payload\n```\n```python\n" + `import os, sys, time
+sys.stdout.write(sys.stdin.read())
+sys.stdout.flush()
+os.close(1)  # the last block reads EOF and finishes while this one is still running
+time.sleep(0.3)
+sys.exit("upload failed")
+` + "```\n```python\n" + `import fleetkit, sys
+fleetkit.emit([fleetkit.write("out.md", sys.stdin.read())], "done")
+` + "```\n"
+
 // trip2gBlob is "krisp-sealed-token" sealed under sealTestKey outside Go (Python's cryptography AESGCM,
 // nonce 00..0b), the way trip2g's internal/dataencryption builds a blob: what a vault sealed for trip2g's
 // codellm already holds.
@@ -182,6 +194,17 @@ func TestTrip2gRoleThroughTheRealBinary(t *testing.T) {
 	status, _, msg = s.chat(t, trip2gRole, bag)
 	if status != 422 || !strings.HasPrefix(msg, `unseal_error: unseal failed for "krisp_token"`) {
 		t.Fatalf("bad blob: %d %s", status, msg)
+	}
+
+	// A middle block that fails after the last block already exited 0 is 422 naming it, as on trip2g: its
+	// writes are not applied. Only SIGPIPE excuses an upstream block (yes | head).
+	status, _, msg = s.chat(t, trip2gFailingMiddle, trip2gBag(t))
+	if status != 422 || msg != "nonzero_exit: block 2/3: non-zero exit (code 1): upload failed" {
+		t.Fatalf("failing middle block: %d %s", status, msg)
+	}
+	status, calls, msg = s.chat(t, "```bash\nyes\n```\n```bash\nhead -c 3\n```\n```python\nimport fleetkit, sys\nfleetkit.emit([], sys.stdin.read())\n```\n", nil)
+	if status != 200 || fmt.Sprint(calls) != `[finish {"answer":"y\ny"}]` {
+		t.Fatalf("yes | head: %d %v %s", status, calls, msg)
 	}
 
 	// CODELLM_MAX_STDOUT_BYTES took effect: 64 KiB of stdout from the last block is output_limit.
