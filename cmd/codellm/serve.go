@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
@@ -33,6 +36,8 @@ type serveFlags struct {
 	rcfg          runner.Config // the session settings; the rest is filled from the engine's
 	workspaceSize bool          // --runner-workspace-size was given
 	route         workspaceRoute
+	metricsListen string // --metrics-listen ("": off)
+	metricsGiven  bool   // --metrics-listen was given (not the default)
 }
 
 func (s *serveFlags) bind(v *config.Values) {
@@ -48,6 +53,7 @@ func (s *serveFlags) bind(v *config.Values) {
 		WorkspaceSize: v.Size("runner-workspace-size")}
 	s.route = workspaceRoute{v.Bool("external-workspace"), v.String("external-workspace-root"), v.String("external-workspace-token")}
 	s.workspaceSize = v.IsSet("runner-workspace-size") // the default may fall back to 0 (runner below)
+	s.metricsListen, s.metricsGiven = v.String("metrics-listen"), v.IsSet("metrics-listen")
 }
 
 // serveFlagSet is serve's FlagSet: the execution, serve and debugger tables.
@@ -156,6 +162,12 @@ func (s *serveFlags) runner(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandb
 func (s *serveFlags) serve(srv *server.Server, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	stopMetrics, err := s.startMetrics(srv, log)
+	if err != nil {
+		return err
+	}
+	// The metrics listener outlives the main one's drain, so that a scrape or a probe sees it.
+	defer stopMetrics()
 	dbg, err := startDebugger(ctx, s.dbg, srv, log)
 	if err != nil {
 		return err
@@ -167,6 +179,40 @@ func (s *serveFlags) serve(srv *server.Server, log *slog.Logger) error {
 		dbg()
 	}
 	return err
+}
+
+// startMetrics serves --metrics-listen (server.MetricsListener) until the returned function, which stops
+// it and waits. A non-loopback address without authentication is an error. An address the operator gave
+// that cannot be bound is an error too; the default one only a warning, so that a second codellm on the
+// host (or a test) still starts: it then has no internal listener, which the log says.
+func (s *serveFlags) startMetrics(srv *server.Server, log *slog.Logger) (func(), error) {
+	if s.metricsListen == "" {
+		return func() {}, nil
+	}
+	ml, err := srv.MetricsListener(s.metricsListen)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", ml.Addr)
+	if err != nil {
+		if s.metricsGiven {
+			return nil, fmt.Errorf("--metrics-listen: %w", err)
+		}
+		log.Warn("metrics listener not started: its default address is taken (set --metrics-listen, or empty to turn it off)",
+			"metrics_listen", ml.Addr, "err", err.Error())
+		return func() {}, nil
+	}
+	log.Info("metrics listener serving /metrics, /debug/pprof/ and probes", "metrics_listen", ln.Addr().String(),
+		"loopback", listen.IsLoopback(ml.Addr))
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := ml.Serve(ctx, ln, httpserve.Options{Log: log, Grace: time.Second}); err != nil {
+			log.Error("metrics listener stopped", "err", err)
+		}
+	}()
+	return func() { stop(); <-done }, nil
 }
 
 // minAPIKeyLength is trip2g's floor for an API key: it guards code execution, so a guessable key guards

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -326,4 +328,78 @@ func nodeDetectsESM(t *testing.T) bool {
 	var major, minor int
 	fmt.Sscanf(strings.TrimSpace(string(out)), "v%d.%d", &major, &minor)
 	return major > 22 || major == 22 && minor >= 7 || major == 20 && minor >= 19
+}
+
+// getWith GETs url, with the bearer key when key is set, and returns the status and body.
+func getWith(t *testing.T, url, key string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// trip2g's internal listener (its PR #306) through the real binary: CODELLM_METRICS_ADDR serves /metrics
+// without the API key, pprof and the probes; pprof is nowhere on the main listener; a public address
+// without authentication, or an address given but taken, stops serve before it serves anything; and
+// without the setting the listener is on at trip2g's default address.
+func TestTrip2gMetricsListenerThroughTheRealBinary(t *testing.T) {
+	requireNative(t)
+	addr, maddr := freeAddr(t), freeAddr(t)
+	s := serveWith(t, addr, append(trip2gEnv(t, addr), "CODELLM_METRICS_ADDR="+maddr))
+	if status, _, msg := s.chat(t, "```bash\necho '{\"answer\":\"x\"}'\n```\n", nil); status != 200 {
+		t.Fatalf("chat: %d %s", status, msg)
+	}
+	metricsBase := "http://" + maddr
+	for path, want := range map[string]string{"/metrics": `codellm_http_requests_total{code="",route="chat",status="200"} 1`,
+		"/debug/pprof/cmdline": binary(t), "/healthz": "ok", "/livez": "alive", "/readyz": `"ready":true`} {
+		if status, body := getWith(t, metricsBase+path, ""); status != 200 || !strings.Contains(body, want) {
+			t.Errorf("metrics listener %s without a key: %d %.300q", path, status, body)
+		}
+	}
+	if status, _ := getWith(t, s.base+"/debug/pprof/cmdline", trip2gKey); status != 404 {
+		t.Errorf("main listener pprof: %d, want 404", status)
+	}
+	if status, _ := getWith(t, s.base+"/metrics", ""); status != 401 {
+		t.Errorf("main listener /metrics without the key: %d, want 401", status)
+	}
+
+	// A public metrics address needs the main listener's authentication; without it serve refuses.
+	_, stderr, code := runBin(t, "", []string{"CODELLM_API_KEY=", "CODELLM_METRICS_ADDR=0.0.0.0:0"}, "-sandbox", "off", "-addr", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "refusing to serve the metrics listener on non-loopback address") {
+		t.Fatalf("public metrics address without authentication: exit %d: %s", code, stderr)
+	}
+	// An address the operator gave must bind.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	_, stderr, code = runBin(t, "", []string{"CODELLM_METRICS_ADDR=" + taken.Addr().String()}, "-sandbox", "off", "-addr", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "--metrics-listen: listen tcp") {
+		t.Fatalf("metrics address taken: exit %d: %s", code, stderr)
+	}
+
+	// Without the setting it is on, at trip2g's default; when another process holds that port, serve
+	// says so and serves without it.
+	other := freeAddr(t)
+	d := serveWith(t, other, []string{"CODELLM_LISTEN=" + other}, "serve")
+	switch logs := d.logs.String(); {
+	case strings.Contains(logs, "metrics_listen=127.0.0.1:18087") && strings.Contains(logs, "metrics listener serving"):
+		if status, body := getWith(t, "http://127.0.0.1:18087/livez", ""); status != 200 || body != "alive" {
+			t.Errorf("default metrics listener: %d %q", status, body)
+		}
+	case strings.Contains(logs, "metrics listener not started: its default address is taken") &&
+		strings.Contains(logs, "metrics_listen=127.0.0.1:18087"):
+		t.Log("127.0.0.1:18087 is held by another process here; serve started without its metrics listener, as it should")
+	default:
+		t.Errorf("no sign of the default metrics listener in the log:\n%s", logs)
+	}
 }

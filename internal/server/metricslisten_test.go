@@ -1,0 +1,116 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codellm/codellm/internal/httpserve"
+	"github.com/codellm/codellm/internal/server"
+)
+
+// serveMetrics serves ts's metrics listener for addr on a free loopback port (the address decides the
+// rules; the port is the test's) and returns its base URL.
+func serveMetrics(t *testing.T, ts *testServer, addr string) string {
+	t.Helper()
+	ml, err := ts.srv.MetricsListener(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ml.Serve(ctx, ln, httpserve.Options{Grace: time.Second}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("metrics listener: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+func get(t *testing.T, url, key string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// trip2g's internal listener: on loopback /metrics needs no key (the main listener's does), pprof is
+// served there and only there, and the probes answer.
+func TestMetricsListenerLoopback(t *testing.T) {
+	const key = "metrics-listener-key-0123456789abcdef"
+	ts := startServer(t, options{cfg: func(c *server.Config) { c.APIKey = key }})
+	base := serveMetrics(t, ts, server.DefaultMetricsListen)
+	for path, want := range map[string]string{
+		"/metrics":               "codellm_runs_in_flight",
+		"/debug/pprof/":          "goroutine",
+		"/debug/pprof/cmdline":   "",
+		"/debug/pprof/goroutine": "",
+		"/healthz":               "ok",
+		"/livez":                 "alive",
+		"/readyz":                `"ready":true`,
+	} {
+		if status, body := get(t, base+path, ""); status != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s without a key: %d %.200q", path, status, body)
+		}
+	}
+	if status, _ := get(t, ts.URL+"/metrics", ""); status != 401 {
+		t.Errorf("main listener /metrics without the key: %d, want 401", status)
+	}
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline"} {
+		if status, _ := get(t, ts.URL+path, key); status != 404 {
+			t.Errorf("main listener %s: %d, want 404 (pprof only on the metrics listener)", path, status)
+		}
+	}
+	// DNS rebinding: a page whose name resolves to 127.0.0.1 still sends its own Host.
+	req, _ := http.NewRequest(http.MethodGet, base+"/debug/pprof/cmdline", nil)
+	req.Host = "attacker.example:18087"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Errorf("foreign Host: %d, want 403", resp.StatusCode)
+	}
+}
+
+// Off loopback the listener needs the main listener's authentication, and is refused without it.
+func TestMetricsListenerPublic(t *testing.T) {
+	open := startServer(t, options{})
+	if _, err := open.srv.MetricsListener("0.0.0.0:18087"); err == nil ||
+		!strings.Contains(err.Error(), "refusing to serve the metrics listener on non-loopback address") {
+		t.Fatalf("public address without authentication: %v", err)
+	}
+	if _, err := open.srv.MetricsListener("no-port"); err == nil || !strings.Contains(err.Error(), "--metrics-listen") {
+		t.Fatalf("bad address: %v", err)
+	}
+	const key = "metrics-listener-key-0123456789abcdef"
+	keyed := startServer(t, options{cfg: func(c *server.Config) { c.APIKey = key }})
+	base := serveMetrics(t, keyed, "0.0.0.0:18087")
+	for _, path := range []string{"/metrics", "/debug/pprof/cmdline", "/readyz"} {
+		if status, _ := get(t, base+path, ""); status != 401 {
+			t.Errorf("public %s without the key: %d, want 401", path, status)
+		}
+		if status, _ := get(t, base+path, key); status != 200 {
+			t.Errorf("public %s with the key: %d, want 200", path, status)
+		}
+	}
+}
