@@ -44,7 +44,7 @@ func (s *serveFlags) bind(v *config.Values) {
 	c := &s.cfg
 	c.Listen, c.APIKey, c.TLSCert, c.TLSKey = v.String("listen"), v.String("api-key"), v.String("tls-cert"), v.String("tls-key")
 	c.ClientCA, c.InsecurePublic, c.DebugExtension = v.String("client-ca"), v.Bool("insecure-public"), v.Bool("debug-extension")
-	c.AllowedHosts, c.AllowedOrigins = v.List("allowed-hosts"), v.List("allowed-origins")
+	c.AllowedHosts, c.AllowedOrigins, c.SealPath = v.List("allowed-hosts"), v.List("allowed-origins"), v.String("seal-path")
 	c.Limits.MaxConns, c.Limits.Body, c.Limits.Idle = v.Int("max-connections"), v.Duration("body-timeout"), v.Duration("idle-timeout")
 	s.maxBody = v.Size("max-body-bytes")
 	s.idem = idempotencyFlags{ttl: v.Duration("idempotency-ttl"), maxEntries: v.Int("idempotency-max-entries"), maxBytes: v.Size("idempotency-max-bytes")}
@@ -168,7 +168,7 @@ func (s *serveFlags) serve(srv *server.Server, log *slog.Logger) error {
 	}
 	// The metrics listener outlives the main one's drain, so that a scrape or a probe sees it.
 	defer stopMetrics()
-	dbg, err := startDebugger(ctx, s.dbg, srv, log)
+	dbg, err := startDebugger(ctx, s.dbg, s.cfg.SealPath, srv, log)
 	if err != nil {
 		return err
 	}

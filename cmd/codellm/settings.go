@@ -17,6 +17,7 @@ import (
 	"github.com/codellm/codellm/internal/hub"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/sealform"
 	"github.com/codellm/codellm/internal/server"
 	"github.com/codellm/codellm/internal/workspace"
 )
@@ -94,6 +95,8 @@ func serveSettings() []config.Setting {
 		{Name: "debug-extension", Kind: config.Bool, Usage: "honour the x_codellm_debug request field (exposes block output to callers)"},
 		{Name: "metrics-listen", Kind: config.String, Default: server.DefaultMetricsListen, EmptyIsValue: true, Aliases: []config.Alias{trip2gMetrics},
 			Usage: "address of the internal listener: GET /metrics without the API key, pprof and probes (loopback: open; otherwise it needs --api-key or --client-ca; empty: off)"},
+		{Name: "seal-path", Kind: config.String, Default: sealform.DefaultPath, Check: sealform.CheckPath,
+			Usage: "path of the sealing form, on the main listener (behind its authentication) and on --debug-listen (trip2g's CODELLM_SEAL_PATH)"},
 		{Name: "max-body-bytes", Kind: config.Size, Default: sizeDefault(10 << 20), Usage: "maximum request body"},
 		{Name: "idempotency-ttl", Kind: config.Duration, Default: durDefault(10 * time.Minute), Usage: "how long a response to an Idempotency-Key (or a Stainless client retry) is replayed; 0 disables the rule"},
 		{Name: "idempotency-max-entries", Kind: config.Int, Default: "10000", Usage: "recorded responses kept at most (oldest out first)"},

@@ -403,3 +403,63 @@ func TestTrip2gMetricsListenerThroughTheRealBinary(t *testing.T) {
 		t.Errorf("no sign of the default metrics listener in the log:\n%s", logs)
 	}
 }
+
+// postSeal posts the sealing form's JSON to url (with the bearer key when key is set).
+func postSeal(t *testing.T, url, key, value string) (int, string) {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]string{"env_key": "SEAL_KEY", "value": value})
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(raw))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Sealed string }
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out.Sealed
+}
+
+// trip2g's CODELLM_SEAL_PATH (its PR #322) through the real binary: the form moves to that path on the
+// main listener (behind the API key, as trip2g gates it) and on the debug listener; a blob sealed there
+// opens in a role through fleetkit.secrets(); a path codellm serves itself is refused at startup.
+func TestTrip2gSealPathThroughTheRealBinary(t *testing.T) {
+	requireNative(t)
+	addr, dbg := freeAddr(t), freeAddr(t)
+	s := serveWith(t, addr, append(trip2gEnv(t, addr), "CODELLM_SEAL_PATH=/ops/seal", "CODELLM_DEBUG_LISTEN="+dbg, "CODELLM_METRICS_ADDR="))
+	if status, body := getWith(t, s.base+"/ops/seal", trip2gKey); status != 200 || !strings.Contains(body, `name="value"`) {
+		t.Fatalf("main listener form: %d %.200q", status, body)
+	}
+	if status, _ := getWith(t, s.base+"/ops/seal", ""); status != 401 {
+		t.Fatalf("main listener form without the key: %d, want 401", status)
+	}
+	if status, _ := getWith(t, s.base+"/_system/codellm/seal", trip2gKey); status != 404 {
+		t.Fatalf("the default path after moving it: %d, want 404", status)
+	}
+	status, blob := postSeal(t, s.base+"/ops/seal", trip2gKey, "krisp-sealed-token")
+	if status != 200 || !strings.HasPrefix(blob, seal.Prefix) {
+		t.Fatalf("main listener seal: %d %q", status, blob)
+	}
+	if status, body := getWith(t, "http://"+dbg+"/ops/seal", ""); status != 200 || !strings.Contains(body, `name="value"`) {
+		t.Fatalf("debug listener form: %d %.200q", status, body)
+	}
+	status, dblob := postSeal(t, "http://"+dbg+"/ops/seal", "", "krisp-sealed-token")
+	if got, err := seal.Open(sealTestKey, dblob); status != 200 || err != nil || got != "krisp-sealed-token" {
+		t.Fatalf("debug listener seal: %d %q %v", status, got, err)
+	}
+	// What the form sealed is what a role opens.
+	bag := trip2gBag(t)
+	bag["frontmatter"].(map[string]any)["krisp_token"] = blob
+	status, calls, msg := s.chat(t, trip2gNodeRole, bag)
+	if status != 200 || len(calls) != 1 || !strings.Contains(calls[0], "auth=true sealed=true") {
+		t.Fatalf("role with the form's blob: %d %v %s", status, calls, msg)
+	}
+
+	_, stderr, code := runBin(t, "", []string{"CODELLM_SEAL_PATH=/v1/seal"}, "-sandbox", "off", "-addr", "127.0.0.1:0")
+	if code != 2 || !strings.Contains(stderr, `CODELLM_SEAL_PATH="/v1/seal" (--seal-path): /v1/seal is served by codellm itself`) {
+		t.Fatalf("a seal path codellm serves: exit %d: %s", code, stderr)
+	}
+}

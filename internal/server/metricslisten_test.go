@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/httpserve"
+	"github.com/codellm/codellm/internal/seal"
+	"github.com/codellm/codellm/internal/sealform"
 	"github.com/codellm/codellm/internal/server"
 )
 
@@ -112,5 +115,31 @@ func TestMetricsListenerPublic(t *testing.T) {
 		if status, _ := get(t, base+path, key); status != 200 {
 			t.Errorf("public %s with the key: %d, want 200", path, status)
 		}
+	}
+}
+
+// The sealing form on the main listener: trip2g's path, behind the API key, JSON only, like every route.
+func TestSealFormOnTheMainListener(t *testing.T) {
+	const key = "seal-form-key-0123456789abcdefghijkl"
+	t.Setenv("SEAL_KEY", "12345678901234567890123456789012")
+	ts := startServer(t, options{cfg: func(c *server.Config) { c.APIKey = key }})
+	if status, body := get(t, ts.URL+sealform.DefaultPath, key); status != 200 || !strings.Contains(body, `name="value"`) {
+		t.Fatalf("form: %d %.200q", status, body)
+	}
+	if status, _ := get(t, ts.URL+sealform.DefaultPath, ""); status != 401 {
+		t.Fatalf("form without the key: %d, want 401", status)
+	}
+	status, _, body := ts.post(t, sealform.DefaultPath, map[string]string{"value": "s3cret"})
+	var out struct{ Sealed string }
+	json.Unmarshal(body, &out)
+	if got, err := seal.Open("12345678901234567890123456789012", out.Sealed); status != 200 || err != nil || got != "s3cret" {
+		t.Fatalf("seal: %d %s (%q %v)", status, body, got, err)
+	}
+	status, _, body = ts.post(t, sealform.DefaultPath, "value=s3cret", "Content-Type", "application/x-www-form-urlencoded")
+	wantError(t, status, body, 415, "unsupported_media_type", "")
+	status, _, body = ts.post(t, sealform.DefaultPath, map[string]string{"env_key": "CODELLM_API_KEY", "value": "v"})
+	wantError(t, status, body, 400, "invalid_request", "SEAL_KEY")
+	if !strings.Contains(ts.logs.String(), `route=seal status=400 duration_ms=`) || !strings.Contains(ts.logs.String(), "code=invalid_request") {
+		t.Fatalf("the request log lacks the seal route's error code:\n%s", ts.logs.String())
 	}
 }
