@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -461,5 +462,67 @@ func TestTrip2gSealPathThroughTheRealBinary(t *testing.T) {
 	_, stderr, code := runBin(t, "", []string{"CODELLM_SEAL_PATH=/v1/seal"}, "-sandbox", "off", "-addr", "127.0.0.1:0")
 	if code != 2 || !strings.Contains(stderr, `CODELLM_SEAL_PATH="/v1/seal" (--seal-path): /v1/seal is served by codellm itself`) {
 		t.Fatalf("a seal path codellm serves: exit %d: %s", code, stderr)
+	}
+}
+
+// trip2g's metric names through the real binary: after the runs a trip2g dashboard watches (a role
+// writing and patching, a failing block, a retried call, a refused key), its scrape of
+// CODELLM_METRICS_ADDR finds every one of trip2g's series, with trip2g's labels and the values the runs
+// gave them.
+func TestTrip2gMetricNamesThroughTheRealBinary(t *testing.T) {
+	requireNative(t)
+	addr, maddr := freeAddr(t), freeAddr(t)
+	s := serveWith(t, addr, append(trip2gEnv(t, addr), "CODELLM_METRICS_ADDR="+maddr))
+	if status, calls, msg := s.chat(t, trip2gRole, trip2gBag(t)); status != 200 || len(calls) != 3 {
+		t.Fatalf("role: %d %v %s", status, calls, msg)
+	}
+	if status, _, _ := s.chat(t, trip2gFailingMiddle, nil); status != 422 {
+		t.Fatalf("failing role: %d", status)
+	}
+	body := map[string]any{"model": "codellm", "messages": []map[string]string{{"role": "user", "content": "```bash\necho '{\"answer\":\"once\"}'\n```"}}}
+	hdr := map[string]string{"Authorization": "Bearer " + trip2gKey, "Idempotency-Key": "trip2g-retry-1"}
+	for i := 0; i < 2; i++ {
+		if status, _, raw := postRaw(t, s.base+"/v1/chat/completions", body, hdr); status != 200 {
+			t.Fatalf("keyed call %d: %d %s", i, status, raw)
+		}
+	}
+	if status, _ := getWith(t, s.base+"/v1/models", "not-the-key"); status != 401 {
+		t.Fatalf("wrong key: %d", status)
+	}
+	status, scrape := getWith(t, "http://"+maddr+"/metrics", "")
+	if status != 200 {
+		t.Fatalf("scrape: %d", status)
+	}
+	for _, want := range []string{
+		`codellm_requests_total{endpoint="chat_completions",status="200"} 3`,
+		`codellm_requests_total{endpoint="chat_completions",status="422"} 1`,
+		`codellm_request_duration_seconds_count{endpoint="chat_completions"} 4`,
+		`codellm_requests_in_flight 0`,
+		`codellm_auth_total{lane="apikey",result="allowed"} 4`,
+		`codellm_auth_total{lane="apikey",result="denied"} 1`,
+		`codellm_exec_errors_total{kind="nonzero_exit"} 1`,
+		`codellm_exec_replays_total 1`,
+		`codellm_blocks_total{outcome="ok",program="python"} 2`, // the role, the failing role's last block
+		`codellm_blocks_total{outcome="nonzero_exit",program="python"} 1`,
+		`codellm_blocks_total{outcome="ok",program="bash"} 2`,
+		`codellm_block_exit_codes_total{exit_code="1",program="python"} 1`,
+		`codellm_block_duration_seconds_count{program="python"} 3`,
+		`codellm_block_max_rss_bytes_count{program="python"} 3`,
+		`codellm_block_stdout_bytes_count{program="python"} 2`,
+		`codellm_request_blocks_count 3`,
+		`codellm_changes_total{kind="write"} 1`,
+		`codellm_changes_total{kind="patch"} 1`,
+		`codellm_config_info{allowed_programs="bash,node,python",sandbox_mode="native",sandbox_network="false"} 1`,
+		// codellm_block_stdout_truncated_total and codellm_sandbox_fallbacks_total appear with their first
+		// event (an output_limit run; a besteffort run): internal/server's TestDocumentedMetricsExposed.
+	} {
+		if !strings.Contains(scrape, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scrape:\n%s", strings.Join(slices.DeleteFunc(strings.Split(scrape, "\n"), func(l string) bool {
+			return !strings.HasPrefix(l, "codellm_")
+		}), "\n"))
 	}
 }

@@ -137,7 +137,7 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 		s.metrics = metrics.NewService(func() float64 { return 0 })
 	}
 	s.chat = chat.New(chat.Config{Engine: s.eng, Metrics: s.metrics, Logger: s.log, DebugExtension: cfg.DebugExtension,
-		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter})
+		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, Fallback: s.publishPosture()})
 	s.setupIdempotency()
 	s.router = httpserve.NewRouter(s.notFound, s.methodNotAllowed)
 	for pattern, rh := range map[string]routeHandler{
@@ -189,8 +189,9 @@ func (s *Server) route(rh routeHandler) http.Handler {
 	h := s.idempotent(rh.name, rh.h)
 	var inner http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w, r, reqLogOf(r)) })
 	if rh.auth {
-		inner = httpserve.Auth(httpserve.BearerKey(s.cfg.APIKey), s.unauthorized, inner)
+		inner = httpserve.Auth(s.authCheck(), s.unauthorized, inner)
 	}
+	inner = s.inFlight(rh.name, inner)
 	inner = httpserve.JSONBodies(s.refuse, inner)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reqLogOf(r).route = rh.name
@@ -240,6 +241,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		rl.status = sw.Status
 		s.metrics.HTTPRequests.WithLabelValues(rl.route, fmt.Sprint(rl.status), rl.Code).Inc()
+		if ep := trip2gEndpoint(rl.route, r.Method); ep != "" {
+			s.metrics.Trip2g.Request(ep, rl.status, time.Since(start))
+		}
 		s.logRequest(r, rl, time.Since(start))
 	}()
 	s.guarded.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqLogKey{}, rl)))
