@@ -38,6 +38,7 @@ type serveFlags struct {
 	route         workspaceRoute
 	metricsListen string // --metrics-listen ("": off)
 	metricsGiven  bool   // --metrics-listen was given (not the default)
+	cookieLane    bool   // trip2g's --trip2g-url was given: accepted so its command lines start, ignored
 }
 
 func (s *serveFlags) bind(v *config.Values) {
@@ -54,6 +55,7 @@ func (s *serveFlags) bind(v *config.Values) {
 	s.route = workspaceRoute{v.Bool("external-workspace"), v.String("external-workspace-root"), v.String("external-workspace-token")}
 	s.workspaceSize = v.IsSet("runner-workspace-size") // the default may fall back to 0 (runner below)
 	s.metricsListen, s.metricsGiven = v.String("metrics-listen"), v.IsSet("metrics-listen")
+	s.cookieLane = v.IsSet("trip2g-url")
 }
 
 // serveFlagSet is serve's FlagSet: the execution, serve and debugger tables.
@@ -128,6 +130,10 @@ func (s *serveFlags) server(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandb
 	cfg := s.cfg
 	if err := checkAPIKeyLength(cfg.APIKey, cfg.Listen, log); err != nil {
 		return nil, err
+	}
+	if s.cookieLane {
+		// Ignoring it is safe: it configured an extra way in (trip2g's admin cookie), which codellm lacks.
+		log.Warn("--trip2g-url (CODELLM_TRIP2G_URL) is trip2g's browser cookie lane, which codellm does not have: ignored; requests authenticate with the API key or a client certificate")
 	}
 	cfg.MaxBodyBytes = s.maxBody
 	cfg.Logger = log

@@ -95,6 +95,8 @@ func serveSettings() []config.Setting {
 		{Name: "debug-extension", Kind: config.Bool, Usage: "honour the x_codellm_debug request field (exposes block output to callers)"},
 		{Name: "metrics-listen", Kind: config.String, Default: server.DefaultMetricsListen, EmptyIsValue: true, Aliases: []config.Alias{trip2gMetrics},
 			Usage: "address of the internal listener: GET /metrics without the API key, pprof and probes (loopback: open; otherwise it needs --api-key or --client-ca; empty: off)"},
+		{Name: "trip2g-url", Kind: config.String,
+			Usage: "trip2g's browser cookie lane (its delegated-admin check): codellm has none, so the value is accepted, logged and ignored; requests authenticate with the API key or a client certificate"},
 		{Name: "seal-path", Kind: config.String, Default: sealform.DefaultPath, Check: sealform.CheckPath,
 			Usage: "path of the sealing form, on the main listener (behind its authentication) and on --debug-listen (trip2g's CODELLM_SEAL_PATH)"},
 		{Name: "max-body-bytes", Kind: config.Size, Default: sizeDefault(10 << 20), Usage: "maximum request body"},

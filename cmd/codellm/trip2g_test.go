@@ -96,6 +96,7 @@ func trip2gEnv(t *testing.T, addr string) []string {
 		"CODELLM_EXPOSE_ENV_PREFIX=KRISP_",
 		"CODELLM_INTERPRETERS=" + registry,
 		"SEAL_KEY=" + sealTestKey,
+		"CODELLM_TRIP2G_URL=http://127.0.0.1:8081", // its cookie lane: accepted, ignored
 		"KRISP_TOKEN=krisp-env-token", "KRISP_BASE_URL=https://api.krisp.ai", "GH_TOKEN=gh-token", "UNRELATED=nope",
 	}
 }
@@ -310,9 +311,20 @@ func TestTrip2gSettingsAliases(t *testing.T) {
 		t.Fatalf("no warning about the differing alias:\n%s", s.logs.String())
 	}
 	// trip2g's binary has no serve subcommand: a command line that starts with a flag serves.
-	s2 := serveWith(t, alias, []string{"CODELLM_API_KEY=short-key"}, "-addr", alias)
+	s2 := serveWith(t, alias, []string{"CODELLM_API_KEY=short-key"}, "-addr", alias, "-trip2g-url", "http://127.0.0.1:8081")
 	if !strings.Contains(s2.logs.String(), "shorter than 32") {
 		t.Fatalf("no warning about a short key on loopback:\n%s", s2.logs.String())
+	}
+	// trip2g's cookie lane setting starts the server and is said to be ignored; it opens no way in.
+	if !strings.Contains(s2.logs.String(), "--trip2g-url (CODELLM_TRIP2G_URL) is trip2g's browser cookie lane") {
+		t.Fatalf("no word about the ignored -trip2g-url:\n%s", s2.logs.String())
+	}
+	req, _ := http.NewRequest(http.MethodGet, s2.base+"/v1/models", nil)
+	req.Header.Set("Cookie", "session=admin")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("a cookie instead of the key: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	_, stderr, code := runBin(t, "", []string{"CODELLM_API_KEY=short-key"}, "-sandbox", "off", "-addr", "0.0.0.0:0")
 	if code != 1 || !strings.Contains(stderr, "needs at least 32") {
