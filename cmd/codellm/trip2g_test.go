@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -343,22 +342,6 @@ func nodeDetectsESM(t *testing.T) bool {
 	return major > 22 || major == 22 && minor >= 7 || major == 20 && minor >= 19
 }
 
-// getWith GETs url, with the bearer key when key is set, and returns the status and body.
-func getWith(t *testing.T, url, key string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // trip2g's internal listener (its PR #306) through the real binary: CODELLM_METRICS_ADDR serves /metrics
 // without the API key, pprof and the probes; pprof is nowhere on the main listener; a public address
 // without authentication, or an address given but taken, stops serve before it serves anything; and
@@ -373,14 +356,14 @@ func TestTrip2gMetricsListenerThroughTheRealBinary(t *testing.T) {
 	metricsBase := "http://" + maddr
 	for path, want := range map[string]string{"/metrics": `codellm_http_requests_total{code="",route="chat",status="200"} 1`,
 		"/debug/pprof/cmdline": binary(t), "/healthz": "ok", "/livez": "alive", "/readyz": `"ready":true`} {
-		if status, body := getWith(t, metricsBase+path, ""); status != 200 || !strings.Contains(body, want) {
+		if status, body := testhelp.GetBearer(t, metricsBase+path, ""); status != 200 || !strings.Contains(body, want) {
 			t.Errorf("metrics listener %s without a key: %d %.300q", path, status, body)
 		}
 	}
-	if status, _ := getWith(t, s.base+"/debug/pprof/cmdline", trip2gKey); status != 404 {
+	if status, _ := testhelp.GetBearer(t, s.base+"/debug/pprof/cmdline", trip2gKey); status != 404 {
 		t.Errorf("main listener pprof: %d, want 404", status)
 	}
-	if status, _ := getWith(t, s.base+"/metrics", ""); status != 401 {
+	if status, _ := testhelp.GetBearer(t, s.base+"/metrics", ""); status != 401 {
 		t.Errorf("main listener /metrics without the key: %d, want 401", status)
 	}
 
@@ -406,7 +389,7 @@ func TestTrip2gMetricsListenerThroughTheRealBinary(t *testing.T) {
 	d := serveWith(t, other, []string{"CODELLM_LISTEN=" + other}, "serve")
 	switch logs := d.logs.String(); {
 	case strings.Contains(logs, "metrics_listen=127.0.0.1:18087") && strings.Contains(logs, "metrics listener serving"):
-		if status, body := getWith(t, "http://127.0.0.1:18087/livez", ""); status != 200 || body != "alive" {
+		if status, body := testhelp.GetBearer(t, "http://127.0.0.1:18087/livez", ""); status != 200 || body != "alive" {
 			t.Errorf("default metrics listener: %d %q", status, body)
 		}
 	case strings.Contains(logs, "metrics listener not started: its default address is taken") &&
@@ -417,23 +400,19 @@ func TestTrip2gMetricsListenerThroughTheRealBinary(t *testing.T) {
 	}
 }
 
-// postSeal posts the sealing form's JSON to url (with the bearer key when key is set).
+// postSeal posts the sealing form's JSON to url (with the bearer key when key is set) and returns the
+// status and the blob.
 func postSeal(t *testing.T, url, key, value string) (int, string) {
 	t.Helper()
 	raw, _ := json.Marshal(map[string]string{"env_key": "SEAL_KEY", "value": value})
-	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(raw))
-	req.Header.Set("Content-Type", "application/json")
+	hdr := map[string]string{}
 	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+		hdr["Authorization"] = "Bearer " + key
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	status, _, body := testhelp.PostJSON(t, url, raw, hdr)
 	var out struct{ Sealed string }
-	json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out.Sealed
+	json.Unmarshal(body, &out)
+	return status, out.Sealed
 }
 
 // trip2g's CODELLM_SEAL_PATH (its PR #322) through the real binary: the form moves to that path on the
@@ -443,20 +422,20 @@ func TestTrip2gSealPathThroughTheRealBinary(t *testing.T) {
 	requireNative(t)
 	addr, dbg := freeAddr(t), freeAddr(t)
 	s := serveWith(t, addr, append(trip2gEnv(t, addr), "CODELLM_SEAL_PATH=/ops/seal", "CODELLM_DEBUG_LISTEN="+dbg, "CODELLM_METRICS_ADDR="))
-	if status, body := getWith(t, s.base+"/ops/seal", trip2gKey); status != 200 || !strings.Contains(body, `name="value"`) {
+	if status, body := testhelp.GetBearer(t, s.base+"/ops/seal", trip2gKey); status != 200 || !strings.Contains(body, `name="value"`) {
 		t.Fatalf("main listener form: %d %.200q", status, body)
 	}
-	if status, _ := getWith(t, s.base+"/ops/seal", ""); status != 401 {
+	if status, _ := testhelp.GetBearer(t, s.base+"/ops/seal", ""); status != 401 {
 		t.Fatalf("main listener form without the key: %d, want 401", status)
 	}
-	if status, _ := getWith(t, s.base+"/_system/codellm/seal", trip2gKey); status != 404 {
+	if status, _ := testhelp.GetBearer(t, s.base+"/_system/codellm/seal", trip2gKey); status != 404 {
 		t.Fatalf("the default path after moving it: %d, want 404", status)
 	}
 	status, blob := postSeal(t, s.base+"/ops/seal", trip2gKey, "krisp-sealed-token")
 	if status != 200 || !strings.HasPrefix(blob, seal.Prefix) {
 		t.Fatalf("main listener seal: %d %q", status, blob)
 	}
-	if status, body := getWith(t, "http://"+dbg+"/ops/seal", ""); status != 200 || !strings.Contains(body, `name="value"`) {
+	if status, body := testhelp.GetBearer(t, "http://"+dbg+"/ops/seal", ""); status != 200 || !strings.Contains(body, `name="value"`) {
 		t.Fatalf("debug listener form: %d %.200q", status, body)
 	}
 	status, dblob := postSeal(t, "http://"+dbg+"/ops/seal", "", "krisp-sealed-token")
@@ -498,10 +477,10 @@ func TestTrip2gMetricNamesThroughTheRealBinary(t *testing.T) {
 			t.Fatalf("keyed call %d: %d %s", i, status, raw)
 		}
 	}
-	if status, _ := getWith(t, s.base+"/v1/models", "not-the-key"); status != 401 {
+	if status, _ := testhelp.GetBearer(t, s.base+"/v1/models", "not-the-key"); status != 401 {
 		t.Fatalf("wrong key: %d", status)
 	}
-	status, scrape := getWith(t, "http://"+maddr+"/metrics", "")
+	status, scrape := testhelp.GetBearer(t, "http://"+maddr+"/metrics", "")
 	if status != 200 {
 		t.Fatalf("scrape: %d", status)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/codellm/codellm/internal/server"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // documentedMetric is one row of the metrics tables in docs/operator.md.
@@ -109,7 +110,7 @@ func TestDocumentedMetricsExposed(t *testing.T) {
 		t.Fatalf("chat: %d %s", status, body)
 	}
 	// An authentication refusal and a last block over the output cap, for the series that need them.
-	if status, _ := get(t, ts.URL+"/v1/models", "wrong-key"); status != 401 {
+	if status, _ := testhelp.GetBearer(t, ts.URL+"/v1/models", "wrong-key"); status != 401 {
 		t.Fatalf("wrong key: %d", status)
 	}
 	if status, _, body := ts.post(t, "/v1/chat/completions", chat(block("bash", "head -c 2000000 /dev/zero"))); status != 422 {

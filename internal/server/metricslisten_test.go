@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/codellm/codellm/internal/seal"
 	"github.com/codellm/codellm/internal/sealform"
 	"github.com/codellm/codellm/internal/server"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // serveMetrics serves ts's metrics listener for addr on a free loopback port (the address decides the
@@ -24,35 +24,9 @@ func serveMetrics(t *testing.T, ts *testServer, addr string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ml.Serve(ctx, ln, httpserve.Options{Grace: time.Second}) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("metrics listener: %v", err)
-		}
+	return "http://" + testhelp.ServeLoopback(t, func(ctx context.Context, ln net.Listener) error {
+		return ml.Serve(ctx, ln, httpserve.Options{Grace: time.Second})
 	})
-	return "http://" + ln.Addr().String()
-}
-
-func get(t *testing.T, url, key string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // trip2g's internal listener: on loopback /metrics needs no key (the main listener's does), pprof is
@@ -70,15 +44,15 @@ func TestMetricsListenerLoopback(t *testing.T) {
 		"/livez":                 "alive",
 		"/readyz":                `"ready":true`,
 	} {
-		if status, body := get(t, base+path, ""); status != 200 || !strings.Contains(body, want) {
+		if status, body := testhelp.GetBearer(t, base+path, ""); status != 200 || !strings.Contains(body, want) {
 			t.Errorf("GET %s without a key: %d %.200q", path, status, body)
 		}
 	}
-	if status, _ := get(t, ts.URL+"/metrics", ""); status != 401 {
+	if status, _ := testhelp.GetBearer(t, ts.URL+"/metrics", ""); status != 401 {
 		t.Errorf("main listener /metrics without the key: %d, want 401", status)
 	}
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline"} {
-		if status, _ := get(t, ts.URL+path, key); status != 404 {
+		if status, _ := testhelp.GetBearer(t, ts.URL+path, key); status != 404 {
 			t.Errorf("main listener %s: %d, want 404 (pprof only on the metrics listener)", path, status)
 		}
 	}
@@ -109,10 +83,10 @@ func TestMetricsListenerPublic(t *testing.T) {
 	keyed := startServer(t, options{cfg: func(c *server.Config) { c.APIKey = key }})
 	base := serveMetrics(t, keyed, "0.0.0.0:18087")
 	for _, path := range []string{"/metrics", "/debug/pprof/cmdline", "/readyz"} {
-		if status, _ := get(t, base+path, ""); status != 401 {
+		if status, _ := testhelp.GetBearer(t, base+path, ""); status != 401 {
 			t.Errorf("public %s without the key: %d, want 401", path, status)
 		}
-		if status, _ := get(t, base+path, key); status != 200 {
+		if status, _ := testhelp.GetBearer(t, base+path, key); status != 200 {
 			t.Errorf("public %s with the key: %d, want 200", path, status)
 		}
 	}
@@ -123,10 +97,10 @@ func TestSealFormOnTheMainListener(t *testing.T) {
 	const key = "seal-form-key-0123456789abcdefghijkl"
 	t.Setenv("SEAL_KEY", "12345678901234567890123456789012")
 	ts := startServer(t, options{cfg: func(c *server.Config) { c.APIKey = key }})
-	if status, body := get(t, ts.URL+sealform.DefaultPath, key); status != 200 || !strings.Contains(body, `name="value"`) {
+	if status, body := testhelp.GetBearer(t, ts.URL+sealform.DefaultPath, key); status != 200 || !strings.Contains(body, `name="value"`) {
 		t.Fatalf("form: %d %.200q", status, body)
 	}
-	if status, _ := get(t, ts.URL+sealform.DefaultPath, ""); status != 401 {
+	if status, _ := testhelp.GetBearer(t, ts.URL+sealform.DefaultPath, ""); status != 401 {
 		t.Fatalf("form without the key: %d, want 401", status)
 	}
 	status, _, body := ts.post(t, sealform.DefaultPath, map[string]string{"value": "s3cret"})
