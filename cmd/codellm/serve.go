@@ -195,6 +195,13 @@ func (s *serveFlags) startMetrics(srv *server.Server, log *slog.Logger) (func(),
 	if s.metricsListen == "" {
 		return func() {}, nil
 	}
+	if s.metricsListen == s.cfg.Listen {
+		if s.metricsGiven {
+			return nil, fmt.Errorf("--metrics-listen and --listen are both %s: give the metrics listener its own address", s.cfg.Listen)
+		}
+		log.Warn("metrics listener not started: --listen took its default address (set --metrics-listen)", "metrics_listen", s.metricsListen)
+		return func() {}, nil
+	}
 	ml, err := srv.MetricsListener(s.metricsListen)
 	if err != nil {
 		return nil, err

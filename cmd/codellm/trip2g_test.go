@@ -372,6 +372,11 @@ func TestTrip2gMetricsListenerThroughTheRealBinary(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "refusing to serve the metrics listener on non-loopback address") {
 		t.Fatalf("public metrics address without authentication: exit %d: %s", code, stderr)
 	}
+	// The metrics listener needs an address of its own.
+	_, stderr, code = runBin(t, "", []string{"CODELLM_METRICS_ADDR=127.0.0.1:1"}, "-sandbox", "off", "-addr", "127.0.0.1:1")
+	if code != 1 || !strings.Contains(stderr, "--metrics-listen and --listen are both 127.0.0.1:1") {
+		t.Fatalf("metrics address = listen address: exit %d: %s", code, stderr)
+	}
 	// An address the operator gave must bind.
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
