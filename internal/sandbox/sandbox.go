@@ -576,7 +576,6 @@ type Process struct {
 	pid   int
 	start time.Time
 
-	waitOnce sync.Once
 	// ready is closed when res is final (nil: at done). An init's block has
 	// its result before its init is reaped (Process.reap).
 	ready       chan struct{}
