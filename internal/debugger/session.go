@@ -342,9 +342,6 @@ func (s *Session) SetDeterminism(d *sandbox.Determinism) {
 // Close cancels a running step (its processes are killed) and makes the session unusable.
 func (s *Session) Close() { s.cancel() }
 
-// Blocks returns the session's blocks.
-func (s *Session) Blocks() []BlockInfo { return s.blocks }
-
 // claim marks the session busy or reports why it cannot be.
 func (s *Session) claim() error {
 	s.mu.Lock()

@@ -28,7 +28,6 @@ import (
 	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/metrics"
 	"github.com/codellm/codellm/internal/openai"
-	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/sealform"
 )
@@ -429,9 +428,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	})
 }
 
-// Draining reports whether shutdown has begun.
-func (s *Server) Draining() bool { return s.draining.Load() }
-
 // handleChat implements §2.1's processing order.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rl *reqLog) {
 	s.converse(w, r, rl, openai.DecodeChatRequest)
@@ -447,12 +443,3 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request, rl *reqLog, de
 	}
 	s.chat.Converse(w, r, &rl.Facts, decode)
 }
-
-// KillReason is a block's codellm_kills_total{reason} (see chat.KillReason).
-func KillReason(b pipeline.BlockResult) string { return chat.KillReason(b) }
-
-// DebugObject renders the x_codellm_debug object (§13) of a run (see chat.DebugObject).
-func DebugObject(res *pipeline.Result) map[string]any { return chat.DebugObject(res) }
-
-// RedactResult removes opened secrets from a run's captures and error (see chat.RedactResult).
-func RedactResult(res *pipeline.Result, secrets []string) { chat.RedactResult(res, secrets) }
