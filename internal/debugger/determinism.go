@@ -9,6 +9,7 @@ import (
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // determinism reads a run-block or session request's "metadata" the way the chat route does
@@ -22,9 +23,9 @@ func (d *Debugger) determinism(w http.ResponseWriter, f fields) (*sandbox.Determ
 			return nil, openai.NewError(http.StatusBadRequest, "invalid_json", "metadata must be an object")
 		}
 	}
-	choice, e := openai.DecodeDeterminism(meta)
-	if e != nil {
-		return nil, e
+	choice, me := wire.DecodeDeterminism(meta)
+	if me != nil {
+		return nil, openai.InvalidMetadata(me)
 	}
 	det, err := d.eng.Determinism(engine.DeterminismChoice(choice), f.input())
 	if err != nil {

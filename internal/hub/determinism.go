@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
-	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // determinismHeader is the reply header of a deterministic run (the server's X-Codellm-Deterministic,
@@ -23,9 +23,9 @@ const runnerDeterministicUnavailable = "deterministic_unavailable"
 // when none was sent; other metadata members are not forwarded). They are part of the body, so the
 // Idempotency-Key fingerprint covers them: the same key with another seed or clock is a different request.
 func execMetadata(meta map[string]json.RawMessage) (*bridge.Object, *clientError) {
-	d, oe := openai.DecodeDeterminism(meta)
-	if oe != nil {
-		return nil, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: oe.Message}
+	d, me := wire.DecodeDeterminism(meta)
+	if me != nil {
+		return nil, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: me.Error()}
 	}
 	if d.On == nil && d.Seed == nil && d.Now.IsZero() {
 		return nil, nil

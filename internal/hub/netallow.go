@@ -7,16 +7,16 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/egress"
-	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // execNetworkAllow adds a /v1/exec request's metadata.network_allow to the runner metadata meta (nil:
 // none yet). The hub checks the syntax only: the worker's runner alone knows its --network-allow and
 // refuses a wider list, which rejectionError relays as 400.
 func execNetworkAllow(meta *bridge.Object, raw map[string]json.RawMessage) (*bridge.Object, *clientError) {
-	list, oe := openai.DecodeNetworkAllow(raw)
-	if oe != nil {
-		return nil, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: oe.Message}
+	list, me := wire.DecodeNetworkAllow(raw)
+	if me != nil {
+		return nil, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: me.Error()}
 	}
 	if list == nil {
 		return meta, nil

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // ToolCall is one assistant tool call (§10.1).
@@ -297,7 +298,7 @@ func Models() []byte { return slices.Clone(modelsBody) }
 func Model(id string) ([]byte, *Error) {
 	if id != DefaultModel {
 		return nil, NewError(http.StatusNotFound, "model_not_found",
-			"The model %q does not exist; codellm serves only %q", truncate(id, 128), DefaultModel)
+			"The model %q does not exist; codellm serves only %q", wire.Abbrev(id, 128), DefaultModel)
 	}
 	return []byte(modelBody), nil
 }

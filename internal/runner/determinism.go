@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // ErrDeterministicUnavailable: the request asked for deterministic mode and this server's sandbox cannot
@@ -31,14 +31,14 @@ type Deterministic struct {
 }
 
 // determinism resolves the request's metadata.deterministic, metadata.seed and metadata.now (the chat
-// routes' fields and value forms, openai.DecodeDeterminism) against the operator's default
+// routes' fields and value forms, wire.DecodeDeterminism) against the operator's default
 // (Config.Deterministic): nil when the run is not deterministic. Piston has no such fields; a Piston
 // client that sends none gets the operator's default. There is no bag here, so the clock defaults to
 // sandbox.DefaultNow.
 func (r *Runner) determinism(meta map[string]json.RawMessage) (*sandbox.Determinism, *Error) {
-	c, oe := openai.DecodeDeterminism(meta)
-	if oe != nil {
-		return nil, badRequest(oe.Message)
+	c, me := wire.DecodeDeterminism(meta)
+	if me != nil {
+		return nil, badRequest(me.Error())
 	}
 	on := r.cfg.Deterministic
 	if c.On != nil {
