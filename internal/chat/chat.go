@@ -24,6 +24,7 @@ import (
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/seal"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // Config is what the chat core needs besides the engine.
@@ -158,7 +159,7 @@ func (s *Service) run(w http.ResponseWriter, ctx context.Context, f *Facts, req 
 			return
 		}
 	}
-	det, err := eng.Determinism(engine.DeterminismChoice(req.Determinism), bag)
+	det, err := eng.Determinism(req.Determinism, bag)
 	if err != nil {
 		s.Fail(w, f, determinismError(err))
 		return
@@ -181,7 +182,7 @@ func (s *Service) run(w http.ResponseWriter, ctx context.Context, f *Facts, req 
 	}
 	f.Run = info.Duration
 	if det != nil {
-		w.Header().Set(engine.DeterminismHeader, engine.DeterminismHeaderValue(det))
+		w.Header().Set(wire.DeterminismHeader, engine.DeterminismHeaderValue(det))
 	}
 	RedactResult(res, secrets)
 	s.observeRun(res, info, f)

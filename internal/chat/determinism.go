@@ -6,6 +6,7 @@ import (
 
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // determinismError maps engine.Determinism's refusal: a malformed choice is the client's (400
@@ -14,7 +15,7 @@ import (
 func determinismError(err error) *openai.Error {
 	var de *engine.DeterminismError
 	if errors.As(err, &de) && de.Unavailable {
-		return openai.NewError(http.StatusNotImplemented, "deterministic_unavailable", "%s", de.Error())
+		return openai.NewError(http.StatusNotImplemented, wire.CodeDeterministicUnavailable, "%s", de.Error())
 	}
-	return openai.NewError(http.StatusBadRequest, "invalid_metadata", "%s", err.Error())
+	return openai.NewError(http.StatusBadRequest, wire.CodeInvalidMetadata, "%s", err.Error())
 }
