@@ -155,7 +155,7 @@ func (s *Service) run(w http.ResponseWriter, ctx context.Context, f *Facts, req 
 	s.cfg.Metrics.RunBlocks.Observe(float64(len(resolved)))
 	if req.NetworkAllow != nil {
 		if err := eng.CheckNetworkAllow(*req.NetworkAllow); err != nil {
-			s.Fail(w, f, openai.NewError(http.StatusBadRequest, "invalid_metadata", `field "metadata.network_allow": %v`, err))
+			s.Fail(w, f, openai.InvalidMetadata(wire.RefusedNetworkAllow(err)))
 			return
 		}
 	}

@@ -414,7 +414,7 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request, key *ClientKey)
 	body.Set("stream", false)
 	if req.NetworkAllow != nil {
 		if _, err := egress.Parse(*req.NetworkAllow); err != nil {
-			writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_metadata", message: `field "metadata.network_allow": ` + err.Error()})
+			writeChatError(w, &clientError{status: http.StatusBadRequest, code: wire.CodeInvalidMetadata, message: wire.RefusedNetworkAllow(err).Error()})
 			return
 		}
 	}
@@ -436,7 +436,7 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request, key *ClientKey)
 	}
 	if out.status != bridge.StatusFulfilled {
 		if networkAllowRefused(out.errMsg) {
-			writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_metadata", message: out.errMsg})
+			writeChatError(w, &clientError{status: http.StatusBadRequest, code: wire.CodeInvalidMetadata, message: out.errMsg})
 			return
 		}
 		writeChatError(w, &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg})

@@ -26,7 +26,7 @@ func (r *Runner) networkAllow(meta map[string]json.RawMessage) (*[]string, *Erro
 		_, err = r.cfg.NetworkAllow.Narrow(*list)
 	}
 	if err != nil {
-		return nil, badRequest(`field "metadata.network_allow": ` + err.Error())
+		return nil, badRequest(wire.RefusedNetworkAllow(err).Error())
 	}
 	return list, nil
 }
