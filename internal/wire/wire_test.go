@@ -130,3 +130,29 @@ func TestDeterminismHeaderValue(t *testing.T) {
 		t.Fatalf("header value %s", got)
 	}
 }
+
+func TestCheckFileName(t *testing.T) {
+	long := strings.Repeat("a", 256)
+	for name, want := range map[string]string{
+		"main.py": "", "src/pkg/a b.txt": "", "ünï/cödé": "", strings.Repeat("a/", 511) + "a": "",
+		"":                        "is empty",
+		strings.Repeat("a", 1025): "is longer than 1024 bytes",
+		"a\xffb":                  "is not valid UTF-8",
+		"a\tb":                    "contains a control character or a backslash",
+		"a\\b":                    "contains a control character or a backslash",
+		"a\x7f":                   "contains a control character or a backslash",
+		"/etc/passwd":             "must be relative",
+		"..":                      "escapes the workspace",
+		"../x":                    "escapes the workspace",
+		".":                       `must be a clean path (no empty, "." or ".." components)`,
+		"a/../../x":               `must be a clean path (no empty, "." or ".." components)`,
+		"a//b":                    `must be a clean path (no empty, "." or ".." components)`,
+		"a/./b":                   `must be a clean path (no empty, "." or ".." components)`,
+		"a/":                      `must be a clean path (no empty, "." or ".." components)`,
+		"a/" + long:               "has a component longer than 255 bytes",
+	} {
+		if got := CheckFileName(name); got != want {
+			t.Errorf("CheckFileName(%q) = %q, want %q", Abbrev(name, 40), got, want)
+		}
+	}
+}
