@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/codellm/codellm/internal/markdown"
 	"github.com/codellm/codellm/internal/wire"
@@ -436,15 +435,3 @@ func str(raw json.RawMessage, dst *string) bool {
 func isNull(raw json.RawMessage) bool { return kind(raw) == "null" }
 
 func kind(raw []byte) string { return wire.JSONKind(raw) }
-
-// Timeout is the effective run timeout (§2.6): the request's timeout_seconds clamped to limit (the
-// --timeout flag), or limit when the request sets none. A request can lower the limit, never extend it.
-func (r *ChatRequest) Timeout(limit time.Duration) time.Duration {
-	if r.TimeoutSeconds <= 0 {
-		return limit
-	}
-	if d := time.Duration(r.TimeoutSeconds) * time.Second; d < limit {
-		return d
-	}
-	return limit
-}

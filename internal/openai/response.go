@@ -280,11 +280,6 @@ func WriteStream(w http.ResponseWriter, id string, created int64, model string, 
 	return nil
 }
 
-// WriteCompletion writes a 200 chat.completion reply (§10.1).
-func WriteCompletion(w http.ResponseWriter, id string, created int64, model string, calls []ToolCall, extra map[string]any) {
-	writeBody(w, http.StatusOK, Completion(id, created, model, calls, extra))
-}
-
 var (
 	modelBody  = `{"id":"codellm","object":"model","created":0,"owned_by":"codellm"}`
 	modelsBody = []byte(`{"object":"list","data":[` + modelBody + `]}`)
