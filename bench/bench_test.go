@@ -421,3 +421,9 @@ func TestSummarizeTraceSkipsTheRequestBefore(t *testing.T) {
 		t.Fatalf("the request before's run close (1 ms) or the next one's (12 ms) was counted: %+v", res.Steps)
 	}
 }
+
+// procCPU is the CPU time of pid and its reaped children.
+func procCPU(pid int) (time.Duration, error) {
+	_, c, err := procStat(pid)
+	return c, err
+}

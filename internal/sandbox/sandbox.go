@@ -666,11 +666,3 @@ func FormatBytes(n int64) string {
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
-
-// forget drops a finished process from the run's bookkeeping (long-lived
-// runs such as benchmarks start many blocks).
-func (r *Run) forget(p *Process) {
-	r.mu.Lock()
-	delete(r.procs, p)
-	r.mu.Unlock()
-}
