@@ -307,9 +307,6 @@ func (s *Service) observeRun(res *pipeline.Result, info engine.RunInfo, f *Facts
 		default:
 			f.Exits = append(f.Exits, "-")
 		}
-		if reason := KillReason(b); reason != "" {
-			m.Kills.WithLabelValues(reason).Inc()
-		}
 		if b.Setup > 0 { // zero: the block never started, so there is no setup time to report
 			m.SandboxSetup.Observe(b.Setup.Seconds())
 		}

@@ -6,10 +6,6 @@ import (
 	"github.com/codellm/codellm/internal/seal"
 )
 
-// KillReason is a block's codellm_kills_total{reason}: its typed status's metric reason ("" when no limit
-// or kill of codellm's ended it). No English is parsed.
-func KillReason(b pipeline.BlockResult) string { return b.Status.MetricReason() }
-
 // DebugObject renders the x_codellm_debug object (§13) of a run.
 func DebugObject(res *pipeline.Result) map[string]any {
 	blocks := make([]map[string]any, 0, len(res.Blocks))

@@ -1076,7 +1076,7 @@ func TestInterpretersStream(t *testing.T) {
 }
 
 // Every reason of codellm_kills_total is reachable: each run below ends a block the way its reason says, and
-// the block's typed Status (which the server's KillReason reads, never the limit's English) carries it. The
+// the block's typed Status (which execution.CountKill reads, never the limit's English) carries it. The
 // "cpu" reason could never increase while it was derived from the limit's description.
 func TestEveryKillReasonReachable(t *testing.T) {
 	h := newHarness(t, sandbox.ModeNative)

@@ -127,14 +127,15 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	s := &Server{cfg: cfg, sb: sb, programs: ecfg.Programs, log: cfg.Logger,
 		guard: httpguard.ForListener(cfg.Listen, cfg.AllowedHosts, cfg.AllowedOrigins)}
 	s.check.Store(&selfCheck{reason: "startup self-check has not finished"})
-	s.eng = engine.New(ecfg, s.sandboxReady)
-	// Workdirs (code and delivery bags) a crashed server left behind are removed before serving.
-	s.eng.SweepStale(s.log)
 	if ecfg.Slots != nil {
 		s.metrics = metrics.NewService(func() float64 { return float64(ecfg.Slots.InFlight()) })
 	} else {
 		s.metrics = metrics.NewService(func() float64 { return 0 })
 	}
+	ecfg.Pipeline.Kills = s.metrics // the execution core counts every block a limit or codellm ends
+	s.eng = engine.New(ecfg, s.sandboxReady)
+	// Workdirs (code and delivery bags) a crashed server left behind are removed before serving.
+	s.eng.SweepStale(s.log)
 	s.chat = chat.New(chat.Config{Engine: s.eng, Metrics: s.metrics, Logger: s.log, DebugExtension: cfg.DebugExtension,
 		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, Fallback: s.publishPosture()})
 	s.setupIdempotency()
