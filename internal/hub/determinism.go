@@ -22,7 +22,7 @@ func execMetadata(meta map[string]json.RawMessage) (*bridge.Object, *clientError
 	if me != nil {
 		return nil, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: me.Error()}
 	}
-	if d.On == nil && d.Seed == nil && d.Now.IsZero() {
+	if d.Absent() {
 		return nil, nil
 	}
 	o := &bridge.Object{}
