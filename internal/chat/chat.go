@@ -113,8 +113,10 @@ func (s *Service) Converse(w http.ResponseWriter, r *http.Request, f *Facts, dec
 	if req.Guarded() {
 		s.cfg.Metrics.ReexecutionGuard.Inc()
 		s.cfg.Logger.Warn("re-execution guard: the conversation was already answered; nothing runs", "id", f.ID)
-		calls := (&contract.Output{Answer: contract.GuardAnswer}).ToolCalls()
-		s.reply(w, f, req, created, calls, nil)
+		// A final assistant message, as a real model answers once its tools ran: every agent loop stops at
+		// it (a finish call again would keep them calling until their step cap, or without bound).
+		text := req.GuardAnswer()
+		s.reply(w, f, req, &openai.Reply{ID: f.ID, Created: created, Model: f.Model, Text: &text})
 		return
 	}
 	if err := contract.RequireFinish(req.Tools); err != nil {
@@ -207,7 +209,7 @@ func (s *Service) answer(w http.ResponseWriter, ctx context.Context, f *Facts, r
 		s.failExtra(w, f, e, extra)
 		return
 	}
-	s.reply(w, f, req, created, calls, extra)
+	s.reply(w, f, req, &openai.Reply{ID: f.ID, Created: created, Model: f.Model, Calls: calls, Extra: extra})
 }
 
 // Fail records e's code and writes its envelope (nothing for 499: nobody is there to answer).
@@ -243,29 +245,29 @@ func (s *Service) failExtra(w http.ResponseWriter, f *Facts, e *openai.Error, ex
 	openai.WriteJSON(w, e.Status, body)
 }
 
-func (s *Service) reply(w http.ResponseWriter, f *Facts, req *openai.ChatRequest, created int64,
-	calls []contract.ToolCall, extra map[string]any) {
-	calls = openai.WithCallIDs(calls) // unique per response: @openai/agents refuses a reused call id
+// reply writes out in the request's API and mode; tool calls get fresh ids first.
+func (s *Service) reply(w http.ResponseWriter, f *Facts, req *openai.ChatRequest, out *openai.Reply) {
+	out.Calls = openai.WithCallIDs(out.Calls) // unique per response: @openai/agents refuses a reused call id
 	if req.API == openai.APIResponses {
-		s.replyResponses(w, f, req, created, calls)
+		s.replyResponses(w, f, req, out)
 		return
 	}
 	if req.Stream {
-		if err := openai.WriteStream(w, f.ID, created, f.Model, calls, req.IncludeUsage, extra); err != nil {
+		if err := out.WriteStream(w, req.IncludeUsage); err != nil {
 			s.cfg.Logger.Debug("stream write failed", "id", f.ID, "err", err)
 		}
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(openai.Completion(f.ID, created, f.Model, calls, extra))
+	w.Write(out.Completion())
 }
 
-// replyResponses writes the calls as function_call output items.
-func (s *Service) replyResponses(w http.ResponseWriter, f *Facts, req *openai.ChatRequest, created int64, calls []contract.ToolCall) {
+// replyResponses writes the reply as a Response object (function_call items, or the guard's message).
+func (s *Service) replyResponses(w http.ResponseWriter, f *Facts, req *openai.ChatRequest, out *openai.Reply) {
 	id := openai.ResponseID(f.ID)
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
-		w.Write(openai.Response(id, created, req, calls))
+		w.Write(openai.Response(id, out.Created, req, out))
 		return
 	}
 	h := w.Header()
@@ -273,7 +275,7 @@ func (s *Service) replyResponses(w http.ResponseWriter, f *Facts, req *openai.Ch
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(openai.ResponseStream(id, created, req, calls)); err != nil {
+	if _, err := w.Write(openai.ResponseStream(id, out.Created, req, out)); err != nil {
 		s.cfg.Logger.Debug("stream write failed", "id", f.ID, "err", err)
 		return
 	}

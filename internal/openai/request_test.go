@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codellm/codellm/internal/contract"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
@@ -42,11 +45,12 @@ type goldenRequest struct {
 }
 
 type goldenMessage struct {
-	Role         string `json:"role"`
-	Name         string `json:"name"`
-	Text         string `json:"text"`
-	HasToolCalls bool   `json:"has_tool_calls"`
-	ToolResult   bool   `json:"tool_result,omitempty"`
+	Role         string  `json:"role"`
+	Name         string  `json:"name"`
+	Text         string  `json:"text"`
+	HasToolCalls bool    `json:"has_tool_calls"`
+	ToolResult   bool    `json:"tool_result,omitempty"`
+	FinishAnswer *string `json:"finish_answer,omitempty"`
 }
 
 type goldenSource struct {
@@ -227,5 +231,31 @@ func TestTimeoutClamp(t *testing.T) {
 		if got := r.Timeout(limit); got != tc.want {
 			t.Errorf("Timeout(%d s) = %v, want %v", tc.seconds, got, tc.want)
 		}
+	}
+}
+
+// The guard's text is the answer of the last finish call after the last user message, in both APIs; a
+// conversation without one (or with an empty one) gets contract.GuardAnswer.
+func TestGuardAnswer(t *testing.T) {
+	finish := func(answer string) string {
+		return `{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"write_note","arguments":"{}"}},` +
+			`{"id":"d","type":"function","function":{"name":"finish","arguments":` + strconv.Quote(`{"answer":"`+answer+`"}`) + `}}]}`
+	}
+	for body, want := range map[string]string{
+		`{"messages":[{"role":"user","content":"x"},` + finish("done") + `,{"role":"tool","content":"ok"}]}`:                                   "done",
+		`{"messages":[` + finish("old") + `,{"role":"user","content":"x"},` + finish("new") + `]}`:                                             "new",
+		`{"messages":[{"role":"user","content":"x"},` + finish("") + `]}`:                                                                      contract.GuardAnswer,
+		`{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"function":{"name":"finish","arguments":"{"}}]}]}`:      contract.GuardAnswer,
+		`{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"function":{"name":"write_note","arguments":"{}"}}]}]}`: contract.GuardAnswer,
+	} {
+		r, e := DecodeChatRequest([]byte(body))
+		if e != nil || !r.Guarded() || r.GuardAnswer() != want {
+			t.Errorf("%s: %v guarded %v answer %q, want %q", body, e, r != nil && r.Guarded(), r.GuardAnswer(), want)
+		}
+	}
+	r, e := DecodeResponsesRequest([]byte(`{"input":[{"role":"user","content":"x"},` +
+		`{"type":"function_call","call_id":"c","name":"finish","arguments":"{\"answer\":\"wrote\"}"},{"type":"function_call_output","call_id":"c","output":"wrote"}]}`))
+	if e != nil || !r.Guarded() || r.GuardAnswer() != "wrote" {
+		t.Fatalf("responses: %v %+v", e, r)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/codellm/codellm/internal/contract"
 )
 
 // The Responses API (POST /v1/responses): the default of the AI SDK's openai() provider and of
@@ -93,7 +95,12 @@ func decodeInput(raw json.RawMessage) ([]Message, *Error) {
 		}
 		switch {
 		case typ == "function_call":
-			msgs = append(msgs, Message{Role: "assistant", HasToolCalls: true})
+			m := Message{Role: "assistant", HasToolCalls: true}
+			var name, args string
+			if str(obj["name"], &name) && name == contract.ToolFinish && str(obj["arguments"], &args) {
+				m.FinishAnswer = finishArgument(args)
+			}
+			msgs = append(msgs, m)
 		case typ == "function_call_output":
 			msgs = append(msgs, Message{Role: "tool", ToolResult: true})
 		case typ == "message" || (typ == "" && obj["role"] != nil):
@@ -178,6 +185,26 @@ type responseCall struct {
 	Status    string `json:"status"`
 }
 
+// responseMessage is an assistant message output item (the re-execution guard's final text).
+type responseMessage struct {
+	Type    string       `json:"type"`
+	ID      string       `json:"id"`
+	Status  string       `json:"status"`
+	Role    string       `json:"role"`
+	Content []outputText `json:"content"`
+}
+
+type outputText struct {
+	Type        string `json:"type"`
+	Text        string `json:"text"`
+	Annotations []any  `json:"annotations"`
+	Logprobs    []any  `json:"logprobs"`
+}
+
+func newOutputText(text string) outputText {
+	return outputText{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: []any{}}
+}
+
 type responseUsage struct {
 	InputTokens         int            `json:"input_tokens"`
 	InputTokensDetails  map[string]int `json:"input_tokens_details"`
@@ -197,7 +224,7 @@ type response struct {
 	Instructions       *string        `json:"instructions"`
 	Metadata           struct{}       `json:"metadata"`
 	Model              string         `json:"model"`
-	Output             []responseCall `json:"output"`
+	Output             []any          `json:"output"`
 	ParallelToolCalls  bool           `json:"parallel_tool_calls"`
 	PreviousResponseID *string        `json:"previous_response_id"`
 	Store              bool           `json:"store"`
@@ -215,38 +242,62 @@ func ResponseID(id string) string { return "resp_" + strings.TrimPrefix(id, "cod
 
 func itemID(callID string) string { return "fc_" + strings.TrimPrefix(callID, "call_") }
 
-func newResponse(id string, created int64, req *ChatRequest, calls []ToolCall, done bool) response {
+// messageID derives the id of a response's message item from the response id.
+func messageID(responseID string) string { return "msg_" + strings.TrimPrefix(responseID, "resp_") }
+
+func newResponse(id string, created int64, req *ChatRequest, out *Reply, done bool) response {
 	r := response{ID: id, Object: "response", CreatedAt: created, Status: "in_progress", Model: echoModel(req.Model),
-		Output: []responseCall{}, ParallelToolCalls: true, Temperature: 1, TopP: 1, ToolChoice: "auto",
+		Output: []any{}, ParallelToolCalls: true, Temperature: 1, TopP: 1, ToolChoice: "auto",
 		Tools: []any{}, Truncation: "disabled", Text: map[string]any{"format": map[string]string{"type": "text"}}}
 	if req.Instructions != "" {
 		r.Instructions = &req.Instructions
 	}
 	if done {
 		r.Status = "completed"
-		for _, c := range calls {
-			r.Output = append(r.Output, callItem(c, "completed", c.Arguments))
-		}
+		r.Output = outputItems(id, out)
 		r.Usage = &responseUsage{InputTokensDetails: map[string]int{"cached_tokens": 0},
 			OutputTokensDetails: map[string]int{"reasoning_tokens": 0}}
 	}
 	return r
 }
 
+// outputItems are a reply's output items: one function_call per call, or one assistant message.
+func outputItems(id string, out *Reply) []any {
+	if out.Text != nil {
+		return []any{textItem(id, "completed", *out.Text)}
+	}
+	items := make([]any, 0, len(out.Calls))
+	for _, c := range out.Calls {
+		items = append(items, callItem(c, "completed", c.Arguments))
+	}
+	return items
+}
+
 func callItem(c ToolCall, status, args string) responseCall {
 	return responseCall{Type: "function_call", ID: itemID(c.ID), CallID: c.ID, Name: c.Name, Arguments: args, Status: status}
 }
 
-// Response renders the completed Response object of a run: one function_call output item per call.
-func Response(id string, created int64, req *ChatRequest, calls []ToolCall) []byte {
-	return marshal(newResponse(id, created, req, calls, true))
+func textItem(id, status, text string) responseMessage {
+	m := responseMessage{Type: "message", ID: messageID(id), Status: status, Role: "assistant", Content: []outputText{}}
+	if status == "completed" {
+		m.Content = []outputText{newOutputText(text)}
+	}
+	return m
 }
 
-// ResponseStream renders the Responses SSE body: response.created, response.in_progress, per call
+// Response renders the completed Response object of a reply: one function_call output item per call,
+// or, for a text reply (the re-execution guard's), one assistant message with an output_text part.
+func Response(id string, created int64, req *ChatRequest, out *Reply) []byte {
+	return marshal(newResponse(id, created, req, out, true))
+}
+
+// ResponseStream renders the Responses SSE body: response.created, response.in_progress, then per call
 // response.output_item.added (empty arguments), response.function_call_arguments.delta in fragments of
-// at most FragmentBytes, response.function_call_arguments.done and response.output_item.done, then
-// response.completed. Every event is "event: <type>" + "data: <json>" with a sequence_number.
-func ResponseStream(id string, created int64, req *ChatRequest, calls []ToolCall) []byte {
+// at most FragmentBytes, response.function_call_arguments.done and response.output_item.done — or, for a
+// text reply, the message item's output_item.added, content_part.added, output_text.delta fragments,
+// output_text.done, content_part.done and output_item.done — then response.completed. Every event is
+// "event: <type>" + "data: <json>" with a sequence_number.
+func ResponseStream(id string, created int64, req *ChatRequest, out *Reply) []byte {
 	var buf bytes.Buffer
 	seq := 0
 	event := func(typ string, fields map[string]any) {
@@ -259,6 +310,18 @@ func ResponseStream(id string, created int64, req *ChatRequest, calls []ToolCall
 	}
 	event("response.created", map[string]any{"response": newResponse(id, created, req, nil, false)})
 	event("response.in_progress", map[string]any{"response": newResponse(id, created, req, nil, false)})
+	if out.Text != nil {
+		streamText(id, *out.Text, event)
+	} else {
+		streamFunctionCalls(out.Calls, event)
+	}
+	event("response.completed", map[string]any{"response": newResponse(id, created, req, out, true)})
+	return buf.Bytes()
+}
+
+type eventFunc func(typ string, fields map[string]any)
+
+func streamFunctionCalls(calls []ToolCall, event eventFunc) {
 	for k, c := range calls {
 		event("response.output_item.added", map[string]any{"output_index": k, "item": callItem(c, "in_progress", "")})
 		for _, frag := range Fragments(c.Arguments, FragmentBytes) {
@@ -270,6 +333,23 @@ func ResponseStream(id string, created int64, req *ChatRequest, calls []ToolCall
 			"name": c.Name, "arguments": c.Arguments})
 		event("response.output_item.done", map[string]any{"output_index": k, "item": callItem(c, "completed", c.Arguments)})
 	}
-	event("response.completed", map[string]any{"response": newResponse(id, created, req, calls, true)})
-	return buf.Bytes()
+}
+
+// streamText streams one assistant message item with one output_text part, as OpenAI streams text.
+func streamText(id, text string, event eventFunc) {
+	item := messageID(id)
+	at := func(fields map[string]any) map[string]any {
+		fields["item_id"], fields["output_index"], fields["content_index"] = item, 0, 0
+		return fields
+	}
+	event("response.output_item.added", map[string]any{"output_index": 0, "item": textItem(id, "in_progress", "")})
+	event("response.content_part.added", at(map[string]any{"part": newOutputText("")}))
+	for _, frag := range Fragments(text, FragmentBytes) {
+		if frag != "" {
+			event("response.output_text.delta", at(map[string]any{"delta": frag, "logprobs": []any{}}))
+		}
+	}
+	event("response.output_text.done", at(map[string]any{"text": text, "logprobs": []any{}}))
+	event("response.content_part.done", at(map[string]any{"part": newOutputText(text)}))
+	event("response.output_item.done", map[string]any{"output_index": 0, "item": textItem(id, "completed", text)})
 }

@@ -51,7 +51,7 @@ func TestDecodeResponsesRequest(t *testing.T) {
 func TestResponseStreamEvents(t *testing.T) {
 	req := &ChatRequest{API: APIResponses, Model: "m"}
 	calls := WithCallIDs(fleetCalls(t))
-	body := string(ResponseStream("resp_1", 5, req, calls))
+	body := string(ResponseStream("resp_1", 5, req, &Reply{Calls: calls}))
 	seq := 0
 	var args string
 	for ev := range strings.SplitSeq(strings.TrimSuffix(body, "\n\n"), "\n\n") {
@@ -94,5 +94,45 @@ func TestResponseStreamEvents(t *testing.T) {
 	if json.Unmarshal([]byte(last), &done) != nil || done.Response.Status != "completed" || len(done.Response.Output) != len(calls) ||
 		done.Response.Output[0].CallID != calls[0].ID {
 		t.Fatalf("completed event %s", last)
+	}
+}
+
+// A text reply (the re-execution guard's) is one assistant message item with one output_text part, in the
+// object and as OpenAI streams it.
+func TestResponseText(t *testing.T) {
+	req := &ChatRequest{API: APIResponses, Model: "m"}
+	text := strings.Repeat("answer ", 1000) // two delta fragments
+	var obj struct {
+		Status string `json:"status"`
+		Output []struct {
+			Type, ID, Status, Role string
+			Content                []struct{ Type, Text string }
+		} `json:"output"`
+	}
+	if err := json.Unmarshal(Response("resp_abc", 5, req, &Reply{Text: &text}), &obj); err != nil {
+		t.Fatal(err)
+	}
+	if o := obj.Output; obj.Status != "completed" || len(o) != 1 || o[0].Type != "message" || o[0].ID != "msg_abc" || o[0].Role != "assistant" ||
+		o[0].Status != "completed" || len(o[0].Content) != 1 || o[0].Content[0].Type != "output_text" || o[0].Content[0].Text != text {
+		t.Fatalf("%+v", obj)
+	}
+	var types []string
+	var deltas string
+	for ev := range strings.SplitSeq(strings.TrimSuffix(string(ResponseStream("resp_abc", 5, req, &Reply{Text: &text})), "\n\n"), "\n\n") {
+		var v struct{ Type, Delta string }
+		data := ev[strings.Index(ev, "data: ")+6:]
+		if err := json.Unmarshal([]byte(data), &v); err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, v.Type)
+		if v.Type == "response.output_text.delta" {
+			deltas += v.Delta
+		}
+	}
+	want := "response.created response.in_progress response.output_item.added response.content_part.added " +
+		"response.output_text.delta response.output_text.delta response.output_text.done response.content_part.done " +
+		"response.output_item.done response.completed"
+	if strings.Join(types, " ") != want || deltas != text {
+		t.Fatalf("events %v, deltas %d bytes", types, len(deltas))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/contract"
 )
 
 // ChatRequestFromTree is DecodeChatRequest over a body already parsed into bridge's ordered tree, so a
@@ -115,10 +116,37 @@ func treeMessages(top *bridge.Object) ([]Message, bool) {
 				return nil, false
 			}
 			m.HasToolCalls = len(list) > 0
+			m.FinishAnswer = treeFinishAnswer(list)
 		}
 		msgs[i] = m
 	}
 	return msgs, true
+}
+
+// treeFinishAnswer is chatFinishAnswer on the tree.
+func treeFinishAnswer(calls []any) *string {
+	var answer *string
+	for _, c := range calls {
+		obj, _ := c.(*bridge.Object)
+		if obj == nil {
+			continue
+		}
+		fn, _ := obj.Get("function")
+		fobj, _ := fn.(*bridge.Object)
+		if fobj == nil {
+			continue
+		}
+		name, _ := fobj.Get("name")
+		args, _ := fobj.Get("arguments")
+		if n, _ := name.(string); jsonString(n) == contract.ToolFinish {
+			if a, ok := args.(string); ok {
+				if v := finishArgument(jsonString(a)); v != nil {
+					answer = v
+				}
+			}
+		}
+	}
+	return answer
 }
 
 // treeContent is decodeContent: a string, null, or parts whose "text" parts are concatenated.
