@@ -30,13 +30,16 @@ type ChatRequest struct {
 	IncludeUsage   bool // stream_options.include_usage
 	Messages       []Message
 	Tools          []string // offered function names; nil when tools is absent, null or empty
-	TimeoutSeconds int      // metadata.timeout_seconds; 0 when absent; at most MaxTimeoutSeconds
-	Debug          bool     // x_codellm_debug == true
+	ToolChoice     ToolChoice
+	TimeoutSeconds int  // metadata.timeout_seconds; 0 when absent; at most MaxTimeoutSeconds
+	Debug          bool // x_codellm_debug == true
 	// NetworkAllow is metadata.network_allow split at commas: a per-request egress list that may only narrow
 	// the operator's --network-allow; nil when absent.
 	NetworkAllow *[]string
 	API          string // "" for chat completions, APIResponses for POST /v1/responses
 	Instructions string // the Responses API's instructions (also the first, system, message)
+	// Response holds a Responses request's settings and input items (nil for chat completions).
+	Response *ResponseFields
 
 	// Determinism is metadata.deterministic, metadata.seed and metadata.now (issue 21).
 	Determinism Determinism
@@ -86,6 +89,10 @@ func DecodeChatRequest(body []byte) (*ChatRequest, *Error) {
 	if r.Tools, e = decodeTools(top["tools"]); e != nil {
 		return nil, e
 	}
+	if r.ToolChoice, e = decodeToolChoice(top["tool_choice"], false); e != nil {
+		return nil, e
+	}
+	r.Tools = r.ToolChoice.restrict(r.Tools)
 	if r.Debug, e = optBool(top, "x_codellm_debug", "x_codellm_debug"); e != nil {
 		return nil, e
 	}

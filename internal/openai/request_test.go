@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -257,5 +258,52 @@ func TestGuardAnswer(t *testing.T) {
 		`{"type":"function_call","call_id":"c","name":"finish","arguments":"{\"answer\":\"wrote\"}"},{"type":"function_call_output","call_id":"c","output":"wrote"}]}`))
 	if e != nil || !r.Guarded() || r.GuardAnswer() != "wrote" {
 		t.Fatalf("responses: %v %+v", e, r)
+	}
+}
+
+// tool_choice: "auto" and "required" are honoured as they are; a forced finish is honoured, another
+// function refused; "none" only where the guard answers; allowed_tools narrows the offered tools; hosted
+// tool types are refused — in both APIs' shapes.
+func TestToolChoice(t *testing.T) {
+	chat := func(tc string) string {
+		return `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"write_note"}},` +
+			`{"type":"function","function":{"name":"finish"}}],"tool_choice":` + tc + `}`
+	}
+	for tc, want := range map[string]string{
+		`"auto"`: "auto ok", `"required"`: "required ok", `null`: "auto ok",
+		`{"type":"function","function":{"name":"finish"}}`:     "auto finish ok",
+		`{"type":"function","function":{"name":"write_note"}}`: "invalid_tool_choice",
+		`"none"`:                 "invalid_tool_choice",
+		`"sometimes"`:            "invalid_tool_choice",
+		`{"type":"file_search"}`: "invalid_tool_choice",
+		`{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"finish"}}]}}`: "required ok [finish]",
+	} {
+		r, e := DecodeChatRequest([]byte(chat(tc)))
+		got := ""
+		switch {
+		case e != nil:
+			got = e.Code
+		case r.ToolChoice.Check(false) != nil:
+			got = r.ToolChoice.Check(false).Code
+		default:
+			got = strings.Join(strings.Fields(r.ToolChoice.Mode+" "+r.ToolChoice.Function+" ok"), " ")
+			if r.ToolChoice.Allowed != nil {
+				got += " " + fmt.Sprint(r.Tools)
+			}
+		}
+		if got != want {
+			t.Errorf("tool_choice %s: %s, want %s", tc, got, want)
+		}
+	}
+	r, _ := DecodeChatRequest([]byte(chat(`"none"`)))
+	if r.ToolChoice.Check(true) != nil || r.ToolChoice.Requires() {
+		t.Error(`"none" must be honoured by the guard's text`)
+	}
+	r, e := DecodeResponsesRequest([]byte(`{"input":"x","tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"write_note"}]}}`))
+	if e != nil || fmt.Sprint(r.Tools) != "[write_note]" || r.ToolChoice.Requires() || string(r.ToolChoice.Raw) == "" {
+		t.Fatalf("%v %+v", e, r)
+	}
+	if _, e := DecodeResponsesRequest([]byte(`{"input":"x","tool_choice":{"type":"function","function":{"name":"finish"}}}`)); e == nil || e.Code != "invalid_tool_choice" {
+		t.Fatalf("a chat-shaped forced function on the Responses API: %+v", e)
 	}
 }

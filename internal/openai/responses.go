@@ -36,6 +36,9 @@ func DecodeResponsesRequest(body []byte) (*ChatRequest, *Error) {
 	}
 	r := &ChatRequest{API: APIResponses}
 	var e *Error
+	if r.Response, e = decodeResponseFields(top); e != nil {
+		return nil, e
+	}
 	if r.Model, e = optString(top, "model", "model"); e != nil {
 		return nil, e
 	}
@@ -53,12 +56,17 @@ func DecodeResponsesRequest(body []byte) (*ChatRequest, *Error) {
 		return nil, e
 	}
 	r.Messages = append(r.Messages, items...)
-	if len(r.Messages) == 0 {
+	if len(r.Messages) == 0 && r.Response.PreviousResponseID == "" {
 		return nil, badInput(`field "input" is missing or empty and there are no instructions; send the code as input or instructions`)
 	}
+	r.Response.Items = inputItems(top["input"])
 	if r.Tools, e = decodeResponseTools(top["tools"]); e != nil {
 		return nil, e
 	}
+	if r.ToolChoice, e = decodeToolChoice(top["tool_choice"], true); e != nil {
+		return nil, e
+	}
+	r.Tools = r.ToolChoice.restrict(r.Tools)
 	if e = decodeMetadata(top, r); e != nil {
 		return nil, e
 	}
@@ -213,30 +221,6 @@ type responseUsage struct {
 	TotalTokens         int            `json:"total_tokens"`
 }
 
-// response is the Response object with the fields the SDKs require.
-type response struct {
-	ID                 string         `json:"id"`
-	Object             string         `json:"object"`
-	CreatedAt          int64          `json:"created_at"`
-	Status             string         `json:"status"`
-	Error              *struct{}      `json:"error"`
-	IncompleteDetails  *struct{}      `json:"incomplete_details"`
-	Instructions       *string        `json:"instructions"`
-	Metadata           struct{}       `json:"metadata"`
-	Model              string         `json:"model"`
-	Output             []any          `json:"output"`
-	ParallelToolCalls  bool           `json:"parallel_tool_calls"`
-	PreviousResponseID *string        `json:"previous_response_id"`
-	Store              bool           `json:"store"`
-	Temperature        float64        `json:"temperature"`
-	Text               any            `json:"text"`
-	ToolChoice         string         `json:"tool_choice"`
-	Tools              []any          `json:"tools"`
-	TopP               float64        `json:"top_p"`
-	Truncation         string         `json:"truncation"`
-	Usage              *responseUsage `json:"usage"`
-}
-
 // ResponseID derives a Responses id ("resp_" + hex) from a NewID.
 func ResponseID(id string) string { return "resp_" + strings.TrimPrefix(id, "codellm-") }
 
@@ -245,20 +229,101 @@ func itemID(callID string) string { return "fc_" + strings.TrimPrefix(callID, "c
 // messageID derives the id of a response's message item from the response id.
 func messageID(responseID string) string { return "msg_" + strings.TrimPrefix(responseID, "resp_") }
 
-func newResponse(id string, created int64, req *ChatRequest, out *Reply, done bool) response {
-	r := response{ID: id, Object: "response", CreatedAt: created, Status: "in_progress", Model: echoModel(req.Model),
-		Output: []any{}, ParallelToolCalls: true, Temperature: 1, TopP: 1, ToolChoice: "auto",
-		Tools: []any{}, Truncation: "disabled", Text: map[string]any{"format": map[string]string{"type": "text"}}}
-	if req.Instructions != "" {
-		r.Instructions = &req.Instructions
+// Response statuses (OpenAI's).
+const (
+	StatusQueued     = "queued"
+	StatusInProgress = "in_progress"
+	StatusCompleted  = "completed"
+	StatusFailed     = "failed"
+	StatusCancelled  = "cancelled"
+)
+
+// ResponseState is what a Response object says beyond its request's settings.
+type ResponseState struct {
+	ID          string
+	CreatedAt   int64
+	Status      string
+	CompletedAt int64  // 0 until completed
+	Err         *Error // a failed response's error ({code, message})
+	Out         *Reply // the output (completed responses); nil: no output yet
+}
+
+// Object renders the Response object of st for req, field for field as OpenAI's: the request's settings
+// are echoed as sent (instructions, tools, tool_choice, metadata, temperature, …; OpenAI's defaults for
+// those it did not send), the output items are one function_call per call or the guard's message, and
+// usage is set once the response completed.
+func (st ResponseState) Object(req *ChatRequest) []byte {
+	rf := req.Response
+	if rf == nil {
+		rf = &ResponseFields{Store: true}
 	}
-	if done {
-		r.Status = "completed"
-		r.Output = outputItems(id, out)
-		r.Usage = &responseUsage{InputTokensDetails: map[string]int{"cached_tokens": 0},
-			OutputTokensDetails: map[string]int{"reasoning_tokens": 0}}
+	var b objectWriter
+	b.field("id", marshal(st.ID))
+	b.field("object", marshal("response"))
+	b.field("created_at", marshal(st.CreatedAt))
+	b.field("status", marshal(st.Status))
+	b.field("background", marshal(rf.Background))
+	b.field("completed_at", nullUnless(st.CompletedAt != 0, st.CompletedAt))
+	b.field("error", jsonNull)
+	if st.Err != nil {
+		b.fields[len(b.fields)-1].value = marshal(map[string]string{"code": st.Err.Code, "message": st.Err.Message})
 	}
-	return r
+	b.field("incomplete_details", jsonNull)
+	b.field("instructions", nullUnless(req.Instructions != "", req.Instructions))
+	for _, k := range echoedBefore {
+		b.field(k, rf.setting(k))
+	}
+	b.field("model", marshal(echoModel(req.Model)))
+	output := []any{}
+	if st.Out != nil {
+		output = outputItems(st.ID, st.Out)
+	}
+	b.field("output", marshal(output))
+	for _, k := range echoedAfter {
+		b.field(k, rf.setting(k))
+	}
+	b.field("usage", jsonNull)
+	if st.Status == StatusCompleted {
+		b.fields[len(b.fields)-1].value = marshal(responseUsage{InputTokensDetails: map[string]int{"cached_tokens": 0},
+			OutputTokensDetails: map[string]int{"reasoning_tokens": 0}})
+	}
+	b.field("user", rf.setting("user"))
+	return b.bytes()
+}
+
+func nullUnless(cond bool, v any) json.RawMessage {
+	if !cond {
+		return jsonNull
+	}
+	return marshal(v)
+}
+
+// objectWriter builds a JSON object with its members in the order they are added.
+type objectWriter struct {
+	fields []struct {
+		key   string
+		value json.RawMessage
+	}
+}
+
+func (o *objectWriter) field(k string, v json.RawMessage) {
+	o.fields = append(o.fields, struct {
+		key   string
+		value json.RawMessage
+	}{k, v})
+}
+
+func (o *objectWriter) bytes() []byte {
+	buf := []byte{'{'}
+	for i, f := range o.fields {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, marshal(f.key)...)
+		buf = append(buf, ':')
+		buf = append(buf, f.value...)
+	}
+	return append(buf, '}')
 }
 
 // outputItems are a reply's output items: one function_call per call, or one assistant message.
@@ -285,22 +350,72 @@ func textItem(id, status, text string) responseMessage {
 	return m
 }
 
-// Response renders the completed Response object of a reply: one function_call output item per call,
-// or, for a text reply (the re-execution guard's), one assistant message with an output_text part.
-func Response(id string, created int64, req *ChatRequest, out *Reply) []byte {
-	return marshal(newResponse(id, created, req, out, true))
-}
-
 // ResponseStream renders the Responses SSE body: response.created, response.in_progress, then per call
 // response.output_item.added (empty arguments), response.function_call_arguments.delta in fragments of
 // at most FragmentBytes, response.function_call_arguments.done and response.output_item.done — or, for a
 // text reply, the message item's output_item.added, content_part.added, output_text.delta fragments,
 // output_text.done, content_part.done and output_item.done — then response.completed. Every event is
 // "event: <type>" + "data: <json>" with a sequence_number.
-func ResponseStream(id string, created int64, req *ChatRequest, out *Reply) []byte {
+func ResponseStream(done ResponseState, req *ChatRequest) []byte {
 	var buf bytes.Buffer
+	event := responsesEvents(&buf)
+	started := ResponseState{ID: done.ID, CreatedAt: done.CreatedAt, Status: StatusInProgress}
+	event("response.created", map[string]any{"response": json.RawMessage(started.Object(req))})
+	event("response.in_progress", map[string]any{"response": json.RawMessage(started.Object(req))})
+	if done.Out.Text != nil {
+		streamText(done.ID, *done.Out.Text, event)
+	} else {
+		streamFunctionCalls(done.Out.Calls, event)
+	}
+	event("response.completed", map[string]any{"response": json.RawMessage(done.Object(req))})
+	return buf.Bytes()
+}
+
+// ResponseFailedStream renders the event stream of a response whose run failed: response.created,
+// response.in_progress, then response.failed whose response carries status "failed" and the error's code
+// and message — what OpenAI streams, and what the SDKs turn into their error.
+func ResponseFailedStream(failed ResponseState, req *ChatRequest) []byte {
+	var buf bytes.Buffer
+	event := responsesEvents(&buf)
+	started := ResponseState{ID: failed.ID, CreatedAt: failed.CreatedAt, Status: StatusInProgress}
+	event("response.created", map[string]any{"response": json.RawMessage(started.Object(req))})
+	event("response.in_progress", map[string]any{"response": json.RawMessage(started.Object(req))})
+	event("response.failed", map[string]any{"response": json.RawMessage(failed.Object(req))})
+	return buf.Bytes()
+}
+
+// ReplyMessage is a reply as a message of the conversation a follow-up continues: the assistant turn with
+// its tool calls (and its finish answer, for the re-execution guard), or its text.
+func ReplyMessage(out *Reply) Message {
+	if out.Text != nil {
+		return Message{Role: "assistant", Text: *out.Text}
+	}
+	m := Message{Role: "assistant", HasToolCalls: len(out.Calls) > 0}
+	for _, c := range out.Calls {
+		if c.Name == contract.ToolFinish {
+			m.FinishAnswer = finishArgument(c.Arguments)
+		}
+	}
+	return m
+}
+
+// WithHistory returns the request's messages with history inserted after the instructions message (the
+// conversation of a previous_response_id), and the request's own input messages (without instructions).
+func (r *ChatRequest) WithHistory(history []Message) (all, own []Message) {
+	n := 0
+	if r.Instructions != "" {
+		n = 1
+	}
+	own = r.Messages[n:]
+	all = append(append(append([]Message{}, r.Messages[:n]...), history...), own...)
+	return all, own
+}
+
+// responsesEvents returns an eventFunc writing Responses events to buf: "event: <type>" and "data: <json>" with
+// the type and a sequence_number counted from 0.
+func responsesEvents(buf *bytes.Buffer) eventFunc {
 	seq := 0
-	event := func(typ string, fields map[string]any) {
+	return func(typ string, fields map[string]any) {
 		fields["type"] = typ
 		fields["sequence_number"] = seq
 		seq++
@@ -308,15 +423,6 @@ func ResponseStream(id string, created int64, req *ChatRequest, out *Reply) []by
 		buf.Write(marshal(fields))
 		buf.WriteString("\n\n")
 	}
-	event("response.created", map[string]any{"response": newResponse(id, created, req, nil, false)})
-	event("response.in_progress", map[string]any{"response": newResponse(id, created, req, nil, false)})
-	if out.Text != nil {
-		streamText(id, *out.Text, event)
-	} else {
-		streamFunctionCalls(out.Calls, event)
-	}
-	event("response.completed", map[string]any{"response": newResponse(id, created, req, out, true)})
-	return buf.Bytes()
 }
 
 type eventFunc func(typ string, fields map[string]any)

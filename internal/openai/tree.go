@@ -45,6 +45,9 @@ func ChatRequestFromTree(top *bridge.Object) (r *ChatRequest, ok bool) {
 	if r.Tools, ok = treeTools(top); !ok {
 		return nil, false
 	}
+	if r.ToolChoice, ok = treeToolChoice(top); !ok {
+		return nil, false
+	}
 	if r.Debug, ok = treeBool(top, "x_codellm_debug"); !ok {
 		return nil, false
 	}
@@ -121,6 +124,21 @@ func treeMessages(top *bridge.Object) ([]Message, bool) {
 		msgs[i] = m
 	}
 	return msgs, true
+}
+
+// treeToolChoice is decodeToolChoice for the strings; an object (a forced function, allowed_tools) is
+// left to the bytes.
+func treeToolChoice(top *bridge.Object) (ToolChoice, bool) {
+	v, _ := top.Get("tool_choice")
+	if v == nil {
+		return ToolChoice{Mode: "auto"}, true
+	}
+	s, _ := v.(string)
+	switch s {
+	case "auto", "none", "required":
+		return ToolChoice{Mode: s}, true
+	}
+	return ToolChoice{}, false
 }
 
 // treeFinishAnswer is chatFinishAnswer on the tree.
