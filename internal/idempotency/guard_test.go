@@ -336,3 +336,55 @@ func TestClientTimeoutRetryRunsOnce(t *testing.T) {
 		t.Fatalf("retry %+v runs %d", r, h.app.runs.Load())
 	}
 }
+
+// LangChain retries around the SDK on its own timeout: every attempt says X-Stainless-Retry-Count: 0. An
+// attempt that finds the identical request still running attaches to it; one that comes after the run
+// finished for clients that had all gone away gets that answer. The code ran once.
+func TestFirstAttemptRetriesAttach(t *testing.T) {
+	h := newHarness(t, MemoryConfig{}, nil)
+	h.app.release = make(chan struct{})
+	released := false
+	t.Cleanup(func() { // before the server closes: a failed check must not leave a run waiting
+		if !released {
+			close(h.app.release)
+		}
+	})
+	giveUp := func(wait func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+"/v1/x", strings.NewReader(`{"q":1}`))
+		req.Header.Set(HeaderRetryCount, "0")
+		errc := make(chan error, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			errc <- err
+		}()
+		wait()
+		cancel() // the client's timeout
+		if err := <-errc; err == nil {
+			t.Fatal("the attempt was not cancelled")
+		}
+	}
+	poll := func(cond func() bool) {
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("condition not reached")
+			}
+		}
+	}
+	giveUp(func() { poll(func() bool { return h.app.runs.Load() == 1 }) })
+	giveUp(func() { poll(func() bool { return h.n(EventAttached) == 1 }) }) // attached, not run
+	close(h.app.release)
+	released = true
+	poll(func() bool { return h.n(EventRecorded) == 1 })
+	third := h.post(t, `{"q":1}`, HeaderRetryCount, "0")
+	if third.status != 200 || !third.replayed || !strings.Contains(third.body, `"run":1`) || h.app.runs.Load() != 1 {
+		t.Fatalf("third attempt %+v, runs %d", third, h.app.runs.Load())
+	}
+	// Another credential's identical first attempt runs: the rule never crosses credentials.
+	if other := h.post(t, `{"q":1}`, HeaderRetryCount, "0", "Authorization", "Bearer b"); other.replayed || h.app.runs.Load() != 2 {
+		t.Fatalf("other credential %+v", other)
+	}
+}

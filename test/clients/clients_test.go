@@ -279,6 +279,38 @@ func TestOpenAINode(t *testing.T) {
 			t.Fatalf("%+v", r)
 		}
 	})
+	t.Run("responses resource", func(t *testing.T) {
+		var r struct {
+			Same        bool              `json:"same"`
+			Metadata    map[string]string `json:"metadata"`
+			Temperature float64           `json:"temperature"`
+			Items       []string          `json:"items"`
+			Next        struct {
+				Text     string `json:"text"`
+				Status   string `json:"status"`
+				Previous bool   `json:"previous"`
+			} `json:"next"`
+			Gone    nodeError `json:"gone"`
+			Events  []string  `json:"events"`
+			Failure struct{ Code, Message string }
+		}
+		requests, runs := s.loop(t, "responsesResource", &r)
+		if !r.Same || r.Metadata["role"] != "indexer" || r.Temperature != 0.5 || strings.Join(r.Items, ",") != "message:user" {
+			t.Fatalf("retrieve and input_items: %+v", r)
+		}
+		if r.Next.Text != "wrote" || r.Next.Status != "completed" || !r.Next.Previous || r.Gone.Name != "NotFoundError" {
+			t.Fatalf("follow-up and delete: %+v", r)
+		}
+		if strings.Join(r.Events, ",") != "response.created,response.in_progress,response.failed" || r.Failure.Code != "nonzero_exit" ||
+			!strings.Contains(r.Failure.Message, "boom") {
+			t.Fatalf("failed stream: %+v", r)
+		}
+		// Two answered requests (the failed stream counts under its code) and two runs: the follow-up ran
+		// nothing.
+		if requests != 2 || runs != 2 {
+			t.Fatalf("%d requests, %d runs", requests, runs)
+		}
+	})
 	// openai-node gives up after 1 s and retries (X-Stainless-Retry-Count) while the 2.5 s block runs:
 	// the retries attach to the first run, and the code runs once.
 	t.Run("retry under a client timeout", func(t *testing.T) {
@@ -410,7 +442,8 @@ func TestOpenAIAgents(t *testing.T) {
 }
 
 // LangChain JS ChatOpenAI with a gpt-5* model id (whose system prompt it may send as developer):
-// bindTools + invoke, stream, and a 422 surfaced as the SDK's error.
+// bindTools + invoke, stream, and a 422 surfaced as the SDK's error; its own timeout retries (every one
+// with X-Stainless-Retry-Count: 0) run the code once.
 func TestLangChain(t *testing.T) {
 	needNode(t)
 	s := startServe(t)
@@ -426,6 +459,13 @@ func TestLangChain(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	t.Logf("LangChain used chat %d times, responses %d times", s.route(t, "chat"), s.route(t, "responses"))
+	var slow struct{ Answer string }
+	if _, runs := s.loop(t, "langchainTimeout", &slow); slow.Answer != "slow" || runs != 1 {
+		t.Fatalf("timeout retries: %+v after %d runs", slow, runs)
+	}
+	if s.metric(t, `codellm_idempotency_events_total{event="attached"}`)+s.metric(t, `codellm_idempotency_events_total{event="replayed"}`) < 1 {
+		t.Fatal("no LangChain attempt attached to or replayed the first")
+	}
 }
 
 // The AI SDK 6 over its OpenAI provider @ai-sdk/openai: openai('…') (the Responses API) and

@@ -94,6 +94,27 @@ const scenarios = {
     const calls = (resp) => resp.output.map((o) => ({ type: o.type, call_id: o.call_id, name: o.name, args: JSON.parse(o.arguments) }));
     return { status: r.status, calls: calls(r), events, streamed: calls(completed) };
   },
+  // openai-node: the Responses API as a resource — retrieve, input_items, a previous_response_id follow-up
+  // that sends only the function_call_output items (the stored calls meet the re-execution guard), delete,
+  // and a failed streamed run (response.failed).
+  async responsesResource() {
+    const r = await client.responses.create({ model: 'codellm', input: writeNote, metadata: { role: 'indexer' }, temperature: 0.5 });
+    const got = await client.responses.retrieve(r.id);
+    const items = await client.responses.inputItems.list(r.id);
+    const next = await client.responses.create({ model: 'codellm', previous_response_id: r.id,
+      input: r.output.map((o) => ({ type: 'function_call_output', call_id: o.call_id, output: 'ok' })) });
+    await client.responses.delete(r.id);
+    const gone = await apiError(() => client.responses.retrieve(r.id));
+    const events = [];
+    let failure;
+    for await (const ev of await client.responses.create({ model: 'codellm', input: block('bash', 'echo boom >&2; exit 3'), stream: true })) {
+      events.push(ev.type);
+      if (ev.type === 'response.failed') failure = ev.response.error;
+    }
+    return { same: JSON.stringify(got) === JSON.stringify(r), metadata: got.metadata, temperature: got.temperature,
+      items: items.data.map((i) => i.type + ':' + i.role), next: { text: next.output_text, status: next.status, previous: next.previous_response_id === r.id },
+      gone, events, failure };
+  },
   // openai-node retries on its own timeout (2 retries by default): the code must still run once.
   async retry() {
     const impatient = new OpenAI({ baseURL, apiKey, timeout: 1000, maxRetries: 4 });
@@ -205,6 +226,15 @@ const scenarios = {
     const looseLast = loose.messages[loose.messages.length - 1];
     return { messages: r.messages.map((m) => m.type), last: { type: last.type, name: last.name, content: last.content }, stopped, loose: executed,
       looseMessages: loose.messages.map((m) => m.type), looseLast: { type: looseLast.type, content: looseLast.content } };
+  },
+  // LangChain JS retries around openai-node on its own timeout, each attempt with X-Stainless-Retry-Count: 0
+  // and no Idempotency-Key: with its defaults (maxRetries 6) and a 1 s timeout on a 2.5 s block, the later
+  // attempts attach to the running first one or get its answer, and the code runs once.
+  async langchainTimeout() {
+    const { ChatOpenAI } = await import('@langchain/openai');
+    const llm = new ChatOpenAI({ model: 'codellm', apiKey, configuration: { baseURL }, timeout: 1000 });
+    const r = await llm.invoke([{ role: 'user', content: block('bash', `sleep 2.5; echo '{"answer":"slow"}'`) }]);
+    return { answer: r.tool_calls[0].args.answer };
   },
   // LangChain JS ChatOpenAI: gpt-5* ids send the system prompt as role developer; bindTools, invoke and stream.
   async langchain() {
