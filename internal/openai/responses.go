@@ -359,9 +359,7 @@ func textItem(id, status, text string) responseMessage {
 func ResponseStream(done ResponseState, req *ChatRequest) []byte {
 	var buf bytes.Buffer
 	event := responsesEvents(&buf)
-	started := ResponseState{ID: done.ID, CreatedAt: done.CreatedAt, Status: StatusInProgress}
-	event("response.created", map[string]any{"response": json.RawMessage(started.Object(req))})
-	event("response.in_progress", map[string]any{"response": json.RawMessage(started.Object(req))})
+	started(event, done, req)
 	if done.Out.Text != nil {
 		streamText(done.ID, *done.Out.Text, event)
 	} else {
@@ -377,11 +375,16 @@ func ResponseStream(done ResponseState, req *ChatRequest) []byte {
 func ResponseFailedStream(failed ResponseState, req *ChatRequest) []byte {
 	var buf bytes.Buffer
 	event := responsesEvents(&buf)
-	started := ResponseState{ID: failed.ID, CreatedAt: failed.CreatedAt, Status: StatusInProgress}
-	event("response.created", map[string]any{"response": json.RawMessage(started.Object(req))})
-	event("response.in_progress", map[string]any{"response": json.RawMessage(started.Object(req))})
+	started(event, failed, req)
 	event("response.failed", map[string]any{"response": json.RawMessage(failed.Object(req))})
 	return buf.Bytes()
+}
+
+// started emits the response.created and response.in_progress events of the response final ends as.
+func started(event eventFunc, final ResponseState, req *ChatRequest) {
+	st := ResponseState{ID: final.ID, CreatedAt: final.CreatedAt, Status: StatusInProgress}
+	event("response.created", map[string]any{"response": json.RawMessage(st.Object(req))})
+	event("response.in_progress", map[string]any{"response": json.RawMessage(st.Object(req))})
 }
 
 // ReplyMessage is a reply as a message of the conversation a follow-up continues: the assistant turn with

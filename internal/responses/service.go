@@ -230,13 +230,19 @@ func (s *Service) Retrieve(w http.ResponseWriter, r *http.Request, f *chat.Facts
 			"streaming a stored response again is not supported: retrieve it without stream"))
 		return
 	}
+	if rec := s.stored(w, r, f); rec != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(rec.Object)
+	}
+}
+
+// stored is the caller's stored response named by the path, or nil after answering 404.
+func (s *Service) stored(w http.ResponseWriter, r *http.Request, f *chat.Facts) *Record {
 	rec := s.cfg.Store.Get(s.cfg.Scope(r), r.PathValue("id"))
 	if rec == nil {
 		s.cfg.Chat.Fail(w, f, notFound(r.PathValue("id")))
-		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(rec.Object)
+	return rec
 }
 
 // Delete serves DELETE /v1/responses/{id} (a running background response is cancelled).
@@ -297,11 +303,8 @@ func (s *Service) InputItems(w http.ResponseWriter, r *http.Request, f *chat.Fac
 			"limit must be an integer from 1 to 100 and order \"asc\" or \"desc\" (got limit %q, order %q)", q.Get("limit"), order))
 		return
 	}
-	rec := s.cfg.Store.Get(s.cfg.Scope(r), r.PathValue("id"))
-	if rec == nil {
-		s.cfg.Chat.Fail(w, f, notFound(r.PathValue("id")))
-		return
+	if rec := s.stored(w, r, f); rec != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(items(rec, order, limit, q.Get("after")))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(items(rec, order, limit, q.Get("after")))
 }
