@@ -35,6 +35,9 @@ type Config struct {
 	DebugExtension bool             // honour x_codellm_debug (§13)
 	MaxBodyBytes   int64            // default 10 MiB
 	RetryAfter     time.Duration    // Retry-After on 429 (default 5 s)
+	// Fallback names the mechanisms a besteffort sandbox runs every block without ("a,b"; "" when none
+	// or another mode): trip2g's codellm_sandbox_fallbacks_total{reason} counts each block run so.
+	Fallback string
 }
 
 // Service answers chat requests. It is safe for concurrent use.
@@ -149,6 +152,7 @@ func (s *Service) Answer(ctx context.Context, f *Facts, req *openai.ChatRequest)
 	out := &Outcome{Reply: &openai.Reply{ID: f.ID, Created: time.Now().Unix(), Model: f.Model}, Header: http.Header{}}
 	fail := func(e *openai.Error) *Outcome {
 		f.Code, out.Err = e.Code, e
+		s.countExecError(e.Status, e.Code) // once per answer, however it is written (envelope or response.failed)
 		return out
 	}
 	guarded := req.Guarded()
@@ -230,6 +234,7 @@ func (s *Service) run(ctx context.Context, f *Facts, req *openai.ChatRequest, ou
 	}
 	RedactResult(res, secrets)
 	s.observeRun(res, info, f)
+	s.observeTrip2g(res)
 	if tap {
 		out.Reply.Extra = map[string]any{"x_codellm_debug": DebugObject(res)}
 	}
@@ -250,6 +255,7 @@ func (s *Service) answer(ctx context.Context, req *openai.ChatRequest, res *pipe
 		e.Message = seal.Redact(e.Message, secrets) // bad_output quotes the stdout, which may print the bag
 		return e
 	}
+	s.countChanges(calls)
 	out.Reply.Calls = calls
 	return nil
 }
