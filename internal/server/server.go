@@ -1,5 +1,6 @@
 // Package server is codellm's HTTP service: the OpenAI-compatible chat endpoint (openai-contract §1–§13),
-// models, health, readiness and metrics, with authentication, the listener safety rule, TLS/mTLS, request
+// the Responses API routes (served by internal/responses), models, health, readiness and metrics, with
+// authentication, the listener safety rule, TLS/mTLS, request
 // logging and graceful shutdown. It owns no execution logic: requests go through internal/engine, and
 // errors become the OpenAI envelope in exactly one place (apiError).
 package server
