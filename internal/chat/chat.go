@@ -212,7 +212,7 @@ func (s *Service) run(ctx context.Context, f *Facts, req *openai.ChatRequest, ou
 	}
 	det, err := eng.Determinism(req.Determinism, bag)
 	if err != nil {
-		return determinismError(err)
+		return apierror.Map(err, 0)
 	}
 	tap := s.cfg.DebugExtension && req.Debug
 	res, info, err := eng.Run(ctx, engine.RunRequest{

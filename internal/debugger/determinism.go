@@ -3,9 +3,9 @@ package debugger
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 
+	"github.com/codellm/codellm/internal/apierror"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/sandbox"
@@ -29,11 +29,7 @@ func (d *Debugger) determinism(w http.ResponseWriter, f fields) (*sandbox.Determ
 	}
 	det, err := d.eng.Determinism(choice, f.input())
 	if err != nil {
-		var de *engine.DeterminismError
-		if errors.As(err, &de) && de.Unavailable {
-			return nil, openai.NewError(http.StatusNotImplemented, wire.CodeDeterministicUnavailable, "%s", err.Error())
-		}
-		return nil, openai.NewError(http.StatusBadRequest, wire.CodeInvalidMetadata, "%s", err.Error())
+		return nil, apierror.Map(err, 0)
 	}
 	if det != nil {
 		w.Header().Set(wire.DeterminismHeader, engine.DeterminismHeaderValue(det))
