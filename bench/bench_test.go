@@ -283,6 +283,12 @@ func TestPipelineSmoke(t *testing.T) {
 	}
 }
 
+// procCPU is the CPU time of pid and its reaped children.
+func procCPU(pid int) (time.Duration, error) {
+	_, c, err := procStat(pid)
+	return c, err
+}
+
 func TestProcCPUGrowsWithWork(t *testing.T) {
 	c0, err := procCPU(os.Getpid())
 	if err != nil {
@@ -420,10 +426,4 @@ func TestSummarizeTraceSkipsTheRequestBefore(t *testing.T) {
 	if _, ok := got["s.close.done"]; ok {
 		t.Fatalf("the request before's run close (1 ms) or the next one's (12 ms) was counted: %+v", res.Steps)
 	}
-}
-
-// procCPU is the CPU time of pid and its reaped children.
-func procCPU(pid int) (time.Duration, error) {
-	_, c, err := procStat(pid)
-	return c, err
 }
