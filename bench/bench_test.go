@@ -283,6 +283,12 @@ func TestPipelineSmoke(t *testing.T) {
 	}
 }
 
+// procCPU is the CPU time of pid and its reaped children.
+func procCPU(pid int) (time.Duration, error) {
+	_, c, err := procStat(pid)
+	return c, err
+}
+
 func TestProcCPUGrowsWithWork(t *testing.T) {
 	c0, err := procCPU(os.Getpid())
 	if err != nil {

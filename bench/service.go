@@ -333,12 +333,6 @@ func procStat(pid int) (ppid int, cpu time.Duration, err error) {
 	return ppid, time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
-// procCPU is the CPU time of pid and its reaped children.
-func procCPU(pid int) (time.Duration, error) {
-	_, c, err := procStat(pid)
-	return c, err
-}
-
 // load runs one warm-up and one measured phase (see loadPhases) and summarises them.
 func load(base, path, body, want string, conc int, d time.Duration) (*LoadResult, error) {
 	all, el, _, err := loadPhases(base, path, body, want, conc, d)

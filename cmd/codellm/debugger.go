@@ -16,6 +16,7 @@ import (
 	"github.com/codellm/codellm/internal/debugger"
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/server"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // debugFlags are serve's settings of the step debugger (openai-contract §14).
@@ -94,7 +95,7 @@ func cmdDebug(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	// --deterministic (with the bag's now) steps the body as a deterministic chat run of it would.
-	det, err := eng.Determinism(engine.DeterminismChoice{}, b.bag)
+	det, err := eng.Determinism(wire.Determinism{}, b.bag)
 	if err != nil {
 		sess.Close()
 		fmt.Fprintf(stderr, "codellm debug: %v\n", err)

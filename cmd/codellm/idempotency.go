@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/idempotency"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // idempotencyFlags are serve's Idempotency-Key settings (README, the contract in brief).
@@ -21,7 +22,7 @@ func (f *idempotencyFlags) guard() *idempotency.Guard {
 	g := &idempotency.Guard{
 		TTL: f.ttl,
 		// The runner API's session header makes two identical bodies different requests.
-		FingerprintHeaders: []string{"X-Runtime-Session-Id"},
+		FingerprintHeaders: []string{wire.RuntimeSessionHeader},
 	}
 	g.Store = idempotency.NewMemory(idempotency.MemoryConfig{MaxEntries: f.maxEntries, MaxBytes: f.maxBytes,
 		OnEvent: g.Event}) // the server sets g.OnEvent to its metrics later

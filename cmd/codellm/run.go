@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/codellm/codellm/internal/chat"
 	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/contract"
 	"github.com/codellm/codellm/internal/engine"
@@ -17,7 +18,6 @@ import (
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/seal"
-	"github.com/codellm/codellm/internal/server"
 )
 
 // readBody reads a markdown body from a file or "-" (stdin).
@@ -129,7 +129,7 @@ func runBody(ecfg engine.Config, body string, bag []byte) (*pipeline.Result, []s
 	if err != nil {
 		return nil, nil, err
 	}
-	server.RedactResult(res, secrets)
+	chat.RedactResult(res, secrets)
 	return res, secrets, nil
 }
 

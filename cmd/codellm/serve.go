@@ -14,6 +14,7 @@ import (
 
 	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/execution"
 	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/responses"
@@ -104,7 +105,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 1
 	}
-	rn, err := sf.runner(ef, ecfg, sb, log)
+	rn, err := sf.runner(ef, ecfg, sb, srv.Metrics(), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: runner API: %v\n", err)
 		return 1
@@ -151,10 +152,11 @@ func (s *serveFlags) server(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandb
 }
 
 // runner builds the Piston-compatible runner API, which shares the listener, its authentication, the
-// sandbox and the slots.
-func (s *serveFlags) runner(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandbox, log *slog.Logger) (*runner.Runner, error) {
+// sandbox, the slots and the kill counts (the server's metrics).
+func (s *serveFlags) runner(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandbox, kills execution.KillCounter, log *slog.Logger) (*runner.Runner, error) {
 	rcfg := ef.runnerConfig(s.rcfg, ecfg, sb, log)
 	rcfg.MaxBodyBytes = s.maxBody
+	rcfg.Kills = kills
 	rn, err := runner.New(rcfg)
 	if err != nil && !s.workspaceSize && rcfg.WorkspaceSize > 0 {
 		// The root default needs mount rights (a container may withhold them): fall back, loudly.

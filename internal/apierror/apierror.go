@@ -20,6 +20,7 @@ import (
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/seal"
 	"github.com/codellm/codellm/internal/slots"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // Map is the one place where codellm's typed errors become the OpenAI error envelope (§11). Anything
@@ -36,6 +37,7 @@ func Map(err error, retryAfter time.Duration) *openai.Error {
 		mt *contract.MissingToolError
 		se *seal.Error
 		be *interp.BagEnvError
+		de *engine.DeterminismError
 	)
 	switch {
 	case errors.As(err, &oe):
@@ -46,6 +48,11 @@ func Map(err error, retryAfter time.Duration) *openai.Error {
 		return openai.NewError(http.StatusUnprocessableEntity, "unseal_error", "%s", se.Error())
 	case errors.As(err, &ue):
 		return openai.NewError(http.StatusUnprocessableEntity, "unclosed_fence", "%s", ue.Error())
+	case errors.As(err, &de) && de.Unavailable:
+		// Refused rather than run half-reproducible; the message names the missing piece.
+		return openai.NewError(http.StatusNotImplemented, wire.CodeDeterministicUnavailable, "%s", de.Error())
+	case errors.As(err, &de):
+		return openai.NewError(http.StatusBadRequest, wire.CodeInvalidMetadata, "%s", de.Error())
 	case errors.As(err, &tm):
 		return openai.NewError(http.StatusBadRequest, "too_many_blocks", "%s", tm.Error())
 	case errors.Is(err, engine.ErrNoCodeBlocks):

@@ -8,7 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf16"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // NewSignedRequest builds a worker's POST to base+path with a canonical body
@@ -34,17 +35,4 @@ func NewSignedRequest(ctx context.Context, base, path string, canonicalBody []by
 
 // TruncateError cuts a settlement error to MaxSettlementError UTF-16 units
 // without splitting a surrogate pair (§6.3).
-func TruncateError(s string) string {
-	n := 0
-	for i, r := range s {
-		w := utf16.RuneLen(r)
-		if w < 0 {
-			w = 1
-		}
-		if n+w > MaxSettlementError {
-			return s[:i]
-		}
-		n += w
-	}
-	return s
-}
+func TruncateError(s string) string { return wire.ClipUTF16(s, MaxSettlementError) }

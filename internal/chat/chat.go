@@ -25,6 +25,7 @@ import (
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/seal"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // Config is what the chat core needs besides the engine.
@@ -206,12 +207,12 @@ func (s *Service) run(ctx context.Context, f *Facts, req *openai.ChatRequest, ou
 	s.cfg.Metrics.RunBlocks.Observe(float64(len(resolved)))
 	if req.NetworkAllow != nil {
 		if err := eng.CheckNetworkAllow(*req.NetworkAllow); err != nil {
-			return openai.NewError(http.StatusBadRequest, "invalid_metadata", `field "metadata.network_allow": %v`, err)
+			return openai.InvalidMetadata(wire.RefusedNetworkAllow(err))
 		}
 	}
-	det, err := eng.Determinism(engine.DeterminismChoice(req.Determinism), bag)
+	det, err := eng.Determinism(req.Determinism, bag)
 	if err != nil {
-		return determinismError(err)
+		return apierror.Map(err, 0)
 	}
 	tap := s.cfg.DebugExtension && req.Debug
 	res, info, err := eng.Run(ctx, engine.RunRequest{
@@ -230,7 +231,7 @@ func (s *Service) run(ctx context.Context, f *Facts, req *openai.ChatRequest, ou
 	}
 	f.Run = info.Duration
 	if det != nil {
-		out.Header.Set(engine.DeterminismHeader, engine.DeterminismHeaderValue(det))
+		out.Header.Set(wire.DeterminismHeader, engine.DeterminismHeaderValue(det))
 	}
 	RedactResult(res, secrets)
 	s.observeRun(res, info, f)
@@ -322,9 +323,6 @@ func (s *Service) observeRun(res *pipeline.Result, info engine.RunInfo, f *Facts
 			f.Exits = append(f.Exits, fmt.Sprint(*b.ExitCode))
 		default:
 			f.Exits = append(f.Exits, "-")
-		}
-		if reason := KillReason(b); reason != "" {
-			m.Kills.WithLabelValues(reason).Inc()
 		}
 		if b.Setup > 0 { // zero: the block never started, so there is no setup time to report
 			m.SandboxSetup.Observe(b.Setup.Seconds())

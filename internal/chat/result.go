@@ -6,35 +6,17 @@ import (
 	"github.com/codellm/codellm/internal/seal"
 )
 
-// KillReason is a block's codellm_kills_total{reason}: its typed status's metric reason ("" when no limit
-// or kill of codellm's ended it). No English is parsed.
-func KillReason(b pipeline.BlockResult) string { return b.Status.MetricReason() }
-
 // DebugObject renders the x_codellm_debug object (§13) of a run.
 func DebugObject(res *pipeline.Result) map[string]any {
 	blocks := make([]map[string]any, 0, len(res.Blocks))
 	for _, b := range res.Blocks {
-		m := map[string]any{
-			"index":         b.Index,
-			"lang":          b.Lang,
-			"program":       b.Program,
-			"outcome":       string(b.Outcome),
-			"exit_code":     b.ExitCode,
-			"signal":        nil,
-			"duration_ms":   b.Duration.Milliseconds(),
-			"max_rss_bytes": b.MaxRSS,
-		}
-		if b.Signal != "" {
-			m["signal"] = b.Signal
-		}
-		openai.PutBytes(m, "stdout", b.Stdout)
-		openai.PutBytes(m, "stderr", b.Stderr)
+		m := openai.DebugBlock{Lang: b.Lang, Program: b.Program, Outcome: string(b.Outcome), ExitCode: b.ExitCode,
+			Signal: b.Signal, Duration: b.Duration, MaxRSS: b.MaxRSS, Stdout: b.Stdout, Stderr: b.Stderr,
+			StdoutTruncated: b.StdoutTruncated}.Fields()
+		m["index"] = b.Index
 		openai.PutBytes(m, "pipe_buffer", b.PipeBuffer)
 		if b.PipeTruncated {
 			m["pipe_buffer_truncated"] = true
-		}
-		if b.StdoutTruncated {
-			m["stdout_truncated"] = true
 		}
 		blocks = append(blocks, m)
 	}

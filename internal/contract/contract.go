@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // GuardAnswer is the re-execution guard's reply text (§2.5) when the conversation holds no finish answer
@@ -238,27 +240,4 @@ func stringOrNull(raw json.RawMessage) (s string, ok bool) {
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
-func kind(raw []byte) string { return JSONKind(raw) }
-
-// JSONKind names a JSON value's type for error messages ("object", "array", "string", "boolean", "null",
-// "number", or "nothing" for empty input). internal/openai uses it too, so both name types alike.
-func JSONKind(raw []byte) string {
-	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 {
-		return "nothing"
-	}
-	switch trimmed[0] {
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	default:
-		return "number"
-	}
-}
+func kind(raw []byte) string { return wire.JSONKind(raw) }

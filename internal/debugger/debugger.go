@@ -114,9 +114,6 @@ func New(cfg Config) (*Debugger, error) {
 	return d, nil
 }
 
-// Handler returns the debug surface's handler (for the loopback listener only).
-func (d *Debugger) Handler() http.Handler { return d.handler }
-
 // Sessions reports how many sessions are open (expired ones included until the next request purges them).
 func (d *Debugger) Sessions() int {
 	d.sessions.mu.Lock()

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // A body of two python blocks that print seed- and clock-dependent values.
@@ -22,8 +22,8 @@ func stepAll(t *testing.T, s *dbgServer, meta map[string]any) []string {
 	}
 	r := s.do(t, "POST", "/debug/sessions", req)
 	wantStatus(t, r, 201)
-	if meta != nil && r.Header.Get(engine.DeterminismHeader) == "" {
-		t.Fatalf("deterministic session created without %s", engine.DeterminismHeader)
+	if meta != nil && r.Header.Get(wire.DeterminismHeader) == "" {
+		t.Fatalf("deterministic session created without %s", wire.DeterminismHeader)
 	}
 	id := r.obj(t)["id"].(string)
 	defer s.do(t, "DELETE", sessionPath(id), nil)

@@ -16,6 +16,7 @@ import (
 	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/sealform"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // routes registers every endpoint on the router; the session routes carry their id in the path.
@@ -277,7 +278,7 @@ func (d *Debugger) handleRunBlock(w http.ResponseWriter, r *http.Request, _ stri
 	index := 0
 	if raw, ok := f["block"]; ok && string(bytes.TrimSpace(raw)) != "null" {
 		if err := json.Unmarshal(raw, &index); err != nil {
-			fail(w, openai.NewError(http.StatusBadRequest, "invalid_json", "block must be an integer, got %s", truncate(string(raw), 40)))
+			fail(w, openai.NewError(http.StatusBadRequest, "invalid_json", "block must be an integer, got %s", wire.Abbrev(string(raw), 40)))
 			return
 		}
 	}
@@ -415,11 +416,4 @@ func (d *Debugger) handleReset(w http.ResponseWriter, r *http.Request, id string
 		return
 	}
 	openai.WriteJSON(w, http.StatusOK, s.State(d.cfg.SessionTTL).Object())
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -127,26 +127,10 @@ type BlockRun struct {
 
 // Object renders the §14.2 reply object.
 func (b *BlockRun) Object() map[string]any {
-	m := map[string]any{
-		"block":         b.Block,
-		"blocks_total":  b.BlocksTotal,
-		"lang":          b.Lang,
-		"program":       b.Program,
-		"outcome":       string(b.Outcome),
-		"ok":            b.OK,
-		"exit_code":     b.ExitCode,
-		"signal":        nil,
-		"duration_ms":   b.Duration.Milliseconds(),
-		"max_rss_bytes": b.MaxRSS,
-	}
-	if b.Signal != "" {
-		m["signal"] = b.Signal
-	}
-	openai.PutBytes(m, "stdout", b.Stdout)
-	openai.PutBytes(m, "stderr", b.Stderr)
-	if b.Truncated {
-		m["stdout_truncated"] = true
-	}
+	m := openai.DebugBlock{Lang: b.Lang, Program: b.Program, Outcome: string(b.Outcome), ExitCode: b.ExitCode,
+		Signal: b.Signal, Duration: b.Duration, MaxRSS: b.MaxRSS, Stdout: b.Stdout, Stderr: b.Stderr,
+		StdoutTruncated: b.Truncated}.Fields()
+	m["block"], m["blocks_total"], m["ok"] = b.Block, b.BlocksTotal, b.OK
 	if !b.OK {
 		m["error"] = b.Error
 		m["error_code"] = b.ErrorCode
@@ -341,9 +325,6 @@ func (s *Session) SetDeterminism(d *sandbox.Determinism) {
 
 // Close cancels a running step (its processes are killed) and makes the session unusable.
 func (s *Session) Close() { s.cancel() }
-
-// Blocks returns the session's blocks.
-func (s *Session) Blocks() []BlockInfo { return s.blocks }
 
 // claim marks the session busy or reports why it cannot be.
 func (s *Session) claim() error {

@@ -30,6 +30,8 @@ type Options struct {
 	ReapGrace      time.Duration // after a stop, how long to wait for the confirmed end; 0: as long as it takes
 	// Wait confirms the end of the process tree (sandbox.Process.Wait when nil); a test seam.
 	Wait func(*sandbox.Process) sandbox.Result
+	// Kills counts the program when a limit or codellm ends it (nil: not counted).
+	Kills KillCounter
 }
 
 // Supervised is how a supervised program ended and what it wrote. Unreaped says the sandbox did not
@@ -94,6 +96,7 @@ func Supervise(ctx context.Context, run *sandbox.Run, spec sandbox.Spec, opts Op
 		if why == ForCancel {
 			status = Cancelled
 		}
+		CountKill(opts.Kills, status)
 		return &Supervised{Outcome: Outcome{Status: status, Code: -1}, Unreaped: true, Done: done}, nil
 	}
 	if proc.LeftNothing() {
@@ -105,7 +108,9 @@ func Supervise(ctx context.Context, run *sandbox.Run, spec sandbox.Spec, opts Op
 		run.Close() // SIGKILL whatever the program left behind
 		capt.Finish(time.Second)
 	}
-	return &Supervised{Outcome: Of(res, why), Captured: capt.Result()}, nil
+	out := Of(res, why)
+	CountKill(opts.Kills, out.Status)
+	return &Supervised{Outcome: out, Captured: capt.Result()}, nil
 }
 
 // watch waits for the end, the timeout, an overflow or ctx, stops the program for the first of the

@@ -14,6 +14,7 @@ import (
 	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // ChatRuntimeLabel is the capability label of workers that serve chat (§13.2).
@@ -202,7 +203,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		return
 	}
 	if v := deterministicHeader(out.result); v != "" {
-		w.Header().Set(determinismHeader, v)
+		w.Header().Set(wire.DeterminismHeader, v)
 	}
 	writeValue(w, http.StatusOK, h.execReply(r.Context(), key, d.sessionID, out.result))
 }
@@ -413,7 +414,7 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request, key *ClientKey)
 	body.Set("stream", false)
 	if req.NetworkAllow != nil {
 		if _, err := egress.Parse(*req.NetworkAllow); err != nil {
-			writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_metadata", message: `field "metadata.network_allow": ` + err.Error()})
+			writeChatError(w, &clientError{status: http.StatusBadRequest, code: wire.CodeInvalidMetadata, message: wire.RefusedNetworkAllow(err).Error()})
 			return
 		}
 	}
@@ -423,7 +424,7 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		return
 	}
 	headers := &bridge.Object{}
-	headers.Set("X-Codellm-Operation", "openai.chat.completions")
+	headers.Set(wire.OperationHeader, wire.OperationChat)
 	d := &dispatchReq{
 		caller: key, kind: bridge.KindSandbox, request: assignmentRequest(body, headers), runtimeLabel: ChatRuntimeLabel,
 		model: req.Model, deadline: deadline, pinned: r.Header.Get("X-Codellm-Worker-Id"),
@@ -435,7 +436,7 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request, key *ClientKey)
 	}
 	if out.status != bridge.StatusFulfilled {
 		if networkAllowRefused(out.errMsg) {
-			writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_metadata", message: out.errMsg})
+			writeChatError(w, &clientError{status: http.StatusBadRequest, code: wire.CodeInvalidMetadata, message: out.errMsg})
 			return
 		}
 		writeChatError(w, &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg})

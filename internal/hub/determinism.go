@@ -4,30 +4,25 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
-	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/wire"
 )
 
-// determinismHeader is the reply header of a deterministic run (the server's X-Codellm-Deterministic,
-// same value: seed="…"; now=RFC 3339).
-const determinismHeader = "X-Codellm-Deterministic"
-
 // runnerDeterministicUnavailable is the runner's error code for a deterministic request its sandbox
-// cannot honour (runner.CodeDeterministicUnavailable); the hub answers it 501, as the server does.
-const runnerDeterministicUnavailable = "deterministic_unavailable"
+// cannot honour; the hub answers it 501, as the server does.
+const runnerDeterministicUnavailable = wire.CodeDeterministicUnavailable
 
 // execMetadata validates /v1/exec's metadata.deterministic, .seed and .now (the chat routes' fields and
 // value forms) before anything is dispatched, and returns them normalised for the runner request (nil
 // when none was sent; other metadata members are not forwarded). They are part of the body, so the
 // Idempotency-Key fingerprint covers them: the same key with another seed or clock is a different request.
 func execMetadata(meta map[string]json.RawMessage) (*bridge.Object, *clientError) {
-	d, oe := openai.DecodeDeterminism(meta)
-	if oe != nil {
-		return nil, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: oe.Message}
+	d, me := wire.DecodeDeterminism(meta)
+	if me != nil {
+		return nil, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: me.Error()}
 	}
-	if d.On == nil && d.Seed == nil && d.Now.IsZero() {
+	if d.Absent() {
 		return nil, nil
 	}
 	o := &bridge.Object{}
@@ -38,12 +33,12 @@ func execMetadata(meta map[string]json.RawMessage) (*bridge.Object, *clientError
 		o.Set("seed", *d.Seed)
 	}
 	if !d.Now.IsZero() {
-		o.Set("now", d.Now.UTC().Format(time.RFC3339))
+		o.Set("now", wire.FormatNow(d.Now))
 	}
 	return o, nil
 }
 
-// deterministicHeader is determinismHeader's value for a runner reply that records a deterministic run
+// deterministicHeader is wire.DeterminismHeader's value for a runner reply that records a deterministic run
 // ("deterministic": {seed, now}), "" otherwise.
 func deterministicHeader(result *bridge.Object) string {
 	v, _ := result.Get("deterministic")
@@ -58,5 +53,5 @@ func deterministicHeader(result *bridge.Object) string {
 	if !ok1 || !ok2 {
 		return ""
 	}
-	return "seed=" + strconv.QuoteToASCII(s) + "; now=" + n
+	return wire.DeterminismHeaderValue(s, n)
 }

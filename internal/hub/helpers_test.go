@@ -83,15 +83,6 @@ type reply struct {
 
 func (r reply) code() bridge.Code { return bridge.DecodeError(r.status, r.body).Code }
 
-func (r reply) obj(t testing.TB) *bridge.Object {
-	t.Helper()
-	o, err := bridge.ParseObject(r.body)
-	if err != nil {
-		t.Fatalf("reply %d %q: %v", r.status, r.body, err)
-	}
-	return o
-}
-
 func doHTTP(t testing.TB, req *http.Request) reply {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)

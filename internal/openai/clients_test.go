@@ -70,7 +70,7 @@ func (f *fakeService) serve(w http.ResponseWriter, r *http.Request) {
 		_ = WriteStream(w, id, created, req.Model, f.calls, req.IncludeUsage, f.extra)
 		return
 	}
-	WriteCompletion(w, id, created, req.Model, f.calls, f.extra)
+	writeBody(w, http.StatusOK, Completion(id, created, req.Model, f.calls, f.extra))
 }
 
 func (f *fakeService) lastRequest(t *testing.T) *ChatRequest {

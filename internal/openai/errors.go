@@ -6,13 +6,9 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-
-	"github.com/codellm/codellm/internal/contract"
-	"github.com/codellm/codellm/internal/httpserve"
 )
 
 // Error is the §11 error envelope with its HTTP status. Type derives from Status; Header carries extra
@@ -109,22 +105,6 @@ func writeBody(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// FromContract converts the contract package's errors to their 422 envelope: bad_output and
-// missing_tool. Any other error is a codellm bug and becomes 500 internal_error with a fixed message,
-// since internal errors may carry paths (§11).
-func FromContract(err error) *Error {
-	var bad *contract.BadOutputError
-	var missing *contract.MissingToolError
-	switch {
-	case errors.As(err, &bad):
-		return NewError(http.StatusUnprocessableEntity, "bad_output", "%s", bad.Error())
-	case errors.As(err, &missing):
-		return NewError(http.StatusUnprocessableEntity, "missing_tool", "%s", missing.Error())
-	default:
-		return NewError(http.StatusInternalServerError, "internal_error", "internal error")
-	}
-}
-
 // marshal encodes v compactly without HTML escaping. It is used only for codellm's own reply types,
 // which always encode; a failure would be a programming error.
 func marshal(v any) []byte {
@@ -144,7 +124,3 @@ func marshalErr(v any) ([]byte, error) {
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
-
-// RequestID returns the X-Request-Id of a response (the rule is httpserve.RequestID, shared by every
-// listener).
-func RequestID(client string) string { return httpserve.RequestID(client) }

@@ -1,15 +1,9 @@
 package openai
 
 import (
-	"errors"
-	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strconv"
-	"strings"
 	"testing"
-
-	"github.com/codellm/codellm/internal/contract"
 )
 
 func TestErrorEnvelope(t *testing.T) {
@@ -73,41 +67,4 @@ func parseBack(t *testing.T, b []byte) []byte {
 		t.Fatalf("body %q does not end in a newline", b)
 	}
 	return b[:len(b)-1]
-}
-
-func TestFromContract(t *testing.T) {
-	_, err := contract.Parse([]byte("oops"))
-	e := FromContract(err)
-	if e.Status != http.StatusUnprocessableEntity || e.Code != "bad_output" || e.Message != err.Error() {
-		t.Errorf("bad output → %+v", e)
-	}
-	err = contract.RequireFinish([]string{"search"})
-	e = FromContract(err)
-	if e.Status != 422 || e.Code != "missing_tool" || e.Message != err.Error() {
-		t.Errorf("missing tool → %+v", e)
-	}
-	e = FromContract(errors.New("open /var/lib/codellm/x: permission denied"))
-	if e.Status != 500 || e.Code != "internal_error" || e.Message != "internal error" {
-		t.Errorf("other → %+v", e)
-	}
-	if got := e.Error(); got != "internal_error: internal error" {
-		t.Errorf("Error() = %q", got)
-	}
-}
-
-func TestRequestID(t *testing.T) {
-	for _, safe := range []string{"abc", "req_123", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "a.b:c_d-e", strings.Repeat("x", 128)} {
-		if got := RequestID(safe); got != safe {
-			t.Errorf("RequestID(%q) = %q, want it echoed", safe, got)
-		}
-	}
-	re := regexp.MustCompile(`^req_[0-9a-f]{32}$`)
-	seen := map[string]bool{}
-	for _, unsafe := range []string{"", "a b", "a\r\nX-Evil: 1", "a\x00", "é", "<script>", strings.Repeat("x", 129), "a/b", "a,b"} {
-		got := RequestID(unsafe)
-		if !re.MatchString(got) || seen[got] {
-			t.Errorf("RequestID(%q) = %q, want a fresh req_ id", unsafe, got)
-		}
-		seen[got] = true
-	}
 }

@@ -9,11 +9,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
-	"unicode/utf8"
 
 	"github.com/codellm/codellm/internal/contract"
 	"github.com/codellm/codellm/internal/markdown"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // BagName is the message name that marks fleet's delivery bag (§2.3).
@@ -42,7 +41,7 @@ type ChatRequest struct {
 	Response *ResponseFields
 
 	// Determinism is metadata.deterministic, metadata.seed and metadata.now (issue 21).
-	Determinism Determinism
+	Determinism wire.Determinism
 }
 
 // Message is one request message. Text is the content with the text parts concatenated in order.
@@ -112,37 +111,19 @@ func decodeMetadata(top map[string]json.RawMessage, r *ChatRequest) *Error {
 	if r.TimeoutSeconds, e = decodeTimeout(meta["timeout_seconds"]); e != nil {
 		return e
 	}
-	if r.NetworkAllow, e = decodeNetworkAllow(meta["network_allow"]); e != nil {
-		return e
+	var me *wire.MetadataError
+	if r.NetworkAllow, me = wire.DecodeNetworkAllow(meta); me != nil {
+		return InvalidMetadata(me)
 	}
-	if r.Determinism, e = DecodeDeterminism(meta); e != nil {
-		return e
+	if r.Determinism, me = wire.DecodeDeterminism(meta); me != nil {
+		return InvalidMetadata(me)
 	}
 	return nil
 }
 
-// DecodeNetworkAllow is decodeNetworkAllow for the runner API's metadata (the same field, the same rule).
-func DecodeNetworkAllow(meta map[string]json.RawMessage) (*[]string, *Error) {
-	return decodeNetworkAllow(meta["network_allow"])
-}
-
-// decodeNetworkAllow parses metadata.network_allow: comma-separated host names; nil when absent.
-func decodeNetworkAllow(raw json.RawMessage) (*[]string, *Error) {
-	if raw == nil || isNull(raw) {
-		return nil, nil
-	}
-	var s string
-	if !str(raw, &s) {
-		return nil, NewError(http.StatusBadRequest, "invalid_metadata",
-			`field "metadata.network_allow" must be a string of comma-separated host names, got %s`, kind(raw))
-	}
-	list := []string{}
-	for _, d := range strings.Split(s, ",") {
-		if d = strings.TrimSpace(d); d != "" {
-			list = append(list, d)
-		}
-	}
-	return &list, nil
+// InvalidMetadata is a refused metadata field's 400 invalid_metadata.
+func InvalidMetadata(e *wire.MetadataError) *Error {
+	return NewError(http.StatusBadRequest, wire.CodeInvalidMetadata, "%s", e.Error())
 }
 
 func badJSON(format string, args ...any) *Error {
@@ -326,8 +307,7 @@ func decodeTimeout(raw json.RawMessage) (int, *Error) {
 	if str(raw, &s) {
 		digits = s
 	}
-	bad := NewError(http.StatusBadRequest, "invalid_metadata",
-		`field "metadata.timeout_seconds" must be a positive integer number of seconds, got %s`, truncate(string(bytes.TrimSpace(raw)), 64))
+	bad := InvalidMetadata(wire.MalformedMetadata("timeout_seconds", raw, "a positive integer number of seconds"))
 	switch kind(raw) {
 	case "string":
 	case "number":
@@ -516,27 +496,4 @@ func str(raw json.RawMessage, dst *string) bool {
 
 func isNull(raw json.RawMessage) bool { return kind(raw) == "null" }
 
-func kind(raw []byte) string { return contract.JSONKind(raw) }
-
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
-// Timeout is the effective run timeout (§2.6): the request's timeout_seconds clamped to limit (the
-// --timeout flag), or limit when the request sets none. A request can lower the limit, never extend it.
-func (r *ChatRequest) Timeout(limit time.Duration) time.Duration {
-	if r.TimeoutSeconds <= 0 {
-		return limit
-	}
-	if d := time.Duration(r.TimeoutSeconds) * time.Second; d < limit {
-		return d
-	}
-	return limit
-}
+func kind(raw []byte) string { return wire.JSONKind(raw) }

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/codellm/codellm/internal/contract"
 )
@@ -218,19 +217,6 @@ func TestBagErrors(t *testing.T) {
 		bag, e := r.Bag()
 		if e == nil || bag != nil || e.Status != 400 || e.Code != "invalid_fleet_input" || e.Message != tc.msg {
 			t.Errorf("%s: Bag() = %q, %+v; want 400 invalid_fleet_input %q", tc.file, bag, e, tc.msg)
-		}
-	}
-}
-
-func TestTimeoutClamp(t *testing.T) {
-	const limit = 300 * time.Second
-	for _, tc := range []struct {
-		seconds int
-		want    time.Duration
-	}{{0, limit}, {2, 2 * time.Second}, {300, limit}, {301, limit}, {MaxTimeoutSeconds, limit}} {
-		r := &ChatRequest{TimeoutSeconds: tc.seconds}
-		if got := r.Timeout(limit); got != tc.want {
-			t.Errorf("Timeout(%d s) = %v, want %v", tc.seconds, got, tc.want)
 		}
 	}
 }

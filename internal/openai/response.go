@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // ToolCall is one assistant tool call (§10.1).
@@ -321,11 +322,6 @@ func (r *Reply) WriteStream(w http.ResponseWriter, includeUsage bool) error {
 	return nil
 }
 
-// WriteCompletion writes a 200 chat.completion reply (§10.1).
-func WriteCompletion(w http.ResponseWriter, id string, created int64, model string, calls []ToolCall, extra map[string]any) {
-	writeBody(w, http.StatusOK, Completion(id, created, model, calls, extra))
-}
-
 var (
 	modelBody  = `{"id":"codellm","object":"model","created":0,"owned_by":"codellm"}`
 	modelsBody = []byte(`{"object":"list","data":[` + modelBody + `]}`)
@@ -339,7 +335,7 @@ func Models() []byte { return slices.Clone(modelsBody) }
 func Model(id string) ([]byte, *Error) {
 	if id != DefaultModel {
 		return nil, NewError(http.StatusNotFound, "model_not_found",
-			"The model %q does not exist; codellm serves only %q", truncate(id, 128), DefaultModel)
+			"The model %q does not exist; codellm serves only %q", wire.Abbrev(id, 128), DefaultModel)
 	}
 	return []byte(modelBody), nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // ToolChoice is a request's tool_choice as codellm honours it. codellm's answer is always tool calls
@@ -35,7 +36,7 @@ func (c ToolChoice) Requires() bool { return c.Mode == "required" || c.Function 
 func (c ToolChoice) Check(guarded bool) *Error {
 	if c.Function != "" && c.Function != contract.ToolFinish {
 		return NewError(http.StatusBadRequest, "invalid_tool_choice",
-			`tool_choice forces the function %q, but codellm answers with write_note/patch_note calls and always with finish: force "finish", send "auto" or leave tool_choice out`, truncate(c.Function, 64))
+			`tool_choice forces the function %q, but codellm answers with write_note/patch_note calls and always with finish: force "finish", send "auto" or leave tool_choice out`, wire.Abbrev(c.Function, 64))
 	}
 	if c.Mode == "none" && !guarded {
 		return NewError(http.StatusBadRequest, "invalid_tool_choice",
@@ -77,7 +78,7 @@ func decodeToolChoice(raw json.RawMessage, responses bool) (ToolChoice, *Error) 
 	var s string
 	if str(raw, &s) {
 		if s != "auto" && s != "none" && s != "required" {
-			return c, badToolChoice(`field "tool_choice" must be "auto", "none", "required" or an object, got %q`, truncate(s, 64))
+			return c, badToolChoice(`field "tool_choice" must be "auto", "none", "required" or an object, got %q`, wire.Abbrev(s, 64))
 		}
 		c.Mode = s
 		return c, nil
@@ -101,7 +102,7 @@ func decodeToolChoice(raw json.RawMessage, responses bool) (ToolChoice, *Error) 
 		ac.Raw = raw
 		return ac, e
 	}
-	return c, badToolChoice(`field "tool_choice" has type %q: codellm offers only function tools (write_note, patch_note, finish); send "auto", "required" or a function`, truncate(typ, 64))
+	return c, badToolChoice(`field "tool_choice" has type %q: codellm offers only function tools (write_note, patch_note, finish); send "auto", "required" or a function`, wire.Abbrev(typ, 64))
 }
 
 // toolName reads a function name: obj.name (Responses) or obj.function.name (chat).
@@ -143,7 +144,7 @@ func decodeAllowedTools(obj map[string]json.RawMessage, responses bool) (ToolCho
 		t, _ := object(item)
 		var typ string
 		if str(t["type"], &typ); typ != "function" {
-			return c, badToolChoice(`field "%s.tools[%d]" has type %q: codellm offers only function tools`, field, i, truncate(typ, 64))
+			return c, badToolChoice(`field "%s.tools[%d]" has type %q: codellm offers only function tools`, field, i, wire.Abbrev(typ, 64))
 		}
 		name, e := toolName(t, responses, fmt.Sprintf("%s.tools[%d]", field, i))
 		if e != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/contract"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // ChatRequestFromTree is DecodeChatRequest over a body already parsed into bridge's ordered tree, so a
@@ -249,12 +250,7 @@ func treeMetadata(top *bridge.Object, r *ChatRequest) bool {
 		if !ok {
 			return false
 		}
-		list := []string{}
-		for _, d := range strings.Split(jsonString(s), ",") {
-			if d = strings.TrimSpace(d); d != "" {
-				list = append(list, d)
-			}
-		}
+		list := wire.SplitNetworkAllow(jsonString(s))
 		r.NetworkAllow = &list
 	}
 	r.Determinism, ok = treeDeterminism(meta)
@@ -293,8 +289,8 @@ func treeTimeout(meta *bridge.Object) (int, bool) {
 
 // treeDeterminism is DecodeDeterminism for string and boolean values; a numeric seed or now depends on
 // the number's text, so it is left to the byte decoder (ok false).
-func treeDeterminism(meta *bridge.Object) (Determinism, bool) {
-	var d Determinism
+func treeDeterminism(meta *bridge.Object) (wire.Determinism, bool) {
+	var d wire.Determinism
 	switch v, _ := meta.Get("deterministic"); x := v.(type) {
 	case nil:
 	case bool:
@@ -325,7 +321,7 @@ func treeDeterminism(meta *bridge.Object) (Determinism, bool) {
 		if !ok {
 			return d, false
 		}
-		if d.Now, ok = parseNowString(jsonString(s)); !ok {
+		if d.Now, ok = wire.ParseNowString(jsonString(s)); !ok {
 			return d, false
 		}
 	}

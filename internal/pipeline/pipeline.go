@@ -54,6 +54,8 @@ type Config struct {
 	// MaxStderrBytes caps captured stderr per block (default 64 KiB): the LAST bytes are kept, prefixed
 	// with "[codellm: N bytes of stderr dropped]\n".
 	MaxStderrBytes int64
+	// Kills counts each started block a limit or codellm ended in codellm_kills_total (nil: not counted).
+	Kills execution.KillCounter
 }
 
 // Request is one pipeline run.

@@ -592,13 +592,9 @@ func TestLimitNamed(t *testing.T) {
 				if res.Err == nil || res.Err.Code != CodeNonzeroExit {
 					t.Fatalf("err = %+v", res.Err)
 				}
-				if res.Blocks[0].Limit == "" {
-					t.Skipf("KNOWN GAP (sandbox): the block ended (%s, cpu %v, wall %v) without the sandbox naming "+
-						"the %s; the pipeline's side is covered by TestBlockErrorMessages",
-						res.Err.Message, res.Blocks[0].CPU, res.Blocks[0].Duration, c.kind)
-				}
 				if b := res.Blocks[0]; b.Limit != c.kind || !strings.Contains(res.Err.Message, "("+c.kind+")") {
-					t.Fatalf("limit %q, message %q", b.Limit, res.Err.Message)
+					t.Fatalf("limit %q, message %q (cpu %v, wall %v): the sandbox must name the %s", b.Limit, res.Err.Message,
+						b.CPU, b.Duration, c.kind)
 				}
 			})
 		}
@@ -1080,7 +1076,7 @@ func TestInterpretersStream(t *testing.T) {
 }
 
 // Every reason of codellm_kills_total is reachable: each run below ends a block the way its reason says, and
-// the block's typed Status (which the server's KillReason reads, never the limit's English) carries it. The
+// the block's typed Status (which execution.CountKill reads, never the limit's English) carries it. The
 // "cpu" reason could never increase while it was derived from the limit's description.
 func TestEveryKillReasonReachable(t *testing.T) {
 	h := newHarness(t, sandbox.ModeNative)

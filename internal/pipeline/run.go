@@ -701,6 +701,9 @@ func (r *run) result() *Result {
 		br := BlockResult{Index: i, Lang: b.step.Lang, Program: b.step.Program, Outcome: b.outcome,
 			Stderr: b.errTail.bytes(), Setup: b.setup}
 		br.Status = b.status()
+		if b.started { // a block that never started was not killed
+			execution.CountKill(r.cfg.Kills, br.Status)
+		}
 		if b.exited {
 			br.Duration, br.CPU, br.MaxRSS, br.Limit = b.res.Wall, b.res.CPU, b.res.MaxRSS, b.res.LimitDesc
 			if b.res.Signal != 0 {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // BenchmarkExecuteEcho measures one session-less bash echo through the HTTP handler: decode, validate,
@@ -41,7 +43,7 @@ func benchExecuteWith(b *testing.B, session string, mod func(*Config)) {
 		req := httptest.NewRequest(http.MethodPost, PathExecute, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		if session != "" {
-			req.Header.Set(SessionHeader, session)
+			req.Header.Set(wire.RuntimeSessionHeader, session)
 		}
 		rec := httptest.NewRecorder()
 		tr.h.ServeHTTP(rec, req)

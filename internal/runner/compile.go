@@ -110,7 +110,7 @@ func (r *Runner) stage(ctx context.Context, ws *workspace, sp sandbox.Spec, l st
 	sp.Deterministic = l.det
 	spec, col := ws.spec(sp, false)
 	sup, err := execution.Supervise(ctx, run, spec,
-		execution.Options{Timeout: l.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true})
+		execution.Options{Timeout: l.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true, Kills: r.cfg.Kills})
 	if err != nil {
 		return nil, 0, sandboxFailed("sandbox: "+err.Error(), err)
 	}

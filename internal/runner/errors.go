@@ -3,6 +3,8 @@ package runner
 import (
 	"errors"
 	"net/http"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // Sentinels. Every error Execute, ResetSession and the handlers return is an *Error that matches exactly
@@ -22,7 +24,6 @@ var (
 
 // Wire error codes (the "error" member of an error body), where the runner API defines one.
 const (
-	CodeSessionDirty    = "session_workspace_dirty"
 	CodeSandboxFailed   = "sandbox_execution_failed"
 	CodeTooManySessions = "too_many_sessions"
 )
@@ -56,7 +57,7 @@ func unknownRuntime(msg string) *Error {
 }
 
 func dirty(msg string) *Error {
-	return &Error{Status: http.StatusConflict, Code: CodeSessionDirty, Message: msg, Kind: ErrSessionDirty}
+	return &Error{Status: http.StatusConflict, Code: wire.CodeSessionWorkspaceDirty, Message: msg, Kind: ErrSessionDirty}
 }
 
 func sandboxFailed(msg string, cause error) *Error {

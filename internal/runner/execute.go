@@ -201,7 +201,7 @@ func (r *Runner) run(ctx context.Context, s *session, dir string, p *prepared) (
 	spec, col := ws.spec(sandbox.Spec{Path: runPath, Args: argv, Env: env, Stdin: stdin, Deterministic: p.det}, true)
 	max := r.cfg.MaxOutputBytes
 	sup, err := execution.Supervise(ctx, run, spec,
-		execution.Options{Timeout: p.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true})
+		execution.Options{Timeout: p.timeout, Caps: execution.Caps{Stdout: max, Stderr: max}, KillOnOverflow: true, Kills: r.cfg.Kills})
 	if err != nil {
 		// Start failed before the program was exec'd: nothing ran, the workspace is as we left it.
 		return nil, sandboxFailed("sandbox: "+err.Error(), err)

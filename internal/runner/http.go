@@ -17,6 +17,7 @@ import (
 
 	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // Routes of the runner API. SessionsPrefix takes the URL-escaped session ID after it.
@@ -75,9 +76,9 @@ func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	sid := ""
-	if vals, ok := req.Header[http.CanonicalHeaderKey(SessionHeader)]; ok {
+	if vals, ok := req.Header[http.CanonicalHeaderKey(wire.RuntimeSessionHeader)]; ok {
 		if len(vals) != 1 {
-			writeError(w, badRequest(SessionHeader+" must be sent once"))
+			writeError(w, badRequest(wire.RuntimeSessionHeader+" must be sent once"))
 			return
 		}
 		sid = vals[0]
@@ -91,7 +92,7 @@ func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Retry-After", retryAfter)
 	}
 	if resp != nil && resp.Deterministic != nil {
-		w.Header().Set(DeterminismHeader, resp.Deterministic.headerValue())
+		w.Header().Set(wire.DeterminismHeader, resp.Deterministic.headerValue())
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

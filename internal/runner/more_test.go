@@ -18,6 +18,7 @@ import (
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/testhelp"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 func TestRegister(t *testing.T) {
@@ -86,7 +87,7 @@ func TestSandboxStartFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := newRunner(t, func(c *Config) { c.Programs = progs; c.Versions = map[string]string{"bash": "5.0.0"} })
-	status, body, _ := tr.do(http.MethodPost, PathExecute, code("bash", "true"), map[string]string{SessionHeader: "sf"})
+	status, body, _ := tr.do(http.MethodPost, PathExecute, code("bash", "true"), map[string]string{wire.RuntimeSessionHeader: "sf"})
 	if status != 500 || body["error"] != CodeSandboxFailed {
 		t.Fatalf("got %d %v", status, body)
 	}

@@ -5,16 +5,16 @@ import (
 	"fmt"
 
 	"github.com/codellm/codellm/internal/egress"
-	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // networkAllow reads metadata.network_allow, as the chat routes do: a comma-separated egress list that
 // may only narrow the operator's (Config.NetworkAllow). Anything wider, or any list on a runner without
 // an egress proxy, is 400 before anything runs; the message names the entry, and the hub relays it.
 func (r *Runner) networkAllow(meta map[string]json.RawMessage) (*[]string, *Error) {
-	list, oe := openai.DecodeNetworkAllow(meta)
-	if oe != nil {
-		return nil, badRequest(oe.Message)
+	list, me := wire.DecodeNetworkAllow(meta)
+	if me != nil {
+		return nil, badRequest(me.Error())
 	}
 	if list == nil {
 		return nil, nil
@@ -26,7 +26,7 @@ func (r *Runner) networkAllow(meta map[string]json.RawMessage) (*[]string, *Erro
 		_, err = r.cfg.NetworkAllow.Narrow(*list)
 	}
 	if err != nil {
-		return nil, badRequest(`field "metadata.network_allow": ` + err.Error())
+		return nil, badRequest(wire.RefusedNetworkAllow(err).Error())
 	}
 	return list, nil
 }

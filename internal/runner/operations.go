@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // What a bridge worker that is not codellm's (LibreChat's @librechat/code worker) needs from
@@ -16,10 +18,7 @@ import (
 //     ({endpoint} = http://127.0.0.1:2000/sessions/{runtimeSessionId}/api/v2): /sessions/{id}/api/v2/…
 //     answers like /api/v2/… with X-Runtime-Session-Id set to {id}.
 
-// Operation header values (bridge-protocol.md §13.2).
 const (
-	OperationHeader = "X-Codellm-Operation"
-	OperationChat   = "openai.chat.completions"
 	// SessionPathPrefix is the stateful endpoint mode's route prefix.
 	SessionPathPrefix = "/sessions/"
 	chatPath          = "/v1/chat/completions"
@@ -45,19 +44,19 @@ func (r *Runner) RegisterBridge(route func(method, pattern, name string, h http.
 // chat, anything else is refused (400: retrying cannot help).
 func withOperations(runnerH http.HandlerFunc, chat http.Handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		switch op := req.Header.Get(OperationHeader); op {
+		switch op := req.Header.Get(wire.OperationHeader); op {
 		case "":
 			runnerH(w, req)
-		case OperationChat:
+		case wire.OperationChat:
 			if chat == nil {
 				writeError(w, badRequest("this runner serves no chat operation"))
 				return
 			}
 			inner := rewrite(req, chatPath)
-			inner.Header.Del(OperationHeader)
+			inner.Header.Del(wire.OperationHeader)
 			chat.ServeHTTP(w, inner)
 		default:
-			writeError(w, badRequest("unknown "+OperationHeader+" "+strings.TrimSpace(op)+" (known: "+OperationChat+")"))
+			writeError(w, badRequest("unknown "+wire.OperationHeader+" "+strings.TrimSpace(op)+" (known: "+wire.OperationChat+")"))
 		}
 	}
 }
@@ -75,12 +74,12 @@ func (r *Runner) serveSessionPath(w http.ResponseWriter, req *http.Request, api,
 		writeError(w, e)
 		return
 	}
-	if h := req.Header.Values(SessionHeader); len(h) > 0 && (len(h) != 1 || h[0] != id) {
-		writeError(w, badRequest(SessionHeader+" names another session than the path"))
+	if h := req.Header.Values(wire.RuntimeSessionHeader); len(h) > 0 && (len(h) != 1 || h[0] != id) {
+		writeError(w, badRequest(wire.RuntimeSessionHeader+" names another session than the path"))
 		return
 	}
 	inner := rewrite(req, "/"+tail)
-	inner.Header.Set(SessionHeader, id)
+	inner.Header.Set(wire.RuntimeSessionHeader, id)
 	if inner.URL.Path == PathExecute && req.Method == http.MethodPost {
 		withOperations(api.ServeHTTP, chat)(w, inner)
 		return

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/codellm/codellm/internal/testhelp"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // TestRegisterBridge: the chat operation reaches the chat handler, an unknown operation is 400, and
@@ -17,7 +18,7 @@ func TestRegisterBridge(t *testing.T) {
 	mux := http.NewServeMux()
 	chat := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		_, _ = io.WriteString(w, r.URL.Path+" "+r.Header.Get(OperationHeader)+" "+string(b))
+		_, _ = io.WriteString(w, r.URL.Path+" "+r.Header.Get(wire.OperationHeader)+" "+string(b))
 	})
 	tr.RegisterBridge(func(method, pattern, _ string, h http.HandlerFunc) { mux.HandleFunc(method+" "+pattern, h) }, chat)
 	srv := httptest.NewServer(mux)
@@ -26,10 +27,10 @@ func TestRegisterBridge(t *testing.T) {
 		st, _, b := testhelp.PostJSON(t, srv.URL+path, []byte(body), hdr)
 		return st, string(b)
 	}
-	if st, b := post(PathExecute, `{"model":"m"}`, map[string]string{OperationHeader: OperationChat}); st != 200 || b != `/v1/chat/completions  {"model":"m"}` {
+	if st, b := post(PathExecute, `{"model":"m"}`, map[string]string{wire.OperationHeader: wire.OperationChat}); st != 200 || b != `/v1/chat/completions  {"model":"m"}` {
 		t.Fatalf("chat operation: %d %s", st, b)
 	}
-	if st, b := post(PathExecute, `{}`, map[string]string{OperationHeader: "openai.embeddings"}); st != 400 || !strings.Contains(b, "unknown X-Codellm-Operation") {
+	if st, b := post(PathExecute, `{}`, map[string]string{wire.OperationHeader: "openai.embeddings"}); st != 400 || !strings.Contains(b, "unknown X-Codellm-Operation") {
 		t.Fatalf("unknown operation: %d %s", st, b)
 	}
 	write := `{"language":"bash","version":"*","files":[{"content":"echo $PWD > f; echo written"}]}`
@@ -37,13 +38,13 @@ func TestRegisterBridge(t *testing.T) {
 	if st, b := post("/sessions/s%3A1/api/v2/execute", write, nil); st != 200 || !strings.Contains(b, "written") {
 		t.Fatalf("session path: %d %s", st, b)
 	}
-	if st, b := post(PathExecute, read, map[string]string{SessionHeader: "s:1"}); st != 200 || !strings.Contains(b, `"stdout":"`+WorkDir) {
+	if st, b := post(PathExecute, read, map[string]string{wire.RuntimeSessionHeader: "s:1"}); st != 200 || !strings.Contains(b, `"stdout":"`+WorkDir) {
 		t.Fatalf("the session path's files in session \"s:1\": %d %s", st, b)
 	}
-	if st, b := post("/sessions/s%3A1/api/v2/execute", read, map[string]string{SessionHeader: "other"}); st != 400 {
+	if st, b := post("/sessions/s%3A1/api/v2/execute", read, map[string]string{wire.RuntimeSessionHeader: "other"}); st != 400 {
 		t.Fatalf("header naming another session: %d %s", st, b)
 	}
-	if st, b := post("/sessions/x/api/v2/execute", `{"model":"m"}`, map[string]string{OperationHeader: OperationChat}); st != 200 || !strings.HasPrefix(b, "/v1/chat/completions") {
+	if st, b := post("/sessions/x/api/v2/execute", `{"model":"m"}`, map[string]string{wire.OperationHeader: wire.OperationChat}); st != 200 || !strings.HasPrefix(b, "/v1/chat/completions") {
 		t.Fatalf("chat through the session path: %d %s", st, b)
 	}
 	if st, _ := post("/sessions/x/other", "{}", nil); st != 404 {

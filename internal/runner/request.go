@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // File is one entry of ExecuteRequest.Files. Exactly one of Content or ID (+ StorageSessionID) is set;
@@ -315,29 +315,15 @@ func decodeFile(i int, f File, ext string) (decodedFile, *Error) {
 	return decodedFile{name: name, data: data}, nil
 }
 
-// checkName accepts relative, clean, slash-separated paths that stay inside the workspace. The
-// reserved scratch directory tmp/ is refused so a request cannot plant files where TMPDIR points.
+// checkName accepts relative, clean, slash-separated paths that stay inside the workspace
+// (wire.CheckFileName). The reserved scratch directory tmp/ is refused so a request cannot plant files
+// where TMPDIR points.
 func checkName(name string) string {
-	switch {
-	case len(name) > 1024:
-		return "is longer than 1024 bytes"
-	case !utf8.ValidString(name):
-		return "is not valid UTF-8"
-	case strings.ContainsFunc(name, func(c rune) bool { return c < ' ' || c == 0x7f || c == '\\' }):
-		return "contains a control character or a backslash"
-	case strings.HasPrefix(name, "/"):
-		return "must be relative"
-	case path.Clean(name) != name:
-		return "must be a clean path (no empty, \".\" or \"..\" components)"
-	case name == ".." || strings.HasPrefix(name, "../"):
-		return "escapes the workspace"
-	case name == scratchDir || strings.HasPrefix(name, scratchDir+"/"):
-		return "is inside the reserved scratch directory " + scratchDir + "/"
+	if msg := wire.CheckFileName(name); msg != "" {
+		return msg
 	}
-	for _, c := range strings.Split(name, "/") {
-		if len(c) > 255 {
-			return "has a component longer than 255 bytes"
-		}
+	if name == scratchDir || strings.HasPrefix(name, scratchDir+"/") {
+		return "is inside the reserved scratch directory " + scratchDir + "/"
 	}
 	return ""
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/egress"
+	"github.com/codellm/codellm/internal/execution"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/slots"
@@ -105,6 +106,10 @@ type Config struct {
 	// NetworkAllow is the operator's egress allow-list (the sandbox's Config.Egress policy; nil: none). A
 	// request's metadata.network_allow may only narrow it (see networkAllow).
 	NetworkAllow *egress.Policy
+
+	// Kills counts each compile or run stage a limit or codellm ended in codellm_kills_total, as chat
+	// runs' blocks are (the server's metrics.Service; nil: not counted).
+	Kills execution.KillCounter
 
 	Logger *slog.Logger
 }

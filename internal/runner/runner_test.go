@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 func TestMultiFilePrograms(t *testing.T) {
@@ -108,7 +110,7 @@ func TestErrors(t *testing.T) {
 		{"unknown language", `{"language":"kotlin","version":"*","files":[{"content":"x"}]}`, "", nil, 400, "kotlin-* runtime is unknown", ""},
 		{"unknown version", `{"language":"bash","version":"1.2.3","files":[{"content":"x"}]}`, "", nil, 400, "bash-1.2.3 runtime is unknown", ""},
 		{"too large", `{` + ok + `,"stdin":"` + strings.Repeat("x", 5000) + `"}`, "", nil, 413, "larger than 4096 bytes", ""},
-		{"bad session id", `{` + ok + `}`, "", map[string]string{SessionHeader: "has space"}, 400, "printable ASCII", ""},
+		{"bad session id", `{` + ok + `}`, "", map[string]string{wire.RuntimeSessionHeader: "has space"}, 400, "printable ASCII", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -182,7 +184,7 @@ func TestBusy(t *testing.T) {
 
 func TestSessionPersistence(t *testing.T) {
 	tr := newRunner(t, nil)
-	hdr := map[string]string{SessionHeader: "sess-1"}
+	hdr := map[string]string{wire.RuntimeSessionHeader: "sess-1"}
 	status, body, _ := tr.do(http.MethodPost, PathExecute,
 		code("bash", "echo one > state.txt; mkdir -p sub; echo two > sub/more.txt; (sleep 1; echo late > late.txt) & echo started"), hdr)
 	if status != 200 {
@@ -287,7 +289,7 @@ func TestMaxSessions(t *testing.T) {
 	tr := newRunner(t, func(c *Config) { c.MaxSessions = 2 })
 	tr.exec("a", code("bash", "true"))
 	tr.exec("b", code("bash", "true"))
-	status, body, hdr := tr.do(http.MethodPost, PathExecute, code("bash", "true"), map[string]string{SessionHeader: "c"})
+	status, body, hdr := tr.do(http.MethodPost, PathExecute, code("bash", "true"), map[string]string{wire.RuntimeSessionHeader: "c"})
 	if status != 429 || body["error"] != CodeTooManySessions || hdr.Get("Retry-After") == "" {
 		t.Fatalf("third session: %d %v", status, body)
 	}
@@ -301,7 +303,7 @@ func TestMaxSessions(t *testing.T) {
 
 func TestDirtySession(t *testing.T) {
 	tr := newRunner(t, nil)
-	hdr := map[string]string{SessionHeader: "d1"}
+	hdr := map[string]string{wire.RuntimeSessionHeader: "d1"}
 	// A clean non-zero exit and a self-inflicted crash leave the session usable.
 	tr.exec("d1", code("bash", "echo a > f; exit 7"))
 	tr.exec("d1", code("python", "import ctypes; ctypes.string_at(0)"))
@@ -325,7 +327,7 @@ func TestDirtySession(t *testing.T) {
 		t.Fatalf("canceled run: %v", err)
 	}
 	status, body, _ := tr.do(http.MethodPost, PathExecute, code("bash", "cat f"), hdr)
-	if status != 409 || body["error"] != CodeSessionDirty || !strings.Contains(body["message"].(string), "killed mid-run") {
+	if status != 409 || body["error"] != wire.CodeSessionWorkspaceDirty || !strings.Contains(body["message"].(string), "killed mid-run") {
 		t.Fatalf("after kill: %d %v", status, body)
 	}
 	_, err := tr.Execute(context.Background(), "d1", code("bash", "true"))
@@ -351,7 +353,7 @@ func TestDirtySession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir + ".moved")
-	status, body, _ = tr.do(http.MethodPost, PathExecute, code("bash", "true"), map[string]string{SessionHeader: "d3"})
+	status, body, _ = tr.do(http.MethodPost, PathExecute, code("bash", "true"), map[string]string{wire.RuntimeSessionHeader: "d3"})
 	if status != 409 || !strings.Contains(body["message"].(string), "replaced") {
 		t.Fatalf("tampered: %d %v", status, body)
 	}

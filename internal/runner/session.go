@@ -10,10 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
-)
 
-// SessionHeader binds an execute to a persistent session workspace.
-const SessionHeader = "X-Runtime-Session-Id"
+	"github.com/codellm/codellm/internal/wire"
+)
 
 // session is one persistent workspace. Its files persist across executes; its processes never do (every
 // execute's processes are dead before the execute returns).
@@ -36,13 +35,13 @@ type session struct {
 func checkSessionID(id string) *Error {
 	switch {
 	case id == "":
-		return badRequest(SessionHeader + " is empty")
+		return badRequest(wire.RuntimeSessionHeader + " is empty")
 	case len(id) > maxSessionIDLen:
-		return badRequest(SessionHeader + " is longer than " + strconv.Itoa(maxSessionIDLen) + " bytes")
+		return badRequest(wire.RuntimeSessionHeader + " is longer than " + strconv.Itoa(maxSessionIDLen) + " bytes")
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c < 0x21 || c > 0x7e {
-			return badRequest(SessionHeader + " must be printable ASCII without spaces")
+			return badRequest(wire.RuntimeSessionHeader + " must be printable ASCII without spaces")
 		}
 	}
 	return nil

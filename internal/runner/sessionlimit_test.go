@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // TestSessionTableExhaustion (red-team item 6): 64 sessions created in 0.8 s locked every new session ID
@@ -22,7 +24,7 @@ func TestSessionTableExhaustion(t *testing.T) {
 		for _, id := range []string{"flood-1", "flood-2", "flood-3"} {
 			tr.exec(id, code("bash", "true"))
 		}
-		status, body, _ := tr.do(http.MethodPost, PathExecute, code("bash", "echo hi"), map[string]string{SessionHeader: "victim"})
+		status, body, _ := tr.do(http.MethodPost, PathExecute, code("bash", "echo hi"), map[string]string{wire.RuntimeSessionHeader: "victim"})
 		if !evict {
 			if msg, _ := body["message"].(string); status != 429 || !strings.Contains(msg, "none idle for 1h0m0s") {
 				t.Fatalf("without eviction the full table should lock the newcomer out: %d %v", status, body)
@@ -44,7 +46,7 @@ func TestSessionsPerCredential(t *testing.T) {
 	tr := newRunner(t, func(c *Config) { c.MaxSessions, c.MaxSessionsPerOwner, c.EvictIdle = 10, 2, time.Hour })
 	as := func(key, sid string) (int, map[string]any) {
 		status, body, _ := tr.do(http.MethodPost, PathExecute, code("bash", "true"),
-			map[string]string{SessionHeader: sid, "Authorization": "Bearer " + key})
+			map[string]string{wire.RuntimeSessionHeader: sid, "Authorization": "Bearer " + key})
 		return status, body
 	}
 	for _, sid := range []string{"m1", "m2", "m3"} {

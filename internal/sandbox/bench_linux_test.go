@@ -264,3 +264,11 @@ func machineBusy() time.Duration {
 	}
 	return time.Duration(user+nice+sys+irq+softirq) * 10 * time.Millisecond
 }
+
+// forget drops a finished process from the run's bookkeeping (long-lived
+// runs such as benchmarks start many blocks).
+func (r *Run) forget(p *Process) {
+	r.mu.Lock()
+	delete(r.procs, p)
+	r.mu.Unlock()
+}

@@ -284,6 +284,9 @@ func TestPrestartedHelpersNeverLeak(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if err := syscall.Kill(h.osp.Pid, 0); err != syscall.ESRCH { // killed and reaped by Close
+		t.Errorf("the idle helper %d of a run that started no block outlived its Close (kill 0: %v)", h.osp.Pid, err)
+	}
 	s.Settle()
 	if _, err := os.Stat(groupDir); !os.IsNotExist(err) {
 		t.Errorf("closed run's group %s: %v", groupDir, err)

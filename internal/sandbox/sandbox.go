@@ -576,7 +576,6 @@ type Process struct {
 	pid   int
 	start time.Time
 
-	waitOnce sync.Once
 	// ready is closed when res is final (nil: at done). An init's block has
 	// its result before its init is reaped (Process.reap).
 	ready       chan struct{}
@@ -666,12 +665,4 @@ func FormatBytes(n int64) string {
 		}
 	}
 	return fmt.Sprintf("%d bytes", n)
-}
-
-// forget drops a finished process from the run's bookkeeping (long-lived
-// runs such as benchmarks start many blocks).
-func (r *Run) forget(p *Process) {
-	r.mu.Lock()
-	delete(r.procs, p)
-	r.mu.Unlock()
 }

@@ -609,11 +609,6 @@ func blockGroup(run *cgroup.Group, name string, use mechSet) (*cgroup.Group, err
 	return run.NewChild(name)
 }
 
-// spawn starts the helper with the mechanisms in use.
-func (r *Run) spawn(spec *Spec, use mechSet, probe bool) (*Process, error) {
-	return r.spawnIn(spec, use, probe, nil)
-}
-
 // blockIdentity is the host uid and gid a block runs as. Normally the
 // unprivileged host uid, which must be able to read (and, persistent,
 // write) the workdir the caller created as root with mode 0700, so a root

@@ -83,7 +83,10 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	var hl *launched
 	if ih := r.plat.helper.Swap(nil); ih != nil {
 		if ih.cl == cl && ih.group == child && ih.fits(hs, r.sb.cfg.Limits.TmpSize) {
-			hl, err = ih.launch(bf)
+			if hl, err = ih.launch(bf); err != nil {
+				// The block still runs, in a helper started for it below; the lost pre-start is logged.
+				s.log.Warn("sandbox: a pre-started helper could not take its block's descriptors; starting another", "err", err)
+			}
 		}
 		if hl == nil {
 			ih.discard() // cloned for another kind of block, or died waiting: never used

@@ -696,6 +696,9 @@ func TestG25Surface(t *testing.T) {
 	}
 	ts.post(t, "/v1/chat/completions", chat(block("bash", "echo {}")))
 	status, _, body = ts.get(t, "/metrics")
+	if status != 200 {
+		t.Fatalf("/metrics %d %s", status, body)
+	}
 	for _, name := range []string{"codellm_http_requests_total", "codellm_run_duration_seconds", "codellm_sandbox_setup_seconds",
 		"codellm_run_blocks", "codellm_kills_total", "codellm_queue_wait_seconds", "codellm_runs_in_flight", "codellm_reexecution_guard_total"} {
 		if !strings.Contains(string(body), name) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // Issue 21's bodies: each prints the wall clock, the monotonic clock (whole seconds: it starts at zero
@@ -40,7 +40,7 @@ func detRun(t *testing.T, ts *testServer, meta map[string]any) ([][]call, string
 		status, h, body := ts.post(t, "/v1/chat/completions", req)
 		_, calls := decodeCompletion(t, status, body)
 		all = append(all, calls)
-		hdr = h.Get(engine.DeterminismHeader)
+		hdr = h.Get(wire.DeterminismHeader)
 	}
 	return all, hdr
 }
@@ -59,7 +59,7 @@ func TestDeterministicToolCalls(t *testing.T) {
 	}
 	t.Logf("tool calls: %v", first)
 	if hdr != `seed="s1"; now=2024-01-02T03:04:05Z` {
-		t.Errorf("%s = %q", engine.DeterminismHeader, hdr)
+		t.Errorf("%s = %q", wire.DeterminismHeader, hdr)
 	}
 	if !strings.Contains(first[0][0].Args["answer"].(string), "1704164645.") {
 		t.Errorf("python's wall clock is not metadata.now: %v", first[0])
@@ -86,7 +86,7 @@ func TestDeterministicToolCalls(t *testing.T) {
 		}
 	}
 	if offHdr != "" {
-		t.Errorf("mode off, yet %s = %q", engine.DeterminismHeader, offHdr)
+		t.Errorf("mode off, yet %s = %q", wire.DeterminismHeader, offHdr)
 	}
 }
 

@@ -54,6 +54,7 @@ type options struct {
 	ecfg     func(*engine.Config)
 	allowed  []string
 	skipWait bool
+	limits   sandbox.Limits // the sandbox's (zero fields: its defaults)
 }
 
 // startServer runs a real server on a loopback port and stops it (waiting for every handler) at cleanup.
@@ -61,7 +62,7 @@ func startServer(t *testing.T, o options) *testServer {
 	t.Helper()
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewTextHandler(&lockedWriter{w: logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	sb, err := sandbox.New(sandbox.Config{Mode: testMode(t), Logger: log})
+	sb, err := sandbox.New(sandbox.Config{Mode: testMode(t), Logger: log, Limits: o.limits})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/metrics"
 	"github.com/codellm/codellm/internal/openai"
-	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/responses"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/sealform"
@@ -133,14 +132,15 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	s := &Server{cfg: cfg, sb: sb, programs: ecfg.Programs, log: cfg.Logger,
 		guard: httpguard.ForListener(cfg.Listen, cfg.AllowedHosts, cfg.AllowedOrigins)}
 	s.check.Store(&selfCheck{reason: "startup self-check has not finished"})
-	s.eng = engine.New(ecfg, s.sandboxReady)
-	// Workdirs (code and delivery bags) a crashed server left behind are removed before serving.
-	s.eng.SweepStale(s.log)
 	if ecfg.Slots != nil {
 		s.metrics = metrics.NewService(func() float64 { return float64(ecfg.Slots.InFlight()) })
 	} else {
 		s.metrics = metrics.NewService(func() float64 { return 0 })
 	}
+	ecfg.Pipeline.Kills = s.metrics // the execution core counts every block a limit or codellm ends
+	s.eng = engine.New(ecfg, s.sandboxReady)
+	// Workdirs (code and delivery bags) a crashed server left behind are removed before serving.
+	s.eng.SweepStale(s.log)
 	s.chat = chat.New(chat.Config{Engine: s.eng, Metrics: s.metrics, Logger: s.log, DebugExtension: cfg.DebugExtension,
 		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, Fallback: s.publishPosture()})
 	s.responses = responses.New(responses.Config{Chat: s.chat, Store: responses.NewStore(cfg.Responses),
@@ -443,9 +443,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	})
 }
 
-// Draining reports whether shutdown has begun.
-func (s *Server) Draining() bool { return s.draining.Load() }
-
 // handleChat implements §2.1's processing order.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, rl *reqLog) {
 	s.converse(w, r, rl, openai.DecodeChatRequest)
@@ -461,12 +458,3 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request, rl *reqLog, de
 	}
 	s.chat.Converse(w, r, &rl.Facts, decode)
 }
-
-// KillReason is a block's codellm_kills_total{reason} (see chat.KillReason).
-func KillReason(b pipeline.BlockResult) string { return chat.KillReason(b) }
-
-// DebugObject renders the x_codellm_debug object (§13) of a run (see chat.DebugObject).
-func DebugObject(res *pipeline.Result) map[string]any { return chat.DebugObject(res) }
-
-// RedactResult removes opened secrets from a run's captures and error (see chat.RedactResult).
-func RedactResult(res *pipeline.Result, secrets []string) { chat.RedactResult(res, secrets) }

@@ -20,6 +20,7 @@ import (
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox/cgroup"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // TestSoak is the standing guard of issue 14: mixed requests against one server (chat that succeeds,
@@ -164,7 +165,7 @@ func (s *soaker) do(method, path string, body []byte, session string, want int) 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if session != "" {
-		req.Header.Set(runner.SessionHeader, session)
+		req.Header.Set(wire.RuntimeSessionHeader, session)
 	}
 	resp, err := s.c.Do(req)
 	if err != nil {

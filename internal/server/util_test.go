@@ -11,8 +11,6 @@ import (
 	"github.com/codellm/codellm/internal/interp"
 )
 
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
 func readDir(p string) ([]os.DirEntry, error) { return os.ReadDir(p) }
 
 func writeFile(t *testing.T, p, s string) {

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
-	"github.com/codellm/codellm/internal/runner"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // Container supervisor constants (§11.4).
@@ -330,7 +330,7 @@ func (d *Docker) exec(ctx context.Context, name string, call RunnerCall) (*bridg
 	hdrs := slices.Clone(call.Headers)
 	hdrs = append(hdrs, [2]string{"Content-Type", "application/json"})
 	if call.SessionID != "" {
-		hdrs = append(hdrs, [2]string{runner.SessionHeader, call.SessionID})
+		hdrs = append(hdrs, [2]string{wire.RuntimeSessionHeader, call.SessionID})
 	}
 	status, body, err := d.post(ctx, name, "/execute", hdrs, call.Body, nil)
 	if err != nil {

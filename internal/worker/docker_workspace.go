@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/codellm/codellm/internal/wire"
 	"github.com/codellm/codellm/internal/workspace"
 )
 
@@ -101,7 +102,7 @@ func (c *DockerCommands) RunCommand(ctx context.Context, cmd workspace.Command) 
 		body["cwd"] = cmd.Cwd
 	}
 	b, _ := json.Marshal(body)
-	hdrs := [][2]string{{"Content-Type", "application/json"}, {workspace.RouteSessionHeader, c.m.SessionID}}
+	hdrs := [][2]string{{"Content-Type", "application/json"}, {wire.RuntimeSessionHeader, c.m.SessionID}}
 	status, reply, err := c.d.post(ctx, name, "/workspace/execute", hdrs, b, tokenShell)
 	fail := func(code workspace.Code, msg string) error {
 		_ = c.d.remove(context.WithoutCancel(ctx), name)

@@ -16,9 +16,25 @@ import (
 
 // Reasons an execution is aborted (the context cause), reported as the rejection message.
 var (
-	errCancelled = errors.New("Bridge assignment was cancelled by the hub")
-	errDeadline  = errors.New("Bridge assignment deadline passed")
+	errCancelled = &abortReason{msg: "Bridge assignment was cancelled by the hub"}
+	errDeadline  = &abortReason{msg: "Bridge assignment deadline passed"}
 )
+
+// abortReason is a reason to settle an assignment rejected: its text is the settlement's error, worded as
+// the protocol's messages are (a capitalised sentence, §6.3), then the cause's.
+type abortReason struct {
+	msg   string
+	cause error
+}
+
+func (e *abortReason) Error() string {
+	if e.cause == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.cause.Error()
+}
+
+func (e *abortReason) Unwrap() error { return e.cause }
 
 // job is the per-assignment state shared by the execution and its concurrent tasks (§6.3).
 type job struct {
@@ -95,7 +111,7 @@ func (j *job) heartbeat(last time.Time) {
 				return
 			}
 			w.logf("heartbeat failed: %v", err)
-			j.failed(fmt.Errorf("Bridge heartbeat failed: %w", err))
+			j.failed(&abortReason{msg: "Bridge heartbeat failed", cause: err})
 			return
 		}
 	}
@@ -129,7 +145,7 @@ func (j *job) upkeep(ctx context.Context) {
 			}
 			if !transient(err) || !time.Now().Before(exp) {
 				w.logf("credential refresh failed: %v", err)
-				j.failed(fmt.Errorf("Bridge credential refresh failed: %w", err))
+				j.failed(&abortReason{msg: "Bridge credential refresh failed", cause: err})
 				return
 			}
 			if !sleepCtx(ctx, w.cfg.Timing.RetryStep) {

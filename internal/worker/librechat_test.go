@@ -24,6 +24,7 @@ import (
 
 	"github.com/codellm/codellm/internal/hub"
 	"github.com/codellm/codellm/internal/hub/filestore"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 var librechatID = regexp.MustCompile(`^[A-Za-z0-9_-]{21}$`)
@@ -220,7 +221,7 @@ func TestChatThroughEndpointWorker(t *testing.T) {
 	var mu sync.Mutex
 	rs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		ops = append(ops, r.URL.Path+" "+r.Header.Get(OperationHeader))
+		ops = append(ops, r.URL.Path+" "+r.Header.Get(wire.OperationHeader))
 		mu.Unlock()
 		mux.ServeHTTP(w, r)
 	}))
@@ -247,7 +248,7 @@ func TestChatThroughEndpointWorker(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(ops) < 3 || !strings.HasSuffix(ops[0], "/api/v2/execute "+OperationChat) || !strings.HasPrefix(ops[1], "/sessions/"+first.SessionID+"/api/v2/execute") {
+	if len(ops) < 3 || !strings.HasSuffix(ops[0], "/api/v2/execute "+wire.OperationChat) || !strings.HasPrefix(ops[1], "/sessions/"+first.SessionID+"/api/v2/execute") {
 		t.Fatalf("runner saw %q", ops)
 	}
 }

@@ -15,12 +15,7 @@ import (
 	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/runner"
-)
-
-// OperationHeader routes a sandbox assignment to codellm's chat pipeline (§13.2) instead of the runner.
-const (
-	OperationHeader = "X-Codellm-Operation"
-	OperationChat   = "openai.chat.completions"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // maxRunnerReply bounds what a runner reply may occupy in memory (the hub's settle limit is 32 MiB).
@@ -102,10 +97,10 @@ func classify(status int, body []byte) (*bridge.Object, error) {
 		}
 	}
 	// codellm's 501 deterministic_unavailable is a refusal before anything ran, too: the sandbox cannot
-	// honour a deterministic request (runner.CodeDeterministicUnavailable).
+	// honour a deterministic request.
 	clean := (status >= 400 && status < 500 && status != http.StatusRequestTimeout &&
-		status != http.StatusTooManyRequests && code != "session_workspace_dirty") ||
-		(status == http.StatusNotImplemented && code == runner.CodeDeterministicUnavailable)
+		status != http.StatusTooManyRequests && code != wire.CodeSessionWorkspaceDirty) ||
+		(status == http.StatusNotImplemented && code == wire.CodeDeterministicUnavailable)
 	return nil, &RunError{Message: msg, Status: status, KnownClean: clean}
 }
 
@@ -129,7 +124,7 @@ func (e *Embedded) Label() string  { return "codellm-embedded" }
 
 func (e *Embedded) Execute(ctx context.Context, call RunnerCall) (*bridge.Object, error) {
 	h, path := e.runnerH, runner.PathExecute
-	if headerValue(call.Headers, OperationHeader) == OperationChat {
+	if headerValue(call.Headers, wire.OperationHeader) == wire.OperationChat {
 		if e.Chat == nil {
 			return nil, &RunError{Message: "this worker has no chat pipeline", Status: http.StatusNotFound, KnownClean: true}
 		}
@@ -165,9 +160,9 @@ func applyHeaders(req *http.Request, call RunnerCall) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if call.SessionID != "" {
-		req.Header.Set(runner.SessionHeader, call.SessionID)
+		req.Header.Set(wire.RuntimeSessionHeader, call.SessionID)
 	} else {
-		req.Header.Del(runner.SessionHeader)
+		req.Header.Del(wire.RuntimeSessionHeader)
 	}
 }
 

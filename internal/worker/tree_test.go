@@ -7,6 +7,7 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // TestEmbeddedChatGetsTheTree: the embedded chat operation receives request.body's tree on its request
@@ -23,7 +24,7 @@ func TestEmbeddedChatGetsTheTree(t *testing.T) {
 		got = openai.ChatTreeFrom(r.Context())
 		_, _ = w.Write([]byte(`{}`))
 	})}
-	call := RunnerCall{Body: body, Tree: tree, Headers: [][2]string{{OperationHeader, OperationChat}}}
+	call := RunnerCall{Body: body, Tree: tree, Headers: [][2]string{{wire.OperationHeader, wire.OperationChat}}}
 	if _, err := e.Execute(context.Background(), call); err != nil {
 		t.Fatal(err)
 	}

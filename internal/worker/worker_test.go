@@ -64,7 +64,7 @@ func TestVectors(t *testing.T) {
 	if d := PolicyDigest("", false, nil); d != "003c8a3e2ef28bf00cc594b4f5598eb94e891dbb36ad13db8af13ce608994582" {
 		t.Errorf("no commands: %s", d)
 	}
-	if d := PolicyDigest("default-deny", true, []string{"pypi.org", "api.github.com"}); d != "93350e09c8e4f3257e53607cc40b726c7634fc8da8ae83bb3986e5e82370e7c9" {
+	if d := PolicyDigest("default-deny", true, []string{"pypi.org", "api.github.com", "pypi.org"}); d != "93350e09c8e4f3257e53607cc40b726c7634fc8da8ae83bb3986e5e82370e7c9" {
 		t.Errorf("commands: %s", d)
 	}
 	if n := IdentityFileName("my:vm"); n != "my_vm-6c2611a7f97e4177.json" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // cliSettings are RunCLI's flags (internal/config's table). They are command line only, as they always
@@ -110,7 +111,7 @@ func configureSandbox(opts *Options, mode string) (func(), error) {
 	}
 	sb, err := sandbox.New(sandbox.Config{Mode: m})
 	if err != nil {
-		return nil, newErr(CodeCommandUnavailable, "command sandbox unavailable: "+clipUnits(err.Error(), 2000))
+		return nil, newErr(CodeCommandUnavailable, "command sandbox unavailable: "+wire.ClipUTF16(err.Error(), 2000))
 	}
 	opts.Sandbox = sb
 	opts.AllowUnconfinedCommands = m == sandbox.ModeOff

@@ -2,7 +2,8 @@ package workspace
 
 import (
 	"errors"
-	"unicode/utf16"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // Code is one of the bridge protocol's workspace error codes (§9.9). No other value is ever produced, because
@@ -70,7 +71,7 @@ var (
 const maxErrorUnits = 4096
 
 func newErr(code Code, msg string) *Error {
-	return &Error{Code: code, Message: clipUnits(msg, maxErrorUnits)}
+	return &Error{Code: code, Message: wire.ClipUTF16(msg, maxErrorUnits)}
 }
 
 func committedErr(code Code, msg string) *Error {
@@ -87,33 +88,4 @@ func asError(err error, fallback Code, msg string) *Error {
 		return e
 	}
 	return newErr(fallback, msg)
-}
-
-// clipUnits cuts s to at most n UTF-16 code units without splitting a character.
-func clipUnits(s string, n int) string {
-	units := 0
-	for i, r := range s {
-		w := utf16.RuneLen(r)
-		if w < 0 {
-			w = 1
-		}
-		if units+w > n {
-			return s[:i]
-		}
-		units += w
-	}
-	return s
-}
-
-// utf16Len is JavaScript's String.length for s.
-func utf16Len(s string) int {
-	n := 0
-	for _, r := range s {
-		if r >= 0x10000 {
-			n += 2
-		} else {
-			n++
-		}
-	}
-	return n
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/codellm/codellm/internal/execution"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // execute_command limits (§9.2, §9.8).
@@ -253,7 +254,7 @@ func (w *Workspace) scrub(msg string) string {
 	if home := w.opts.HomeDir; home != "" && home != "/" {
 		msg = strings.ReplaceAll(msg, home, "<home>")
 	}
-	return clipUnits(msg, 1000)
+	return wire.ClipUTF16(msg, 1000)
 }
 
 func trimIncompleteUTF8(b []byte) []byte {

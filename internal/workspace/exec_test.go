@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -445,8 +444,6 @@ func TestScrub(t *testing.T) {
 		t.Errorf("host path in %q", msg)
 	}
 }
-
-func syscallSignal(n int) syscall.Signal { return syscall.Signal(n) }
 
 func TestCommandFailures(t *testing.T) {
 	defer func() { writeHook = nil }()

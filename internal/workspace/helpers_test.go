@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // testEnv is a workspace root plus a sibling directory "outside" that no tool may reach.
@@ -132,7 +133,7 @@ func crossValidate(t testing.TB, op, req string, out []byte) {
 	}
 	wreq, err := bridge.ValidateWorkspaceRequest(ro)
 	if err != nil {
-		t.Fatalf("%s %s: served, but the bridge validator rejects the request: %v", op, clipUnits(req, 200), err)
+		t.Fatalf("%s %s: served, but the bridge validator rejects the request: %v", op, wire.ClipUTF16(req, 200), err)
 	}
 	res, err := bridge.ParseObject(out)
 	if err != nil {
@@ -146,7 +147,7 @@ func crossValidate(t testing.TB, op, req string, out []byte) {
 		env.Set(m.Key, m.Value)
 	}
 	if !bridge.ValidateWorkspaceResult(wreq, env, true) {
-		t.Fatalf("%s %s: the bridge validator rejects the result %s", op, clipUnits(req, 200), clipUnits(string(out), 400))
+		t.Fatalf("%s %s: the bridge validator rejects the result %s", op, wire.ClipUTF16(req, 200), wire.ClipUTF16(string(out), 400))
 	}
 }
 
@@ -155,7 +156,7 @@ func (e *testEnv) ok(op, req string) map[string]any {
 	e.t.Helper()
 	m, err := e.do(op, req)
 	if err != nil {
-		e.t.Fatalf("%s %s: unexpected error %v", op, clipUnits(req, 200), err)
+		e.t.Fatalf("%s %s: unexpected error %v", op, wire.ClipUTF16(req, 200), err)
 	}
 	return m
 }
@@ -165,12 +166,12 @@ func (e *testEnv) fail(op, req string, code Code) *Error {
 	e.t.Helper()
 	m, err := e.do(op, req)
 	if err == nil {
-		e.t.Fatalf("%s %s: expected %s, got result %v", op, clipUnits(req, 200), code, m)
+		e.t.Fatalf("%s %s: expected %s, got result %v", op, wire.ClipUTF16(req, 200), code, m)
 	}
 	var we *Error
 	errors.As(err, &we)
 	if we.Code != code {
-		e.t.Fatalf("%s %s: expected %s, got %v", op, clipUnits(req, 200), code, err)
+		e.t.Fatalf("%s %s: expected %s, got %v", op, wire.ClipUTF16(req, 200), code, err)
 	}
 	if !errors.Is(err, &Error{Code: code}) {
 		e.t.Fatalf("errors.Is does not match the code")

@@ -3,6 +3,8 @@ package workspace
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // maxPathUnits is the §9.1 limit on a portable path, in UTF-16 code units.
@@ -19,7 +21,7 @@ func cleanPath(p string) (string, error) {
 	if !utf8.ValidString(p) {
 		return "", newErr(CodeInvalidPath, "path is not valid Unicode")
 	}
-	if utf16Len(p) > maxPathUnits {
+	if wire.UTF16Len(p) > maxPathUnits {
 		return "", newErr(CodeInvalidPath, "path is longer than 4096 UTF-16 units")
 	}
 	if strings.IndexByte(p, 0) >= 0 {

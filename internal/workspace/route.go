@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // The runtime command route (bridge-protocol §11.4): inside the docker-nsjail runtime container, codellm's
@@ -17,9 +19,8 @@ import (
 // container exactly as execute_command does on a host (§9.8). Field names, statuses and messages are the
 // reference runner's.
 const (
-	PathCommandRoute   = "/api/v2/workspace/execute"
-	TokenHeader        = "X-LibreChat-Workspace-Token"
-	RouteSessionHeader = "X-Runtime-Session-Id"
+	PathCommandRoute = "/api/v2/workspace/execute"
+	TokenHeader      = "X-LibreChat-Workspace-Token"
 	// ContainerRoot is where the worker mounts the workspace in the runtime container.
 	ContainerRoot = "/mnt/workspace"
 	// Environment of the runtime container that enables the route.
@@ -59,9 +60,9 @@ func CommandRoute(ws *Workspace, token string) http.HandlerFunc {
 			routeJSON(w, http.StatusUnsupportedMediaType, map[string]string{"message": "requests must be of type application/json"})
 			return
 		}
-		sids := r.Header.Values(RouteSessionHeader)
+		sids := r.Header.Values(wire.RuntimeSessionHeader)
 		if len(sids) != 1 || strings.TrimSpace(sids[0]) == "" || len(sids[0]) > 256 {
-			routeJSON(w, http.StatusBadRequest, map[string]string{"message": RouteSessionHeader + " is required"})
+			routeJSON(w, http.StatusBadRequest, map[string]string{"message": wire.RuntimeSessionHeader + " is required"})
 			return
 		}
 		mu.Lock()
@@ -71,7 +72,7 @@ func CommandRoute(ws *Workspace, token string) http.HandlerFunc {
 		other := bound != sids[0]
 		mu.Unlock()
 		if other {
-			routeJSON(w, http.StatusConflict, map[string]string{"error": "session_workspace_dirty",
+			routeJSON(w, http.StatusConflict, map[string]string{"error": wire.CodeSessionWorkspaceDirty,
 				"message": "Runner is bound to a different runtime session"})
 			return
 		}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // The runtime command route answers exactly as the reference runner's: 404 when not enabled, 401 without
@@ -37,7 +39,7 @@ func TestCommandRoute(t *testing.T) {
 		req := httptest.NewRequest(http.MethodPost, PathCommandRoute, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(TokenHeader, token)
-		req.Header.Set(RouteSessionHeader, "workspace-a")
+		req.Header.Set(wire.RuntimeSessionHeader, "workspace-a")
 		for k, v := range hdr {
 			if v == "" {
 				req.Header.Del(k)
@@ -68,7 +70,7 @@ func TestCommandRoute(t *testing.T) {
 		{"wrong token", h, map[string]string{TokenHeader: strings.Repeat("x", 43)}, ok, 401, "Unauthorized"},
 		{"token prefix", h, map[string]string{TokenHeader: token[:42]}, ok, 401, "Unauthorized"},
 		{"not json", h, map[string]string{"Content-Type": "text/plain"}, ok, 415, "requests must be of type application/json"},
-		{"no session", h, map[string]string{RouteSessionHeader: ""}, ok, 400, "X-Runtime-Session-Id is required"},
+		{"no session", h, map[string]string{wire.RuntimeSessionHeader: ""}, ok, 400, "X-Runtime-Session-Id is required"},
 		{"unknown key", h, nil, `{"command":"touch x","shell":"sh"}`, 400, "Command request is invalid"},
 		{"blank command", h, nil, `{"command":"  "}`, 400, "command must not be blank"},
 		{"escaping cwd", h, nil, `{"command":"touch x","cwd":"../x"}`, 400, ".. segment"},
@@ -89,7 +91,7 @@ func TestCommandRoute(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "sub", "made.txt")); err != nil || string(b) != "made\n" {
 		t.Fatalf("the command did not write the mounted root: %q %v", b, err)
 	}
-	if status, m := call(h, map[string]string{RouteSessionHeader: "workspace-b"}, ok); status != 409 || m["error"] != "session_workspace_dirty" {
+	if status, m := call(h, map[string]string{wire.RuntimeSessionHeader: "workspace-b"}, ok); status != 409 || m["error"] != "session_workspace_dirty" {
 		t.Fatalf("another session: %d %v", status, m)
 	}
 }

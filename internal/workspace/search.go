@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // search_text limits (§9.2, §9.4).
@@ -52,7 +54,7 @@ func validateQuery(q string) error {
 		return newErr(CodeInvalidRequest, "query must not be empty")
 	case !utf8.ValidString(q):
 		return newErr(CodeInvalidRequest, "query is not valid Unicode")
-	case utf16Len(q) > maxQueryUnits:
+	case wire.UTF16Len(q) > maxQueryUnits:
 		return newErr(CodeInvalidRequest, "query is longer than 4096 UTF-16 units")
 	case len(q) > maxQueryBytes:
 		return newErr(CodeInvalidRequest, "query is longer than 2000 UTF-8 bytes")
@@ -98,7 +100,7 @@ func (w *Workspace) SearchText(ctx context.Context, r *SearchTextRequest) (*Sear
 		return nil, err
 	}
 	res := &SearchTextResult{Matches: []SearchMatch{}, Truncated: truncated}
-	qUnits := utf16Len(r.Query)
+	qUnits := wire.UTF16Len(r.Query)
 	for _, c := range cands {
 		if dctx.Err() != nil {
 			return nil, timeout()
@@ -125,7 +127,7 @@ func (w *Workspace) SearchText(ctx context.Context, r *SearchTextRequest) (*Sear
 				res.Truncated = true
 				return res, nil
 			}
-			col0 := utf16Len(line[:idx])
+			col0 := wire.UTF16Len(line[:idx])
 			res.Matches = append(res.Matches, SearchMatch{
 				Path: c, Line: lineNo, Column: col0 + 1, Text: matchWindow(line, col0, qUnits),
 			})
@@ -206,7 +208,7 @@ func (w *Workspace) readCandidate(rel string) (string, bool) {
 // min(max(0, col0 − floor((2000 − len(query))/2)), max(0, len(line) − 2000)), shrunk by one unit rather than
 // split a surrogate pair at either end.
 func matchWindow(line string, col0, qUnits int) string {
-	if utf16Len(line) <= maxMatchTextUnits {
+	if wire.UTF16Len(line) <= maxMatchTextUnits {
 		return line
 	}
 	u := utf16.Encode([]rune(line))

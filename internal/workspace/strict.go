@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // envelope holds the §9.1 envelope keys a request may repeat. Do receives the operation separately, so they
@@ -124,7 +126,7 @@ func checkShape(dec *json.Decoder, t reflect.Type, where string) error {
 				name = where + "." + key
 			}
 			if !ok {
-				return fmt.Errorf("unknown key %q", clipUnits(name, 200))
+				return fmt.Errorf("unknown key %q", wire.ClipUTF16(name, 200))
 			}
 			if seen[key] {
 				return fmt.Errorf("duplicate key %q", name)

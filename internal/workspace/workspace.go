@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // Operation names (§9).
@@ -267,7 +268,7 @@ func (w *Workspace) Do(ctx context.Context, op string, req json.RawMessage) (jso
 	case OpExecuteCommand:
 		return run(ctx, w, op, req, w.ExecuteCommand)
 	}
-	return nil, newErr(CodeInvalidRequest, "unknown operation "+clipUnits(op, 64))
+	return nil, newErr(CodeInvalidRequest, "unknown operation "+wire.ClipUTF16(op, 64))
 }
 
 type request interface{ env() *envelope }

@@ -18,11 +18,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"path"
 	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // File is one stored file's metadata.
@@ -128,32 +128,15 @@ func NewID() string {
 // ValidID reports whether s has the shape of a session or file id.
 func ValidID(s string) bool { return idRE.MatchString(s) }
 
-// CheckName validates a file name as stored and written into a workspace: a relative, clean,
-// slash-separated path of printable UTF-8, at most 255 bytes per component and 1024 in total. It
-// returns "" or why the name is refused.
+// CheckName validates a file name as stored and written into a workspace: wire.CheckFileName's rule
+// (a relative, clean, slash-separated path of printable UTF-8, at most 255 bytes per component and 1024
+// in total), at most maxNameComponents deep. It returns "" or why the name is refused.
 func CheckName(name string) string {
-	switch {
-	case name == "":
-		return "is empty"
-	case len(name) > 1024:
-		return "is longer than 1024 bytes"
-	case !utf8.ValidString(name):
-		return "is not valid UTF-8"
-	case strings.ContainsFunc(name, func(c rune) bool { return c < ' ' || c == 0x7f || c == '\\' }):
-		return "contains a control character or a backslash"
-	case strings.HasPrefix(name, "/"):
-		return "must be relative"
-	case path.Clean(name) != name || name == "." || name == ".." || strings.HasPrefix(name, "../"):
-		return "must be a clean path inside the session (no empty, \".\" or \"..\" components)"
+	if msg := wire.CheckFileName(name); msg != "" {
+		return msg
 	}
-	parts := strings.Split(name, "/")
-	if len(parts) > maxNameComponents {
+	if strings.Count(name, "/") >= maxNameComponents {
 		return fmt.Sprintf("has more than %d components", maxNameComponents)
-	}
-	for _, c := range parts {
-		if len(c) > 255 {
-			return "has a component longer than 255 bytes"
-		}
 	}
 	return ""
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,15 +29,11 @@ var (
 func codellmBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if p, err := exec.LookPath("go"); err == nil {
-			gobin = p
-		}
 		if binDir, buildErr = os.MkdirTemp("", "codellm-bin-"); buildErr != nil {
 			return
 		}
 		binPath = filepath.Join(binDir, "codellm")
-		out, err := exec.Command(gobin, "build", "-o", binPath, "github.com/codellm/codellm/cmd/codellm").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/codellm/codellm/cmd/codellm").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/codellm: %v\n%s", err, out)
 		}

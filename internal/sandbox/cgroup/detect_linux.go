@@ -23,10 +23,6 @@ import (
 // improve the service but their absence only degrades it (noted in Info).
 var v1Wanted = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
 
-// v2Wanted are the v2 controllers codellm enables for run groups; memory and
-// pids are required, cpu is optional (cpu.stat usage is always available).
-var v2Wanted = []string{"memory", "pids", "cpu"}
-
 // hier is one hierarchy codellm creates groups in: the single unified
 // hierarchy on v2, one mount per (set of co-mounted) controller(s) on v1.
 type hier struct {

@@ -7,8 +7,9 @@ import (
 	"unsafe"
 )
 
-func nopSignalHandler()
-func sigReturn()
+// nopSignalAddrs returns the addresses of the handler and its restorer, which
+// are file-local assembly symbols (nopSignalHandler<>, sigReturn<>): only the
+// kernel calls them, never Go.
 func nopSignalAddrs() (handler, restorer uintptr)
 
 // kernelSigaction is struct sigaction as rt_sigaction(2) takes it on amd64
