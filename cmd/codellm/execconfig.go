@@ -126,7 +126,7 @@ func (f *execFlags) sandboxConfig(log *slog.Logger) (sandbox.Config, error) {
 func (f *execFlags) baseSandboxConfig(log *slog.Logger) (sandbox.Config, error) {
 	mode, err := sandbox.ParseMode(f.sandboxMode)
 	if err != nil {
-		return sandbox.Config{}, err
+		return sandbox.Config{}, fmt.Errorf("--sandbox: %w", err)
 	}
 	if f.pids < 0 || f.memory < 0 || f.tmpSize < 0 {
 		return sandbox.Config{}, errors.New("sandbox limits must not be negative")
@@ -245,7 +245,9 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 	if err != nil {
 		return ecfg, nil, err
 	}
-	log.Info("programs enabled", "programs", fmt.Sprint(programs.Names()), "sandbox", string(sb.Mode()))
+	chat, runnerOnly := programGroups(programs)
+	log.Info("programs enabled", "chat", fmt.Sprint(chat), "runner_api_only", fmt.Sprint(runnerOnly),
+		"not_installed", fmt.Sprint(programs.Skipped()), "sandbox", string(sb.Mode()))
 	var pol *egress.Policy
 	if scfg.Egress != nil {
 		pol, _ = egress.ParseList(f.networkAllow) // validated by sandboxConfig
@@ -266,6 +268,20 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 		MaxBlocks:     f.maxBlocks,
 	}
 	return ecfg, sb, nil
+}
+
+// programGroups splits the enabled programs into those a chat block may run and the compiled ones only
+// the runner API runs (it has the compile step; chat refuses their blocks), so that the start-up line
+// promises chat nothing it will refuse.
+func programGroups(p *interp.Programs) (chat, runnerOnly []string) {
+	for _, name := range p.Names() {
+		if in, ok := p.Registry().ByName(name); ok && in.Compiled() {
+			runnerOnly = append(runnerOnly, name)
+		} else {
+			chat = append(chat, name)
+		}
+	}
+	return chat, runnerOnly
 }
 
 // registry is the interpreter registry of --interpreters (or the embedded one) with fleetkit (trip2g's
@@ -305,7 +321,7 @@ func (f *execFlags) checkLimits() error {
 func (f *execFlags) newSandbox(scfg sandbox.Config, log *slog.Logger) (*sandbox.Sandbox, error) {
 	sb, err := sandbox.New(scfg)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return nil, unavailable(fmt.Errorf("sandbox: %w", err))
 	}
 	switch sb.Mode() {
 	case sandbox.ModeOff:
@@ -319,7 +335,8 @@ func (f *execFlags) newSandbox(scfg sandbox.Config, log *slog.Logger) (*sandbox.
 		log.Warn("network access is enabled for blocks (--network)")
 	}
 	if missing := sb.DeterminismMissing(); f.deterministic && missing != "" {
-		return nil, fmt.Errorf("--deterministic: this host cannot run blocks deterministically: it needs %s", missing)
+		sb.Close()
+		return nil, unavailable(fmt.Errorf("--deterministic: this host cannot run blocks deterministically: it needs %s", missing))
 	}
 	return sb, nil
 }

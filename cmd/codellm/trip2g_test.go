@@ -274,7 +274,7 @@ func TestTrip2gSettingsAliases(t *testing.T) {
 		t.Fatalf("no warning about a short key on loopback:\n%s", s2.logs.String())
 	}
 	_, stderr, code := runBin(t, "", []string{"CODELLM_API_KEY=short-key"}, "-sandbox", "off", "-addr", "0.0.0.0:0")
-	if code != 1 || !strings.Contains(stderr, "needs at least 32") {
+	if code != 2 || !strings.Contains(stderr, "needs at least 32") {
 		t.Fatalf("short key off loopback: exit %d: %s", code, stderr)
 	}
 }

@@ -364,7 +364,7 @@ func TestE2EQuarantineClear(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := w.run(t, "--worker-dir", dir, "--allow-workspace-writes")
-	if rc := p.exitCode(t, 30*time.Second); rc != ExitQuarantined || !strings.Contains(p.out.String(), "codellm worker: worker: quarantined") {
+	if rc := p.exitCode(t, 30*time.Second); rc != ExitQuarantined || !strings.Contains(p.out.String(), "codellm worker: quarantined") {
 		t.Fatalf("run with marker: exit %d\n%s", rc, p.out.String())
 	}
 	// While a worker (without the workspace) holds the run lock, clearing is refused.
