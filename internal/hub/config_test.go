@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/codellm/codellm/internal/config"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // The hub reads listen addresses and sizes with codellm's one rule each (internal/listen,
@@ -122,7 +122,7 @@ func TestServeRequiresCredentials(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &lockedBuffer{}
+	out := &testhelp.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- runCLI(ctx, []string{"--demo", "--listen", "127.0.0.1:0", "--store", store}, out, out, none)
@@ -174,12 +174,3 @@ func field(s, prefix string) string {
 	}
 	return strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0])
 }
-
-// lockedBuffer is a bytes.Buffer for a writer and a reader on two goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *lockedBuffer) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
