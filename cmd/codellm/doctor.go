@@ -14,7 +14,7 @@ import (
 // configured mode cannot run here, so it can gate a deployment.
 func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	ef, _, v, code := localCommand("doctor", "doctor [flags]", args, stderr,
-		config.Setting{Name: "json", Kind: config.Bool, Usage: "print the report as JSON (the same object /readyz serves)"})
+		config.Setting{Name: "json", Kind: config.Bool, Usage: "print the report as JSON (the object /readyz carries as its mechanisms member)"})
 	if code >= 0 {
 		return code
 	}
