@@ -25,6 +25,8 @@ import (
 // reason. Every other shell example of the README and docs/ runs; a new one that cannot must be added here.
 var notRun = map[string]string{
 	"README.md: make test":                              "the whole suite, of which this test is a part",
+	"README.md: cd dist && sha256sum":                   "needs make release's dist/ (make release checks its binaries and sums itself: .ci/check-release)",
+	"README.md: sudo install":                           "writes /usr/local/bin",
 	"docs/operator.md: systemd-run --pty":               "needs systemd as PID 1 and a terminal (deploy's tests check the unit files)",
 	"docs/operator.md: CGO_ENABLED=0 go build -o /tmp/": "writes /tmp/codellm and imports an image into the machine's podman store (internal/worker's docker tests build the same image)",
 	"docs/operator.md: deploy/container/rootfs.sh":      "part of the image build above",
@@ -252,7 +254,9 @@ func (s *session) stop() {
 	for k := range s.daemons {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool { return strings.Contains(keys[i], "worker") && !strings.Contains(keys[j], "worker") })
+	sort.Slice(keys, func(i, j int) bool {
+		return strings.Contains(keys[i], "worker") && !strings.Contains(keys[j], "worker")
+	})
 	for _, k := range keys {
 		s.daemons[k].stop()
 	}

@@ -47,7 +47,9 @@ var binary = func() func(t *testing.T) string {
 			}
 			binDir = dir
 			path = filepath.Join(dir, "codellm")
-			out, e := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
+			build := exec.Command("go", "build", "-o", path, ".")
+			build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as released: a cgo build refuses native
+			out, e := build.CombinedOutput()
 			if e != nil {
 				err = fmt.Errorf("go build: %v\n%s", e, out)
 			}

@@ -28,6 +28,10 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	}
 	rep := sandbox.Probe(scfg)
 	rep.Protections = append(rep.Protections, serviceProtections()...)
+	if cgoBuild && scfg.Mode == sandbox.ModeNative {
+		rep.Ready, rep.Missing = false, append(rep.Missing, "static build")
+		rep.Warnings = append(rep.Warnings, errCgoBuild.Error())
+	}
 	if v.Bool("json") {
 		writeJSON(stdout, rep)
 	} else {

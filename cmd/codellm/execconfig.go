@@ -316,9 +316,19 @@ func (f *execFlags) checkLimits() error {
 	return nil
 }
 
+// errCgoBuild is why a cgo build of codellm does not run the native sandbox.
+var errCgoBuild = errors.New("this codellm was built with cgo, which cannot confine every thread of a block's init " +
+	"(no syscall.AllThreadsSyscall): build it with CGO_ENABLED=0 (make build, `CGO_ENABLED=0 go install`) or use a release binary")
+
 // newSandbox opens the sandbox and says what it leaves out (off, besteffort's missing mechanisms, the
 // network); --deterministic on a host that cannot is an error.
 func (f *execFlags) newSandbox(scfg sandbox.Config, log *slog.Logger) (*sandbox.Sandbox, error) {
+	if cgoBuild && scfg.Mode == sandbox.ModeNative {
+		return nil, unavailable(errCgoBuild)
+	}
+	if cgoBuild && scfg.Mode == sandbox.ModeBestEffort {
+		log.Warn("sandbox besteffort: " + errCgoBuild.Error())
+	}
 	sb, err := sandbox.New(scfg)
 	if err != nil {
 		return nil, unavailable(fmt.Errorf("sandbox: %w", err))

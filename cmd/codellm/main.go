@@ -17,9 +17,6 @@ import (
 	"github.com/codellm/codellm/internal/sandbox"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
-
 type command struct {
 	summary string
 	run     func(args []string, stdout, stderr io.Writer) int
@@ -109,8 +106,3 @@ Exit codes: 0 success; 1 the work failed (a block, the output, a remote refusal)
 setting (see the command's --help); 3, 4, 5 the worker's authentication, fencing, quarantine; 6 this host
 cannot do what the settings ask (a sandbox mechanism, the listen address).
 `
-
-func cmdVersion(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintf(stdout, "codellm %s\n", version)
-	return 0
-}

@@ -42,6 +42,7 @@ func codellmBinary(t *testing.T) string {
 		}
 		binPath = filepath.Join(binDir, "codellm")
 		cmd := exec.Command("go", "build", "-o", binPath, "../../cmd/codellm")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // a cgo build refuses the native sandbox
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
