@@ -37,6 +37,9 @@ type Config struct {
 	// Fallback names the mechanisms a besteffort sandbox runs every block without ("a,b"; "" when none
 	// or another mode): trip2g's codellm_sandbox_fallbacks_total{reason} counts each block run so.
 	Fallback string
+	// KeepAliveAfter and KeepAliveEvery time the comments a streaming chat request gets while its run
+	// goes (progressStream; defaults DefaultKeepAliveAfter, DefaultKeepAliveEvery).
+	KeepAliveAfter, KeepAliveEvery time.Duration
 }
 
 // Service answers chat requests. It is safe for concurrent use.
@@ -55,6 +58,12 @@ func New(cfg Config) *Service {
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 5 * time.Second
+	}
+	if cfg.KeepAliveAfter <= 0 {
+		cfg.KeepAliveAfter = DefaultKeepAliveAfter
+	}
+	if cfg.KeepAliveEvery <= 0 {
+		cfg.KeepAliveEvery = DefaultKeepAliveEvery
 	}
 	return &Service{cfg: cfg}
 }
@@ -164,7 +173,7 @@ func (s *Service) run(w http.ResponseWriter, ctx context.Context, f *Facts, req 
 		return
 	}
 	tap := s.cfg.DebugExtension && req.Debug
-	res, info, err := eng.Run(ctx, engine.RunRequest{
+	rr := engine.RunRequest{
 		Resolved:     resolved,
 		Input:        bag,
 		Timeout:      eng.EffectiveTimeout(req.TimeoutSeconds),
@@ -172,7 +181,20 @@ func (s *Service) run(w http.ResponseWriter, ctx context.Context, f *Facts, req 
 		NetworkAllow: req.NetworkAllow,
 
 		Deterministic: det,
-	})
+	}
+	var ps *progressStream
+	if req.Stream && req.API != openai.APIResponses {
+		// Keep-alive comments (and, asked for, progress) while the run goes; the answer follows through ps.
+		ps = newProgressStream(w, s.cfg.KeepAliveAfter, s.cfg.KeepAliveEvery)
+		w = ps
+		if req.Progress {
+			rr.Progress = ps.progress
+		}
+	}
+	res, info, err := eng.Run(ctx, rr)
+	if ps != nil {
+		ps.close()
+	}
 	f.Queue = info.QueueWait
 	s.cfg.Metrics.QueueWait.Observe(info.QueueWait.Seconds())
 	if err != nil {
