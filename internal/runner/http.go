@@ -33,6 +33,7 @@ func (r *Runner) Register(route func(method, pattern, name string, h http.Handle
 	route(http.MethodPost, PathExecute, "runner.execute", r.handleExecute)
 	route(http.MethodGet, PathRuntimes, "runner.runtimes", r.handleRuntimes)
 	route(http.MethodGet, PathHealth, "runner.health", r.handleHealth)
+	route(http.MethodGet, PathConnect, "runner.connect", r.handleConnect)
 	route(http.MethodDelete, SessionsPrefix, "runner.session.delete", r.handleDeleteSession)
 }
 
