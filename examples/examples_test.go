@@ -107,7 +107,7 @@ type session struct {
 }
 
 func newSession(t *testing.T, root, doc string) *session {
-	dir := t.TempDir()
+	dir := testhelp.NewWorkDir(t, "codellm-examples-session-") // searchable by the sandbox's user (package sets live here)
 	s := &session{t: t, dir: dir, state: filepath.Join(dir, ".state"), port: map[string]string{}, daemons: map[string]*daemon{}}
 	must(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
 	must(t, os.Symlink(filepath.Join(root, "codellm"), filepath.Join(dir, "bin", "codellm")))

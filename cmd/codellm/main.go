@@ -34,6 +34,7 @@ func commands() map[string]command {
 		"worker":    {"run a bridge worker: pair, run, reset-workspace, clear-workspace-quarantine", cmdWorker},
 		"hub":       {"run the bridge hub or call its admin routes: serve, pair, revoke, status", cmdHub},
 		"seal":      {"seal a secret for a role's frontmatter (plaintext on stdin, blob on stdout; key from SEAL_KEY)", cmdSeal},
+		"packages":  {"the operator's package sets blocks import: add (pip or npm, on this host), list, remove", cmdPackages},
 	}
 }
 

@@ -284,6 +284,7 @@ func (f *execFlags) runnerConfig(base runner.Config, ecfg engine.Config, sb *san
 	c.Programs, c.Sandbox, c.Slots, c.Exposed = ecfg.Programs, sb, ecfg.Slots, ecfg.Exposed
 	c.WorkRoot, c.MaxRunTimeout, c.MaxMemory, c.MaxOutputBytes = f.workDir, f.timeout, f.memory, f.runnerOutputBytes()
 	c.Logger, c.Deterministic, c.NetworkAllow = log, ecfg.Deterministic, ecfg.NetworkAllow
+	c.Packages = f.packageSets
 	return c
 }
 

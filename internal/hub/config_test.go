@@ -143,7 +143,9 @@ func TestServeRequiresCredentials(t *testing.T) {
 	}
 	// The printed token pairs (the admin route), the printed key is a client's.
 	var o bytes.Buffer
-	look := func(k string) (string, bool) { return map[string]string{"CODELLM_HUB_URL": base + "/v1"}[k], k == "CODELLM_HUB_URL" }
+	look := func(k string) (string, bool) {
+		return map[string]string{"CODELLM_HUB_URL": base + "/v1"}[k], k == "CODELLM_HUB_URL"
+	}
 	if rc := runCLI(ctx, []string{"pair", "demo:vm", "--admin-token", token}, &o, &o, look); rc != 0 {
 		t.Fatalf("pair with the printed token: %d %s", rc, o.String())
 	}
