@@ -8,8 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -58,7 +56,9 @@ func TestImageBuiltOfflineServesNative(t *testing.T) {
 	var reply struct {
 		Choices []struct {
 			Message struct {
-				ToolCalls []struct{ Function struct{ Name, Arguments string } } `json:"tool_calls"`
+				ToolCalls []struct {
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
 			}
 		}
 	}
@@ -165,7 +165,7 @@ func buildOffline(t *testing.T) string {
 // runImage starts the image as the guide says (§4.2), listening on a free loopback port, and returns its
 // base URL once /healthz answers; the container is removed at the end of the test.
 func runImage(t *testing.T, image, key string, extra []string) string {
-	port := freePort(t)
+	port := testhelp.FreePort(t)
 	name := "codellm-image-test-" + secretHex(t)[:8]
 	args := append([]string{"run", "-d", "--name", name, "-p", "127.0.0.1:" + port + ":8080", "-e", "CODELLM_API_KEY=" + key,
 		"--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
@@ -219,15 +219,6 @@ func httpPost(t *testing.T, url, key string, body []byte) (int, string) {
 	var b bytes.Buffer
 	b.ReadFrom(resp.Body)
 	return resp.StatusCode, b.String()
-}
-
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
 }
 
 func secretHex(t *testing.T) string {

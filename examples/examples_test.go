@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,7 +118,7 @@ func newSession(t *testing.T, root, doc string) *session {
 	// An HTTP error is a failed example: curl exits non-zero on a status of 400 or more (and still prints).
 	must(t, os.WriteFile(filepath.Join(home, ".curlrc"), []byte("fail-with-body\n"), 0o644))
 	for _, p := range ports {
-		s.port[p] = freePort(t)
+		s.port[p] = testhelp.FreePort(t)
 	}
 	s.env = append(os.Environ(), "HOME="+home, "PATH="+root+":"+os.Getenv("PATH"),
 		// What the documents ask the reader to have: the hub's credentials, a token to seal and a seal key.
@@ -280,13 +279,6 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	defer ln.Close()
-	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
 }
 
 func secret(t *testing.T) string {

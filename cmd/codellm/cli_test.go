@@ -72,32 +72,12 @@ func requireNative(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return "127.0.0.1:" + testhelp.FreePort(t) }
 
-type syncBuffer struct {
-	mu  chan struct{}
-	buf bytes.Buffer
-}
+// syncBuffer is a served codellm's log, read while it is written.
+type syncBuffer = testhelp.SyncBuffer
 
-func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu <- struct{}{}
-	defer func() { <-b.mu }()
-	return b.buf.Write(p)
-}
-func (b *syncBuffer) String() string {
-	b.mu <- struct{}{}
-	defer func() { <-b.mu }()
-	return b.buf.String()
-}
+func newSyncBuffer() *syncBuffer { return &testhelp.SyncBuffer{} }
 
 const fleetBody = "Keep index/changed.md in sync with the changed files.\n\n```python\nimport json, os\nbag = json.load(open(os.environ[\"FLEET_INPUT\"]))\nfor f in bag.get(\"changed_files\") or []:\n    print(f[\"path\"])\n```\n\n```python\nimport json, sys\npaths = [l.strip() for l in sys.stdin if l.strip()]\nlinks = \"\".join(\"- [[%s]]\\n\" % p for p in paths)\nprint(json.dumps({\"changes\": [\n    {\"path\": \"index/changed.md\", \"content\": \"# Changed\\n\" + links},\n    {\"path\": \"index/log.md\", \"find\": \"<!-- next -->\", \"replace\": \"<!-- next -->\\n\" + links}],\n  \"answer\": \"indexed %d file(s)\" % len(paths)}))\n```\n"
 
