@@ -312,7 +312,7 @@ func TestVersionAndHelp(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(out), "codellm ") {
 		t.Fatalf("version: %v %q", err, out)
 	}
-	for _, sub := range []string{"serve", "run", "blocks", "doctor", "debug", "worker", "hub", "workspace"} {
+	for _, sub := range []string{"serve", "run", "blocks", "doctor", "debug", "worker", "hub", "workspace", "packages"} {
 		out, _ := exec.Command(bin, sub, "--help").CombinedOutput()
 		if !strings.Contains(strings.ToLower(string(out)), "usage") {
 			t.Errorf("%s --help: %s", sub, out)
@@ -323,7 +323,8 @@ func TestVersionAndHelp(t *testing.T) {
 	}
 	// Issue 41: `hub --help` and `worker --help` showed one subcommand's flags and never named the others.
 	for sub, want := range map[string][]string{"hub": {"serve", "pair <workerId>", "revoke <workerId>", "status <workerId>"},
-		"worker": {"pair <url> <code>", "run [flags]", "reset-workspace <runtimeSessionId>", "clear-workspace-quarantine"}} {
+		"worker":   {"pair <url> <code>", "run [flags]", "reset-workspace <runtimeSessionId>", "clear-workspace-quarantine"},
+		"packages": {"add python|node NAME", "list [--json]", "remove NAME"}} {
 		out, err := exec.Command(bin, sub, "--help").CombinedOutput()
 		for _, w := range want {
 			if err != nil || !strings.Contains(string(out), "\n  "+w) {
