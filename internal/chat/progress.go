@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -106,6 +107,19 @@ func (p *progressStream) flush() {
 func (p *progressStream) close() {
 	close(p.stop)
 	<-p.done
+}
+
+// progressKey carries a streaming request's progress callback from Converse to the run (withProgress).
+type progressKey struct{}
+
+func withProgress(ctx context.Context, fn func(pipeline.Progress)) context.Context {
+	return context.WithValue(ctx, progressKey{}, fn)
+}
+
+// progressFrom is the callback withProgress recorded, or nil.
+func progressFrom(ctx context.Context) func(pipeline.Progress) {
+	fn, _ := ctx.Value(progressKey{}).(func(pipeline.Progress))
+	return fn
 }
 
 func (p *progressStream) Header() http.Header { return p.w.Header() }
