@@ -1,26 +1,35 @@
 # syntax=docker/dockerfile:1
 #
 # codellm container image: a static Go binary on a slim Debian with the interpreters blocks run under.
+# Base images are named in full (podman and buildah refuse short names); where no registry is reachable,
+# deploy/container/base.sh builds the base from debootstrap and the build arguments below point at it
+# (docs/operator.md §4.2).
 #
-#   docker build -t codellm .
+#   docker build -t codellm .            # or: podman build -t codellm .
 #   docker run --rm -p 8080:8080 -e CODELLM_API_KEY=<secret> \
 #     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
-#     --security-opt systempaths=unconfined --cgroupns=private codellm
+#     --security-opt systempaths=unconfined --cgroupns=private \
+#     <a delegated cgroup: docs/operator.md §4.2> codellm
 #
 # The native sandbox creates user, PID, mount and network namespaces, mounts a fresh /proc and tmpfs and
 # pivot_roots inside them. Docker's default seccomp profile refuses unshare/clone with namespace flags to
 # a process without CAP_SYS_ADMIN, its default AppArmor profile refuses mount, and its masked /proc paths
 # make the kernel refuse the fresh /proc mount; hence the three --security-opt above (none of them adds a
-# capability or makes the container privileged). Per-run cgroup limits additionally need a writable
-# cgroup, which Docker gives only to privileged containers: without one, native mode refuses to run code
-# (fail closed; /readyz is 503). Then choose explicitly: run codellm on the host under systemd
-# (deploy/systemd), or pass -e CODELLM_SANDBOX=besteffort, which logs every missing mechanism and leaves
-# the container's own limits as the bound of all runs together. `docker run … codellm doctor` prints
-# what the container provides. Details: docs/operator.md, "Containers".
+# capability or makes the container privileged). Per-run cgroup limits need a cgroup subtree delegated to
+# the container's user (uid 10001) and mounted over /sys/fs/cgroup: operator guide §4.2 gives the mounts.
+# Without one, native mode refuses to run code (fail closed; /readyz is 503 naming cgroup); the explicit
+# alternative is -e CODELLM_SANDBOX=besteffort, which logs every missing mechanism and leaves the
+# container's own limits as the bound of all runs together. `docker run … codellm doctor` prints what
+# the container provides.
 
-ARG GO_VERSION=1.26
+ARG GO_IMAGE=docker.io/library/golang:1.26-trixie
+ARG BASE_IMAGE=docker.io/library/debian:trixie-slim
 
-FROM golang:${GO_VERSION}-trixie AS build
+FROM ${GO_IMAGE} AS build
+# The golang image has these already; a debootstrap base gets the toolchain mounted at /usr/local/go.
+ENV PATH=/usr/local/go/bin:$PATH GOPATH=/go GOFLAGS=-buildvcs=false
+ARG GOPROXY=https://proxy.golang.org,direct
+ENV GOPROXY=${GOPROXY}
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -34,7 +43,7 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}"
 # the runner on 127.0.0.1:2000 inside with `docker exec … curl` (hence curl here). codellm's sandbox mode
 # inside is the operator's explicit choice (--container-sandbox native|besteffort). Without a registry,
 # deploy/container/rootfs.sh assembles the same image from the host for `docker import`/`podman import`.
-FROM debian:trixie-slim AS container-runtime
+FROM ${BASE_IMAGE} AS container-runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 nodejs perl bash ripgrep ca-certificates curl \
  && rm -rf /var/lib/apt/lists/*
@@ -51,7 +60,7 @@ ENTRYPOINT ["/usr/local/bin/codellm"]
 CMD ["serve"]
 
 # The default (last) target: codellm serve for clients outside the container.
-FROM debian:trixie-slim AS runtime
+FROM ${BASE_IMAGE} AS runtime
 # Interpreters for code blocks (python3, node, perl, bash) and ripgrep for the workspace search tool.
 # No curl, no shell tools beyond what bash and coreutils bring.
 RUN apt-get update \

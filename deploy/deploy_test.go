@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -91,6 +92,10 @@ func labelsMatch(selector, labels any) bool {
 	return true
 }
 
+// namespacedCaps are the capabilities a root codellm needs to hand each block its directory and user map;
+// a pod may keep them only in a user namespace of its own.
+var namespacedCaps = []any{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"}
+
 // Every pod codellm ships is unprivileged: no privileged container, no privilege escalation, no added
 // capability (all dropped), non-root, no host namespaces or host paths, bounded resources, probes set.
 func TestPodsKeepIsolationPromises(t *testing.T) {
@@ -114,10 +119,13 @@ func TestPodsKeepIsolationPromises(t *testing.T) {
 			if get(pod, "automountServiceAccountToken") != false {
 				t.Error("automountServiceAccountToken is not false: the pod needs no API access")
 			}
-			if get(pod, "securityContext", "runAsNonRoot") != true {
+			// A pod in its own user namespace (hostUsers: false) may run as that namespace's root: it is an
+			// unprivileged uid on the host, and its capabilities act only inside (docs/operator.md §4.3).
+			ownUserns := get(pod, "hostUsers") == false
+			if get(pod, "securityContext", "runAsNonRoot") != true && !ownUserns {
 				t.Error("pod securityContext.runAsNonRoot is not true")
 			}
-			if uid, ok := get(pod, "securityContext", "runAsUser").(int); !ok || uid == 0 {
+			if uid, ok := get(pod, "securityContext", "runAsUser").(int); !ok || uid == 0 && !ownUserns {
 				t.Errorf("pod securityContext.runAsUser = %v, want a non-zero uid", get(pod, "securityContext", "runAsUser"))
 			}
 			for _, v := range list(get(pod, "volumes")) {
@@ -144,10 +152,12 @@ func TestPodsKeepIsolationPromises(t *testing.T) {
 				if drop := list(get(sc, "capabilities", "drop")); !slices.Contains(drop, any("ALL")) {
 					t.Errorf("container %v: capabilities.drop lacks ALL (%v)", name, drop)
 				}
-				if add := list(get(sc, "capabilities", "add")); len(add) > 0 {
-					t.Errorf("container %v adds capabilities %v", name, add)
+				for _, c := range list(get(sc, "capabilities", "add")) {
+					if !ownUserns || !slices.Contains(namespacedCaps, c) {
+						t.Errorf("container %v adds capability %v (only %v, and only in a pod's own user namespace)", name, c, namespacedCaps)
+					}
 				}
-				if get(sc, "runAsUser") == 0 || get(sc, "runAsNonRoot") == false {
+				if (get(sc, "runAsUser") == 0 || get(sc, "runAsNonRoot") == false) && !ownUserns {
 					t.Errorf("container %v overrides the pod to run as root", name)
 				}
 				for _, r := range []string{"cpu", "memory"} {
@@ -331,12 +341,32 @@ func TestDockerfile(t *testing.T) {
 		}
 		return b.String()
 	}
+	// Every base is named in full (podman and buildah refuse short names), through an ARG whose default
+	// is a registry path, so that a build without a registry can point it at a local image.
+	args := map[string]string{}
+	for _, in := range ins {
+		if in.cmd == "ARG" {
+			if k, v, ok := strings.Cut(in.args, "="); ok {
+				args[k] = v
+			}
+		}
+	}
+	for _, st := range stages {
+		from := strings.Fields(st[0].args)[0]
+		if strings.HasPrefix(from, "${") {
+			from = args[strings.Trim(from, "${}")]
+		}
+		if first, _, _ := strings.Cut(from, "/"); !strings.Contains(first, ".") {
+			t.Errorf("FROM %s (%s) is not a fully qualified name (registry/…)", st[0].args, from)
+		}
+	}
 	build, final := stages[0], stages[len(stages)-1]
 	if run := joined(build, "RUN"); !strings.Contains(run, "CGO_ENABLED=0 go build -trimpath") || !strings.Contains(run, "./cmd/codellm") {
 		t.Errorf("build stage does not run CGO_ENABLED=0 go build -trimpath ./cmd/codellm:\n%s", run)
 	}
-	if from := final[0].args; !strings.HasPrefix(from, "debian:") || !strings.Contains(from, "-slim") {
-		t.Errorf("runtime stage FROM %q, want a slim Debian", from)
+	if from := final[0].args; !strings.HasPrefix(from, "${BASE_IMAGE}") || !strings.HasPrefix(args["BASE_IMAGE"], "docker.io/library/debian:") ||
+		!strings.HasSuffix(args["BASE_IMAGE"], "-slim") {
+		t.Errorf("runtime stage FROM %q (BASE_IMAGE %q), want a slim Debian", from, args["BASE_IMAGE"])
 	}
 	run := joined(final, "RUN")
 	for _, pkg := range []string{"python3", "nodejs", "perl", "bash", "ripgrep"} {
@@ -550,4 +580,91 @@ func TestDocsLinksResolve(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The operator guide's table of what the native sandbox needs from a pod (docs/operator.md §4.3) is what
+// the manifests carry: each row names a manifest field and its value, and a manifest without it fails.
+func TestManifestsCarryTheGuidesRequirements(t *testing.T) {
+	objs, _ := manifests(t)
+	raw, err := os.ReadFile("../docs/operator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(raw), "<!-- kubernetes-requirements -->")
+	table, _, _ = strings.Cut(table, "<!-- /kubernetes-requirements -->")
+	rowRe := regexp.MustCompile("`([A-Za-z]+/[a-z0-9-]+) ([^`:]+(?:\\[[^\\]]+\\][^`:]*)*): ([^`]+)`\\s*\\|\\s*$")
+	rows := 0
+	for _, line := range strings.Split(table, "\n") {
+		m := rowRe.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		rows++
+		obj := objs[m[1]]
+		if obj == nil {
+			t.Errorf("the guide names %s, which no manifest defines", m[1])
+			continue
+		}
+		var want any
+		if err := yaml.Unmarshal([]byte(m[3]), &want); err != nil {
+			t.Fatalf("%s %s: value %q: %v", m[1], m[2], m[3], err)
+		}
+		if got := lookup(obj, m[2]); !sameValue(got, want) {
+			t.Errorf("%s %s = %v, the guide requires %v", m[1], m[2], got, want)
+		}
+	}
+	if rows < 8 {
+		t.Fatalf("found %d requirement rows in docs/operator.md §4.3", rows)
+	}
+}
+
+// lookup follows a path of the guide's table: dotted map keys, `key[x]` for the element of a list whose
+// name is x (containers, env) or for the map key x (annotations, which contain dots).
+func lookup(v any, path string) any {
+	for path != "" {
+		var seg string
+		if i := strings.IndexAny(path, ".["); i < 0 {
+			seg, path = path, ""
+		} else if path[i] == '.' {
+			seg, path = path[:i], path[i+1:]
+		} else {
+			end := strings.IndexByte(path, ']')
+			key, sel := path[:i], path[i+1:end]
+			path = strings.TrimPrefix(path[end+1:], ".")
+			v = get(v, key)
+			if l, ok := v.([]any); ok {
+				v = nil
+				for _, e := range l {
+					if get(e, "name") == sel {
+						v = e
+					}
+				}
+			} else {
+				v = get(v, sel)
+			}
+			continue
+		}
+		if seg != "" {
+			v = get(v, seg)
+		}
+	}
+	return v
+}
+
+// sameValue compares a manifest value with the guide's: scalars by their text (`"true"` and true differ
+// in a manifest, not here: annotations are strings), lists as sets.
+func sameValue(got, want any) bool {
+	if w, ok := want.([]any); ok {
+		g, _ := got.([]any)
+		if len(g) != len(w) {
+			return false
+		}
+		for _, x := range w {
+			if !slices.Contains(g, x) {
+				return false
+			}
+		}
+		return true
+	}
+	return got != nil && fmt.Sprint(got) == fmt.Sprint(want)
 }

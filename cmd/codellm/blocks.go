@@ -18,30 +18,25 @@ func cmdBlocks(args []string, stdout, stderr io.Writer) int {
 	}
 	ef.sandboxMode = "off" // listing runs nothing; do not probe the sandbox
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "codellm blocks: want exactly one FILE.md (or - for stdin)")
-		return 2
+		return config.UsageError(stderr, "blocks", fmt.Errorf("want exactly one FILE.md (or - for stdin), got %d arguments", fs.NArg()))
 	}
 	log, err := ef.logger(io.Discard)
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)
-		return 2
+		return config.UsageError(stderr, "blocks", err)
 	}
 	body, err := readBody(fs.Arg(0))
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)
-		return 1
+		return config.UsageError(stderr, "blocks", err)
 	}
 	ecfg, sb, err := ef.build(log)
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)
-		return 1
+		return startFail(stderr, "blocks", err)
 	}
 	defer sb.Close() // its pre-started helpers and their pooled cgroups
 
 	blocks, err := markdown.Extract([]markdown.Source{{Message: 0, Text: body}})
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm blocks: %v\n", err)
-		return 1
+		return failed(stderr, "blocks", err)
 	}
 	type row struct {
 		Index   int    `json:"index"`

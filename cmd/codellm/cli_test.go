@@ -47,7 +47,9 @@ var binary = func() func(t *testing.T) string {
 			}
 			binDir = dir
 			path = filepath.Join(dir, "codellm")
-			out, e := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
+			build := exec.Command("go", "build", "-o", path, ".")
+			build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as released: a cgo build refuses native
+			out, e := build.CombinedOutput()
 			if e != nil {
 				err = fmt.Errorf("go build: %v\n%s", e, out)
 			}
@@ -70,32 +72,12 @@ func requireNative(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return "127.0.0.1:" + testhelp.FreePort(t) }
 
-type syncBuffer struct {
-	mu  chan struct{}
-	buf bytes.Buffer
-}
+// syncBuffer is a served codellm's log, read while it is written.
+type syncBuffer = testhelp.SyncBuffer
 
-func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu <- struct{}{}
-	defer func() { <-b.mu }()
-	return b.buf.Write(p)
-}
-func (b *syncBuffer) String() string {
-	b.mu <- struct{}{}
-	defer func() { <-b.mu }()
-	return b.buf.String()
-}
+func newSyncBuffer() *syncBuffer { return &testhelp.SyncBuffer{} }
 
 const fleetBody = "Keep index/changed.md in sync with the changed files.\n\n```python\nimport json, os\nbag = json.load(open(os.environ[\"FLEET_INPUT\"]))\nfor f in bag.get(\"changed_files\") or []:\n    print(f[\"path\"])\n```\n\n```python\nimport json, sys\npaths = [l.strip() for l in sys.stdin if l.strip()]\nlinks = \"\".join(\"- [[%s]]\\n\" % p for p in paths)\nprint(json.dumps({\"changes\": [\n    {\"path\": \"index/changed.md\", \"content\": \"# Changed\\n\" + links},\n    {\"path\": \"index/log.md\", \"find\": \"<!-- next -->\", \"replace\": \"<!-- next -->\\n\" + links}],\n  \"answer\": \"indexed %d file(s)\" % len(paths)}))\n```\n"
 
@@ -330,7 +312,7 @@ func TestVersionAndHelp(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(out), "codellm ") {
 		t.Fatalf("version: %v %q", err, out)
 	}
-	for _, sub := range []string{"serve", "run", "blocks", "doctor", "debug", "worker", "hub", "workspace"} {
+	for _, sub := range []string{"serve", "run", "blocks", "doctor", "debug", "worker", "hub", "workspace", "packages"} {
 		out, _ := exec.Command(bin, sub, "--help").CombinedOutput()
 		if !strings.Contains(strings.ToLower(string(out)), "usage") {
 			t.Errorf("%s --help: %s", sub, out)
@@ -338,5 +320,86 @@ func TestVersionAndHelp(t *testing.T) {
 	}
 	if err := exec.Command(bin, "nope").Run(); err == nil {
 		t.Fatal("unknown command exited 0")
+	}
+	// Issue 41: `hub --help` and `worker --help` showed one subcommand's flags and never named the others.
+	for sub, want := range map[string][]string{"hub": {"serve", "pair <workerId>", "revoke <workerId>", "status <workerId>"},
+		"worker":   {"pair <url> <code>", "run [flags]", "reset-workspace <runtimeSessionId>", "clear-workspace-quarantine"},
+		"packages": {"add python|node NAME", "list [--json]", "remove NAME"}} {
+		out, err := exec.Command(bin, sub, "--help").CombinedOutput()
+		for _, w := range want {
+			if err != nil || !strings.Contains(string(out), "\n  "+w) {
+				t.Errorf("%s --help (%v) lacks the subcommand %q:\n%s", sub, err, w, out)
+			}
+		}
+	}
+}
+
+// Issue 41: a usage error is its one line and where --help is, never a screen of usage; flags are
+// named as they are spelled (two dashes); each kind of failure has its exit code.
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	body := filepath.Join(dir, "role.md")
+	os.WriteFile(body, []byte("```bash\necho '{}'\n```\n"), 0o644)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"run", body, "--max-output-bytes", "lots"}, 2, `codellm run: --max-output-bytes="lots": invalid size "lots"`},
+		{[]string{"run", body, "--no-such-flag"}, 2, "codellm run: unknown flag --no-such-flag"},
+		{[]string{"run", body, "--input"}, 2, "codellm run: --input needs a value"},
+		{[]string{"run", body, "--input", filepath.Join(dir, "missing.json")}, 2, "codellm run: --input: open "},
+		{[]string{"run"}, 2, "codellm run: want exactly one FILE.md (or - for stdin), got 0 arguments"},
+		{[]string{"doctor", "--sandbox", "strict"}, 2, `codellm doctor: --sandbox: invalid sandbox config: unknown sandbox mode "strict"`},
+		{[]string{"serve", "extra"}, 2, `codellm serve: unexpected argument "extra"`},
+		{[]string{"hub", "pair"}, 2, "codellm hub pair: want one valid <workerId>"},
+		{[]string{"worker", "pair", "http://127.0.0.1:1/v1"}, 2, "codellm worker pair: want <url> <code> --worker-id <id>"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(c.args, &stdout, &stderr)
+		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+		hint := "see 'codellm " + strings.Join(c.args[:1+map[bool]int{true: 1}[c.args[0] == "hub" || c.args[0] == "worker"]], " ") + " --help'"
+		if code != c.code || !strings.HasPrefix(stderr.String(), c.want) || len(lines) != 2 || lines[1] != hint {
+			t.Errorf("%q: exit %d (want %d), stderr:\n%s\nwant %q then %q", c.args, code, c.code, stderr.String(), c.want, hint)
+		}
+	}
+}
+
+// Issue 41: "codellm serving" was logged before the port turned out to be taken. A taken port now stops
+// serve before that line, with its own exit code (the host's, 6), naming the flag and the address.
+func TestServeTakenPort(t *testing.T) {
+	bin := binary(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(bin, "serve", "--sandbox", "off", "--listen", ln.Addr().String(), "--work-dir", t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 6 || !strings.Contains(string(out), "codellm serve: --listen "+ln.Addr().String()+": ") ||
+		!strings.Contains(string(out), "address already in use") || strings.Contains(string(out), "codellm serving") {
+		t.Fatalf("serve on a taken port: %v, exit %d:\n%s", err, code, out)
+	}
+}
+
+// Issue 41: a program that is not installed was reported as "not allowed" (nobody disallowed it), and
+// the start-up line promised chat the compiled languages it refuses.
+func TestNotInstalledIsNotNotAllowed(t *testing.T) {
+	bin := binary(t)
+	dir := t.TempDir()
+	reg := filepath.Join(dir, "interpreters.json")
+	os.WriteFile(reg, []byte(`{"interpreters": [
+		{"name": "bash", "cmd": ["bash"], "code_block_labels": ["sh", "bash"], "ext": ".sh"},
+		{"name": "cobol", "cmd": ["no-such-cobol-compiler"], "code_block_labels": ["cobol"], "ext": ".cob"}]}`), 0o644)
+	body := filepath.Join(dir, "role.md")
+	os.WriteFile(body, []byte("```cobol\nDISPLAY 'HI'.\n```\n"), 0o644)
+	out, err := exec.Command(bin, "blocks", body, "--interpreters", reg).CombinedOutput()
+	want := `code block 1: program "cobol" is not installed on this host ("no-such-cobol-compiler" is not in /usr/local/bin:/usr/bin:/bin; installed: bash)`
+	if err == nil || !strings.Contains(string(out), want) || strings.Contains(string(out), "not allowed") {
+		t.Fatalf("blocks: %v\n%s\nwant %s", err, out, want)
+	}
+	out, _ = exec.Command(bin, "blocks", body, "--interpreters", reg, "--allowed-programs", "bash").CombinedOutput()
+	if !strings.Contains(string(out), `program "cobol" is not allowed (allowed: bash)`) {
+		t.Fatalf("blocks with --allowed-programs: %s", out)
 	}
 }

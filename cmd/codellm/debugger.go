@@ -62,7 +62,7 @@ func startDebugger(ctx context.Context, f *debugFlags, sealPath string, srv *ser
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		return nil, fmt.Errorf("--debug-listen: %w", err)
+		return nil, unavailable(fmt.Errorf("--debug-listen: %w", err))
 	}
 	log.Info("step debugger listening (loopback only, no authentication)", "debug_listen", ln.Addr().String())
 	// The debugger stops with ctx, or when serve calls the returned function because the main listener

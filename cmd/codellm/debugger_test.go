@@ -24,12 +24,12 @@ func TestServeRefusesPublicDebugListener(t *testing.T) {
 		var stderr bytes.Buffer
 		code := run([]string{"serve", "--sandbox", "off", "--listen", "127.0.0.1:0", "--debug-listen", addr}, io.Discard, &stderr)
 		want := `debug listener must bind loopback (127.0.0.1, [::1] or localhost), got "` + addr + `"`
-		if code != 1 || !strings.Contains(stderr.String(), want) {
+		if code != 2 || !strings.Contains(stderr.String(), want) {
 			t.Fatalf("%s: exit %d, stderr %q", addr, code, stderr.String())
 		}
 	}
 	var stderr bytes.Buffer
-	if code := run([]string{"serve", "--sandbox", "off", "--debug-listen", "127.0.0.1:0", "--debug-max-sessions", "0"}, io.Discard, &stderr); code != 1 ||
+	if code := run([]string{"serve", "--sandbox", "off", "--debug-listen", "127.0.0.1:0", "--debug-max-sessions", "0"}, io.Discard, &stderr); code != 2 ||
 		!strings.Contains(stderr.String(), "--debug-max-sessions must be at least 1") {
 		t.Fatalf("max sessions 0: exit %d, %q", code, stderr.String())
 	}

@@ -10,34 +10,36 @@ import (
 	"github.com/codellm/codellm/internal/sandbox"
 )
 
-// cmdDoctor probes the host and prints each sandbox mechanism; it exits non-zero when the configured mode
-// cannot run here, so it can gate a deployment.
+// cmdDoctor probes the host and prints each sandbox mechanism; it exits ExitUnavailable (6) when the
+// configured mode cannot run here, so it can gate a deployment.
 func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	ef, _, v, code := localCommand("doctor", "doctor [flags]", args, stderr,
-		config.Setting{Name: "json", Kind: config.Bool, Usage: "print the report as JSON (the same object /readyz serves)"})
+		config.Setting{Name: "json", Kind: config.Bool, Usage: "print the report as JSON (the object /readyz carries as its mechanisms member)"})
 	if code >= 0 {
 		return code
 	}
 	log, err := ef.logger(stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm doctor: %v\n", err)
-		return 2
+		return config.UsageError(stderr, "doctor", err)
 	}
 	scfg, err := ef.sandboxConfig(log)
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm doctor: %v\n", err)
-		return 2
+		return config.UsageError(stderr, "doctor", err)
 	}
 	rep := sandbox.Probe(scfg)
 	rep.Protections = append(rep.Protections, serviceProtections()...)
+	if cgoBuild && scfg.Mode == sandbox.ModeNative {
+		rep.Ready, rep.Missing = false, append(rep.Missing, "static build")
+		rep.Warnings = append(rep.Warnings, errCgoBuild.Error())
+	}
 	if v.Bool("json") {
 		writeJSON(stdout, rep)
 	} else {
 		rep.WriteTable(stdout)
 	}
 	if !rep.Ready {
-		fmt.Fprintf(stderr, "codellm doctor: sandbox mode %q cannot run on this host\n", scfg.Mode)
-		return 1
+		fmt.Fprintf(stderr, "codellm doctor: sandbox mode %q cannot run on this host: missing %v\n", scfg.Mode, rep.Missing)
+		return config.ExitUnavailable
 	}
 	return 0
 }

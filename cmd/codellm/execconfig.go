@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/codellm/codellm/internal/fleetkit"
 	"github.com/codellm/codellm/internal/interp"
 	"github.com/codellm/codellm/internal/metrics"
+	"github.com/codellm/codellm/internal/packages"
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/scratch"
@@ -54,6 +56,8 @@ type execFlags struct {
 	logLevel      string
 	deterministic bool
 	goHelper      bool // sandbox.Config.GoHelper
+	packagesDir   string
+	packageSets   []packages.Set // read by build from packagesDir, for the runner's /api/v2/packages
 
 	v *config.Values // every loaded setting of the command: which were given, the warnings
 
@@ -79,6 +83,7 @@ func (f *execFlags) bind(v *config.Values) {
 	f.exposeEnv, f.exposePrefix = v.List("expose-env"), v.List("expose-env-prefix")
 	f.memory, f.tmpSize, f.workDir = v.Size("memory-limit"), v.Size("tmp-size"), v.String("work-dir")
 	f.logFormat, f.logLevel = v.String("log-format"), v.String("log-level")
+	f.packagesDir = v.String("packages-dir")
 }
 
 // logger builds the command's logger from --log-format and --log-level and logs the configuration's
@@ -126,7 +131,7 @@ func (f *execFlags) sandboxConfig(log *slog.Logger) (sandbox.Config, error) {
 func (f *execFlags) baseSandboxConfig(log *slog.Logger) (sandbox.Config, error) {
 	mode, err := sandbox.ParseMode(f.sandboxMode)
 	if err != nil {
-		return sandbox.Config{}, err
+		return sandbox.Config{}, fmt.Errorf("--sandbox: %w", err)
 	}
 	if f.pids < 0 || f.memory < 0 || f.tmpSize < 0 {
 		return sandbox.Config{}, errors.New("sandbox limits must not be negative")
@@ -211,7 +216,7 @@ func (f *execFlags) openScratch(log *slog.Logger) (*scratch.Dir, error) {
 
 func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, error) {
 	var ecfg engine.Config
-	reg, kitDir, err := f.registry(log)
+	reg, shared, err := f.registry(log)
 	if err != nil {
 		return ecfg, nil, err
 	}
@@ -238,14 +243,16 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 	if err != nil {
 		return ecfg, nil, err
 	}
-	scfg.Shared = kitDir
+	scfg.Shared = shared
 	scfg.PrestartHelpers = f.prestart
 	scfg.GoHelper = f.goHelper
 	sb, err := f.newSandbox(scfg, log)
 	if err != nil {
 		return ecfg, nil, err
 	}
-	log.Info("programs enabled", "programs", fmt.Sprint(programs.Names()), "sandbox", string(sb.Mode()))
+	chat, runnerOnly := programGroups(programs)
+	log.Info("programs enabled", "chat", fmt.Sprint(chat), "runner_api_only", fmt.Sprint(runnerOnly),
+		"not_installed", fmt.Sprint(programs.Skipped()), "sandbox", string(sb.Mode()))
 	var pol *egress.Policy
 	if scfg.Egress != nil {
 		pol, _ = egress.ParseList(f.networkAllow) // validated by sandboxConfig
@@ -268,21 +275,68 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 	return ecfg, sb, nil
 }
 
+// programGroups splits the enabled programs into those a chat block may run and the compiled ones only
+// the runner API runs (it has the compile step; chat refuses their blocks), so that the start-up line
+// promises chat nothing it will refuse.
+func programGroups(p *interp.Programs) (chat, runnerOnly []string) {
+	for _, name := range p.Names() {
+		if in, ok := p.Registry().ByName(name); ok && in.Compiled() {
+			runnerOnly = append(runnerOnly, name)
+		} else {
+			chat = append(chat, name)
+		}
+	}
+	return chat, runnerOnly
+}
+
 // registry is the interpreter registry of --interpreters (or the embedded one) with fleetkit (trip2g's
-// block helpers) on every python and node block's module path, read-only; kitDir is "" without it.
-func (f *execFlags) registry(log *slog.Logger) (reg *interp.Registry, kitDir string, err error) {
+// block helpers) and the operator's package sets (--packages-dir) on every python and node block's module
+// path, read-only; shared is the directory the sandbox shows blocks at sandbox.SharedMount ("" for none):
+// fleetkit's own directory, or the package directory with fleetkit linked into it.
+func (f *execFlags) registry(log *slog.Logger) (reg *interp.Registry, shared string, err error) {
 	reg = interp.Builtin()
 	if f.interpreters != "" {
 		if reg, err = interp.LoadFile(f.interpreters); err != nil {
 			return nil, "", fmt.Errorf("--interpreters: %w", err)
 		}
 	}
-	kitDir, err = fleetkit.Materialise("")
+	if f.packagesDir != "" {
+		return f.withPackages(reg, log)
+	}
+	kitDir, err := fleetkit.Materialise("")
 	if err != nil {
 		log.Warn("fleetkit unavailable: blocks that import it will fail", "err", err)
 		return reg, "", nil
 	}
 	return fleetkit.Install(reg, kitDir), kitDir, nil
+}
+
+// withPackages puts fleetkit and every package set of --packages-dir on the module paths, the directory
+// being the blocks' shared mount. A package directory that cannot hold fleetkit, or a set without its
+// manifest, stops the start: the operator asked for them.
+func (f *execFlags) withPackages(reg *interp.Registry, log *slog.Logger) (*interp.Registry, string, error) {
+	dir, err := filepath.Abs(f.packagesDir)
+	if err != nil {
+		return nil, "", fmt.Errorf("--packages-dir: %w", err)
+	}
+	sets, err := packages.List(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("--packages-dir: %w", err)
+	}
+	kitDir, err := fleetkit.Materialise(dir)
+	if err == nil {
+		err = packages.LinkKit(dir, kitDir)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("--packages-dir: %w", err)
+	}
+	f.packageSets = sets
+	names := make([]string, len(sets))
+	for i, s := range sets {
+		names[i] = s.Name + " (" + s.Language + ")"
+	}
+	log.Info("package sets on the blocks' module paths, read-only", "dir", dir, "sets", strings.Join(names, ", "))
+	return packages.Install(fleetkit.Install(reg, dir), dir, sets), dir, nil
 }
 
 // checkLimits refuses run limits that cannot work.
@@ -300,12 +354,22 @@ func (f *execFlags) checkLimits() error {
 	return nil
 }
 
+// errCgoBuild is why a cgo build of codellm does not run the native sandbox.
+var errCgoBuild = errors.New("this codellm was built with cgo, which cannot confine every thread of a block's init " +
+	"(no syscall.AllThreadsSyscall): build it with CGO_ENABLED=0 (make build, `CGO_ENABLED=0 go install`) or use a release binary")
+
 // newSandbox opens the sandbox and says what it leaves out (off, besteffort's missing mechanisms, the
 // network); --deterministic on a host that cannot is an error.
 func (f *execFlags) newSandbox(scfg sandbox.Config, log *slog.Logger) (*sandbox.Sandbox, error) {
+	if cgoBuild && scfg.Mode == sandbox.ModeNative {
+		return nil, unavailable(errCgoBuild)
+	}
+	if cgoBuild && scfg.Mode == sandbox.ModeBestEffort {
+		log.Warn("sandbox besteffort: " + errCgoBuild.Error())
+	}
 	sb, err := sandbox.New(scfg)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return nil, unavailable(fmt.Errorf("sandbox: %w", err))
 	}
 	switch sb.Mode() {
 	case sandbox.ModeOff:
@@ -319,7 +383,8 @@ func (f *execFlags) newSandbox(scfg sandbox.Config, log *slog.Logger) (*sandbox.
 		log.Warn("network access is enabled for blocks (--network)")
 	}
 	if missing := sb.DeterminismMissing(); f.deterministic && missing != "" {
-		return nil, fmt.Errorf("--deterministic: this host cannot run blocks deterministically: it needs %s", missing)
+		sb.Close()
+		return nil, unavailable(fmt.Errorf("--deterministic: this host cannot run blocks deterministically: it needs %s", missing))
 	}
 	return sb, nil
 }

@@ -13,11 +13,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/sandbox"
 )
-
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
 
 type command struct {
 	summary string
@@ -36,6 +34,7 @@ func commands() map[string]command {
 		"worker":    {"run a bridge worker: pair, run, reset-workspace, clear-workspace-quarantine", cmdWorker},
 		"hub":       {"run the bridge hub or call its admin routes: serve, pair, revoke, status", cmdHub},
 		"seal":      {"seal a secret for a role's frontmatter (plaintext on stdin, blob on stdout; key from SEAL_KEY)", cmdSeal},
+		"packages":  {"the operator's package sets blocks import: add (pip or npm, on this host), list, remove", cmdPackages},
 	}
 }
 
@@ -51,12 +50,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// is its name only, so its deployments (environment only, no command) start the service here too.
 		return cmdServe(nil, stdout, stderr)
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || isHelp(args[0]) {
 		usage(stderr, cmds)
 		if len(args) == 0 {
-			return 2
+			return config.ExitUsage
 		}
-		return 0
+		return config.ExitOK
 	}
 	if strings.HasPrefix(args[0], "-") {
 		// trip2g's codellm has no serve subcommand: `codellm -addr … -max-stdout-bytes …` serves.
@@ -64,11 +63,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := cmds[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "codellm: unknown command %q\n\n", args[0])
-		usage(stderr, cmds)
-		return 2
+		fmt.Fprintf(stderr, "codellm: unknown command %q\nsee 'codellm --help'\n", args[0])
+		return config.ExitUsage
 	}
 	return c.run(args[1:], stdout, stderr)
+}
+
+// isHelp reports whether a is a request for help in place of a subcommand.
+func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "help" }
+
+// subcommand is one line of a command's list of subcommands (hub, worker).
+type subcommand struct{ name, args, summary string }
+
+// writeSubcommands writes a command's usage line and its subcommands.
+func writeSubcommands(w io.Writer, name string, subs []subcommand) {
+	fmt.Fprintf(w, "Usage: codellm %s COMMAND [flags]\n\nCommands:\n", name)
+	for _, s := range subs {
+		fmt.Fprintf(w, "  %s %s\n      %s\n", s.name, s.args, s.summary)
+	}
 }
 
 func usage(w io.Writer, cmds map[string]command) {
@@ -82,13 +94,16 @@ func usage(w io.Writer, cmds map[string]command) {
 	for _, n := range names {
 		fmt.Fprintf(&b, "  %-10s %s\n", n, cmds[n].summary)
 	}
-	b.WriteString("\nRun 'codellm COMMAND --help' for a command's flags and every other spelling of each. Settings\n" +
-		"also read CODELLM_ variables in upper snake case (--max-output-bytes: CODELLM_MAX_OUTPUT_BYTES;\n" +
-		"the hub's CODELLM_HUB_*), and the worker's and hub's LIBRECHAT_CODE_* too; the command line wins.\n")
+	b.WriteString("\nRun 'codellm COMMAND --help' for a command's flags and every other spelling of each. Flags may\n" +
+		"come before or after a command's arguments. Settings also read CODELLM_ variables in upper snake case\n" +
+		"(--max-output-bytes: CODELLM_MAX_OUTPUT_BYTES; the hub's CODELLM_HUB_*), and the worker's and hub's\n" +
+		"LIBRECHAT_CODE_* too; the command line wins.\n" + exitCodesHelp)
 	io.WriteString(w, b.String())
 }
 
-func cmdVersion(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintf(stdout, "codellm %s\n", version)
-	return 0
-}
+// exitCodesHelp is the exit codes' part of `codellm --help` (config's Exit* constants).
+const exitCodesHelp = `
+Exit codes: 0 success; 1 the work failed (a block, the output, a remote refusal); 2 the command line or a
+setting (see the command's --help); 3, 4, 5 the worker's authentication, fencing, quarantine; 6 this host
+cannot do what the settings ask (a sandbox mechanism, the listen address).
+`

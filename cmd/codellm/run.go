@@ -61,35 +61,32 @@ type bodyRun struct {
 
 // prepareBody parses a body command's flags (the execution table, --input and own), reads its one
 // FILE.md argument (- for stdin, unless noStdin) and the bag, and builds the engine configuration. It
-// returns an exit code >= 0 when the command should stop (the reason is on stderr).
+// returns an exit code >= 0 when the command should stop (the reason is on stderr): ExitUsage for the
+// command line, its files and settings, ExitUnavailable when the host cannot run the sandbox asked for.
 func prepareBody(name string, args []string, stderr io.Writer, noStdin bool, own ...config.Setting) (*bodyRun, int) {
 	ef, fs, v, code := localCommand(name, name+" [flags] FILE.md|-", args, stderr, append([]config.Setting{inputSetting}, own...)...)
 	if code >= 0 {
 		return nil, code
 	}
-	fail := func(code int, err error) (*bodyRun, int) {
-		fmt.Fprintf(stderr, "codellm %s: %v\n", name, err)
-		return nil, code
-	}
 	if fs.NArg() != 1 {
-		return fail(2, errors.New("want exactly one FILE.md (or - for stdin)"))
+		return nil, config.UsageError(stderr, name, fmt.Errorf("want exactly one FILE.md (or - for stdin), got %d arguments", fs.NArg()))
 	}
 	if noStdin && fs.Arg(0) == "-" {
-		return fail(2, errors.New("the body cannot come from stdin: stdin answers the step prompts"))
+		return nil, config.UsageError(stderr, name, errors.New("the body cannot come from stdin: stdin answers the step prompts"))
 	}
 	log, err := ef.logger(stderr)
 	if err != nil {
-		return fail(2, err)
+		return nil, config.UsageError(stderr, name, err)
 	}
 	b := &bodyRun{v: v}
 	if b.body, err = readBody(fs.Arg(0)); err != nil {
-		return fail(1, err)
+		return nil, config.UsageError(stderr, name, err)
 	}
 	if b.bag, err = readBag(v.String("input")); err != nil {
-		return fail(1, err)
+		return nil, config.UsageError(stderr, name, err)
 	}
 	if b.ecfg, b.sb, err = ef.build(log); err != nil {
-		return fail(1, err)
+		return nil, startFail(stderr, name, err)
 	}
 	return b, -1
 }

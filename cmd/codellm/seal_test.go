@@ -82,7 +82,7 @@ func TestServeRefusesToExposeTheSealKey(t *testing.T) {
 	for _, args := range [][]string{{"--expose-env", "SEAL_KEY"}, {"--expose-env-prefix", "SEAL"}, {"--expose-env", "SEAL_KEY_V2"}} {
 		_, stderr, code := runBin(t, "", []string{"SEAL_KEY=" + sealTestKey},
 			append([]string{"serve", "--sandbox", "off", "--listen", "127.0.0.1:1"}, args...)...)
-		if code != 1 || !strings.Contains(stderr, "seal key") {
+		if code != 2 || !strings.Contains(stderr, "seal key") {
 			t.Errorf("%v: exit %d: %s", args, code, stderr)
 		}
 	}

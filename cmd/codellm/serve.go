@@ -71,6 +71,9 @@ func serveFlagSet(stderr io.Writer) (*flag.FlagSet, *execFlags, *serveFlags) {
 	return fs, ef, sf
 }
 
+// cmdServe runs the service. Exit status: 0 after a clean stop, ExitUsage for the command line and
+// settings, ExitUnavailable when the host cannot (the sandbox, the listen address), ExitFailed when the
+// service failed after it started serving.
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs, ef, sf := serveFlagSet(stderr)
 	if _, code := parse(fs, args); code >= 0 {
@@ -79,53 +82,94 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	// The route's token is read: no block, exposed variable or child process may see it from here on.
 	_ = os.Unsetenv(workspace.EnvRouteToken)
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "codellm serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return config.UsageError(stderr, "serve", fmt.Errorf("unexpected argument %q (serve takes flags only)", fs.Arg(0)))
 	}
 	log, err := ef.logger(stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
-		return 2
+		return config.UsageError(stderr, "serve", err)
 	}
 	ef.prestart = true // a long-lived server: the next request's helper waits ready
 	sc, err := ef.openScratch(log)
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
-		return 1
+		return startFail(stderr, "serve", err)
 	}
 	defer sc.Close() // last: the runner's workspace mounts are below it
 	ecfg, sb, err := ef.build(log)
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
-		return 1
+		return startFail(stderr, "serve", err)
 	}
 	defer sb.Close() // kill the waiting helpers, remove the pooled cgroups
-	srv, err := sf.server(ef, ecfg, sb, log)
+	srv, rn, closeWS, err := sf.service(ef, ecfg, sb, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
-		return 1
-	}
-	rn, err := sf.runner(ef, ecfg, sb, srv.Metrics(), log)
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm serve: runner API: %v\n", err)
-		return 1
+		return startFail(stderr, "serve", err)
 	}
 	defer rn.Close()
-	// The runner API, plus what other bridge workers need (the chat operation on execute, the stateful
-	// /sessions/{id}/api/v2 routes): see runner.RegisterBridge.
-	rn.RegisterBridge(srv.Route, srv.Handler())
-	closeWS, err := registerWorkspaceRoute(srv.Route, sb, ef.workDir, sf.route, log)
-	if err != nil {
-		fmt.Fprintf(stderr, "codellm serve: runtime command route: %v\n", err)
-		return 1
-	}
 	defer closeWS()
-	if err := sf.serve(srv, log); err != nil {
-		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
-		return 1
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ln, stopListeners, err := sf.listen(ctx, srv, log)
+	if err != nil {
+		return startFail(stderr, "serve", err)
+	}
+	err = sf.serve(ctx, srv, ln, log)
+	stopListeners()
+	if err != nil {
+		return failed(stderr, "serve", err)
 	}
 	log.Info("codellm stopped")
 	return 0
+}
+
+// service builds the HTTP service with the runner API and the runtime command route on it; closeWS
+// closes the route.
+func (s *serveFlags) service(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandbox, log *slog.Logger) (*server.Server, *runner.Runner, func(), error) {
+	srv, err := s.server(ef, ecfg, sb, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rn, err := s.runner(ef, ecfg, sb, srv.Metrics(), log)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("runner API: %w", err)
+	}
+	// The runner API, plus what other bridge workers need (the chat operation on execute, the stateful
+	// /sessions/{id}/api/v2 routes): see runner.RegisterBridge.
+	rn.RegisterBridge(srv.Route, srv.Handler())
+	closeWS, err := registerWorkspaceRoute(srv.Route, sb, ef.workDir, s.route, log)
+	if err != nil {
+		rn.Close()
+		return nil, nil, nil, fmt.Errorf("runtime command route: %w", err)
+	}
+	return srv, rn, closeWS, nil
+}
+
+// listen binds the main listener, after checking the TLS files, then starts the metrics listener and the
+// step debugger when configured, so that a taken port or an unreadable certificate stops serve before it
+// says it is serving. stop stops the debugger and then the metrics listener (which outlives the main
+// listener's drain, so that a scrape or a probe sees it) and waits for them; ctx ending stops the debugger.
+func (s *serveFlags) listen(ctx context.Context, srv *server.Server, log *slog.Logger) (ln net.Listener, stop func(), err error) {
+	if _, err := srv.TLSConfig(); err != nil {
+		return nil, nil, err
+	}
+	if ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
+		return nil, nil, unavailable(fmt.Errorf("--listen %s: %w", s.cfg.Listen, err))
+	}
+	stopMetrics, err := s.startMetrics(srv, log)
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	dbg, err := startDebugger(ctx, s.dbg, s.cfg.SealPath, srv, log)
+	if err != nil {
+		stopMetrics()
+		ln.Close()
+		return nil, nil, err
+	}
+	return ln, func() {
+		if dbg != nil {
+			dbg()
+		}
+		stopMetrics()
+	}, nil
 }
 
 // server builds the HTTP service; a short API key is refused off loopback.
@@ -168,27 +212,12 @@ func (s *serveFlags) runner(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandb
 	return rn, err
 }
 
-// serve runs the service (and the step debugger when configured) until SIGTERM or SIGINT.
-func (s *serveFlags) serve(srv *server.Server, log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	stopMetrics, err := s.startMetrics(srv, log)
-	if err != nil {
-		return err
-	}
-	// The metrics listener outlives the main one's drain, so that a scrape or a probe sees it.
-	defer stopMetrics()
-	dbg, err := startDebugger(ctx, s.dbg, s.cfg.SealPath, srv, log)
-	if err != nil {
-		return err
-	}
-	log.Info("codellm serving", "listen", s.cfg.Listen, "version", version, "tls", s.cfg.TLSCert != "",
+// serve runs the service on ln until ctx ends (SIGTERM, SIGINT). "codellm serving" is logged once the
+// listeners are bound.
+func (s *serveFlags) serve(ctx context.Context, srv *server.Server, ln net.Listener, log *slog.Logger) error {
+	log.Info("codellm serving", "listen", ln.Addr().String(), "version", version, "tls", s.cfg.TLSCert != "",
 		"auth", s.cfg.APIKey != "" || s.cfg.ClientCA != "")
-	err = srv.ListenAndServe(ctx)
-	if dbg != nil {
-		dbg()
-	}
-	return err
+	return srv.Serve(ctx, ln)
 }
 
 // startMetrics serves --metrics-listen (server.MetricsListener) until the returned function, which stops
@@ -213,7 +242,7 @@ func (s *serveFlags) startMetrics(srv *server.Server, log *slog.Logger) (func(),
 	ln, err := net.Listen("tcp", ml.Addr)
 	if err != nil {
 		if s.metricsGiven {
-			return nil, fmt.Errorf("--metrics-listen: %w", err)
+			return nil, unavailable(fmt.Errorf("--metrics-listen: %w", err))
 		}
 		log.Warn("metrics listener not started: its default address is taken (set --metrics-listen, or empty to turn it off)",
 			"metrics_listen", ml.Addr, "err", err.Error())
@@ -259,6 +288,7 @@ func (f *execFlags) runnerConfig(base runner.Config, ecfg engine.Config, sb *san
 	c.Programs, c.Sandbox, c.Slots, c.Exposed = ecfg.Programs, sb, ecfg.Slots, ecfg.Exposed
 	c.WorkRoot, c.MaxRunTimeout, c.MaxMemory, c.MaxOutputBytes = f.workDir, f.timeout, f.memory, f.runnerOutputBytes()
 	c.Logger, c.Deterministic, c.NetworkAllow = log, ecfg.Deterministic, ecfg.NetworkAllow
+	c.Packages = f.packageSets
 	return c
 }
 

@@ -78,6 +78,7 @@ func execSettings() []config.Setting {
 		{Name: "cpu-time-limit", Kind: config.Duration, Default: "0s", Usage: "CPU time limit per process (RLIMIT_CPU backstop; 0: only the wall-clock timeout)"},
 		{Name: "tmp-size", Kind: config.Size, Default: sizeDefault(sandbox.DefaultTmpSize), Usage: "size of each block's private scratch filesystems"},
 		{Name: "work-dir", Kind: config.String, Usage: "parent directory of per-run workdirs (default: the system temp dir); serve and worker, as root, keep them on a private tmpfs below it"},
+		{Name: "packages-dir", Kind: config.String, Usage: "directory of the operator's package sets (codellm packages add): every block imports them, read-only; listed by /api/v2/packages"},
 		{Name: "log-format", Kind: config.String, Default: "text", Usage: "log format: text or json"},
 		{Name: "log-level", Kind: config.String, Default: "info", Usage: "log level: debug, info, warn, error"},
 	}

@@ -326,7 +326,7 @@ func TestTrip2gSettingsAliases(t *testing.T) {
 		resp.Body.Close()
 	}
 	_, stderr, code := runBin(t, "", []string{"CODELLM_API_KEY=short-key"}, "-sandbox", "off", "-addr", "0.0.0.0:0")
-	if code != 1 || !strings.Contains(stderr, "needs at least 32") {
+	if code != 2 || !strings.Contains(stderr, "needs at least 32") {
 		t.Fatalf("short key off loopback: exit %d: %s", code, stderr)
 	}
 }
@@ -367,14 +367,14 @@ func TestTrip2gMetricsListenerThroughTheRealBinary(t *testing.T) {
 		t.Errorf("main listener /metrics without the key: %d, want 401", status)
 	}
 
-	// A public metrics address needs the main listener's authentication; without it serve refuses.
+	// A public metrics address needs the main listener's authentication; without it serve refuses (a setting: exit 2).
 	_, stderr, code := runBin(t, "", []string{"CODELLM_API_KEY=", "CODELLM_METRICS_ADDR=0.0.0.0:0"}, "-sandbox", "off", "-addr", "127.0.0.1:0")
-	if code != 1 || !strings.Contains(stderr, "refusing to serve the metrics listener on non-loopback address") {
+	if code != 2 || !strings.Contains(stderr, "refusing to serve the metrics listener on non-loopback address") {
 		t.Fatalf("public metrics address without authentication: exit %d: %s", code, stderr)
 	}
 	// The metrics listener needs an address of its own.
 	_, stderr, code = runBin(t, "", []string{"CODELLM_METRICS_ADDR=127.0.0.1:1"}, "-sandbox", "off", "-addr", "127.0.0.1:1")
-	if code != 1 || !strings.Contains(stderr, "--metrics-listen and --listen are both 127.0.0.1:1") {
+	if code != 2 || !strings.Contains(stderr, "--metrics-listen and --listen are both 127.0.0.1:1") {
 		t.Fatalf("metrics address = listen address: exit %d: %s", code, stderr)
 	}
 	// An address the operator gave must bind.
@@ -384,7 +384,7 @@ func TestTrip2gMetricsListenerThroughTheRealBinary(t *testing.T) {
 	}
 	defer taken.Close()
 	_, stderr, code = runBin(t, "", []string{"CODELLM_METRICS_ADDR=" + taken.Addr().String()}, "-sandbox", "off", "-addr", "127.0.0.1:0")
-	if code != 1 || !strings.Contains(stderr, "--metrics-listen: listen tcp") {
+	if code != 6 || !strings.Contains(stderr, "--metrics-listen: listen tcp") {
 		t.Fatalf("metrics address taken: exit %d: %s", code, stderr)
 	}
 

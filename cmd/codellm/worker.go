@@ -88,53 +88,33 @@ func (f *workerFlags) bindRun(v *config.Values) {
 	c.packages, c.sandbox = v.String("docker-packages-path"), v.String("container-sandbox")
 }
 
-// parseInterspersed parses flags that may follow positional arguments, then loads the environment and
+// parseInterspersed parses flags that may come before, between or after the positional arguments
+// (a pairing code may begin with "-": only an argument naming a flag is one), loads the environment and
 // warns about differing spellings on stderr.
 func parseInterspersed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, int) {
-	var pos []string
-	for {
-		// A positional argument may itself begin with "-": pairing codes are base64url, so about one in 64
-		// starts with a dash. Only an argument naming a defined flag is a flag; anything else is positional.
-		if len(args) > 0 && isUndefinedDashArg(fs, args[0]) {
-			pos = append(pos, args[0])
-			args = args[1:]
-			continue
-		}
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				return nil, 0
-			}
-			return nil, 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	v, code := config.Parse(fs, nil, families(fs), os.LookupEnv) // the flags are parsed: this loads
+	v, code := config.ParseDashPositional(fs, args, families(fs), os.LookupEnv)
 	if code >= 0 {
 		return nil, code
 	}
 	v.Warn(slog.New(slog.NewTextHandler(stderr, nil)))
-	return pos, -1
+	return fs.Args(), -1
 }
 
-// isUndefinedDashArg reports whether a starts with "-" but names no flag of fs (nor -h/-help, nor the "--"
-// terminator).
-func isUndefinedDashArg(fs *flag.FlagSet, a string) bool {
-	if len(a) < 2 || a[0] != '-' || a == "--" {
-		return false
-	}
-	name := strings.TrimLeft(a, "-")
-	if i := strings.IndexByte(name, '='); i >= 0 {
-		name = name[:i]
-	}
-	return name != "h" && name != "help" && fs.Lookup(name) == nil
+// workerCommands are the worker's subcommands, for `codellm worker --help`.
+var workerCommands = []subcommand{
+	{"pair", "<url> <code> --worker-id ID", "redeem a pairing code from `codellm hub pair` and save the worker's identity"},
+	{"run", "[flags]", "connect to the hub and run what it assigns (the default: `codellm worker` alone runs)"},
+	{"reset-workspace", "<runtimeSessionId>", "ask the hub to fence a runtime session and remove its local state"},
+	{"clear-workspace-quarantine", "[--worker-dir D | --default-workspace]", "remove the mutation quarantine marker (inspect the directory first)"},
 }
 
 func cmdWorker(args []string, stdout, stderr io.Writer) int {
 	sub := "run"
+	if len(args) > 0 && isHelp(args[0]) {
+		writeSubcommands(stderr, "worker", workerCommands)
+		fmt.Fprintln(stderr, "\n'codellm worker COMMAND --help' shows a command's flags.")
+		return 0
+	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		sub, args = args[0], args[1:]
 	}
@@ -148,8 +128,7 @@ func cmdWorker(args []string, stdout, stderr io.Writer) int {
 	case "clear-workspace-quarantine":
 		return workerClear(args, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "codellm worker: unknown command %q (pair, run, reset-workspace, clear-workspace-quarantine)\n", sub)
-	return 2
+	return config.UsageError(stderr, "worker", fmt.Errorf("unknown command %q (pair, run, reset-workspace, clear-workspace-quarantine)", sub))
 }
 
 func workerFail(stderr io.Writer, err error) int {
@@ -177,8 +156,7 @@ func workerPair(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) != 2 || f.workerID == "" {
-		fmt.Fprintln(stderr, "usage: codellm worker pair <url> <code> --worker-id <id> [--identity <path>]")
-		return 2
+		return config.UsageError(stderr, "worker pair", errors.New("want <url> <code> --worker-id <id>"))
 	}
 	path := f.identity
 	if path == "" {
@@ -218,7 +196,7 @@ func (f *workerFlags) resolve() (*resolved, error) {
 		}
 		id, err := worker.LoadIdentity(r.identityPath, f.workerID)
 		if err != nil {
-			return nil, errors.Join(worker.ErrConfig, err)
+			return nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 		}
 		r.identity, r.workerID = id, id.WorkerID
 		if r.url == "" {
@@ -263,7 +241,7 @@ func (f *workerFlags) workspaceRoot(r *resolved, create bool) (string, string, e
 			root, err = workspace.DefaultRoot(spec)
 		}
 		if err != nil {
-			return "", "", errors.Join(worker.ErrConfig, err)
+			return "", "", fmt.Errorf("%w: %w", worker.ErrConfig, err)
 		}
 	}
 	if root == "" {
@@ -316,8 +294,7 @@ func workerRun(args []string, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "codellm worker: unexpected argument %q\n", pos[0])
-		return 2
+		return config.UsageError(stderr, "worker run", fmt.Errorf("unexpected argument %q (run takes flags only)", pos[0]))
 	}
 	r, err := f.resolve()
 	if err != nil {
@@ -393,8 +370,7 @@ func workerReset(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: codellm worker reset-workspace <runtimeSessionId>")
-		return 2
+		return config.UsageError(stderr, "worker reset-workspace", fmt.Errorf("want one <runtimeSessionId>, got %d arguments", len(pos)))
 	}
 	r, err := f.resolve()
 	if err != nil {
@@ -452,8 +428,7 @@ func workerClear(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "codellm worker: unexpected argument %q\n", pos[0])
-		return 2
+		return config.UsageError(stderr, "worker clear-workspace-quarantine", fmt.Errorf("unexpected argument %q", pos[0]))
 	}
 	r, err := f.resolve()
 	if err != nil {
@@ -508,12 +483,12 @@ func commandEgressSandbox(ef *execFlags, pol *egress.Policy, log *slog.Logger) (
 func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log *slog.Logger) ([]string, *workspace.Options, func(), error) {
 	sc, err := ef.openScratch(log)
 	if err != nil {
-		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+		return nil, nil, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 	}
 	ecfg, sb, err := ef.build(log)
 	if err != nil {
 		sc.Close()
-		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+		return nil, nil, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 	}
 	f.runsEgress = sb.Report().Egress
 	// Workspaces bounded as serve's are by default (issue 14): a worker is usually not root, so this is the
@@ -521,7 +496,7 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 	rn, err := runner.New(ef.runnerConfig(runner.Config{WorkspaceSize: defaultWorkspaceSize}, ecfg, sb, log))
 	if err != nil {
 		sc.Close()
-		return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+		return nil, nil, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 	}
 	eng := engine.New(ecfg, nil)
 	eng.SweepStale(log)
@@ -571,11 +546,11 @@ func (f *workerFlags) buildSupervisor(sup string, ef *execFlags, cfg *worker.Con
 		// --command-sandbox embedded: workspace commands run on the worker host in codellm's own sandbox.
 		scfg, err := ef.sandboxConfig(log)
 		if err != nil {
-			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+			return nil, nil, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 		}
 		sb, err := sandbox.New(scfg)
 		if err != nil {
-			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
+			return nil, nil, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 		}
 		return nil, &workspace.Options{Sandbox: sb}, func() { sb.Close() }, nil
 	}
@@ -611,7 +586,7 @@ func (f *workerFlags) openWorkspace(r *resolved, cfg *worker.Config, commandSand
 		opts.Sandbox = commandSandbox.Sandbox
 		if !cmdPolicy.Empty() {
 			if egressSB, err = commandEgressSandbox(ef, cmdPolicy, log); err != nil {
-				return false, nil, errors.Join(worker.ErrConfig, err)
+				return false, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 			}
 			opts.Sandbox = egressSB
 			f.commandsEgress = opts.Sandbox.Report().Egress
@@ -625,7 +600,7 @@ func (f *workerFlags) openWorkspace(r *resolved, cfg *worker.Config, commandSand
 	ws, err := workspace.Open(root, opts)
 	if err != nil {
 		closeSB()
-		return false, nil, errors.Join(worker.ErrConfig, err)
+		return false, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 	}
 	name := f.workspaceName
 	if name == "" {

@@ -39,6 +39,9 @@ type Config struct {
 	// Fallback names the mechanisms a besteffort sandbox runs every block without ("a,b"; "" when none
 	// or another mode): trip2g's codellm_sandbox_fallbacks_total{reason} counts each block run so.
 	Fallback string
+	// KeepAliveAfter and KeepAliveEvery time the comments a streaming chat request gets while its run
+	// goes (progressStream; defaults DefaultKeepAliveAfter, DefaultKeepAliveEvery).
+	KeepAliveAfter, KeepAliveEvery time.Duration
 }
 
 // Service answers chat requests. It is safe for concurrent use.
@@ -57,6 +60,12 @@ func New(cfg Config) *Service {
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = 5 * time.Second
+	}
+	if cfg.KeepAliveAfter <= 0 {
+		cfg.KeepAliveAfter = DefaultKeepAliveAfter
+	}
+	if cfg.KeepAliveEvery <= 0 {
+		cfg.KeepAliveEvery = DefaultKeepAliveEvery
 	}
 	return &Service{cfg: cfg}
 }
@@ -105,7 +114,22 @@ func (s *Service) Converse(w http.ResponseWriter, r *http.Request, f *Facts, dec
 		s.Fail(w, f, oe)
 		return
 	}
-	out := s.Answer(r.Context(), f, req)
+	ctx := r.Context()
+	if req.Stream {
+		// Keep-alive comments (and, asked for, each block's progress) while the request waits and runs;
+		// the answer follows through ps.
+		ps := newProgressStream(w, s.cfg.KeepAliveAfter, s.cfg.KeepAliveEvery)
+		w, ctx = ps, withProgress(ctx, ps.progress)
+		out := s.Answer(ctx, f, req)
+		ps.close()
+		s.write(w, f, req, out)
+		return
+	}
+	s.write(w, f, req, s.Answer(ctx, f, req))
+}
+
+// write encodes an Outcome: its headers, then the error envelope or the reply.
+func (s *Service) write(w http.ResponseWriter, f *Facts, req *openai.ChatRequest, out *Outcome) {
 	for k, vs := range out.Header {
 		w.Header()[k] = vs
 	}
@@ -215,7 +239,7 @@ func (s *Service) run(ctx context.Context, f *Facts, req *openai.ChatRequest, ou
 		return apierror.Map(err, 0)
 	}
 	tap := s.cfg.DebugExtension && req.Debug
-	res, info, err := eng.Run(ctx, engine.RunRequest{
+	rr := engine.RunRequest{
 		Resolved:     resolved,
 		Input:        bag,
 		Timeout:      eng.EffectiveTimeout(req.TimeoutSeconds),
@@ -223,7 +247,11 @@ func (s *Service) run(ctx context.Context, f *Facts, req *openai.ChatRequest, ou
 		NetworkAllow: req.NetworkAllow,
 
 		Deterministic: det,
-	})
+	}
+	if req.Progress {
+		rr.Progress = progressFrom(ctx) // nil unless Converse streams this request
+	}
+	res, info, err := eng.Run(ctx, rr)
 	f.Queue = info.QueueWait
 	s.cfg.Metrics.QueueWait.Observe(info.QueueWait.Seconds())
 	if err != nil {

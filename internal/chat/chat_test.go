@@ -14,7 +14,16 @@ import (
 	"github.com/codellm/codellm/internal/metrics"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// net/http keeps idle client connections' goroutines until the transport closes them.
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		// The sandbox's spawner threads live as long as the process (the stream tests start a sandbox).
+		goleak.IgnoreTopFunction("github.com/codellm/codellm/internal/sandbox.spawnLoop"),
+	)
+}
 
 // post sends body to the service's plain handler (the worker's in-process transport).
 func post(s *Service, body string) *httptest.ResponseRecorder {

@@ -21,8 +21,13 @@
 // and 64MiB do not differ, nor 1m and 60s), the highest wins and one warning names both (Values.Warn,
 // logged with slog). A secret's value is never logged.
 //
-// Bad values: the error names the spelling the value came from, the value and the setting; commands
-// exit 2. Sizes are internal/bytesize's (64M, 64MB, 64MiB), durations Go's (90s, 1m30s).
+// The command line: flags may come anywhere among the positional arguments (`run role.md --input
+// bag.json`), with one dash or two, "--" ends them (Parse).
+//
+// Bad values: the error names the spelling the value came from, the value and the setting, on one line
+// followed by where --help is; commands exit ExitUsage (2), the shared exit code of every command-line or
+// settings mistake (args.go lists every exit code). Sizes are internal/bytesize's (64M, 64MB, 64MiB),
+// durations Go's (90s, 1m30s).
 package config
 
 import (

@@ -265,9 +265,13 @@ func TestParseExitCodes(t *testing.T) {
 	}{
 		{nil, nil, -1, ""},
 		{[]string{"--help"}, nil, 0, ""},
-		{[]string{"--no-such-flag"}, nil, 2, "flag provided but not defined"},
-		{[]string{"--timeout", "soon"}, nil, 2, `invalid value "soon" for flag -timeout`},
-		{nil, map[string]string{"LIBRECHAT_CODE_MAX_BLOCKS": "x"}, 2, `codellm t: LIBRECHAT_CODE_MAX_BLOCKS="x" (--max-blocks): want a whole number`},
+		{[]string{"--no-such-flag"}, nil, 2, "codellm t: unknown flag --no-such-flag\nsee 'codellm t --help'\n"},
+		{[]string{"a", "--no-such=1"}, nil, 2, "codellm t: unknown flag --no-such\n"},
+		{[]string{"--timeout", "soon"}, nil, 2, "codellm t: --timeout=\"soon\": want a duration such as 90s or 5m\nsee 'codellm t --help'\n"},
+		{[]string{"x", "-max-stdout-bytes=64X"}, nil, 2, `codellm t: -max-stdout-bytes="64X" (--max-output-bytes): invalid size unit`},
+		{[]string{"--timeout"}, nil, 2, "codellm t: --timeout needs a value\n"},
+		{[]string{"file", "--addr"}, nil, 2, "codellm t: -addr needs a value\n"},
+		{nil, map[string]string{"LIBRECHAT_CODE_MAX_BLOCKS": "x"}, 2, "codellm t: LIBRECHAT_CODE_MAX_BLOCKS=\"x\" (--max-blocks): want a whole number\nsee 'codellm t --help'\n"},
 	} {
 		var out bytes.Buffer
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -276,6 +280,46 @@ func TestParseExitCodes(t *testing.T) {
 		_, code := Parse(fs, c.args, []Family{LibreChat}, func(k string) (string, bool) { v, ok := c.env[k]; return v, ok })
 		if code != c.code || !strings.Contains(out.String(), c.out) {
 			t.Errorf("%v %v: exit %d, want %d; output %q", c.args, c.env, code, c.code, out.String())
+		}
+		if code == 2 && strings.Count(out.String(), "\n") != 2 {
+			t.Errorf("%v %v: a usage error is one line and the hint, got %q", c.args, c.env, out.String())
+		}
+	}
+}
+
+// Flags anywhere among the positional arguments, in both spellings, with "=" or the next argument as the
+// value; "--" ends them; "-" is positional; a bool flag takes its value only after "=".
+func TestParseInterspersed(t *testing.T) {
+	for _, c := range []struct {
+		args, pos      []string
+		dash           bool
+		listen, blocks string
+		network        bool
+	}{
+		{args: []string{"role.md", "--listen", "a:1"}, pos: []string{"role.md"}, listen: "a:1"},
+		{args: []string{"--listen=a:1", "role.md", "-max-blocks", "3", "x"}, pos: []string{"role.md", "x"}, listen: "a:1", blocks: "3"},
+		{args: []string{"-", "--network", "y"}, pos: []string{"-", "y"}, network: true},
+		{args: []string{"a", "--network=false", "--", "--listen", "b"}, pos: []string{"a", "--listen", "b"}},
+		{args: []string{"-AbC_d", "--listen", "a:1", "url"}, pos: []string{"-AbC_d", "url"}, dash: true, listen: "a:1"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		testSet().Register(fs)
+		none := func(string) (string, bool) { return "", false }
+		parseFn := Parse
+		if c.dash {
+			parseFn = ParseDashPositional
+		}
+		v, code := parseFn(fs, c.args, nil, none)
+		if code != -1 {
+			t.Fatalf("%q: exit %d", c.args, code)
+		}
+		if fmt.Sprint(fs.Args()) != fmt.Sprint(c.pos) {
+			t.Errorf("%q: positional %q, want %q", c.args, fs.Args(), c.pos)
+		}
+		if c.listen != "" && v.String("listen") != c.listen || c.blocks != "" && fmt.Sprint(v.Int("max-blocks")) != c.blocks ||
+			v.Bool("network") != c.network {
+			t.Errorf("%q: listen %q, max-blocks %d, network %v", c.args, v.String("listen"), v.Int("max-blocks"), v.Bool("network"))
 		}
 	}
 }

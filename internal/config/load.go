@@ -287,21 +287,3 @@ func (v *Values) From(name string) string {
 func (k Kind) String() string {
 	return [...]string{"string", "bool", "int", "size", "duration", "list"}[k]
 }
-
-// Parse parses args into fs and loads every set registered into it. It returns the exit code the
-// command should stop with, or -1 to go on: 0 after --help, 2 for a bad flag (the flag package has said
-// why) or a bad value (written to fs.Output() as "codellm NAME: …").
-func Parse(fs *flag.FlagSet, args []string, families []Family, lookup func(string) (string, bool)) (*Values, int) {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil, 0
-		}
-		return nil, 2
-	}
-	v, err := Load(fs, families, lookup)
-	if err != nil {
-		fmt.Fprintf(fs.Output(), "codellm %s: %v\n", fs.Name(), err)
-		return nil, 2
-	}
-	return v, -1
-}

@@ -167,6 +167,8 @@ type RunRequest struct {
 	NetworkAllow *[]string
 	// Deterministic makes the run reproducible (nil: off); resolve a request's choice with Determinism.
 	Deterministic *sandbox.Determinism
+	// Progress is told of each block's start and exit (pipeline.Request.Progress); it must not block.
+	Progress func(pipeline.Progress)
 }
 
 // CheckNetworkAllow validates a request's egress list: it must be a subset of the operator's.
@@ -219,6 +221,7 @@ func (e *Engine) Run(ctx context.Context, rr RunRequest) (*pipeline.Result, RunI
 		Limits:  lim,
 
 		Deterministic: rr.Deterministic,
+		Progress:      rr.Progress,
 	})
 	info.Duration = time.Since(start)
 	return res, info, nil

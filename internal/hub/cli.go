@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -37,7 +38,7 @@ func RunCLI(args []string, stdout, stderr io.Writer) int {
 
 func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {
 	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -45,13 +46,28 @@ func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return serveCLI(ctx, args, stderr, lookup)
 	case "pair", "revoke", "status":
 		return adminCLI(ctx, cmd, args, stdout, stderr, lookup)
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, "usage: codellm hub [serve] --listen ADDR --admin-token T --api-key K [--store PATH|redis://HOST:PORT/DB]\n       codellm hub pair <workerId> [--tenant T --principal type:id] | revoke <workerId> | status <workerId>")
-		return 0
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stderr, cliUsage)
+		return config.ExitOK
 	}
-	fmt.Fprintf(stderr, "codellm hub: unknown command %q\n", cmd)
-	return 2
+	return config.UsageError(stderr, "hub", fmt.Errorf("unknown command %q (serve, pair, revoke, status)", cmd))
 }
+
+// cliUsage is `codellm hub --help`: the subcommands; each one's --help has its flags.
+const cliUsage = `Usage: codellm hub COMMAND [flags]
+
+Commands:
+  serve --admin-token T --api-key K [--listen ADDR] [--store PATH|redis://HOST:PORT/DB]
+      run the hub (the default: 'codellm hub' alone serves); --demo generates the token and key
+  pair <workerId> [--tenant T --principal type:id]
+      create a pairing code for a worker and print it (for 'codellm worker pair')
+  revoke <workerId>
+      revoke a worker's credential
+  status <workerId>
+      print a worker's registration and connection state as JSON
+
+'codellm hub COMMAND --help' shows a command's flags; pair, revoke and status take --url and --admin-token.
+`
 
 // newFlagSet is a hub command's FlagSet; --help prints its settings table (internal/config).
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
@@ -64,6 +80,9 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// serveCLI is `codellm hub serve`. Exit status: 0 after a clean stop, ExitUsage for the command line and
+// settings, ExitUnavailable when the store or the listen address cannot be had, ExitFailed when serving
+// failed.
 func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(string) (string, bool)) int {
 	fs := newFlagSet("hub serve", stderr)
 	(&config.Set{Settings: serveSettings()}).Register(fs)
@@ -71,9 +90,8 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	if code >= 0 {
 		return code
 	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "codellm hub: "+format+"\n", a...)
-		return 1
+	if fs.NArg() > 0 {
+		return config.UsageError(stderr, "hub serve", fmt.Errorf("unexpected argument %q (serve takes flags only)", fs.Arg(0)))
 	}
 	cfg := Config{
 		AdminToken: v.String("admin-token"), WorkerToken: v.String("worker-token"), AuthMode: v.String("auth-mode"),
@@ -81,38 +99,105 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 		Logger: slog.New(slog.NewTextHandler(stderr, nil)).With("component", "hub"),
 	}
 	v.Warn(cfg.Logger)
-	if err := readClientKeys(&cfg, v.String("api-key"), v.String("client-keys-file")); err != nil {
-		return fail("%v", err)
-	}
-	applyLimits(&cfg, v)
-	listenAddr, tlsCert, tlsKey := v.String("listen"), v.String("tls-cert"), v.String("tls-key")
-	redisURL, path, err := storeTarget(v.String("store"), v.String("store-kind"), v.String("redis-url"), v.String("data-dir"))
+	redisURL, path, err := checkServeSettings(&cfg, v, stderr)
 	if err != nil {
-		return fail("%v", err)
+		return config.UsageError(stderr, "hub serve", err)
 	}
-	if err := checkListener(listenAddr, tlsCert, tlsKey, v.Bool("behind-proxy")); err != nil {
-		return fail("%v", err)
+	unavailable := func(err error) int {
+		fmt.Fprintf(stderr, "codellm hub: %v\n", err)
+		return config.ExitUnavailable
 	}
 	st, feed, err := openStore(ctx, redisURL, path, v.Bool("redis-allow-eviction"), stderr)
-	if err != nil {
-		return fail("%v", err)
+	if errors.Is(err, redisstore.ErrURL) {
+		return config.UsageError(stderr, "hub serve", err)
+	} else if err != nil {
+		return unavailable(err)
 	}
 	defer st.Close()
 	files, err := openFiles(ctx, st, redisURL, path, cfg.FileLimits)
 	if err != nil {
-		return fail("%v", err)
+		return unavailable(err)
 	}
 	defer files.Close()
 	cfg.Files = files
 	h, err := New(cfg, st)
 	if err != nil {
-		return fail("%v", err)
+		return config.UsageError(stderr, "hub serve", err)
 	}
 	defer watchFeed(ctx, feed, h)()
-	if err := serveHTTP(ctx, h, listenAddr, tlsCert, tlsKey, stderr); err != nil {
-		return fail("%v", err)
+	ln, err := net.Listen("tcp", v.String("listen"))
+	if err != nil {
+		return unavailable(fmt.Errorf("--listen %s: %v", v.String("listen"), err))
 	}
-	return 0
+	if err := serveHTTP(ctx, h, ln, v.String("tls-cert"), v.String("tls-key"), stderr); err != nil {
+		fmt.Fprintf(stderr, "codellm hub: %v\n", err)
+		return config.ExitFailed
+	}
+	return config.ExitOK
+}
+
+// checkServeSettings checks what serve's settings can be checked for without the store or the network
+// and fills cfg: the listener rule, the credentials (--demo generates missing ones), the client keys, the
+// limits and the store's place.
+func checkServeSettings(cfg *Config, v *config.Values, stderr io.Writer) (redisURL, path string, err error) {
+	listenAddr := v.String("listen")
+	cert, key := v.String("tls-cert"), v.String("tls-key")
+	if err := checkListener(listenAddr, cert, key, v.Bool("behind-proxy")); err != nil {
+		return "", "", err
+	}
+	if cert != "" {
+		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+			return "", "", fmt.Errorf("--tls-cert/--tls-key: %v", err)
+		}
+	}
+	redisURL, path, err = storeTarget(v.String("store"), v.String("store-kind"), v.String("redis-url"), v.String("data-dir"))
+	if err != nil {
+		return "", "", err
+	}
+	apiKey := v.String("api-key")
+	if v.Bool("demo") {
+		if err := demoCredentials(&cfg.AdminToken, &apiKey, listenAddr, stderr); err != nil {
+			return "", "", err
+		}
+	}
+	if err := readClientKeys(cfg, apiKey, v.String("client-keys-file")); err != nil {
+		return "", "", err
+	}
+	if err := requireCredentials(cfg); err != nil {
+		return "", "", err
+	}
+	applyLimits(cfg, v)
+	return redisURL, path, nil
+}
+
+// requireCredentials refuses a hub nobody could use or everybody could: without an admin token pairing
+// and the admin routes are closed to all (and a static worker token would be empty); without a client
+// key no client can call /v1/exec or the chat route.
+func requireCredentials(cfg *Config) error {
+	if cfg.AdminToken == "" {
+		return errors.New("no admin token: set CODELLM_HUB_ADMIN_TOKEN (or --admin-token) to a secret of at least 32 characters; it guards pairing and the admin routes (or pass --demo on a loopback listener to generate one)")
+	}
+	if len(cfg.ClientKeys) == 0 {
+		return errors.New("no client key: set CODELLM_HUB_API_KEY (or --api-key), or --client-keys-file; without one no client can call /v1/exec or /v1/chat/completions (or pass --demo on a loopback listener to generate one)")
+	}
+	return nil
+}
+
+// demoCredentials generates the admin token and the API key that were not given and prints them once on
+// stderr: a hub to try on one machine. Only on a loopback listener: a generated secret in a log is no
+// secret.
+func demoCredentials(adminToken, apiKey *string, listenAddr string, stderr io.Writer) error {
+	if !listen.IsLoopback(listenAddr) {
+		return fmt.Errorf("--demo generates credentials and prints them: it is for a loopback listener only, not %s", listenAddr)
+	}
+	for _, p := range []*string{adminToken, apiKey} {
+		if *p == "" {
+			*p = bridge.NewSecret()
+		}
+	}
+	fmt.Fprintf(stderr, "codellm hub: demo mode: these credentials are shown once (set them as CODELLM_HUB_ADMIN_TOKEN and CODELLM_HUB_API_KEY to keep them):\n"+
+		"  admin token: %s\n  api key:     %s\n", *adminToken, *apiKey)
+	return nil
 }
 
 // watchFeed makes another replica's changes (the Redis store's feed; nil for the embedded store) wake
@@ -178,14 +263,10 @@ func applyLimits(cfg *Config, v *config.Values) {
 	}
 }
 
-// serveHTTP serves h on addr (TLS when cert is set) until ctx ends or SIGINT/SIGTERM, then shuts down:
+// serveHTTP serves h on ln (TLS when cert is set) until ctx ends or SIGINT/SIGTERM, then shuts down:
 // h first (waking long polls and waiting clients, so the drain does not sit out a 30 s lease wait), then
 // the server within 10 s (internal/httpserve's sequence).
-func serveHTTP(ctx context.Context, h *Hub, addr, cert, key string, stderr io.Writer) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen: %v", err)
-	}
+func serveHTTP(ctx context.Context, h *Hub, ln net.Listener, cert, key string, stderr io.Writer) error {
 	scheme := "http"
 	if cert != "" {
 		scheme = "https"
@@ -195,7 +276,7 @@ func serveHTTP(ctx context.Context, h *Hub, addr, cert, key string, stderr io.Wr
 	defer stop()
 	// Header, body and idle timeouts and a connection cap (httpguard); settle bodies of up to 32 MiB get
 	// two minutes to arrive.
-	err = httpserve.Serve(sigCtx, ln, h, httpserve.Options{Limits: httpguard.Limits{Body: 2 * time.Minute},
+	err := httpserve.Serve(sigCtx, ln, h, httpserve.Options{Limits: httpguard.Limits{Body: 2 * time.Minute},
 		CertFile: cert, KeyFile: key, Draining: h.Close, Grace: 10 * time.Second})
 	h.Close()
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -316,24 +397,16 @@ func (h *Hub) Notify() { h.notify() }
 func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {
 	fs := newFlagSet("hub "+cmd, stderr)
 	(&config.Set{Settings: adminSettings()}).Register(fs)
-	// Accept the worker ID before or after the flags.
-	var workerID string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		workerID, args = args[0], args[1:]
-	}
-	v, code := config.Parse(fs, args, families, lookup)
+	v, code := config.Parse(fs, args, families, lookup) // the worker ID before or after the flags
 	if code >= 0 {
 		return code
 	}
 	v.Warn(slog.New(slog.NewTextHandler(stderr, nil)))
 	base, token, tenant, principal := v.String("url"), v.String("admin-token"), v.String("tenant"), v.String("principal")
-	if workerID == "" && fs.NArg() == 1 {
-		workerID = fs.Arg(0)
+	if fs.NArg() != 1 || !bridge.ValidWorkerID(fs.Arg(0)) {
+		return config.UsageError(stderr, "hub "+cmd, errors.New("want one valid <workerId> (up to 128 characters of [A-Za-z0-9._:-], beginning with a letter or digit)"))
 	}
-	if workerID == "" || !bridge.ValidWorkerID(workerID) {
-		fmt.Fprintf(stderr, "codellm hub %s: a valid <workerId> is required\n", cmd)
-		return 2
-	}
+	workerID := fs.Arg(0)
 	url := strings.TrimRight(base, "/")
 	var req *http.Request
 	var err error
@@ -343,8 +416,7 @@ func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		if tenant != "" || principal != "" {
 			pt, pid, ok := strings.Cut(principal, ":")
 			if tenant == "" || !ok {
-				fmt.Fprintln(stderr, "codellm hub pair: --tenant T and --principal type:id go together")
-				return 2
+				return config.UsageError(stderr, "hub pair", errors.New("--tenant T and --principal type:id go together"))
 			}
 			body.Binding = &bridge.Binding{TenantID: tenant, Principal: bridge.Principal{Type: pt, ID: pid}}
 		}

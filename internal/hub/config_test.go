@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/codellm/codellm/internal/config"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // The hub reads listen addresses and sizes with codellm's one rule each (internal/listen,
@@ -48,12 +51,11 @@ func TestServeConfigRules(t *testing.T) {
 	} {
 		var stderr bytes.Buffer
 		lookup := func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }
-		code := runCLI(context.Background(), []string{"serve", "--listen", c.listen, "--admin-token", adminToken, "--store", store}, &stderr, &stderr, lookup)
+		code := runCLI(context.Background(), []string{"serve", "--listen", c.listen, "--admin-token", adminToken, "--api-key", apiKey, "--store", store}, &stderr, &stderr, lookup)
 		out := stderr.String()
-		// A bad value is a usage error (exit 2, naming the variable), as for every command (internal/config);
-		// a check that fails later is 1.
-		bad := c.env != nil && c.want != "" // the rows whose variable holds a bad value
-		if want := map[bool]int{true: 2, false: 1}[bad]; code != want {
+		// A bad value or a listener the rule refuses is a usage error (exit 2, naming the setting), as for
+		// every command (internal/config); a store that cannot be opened is the host's (6).
+		if want := map[bool]int{true: 2, false: 6}[c.want != ""]; code != want {
 			t.Fatalf("%s %v: exit %d, want %d: %s", c.listen, c.env, code, want, out)
 		}
 		storeErr := strings.Contains(out, "not a directory")
@@ -92,4 +94,85 @@ func TestLimitDefaultsAreNews(t *testing.T) {
 	if len(fields) != len(limitSettings()) {
 		t.Errorf("%d fields for %d limits", len(fields), len(limitSettings()))
 	}
+}
+
+// Issue 41: a bare `codellm hub` started a hub with no admin token and no client key that reported ready;
+// pairing then failed naming no setting. serve now refuses, naming the variable, before it opens
+// anything, and --demo (loopback only) generates both and prints them once.
+func TestServeRequiresCredentials(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "bridge.db")
+	none := func(string) (string, bool) { return "", false }
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "no admin token: set CODELLM_HUB_ADMIN_TOKEN"},
+		{[]string{"--admin-token", adminToken}, "no client key: set CODELLM_HUB_API_KEY"},
+		{[]string{"--demo", "--listen", "0.0.0.0:0", "--behind-proxy"}, "loopback listener only"},
+	} {
+		var stderr bytes.Buffer
+		code := runCLI(context.Background(), append([]string{"serve", "--store", store}, c.args...), &stderr, &stderr, none)
+		if code != config.ExitUsage || !strings.Contains(stderr.String(), c.want) || strings.Contains(stderr.String(), "listening") {
+			t.Errorf("%q: exit %d, want 2 and %q in %q", c.args, code, c.want, stderr.String())
+		}
+		if _, err := os.Stat(store); err == nil {
+			t.Fatalf("%q: the refused hub created its store", c.args)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &testhelp.SyncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runCLI(ctx, []string{"--demo", "--listen", "127.0.0.1:0", "--store", store}, out, out, none)
+	}()
+	var base, token, key string
+	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		s := out.String()
+		_, rest, ok := strings.Cut(s, "listening on ")
+		if !ok {
+			continue
+		}
+		base = strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0])
+		token = field(s, "admin token: ")
+		key = field(s, "api key:     ")
+	}
+	if base == "" || len(token) < 32 || len(key) < 32 || token == key {
+		t.Fatalf("demo hub: url %q, token %q, key %q in:\n%s", base, token, key, out.String())
+	}
+	// The printed token pairs (the admin route), the printed key is a client's.
+	var o bytes.Buffer
+	look := func(k string) (string, bool) {
+		return map[string]string{"CODELLM_HUB_URL": base + "/v1"}[k], k == "CODELLM_HUB_URL"
+	}
+	if rc := runCLI(ctx, []string{"pair", "demo:vm", "--admin-token", token}, &o, &o, look); rc != 0 {
+		t.Fatalf("pair with the printed token: %d %s", rc, o.String())
+	}
+	status := func(k string) int {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/files/none", nil)
+		req.Header.Set("X-API-Key", k)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got, other := status(key), status(key+"x"); got == http.StatusUnauthorized || other != http.StatusUnauthorized {
+		t.Fatalf("the printed API key: %d, another key: %d (want it accepted, the other 401)", got, other)
+	}
+	cancel()
+	if rc := <-done; rc != 0 {
+		t.Fatalf("demo hub exit %d: %s", rc, out.String())
+	}
+}
+
+// field is the rest of the line after prefix in s ("" when absent).
+func field(s, prefix string) string {
+	_, rest, ok := strings.Cut(s, prefix)
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0])
 }

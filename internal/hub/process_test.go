@@ -193,14 +193,14 @@ func TestCLIUsageAndConfig(t *testing.T) {
 	if rc := runCLI(context.Background(), []string{"bogus"}, &out, &errb, none); rc != 2 {
 		t.Fatalf("unknown command: %d", rc)
 	}
-	if rc := runCLI(context.Background(), []string{"serve", "--listen", "0.0.0.0:0", "--store", filepath.Join(t.TempDir(), "x.db")}, &out, &errb, none); rc != 1 || !strings.Contains(errb.String(), "non-loopback") {
+	if rc := runCLI(context.Background(), []string{"serve", "--listen", "0.0.0.0:0", "--store", filepath.Join(t.TempDir(), "x.db")}, &out, &errb, none); rc != 2 || !strings.Contains(errb.String(), "non-loopback") {
 		t.Fatalf("non-loopback without TLS: %d %s", rc, errb.String())
 	}
 	errb.Reset()
 	redis := func(k string) (string, bool) {
 		return map[string]string{"CODELLM_HUB_STORE": "redis"}[k], k == "CODELLM_HUB_STORE"
 	}
-	if rc := runCLI(context.Background(), []string{"--store", filepath.Join(t.TempDir(), "x.db")}, &out, &errb, redis); rc != 1 || !strings.Contains(errb.String(), "redis") {
+	if rc := runCLI(context.Background(), []string{"--store", filepath.Join(t.TempDir(), "x.db")}, &out, &errb, redis); rc != 2 || !strings.Contains(errb.String(), "redis") {
 		t.Fatalf("redis store: %d %s", rc, errb.String())
 	}
 	if rc := runCLI(context.Background(), []string{"pair"}, &out, &errb, none); rc != 2 {

@@ -36,6 +36,7 @@ func serveSettings() []config.Setting {
 		{Name: "tls-cert", Env: "HUB_TLS_CERT", Kind: config.String, Usage: "TLS certificate file"},
 		{Name: "tls-key", Env: "HUB_TLS_KEY", Kind: config.String, Usage: "TLS key file"},
 		{Name: "behind-proxy", Env: "HUB_BEHIND_PROXY", Kind: config.Bool, Usage: "allow a non-loopback plain-HTTP listener behind a TLS proxy"},
+		{Name: "demo", Kind: config.Bool, FlagOnly: true, Usage: "generate the admin token and API key that are not given and print them once (loopback listener only; to try the hub on one machine)"},
 		{Name: "redis-allow-eviction", Env: "HUB_REDIS_ALLOW_EVICTION", Kind: config.Bool, Usage: "start even though Redis may evict keys (maxmemory-policy is not noeviction); see docs/operator.md"},
 		{Name: "signed-path-prefix", Env: "HUB_SIGNED_PATH_PREFIX", Kind: config.String, EnvOnly: true, Usage: "prefix a proxy strips from worker request paths, prepended before verifying signatures"},
 		{Name: "store-kind", Env: "HUB_STORE", Kind: config.String, EnvOnly: true, Default: "embedded", Usage: "embedded or redis (then CODELLM_HUB_REDIS_URL)"},

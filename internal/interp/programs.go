@@ -159,6 +159,21 @@ func toolsResolve(in Interpreter, lookPath func(string) (string, error)) error {
 	return nil
 }
 
+// installed lists the enabled programs a block may name, for a message ("none" for none): the compiled
+// ones are left out, ResolveOne refuses them.
+func (p *Programs) installed() string {
+	var out []string
+	for _, n := range p.names {
+		if i, ok := p.reg.byName[n]; !ok || !p.reg.list[i].Compiled() {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
 // Names returns the enabled canonical names, sorted.
 func (p *Programs) Names() []string { return slices.Clone(p.names) }
 
@@ -180,13 +195,17 @@ const (
 	CodeExecutionDisabled = "execution_disabled"
 	CodeUnknownLanguage   = "unknown_language"
 	CodeProgramNotAllowed = "program_not_allowed"
+	// CodeProgramNotInstalled: the program is registered and no --allowed-programs left it out, but it is
+	// not on this host (cmd[0] or a tool it needs does not resolve in ChildPATH).
+	CodeProgramNotInstalled = "program_not_installed"
 )
 
 // Sentinels matched by *ResolveError according to its Code.
 var (
-	ErrExecutionDisabled = errors.New(CodeExecutionDisabled)
-	ErrUnknownLanguage   = errors.New(CodeUnknownLanguage)
-	ErrProgramNotAllowed = errors.New(CodeProgramNotAllowed)
+	ErrExecutionDisabled   = errors.New(CodeExecutionDisabled)
+	ErrUnknownLanguage     = errors.New(CodeUnknownLanguage)
+	ErrProgramNotAllowed   = errors.New(CodeProgramNotAllowed)
+	ErrProgramNotInstalled = errors.New(CodeProgramNotInstalled)
 )
 
 // ResolveError is why a block cannot run. Message is the exact client-facing text of §4.3.
@@ -207,6 +226,8 @@ func (e *ResolveError) Is(target error) bool {
 		return e.Code == CodeUnknownLanguage
 	case ErrProgramNotAllowed:
 		return e.Code == CodeProgramNotAllowed
+	case ErrProgramNotInstalled:
+		return e.Code == CodeProgramNotInstalled
 	}
 	return false
 }
@@ -259,13 +280,14 @@ func (p *Programs) ResolveOne(b markdown.Block) (Resolved, error) {
 				" needs a compile step, which only the runner API (/api/v2/execute) has"}
 	}
 	path, ok := p.paths[in.Name]
+	if !ok && slices.Contains(p.skipped, in.Name) {
+		return Resolved{}, &ResolveError{Code: CodeProgramNotInstalled, Block: b.Index,
+			Message: "code block " + k + ": program " + strconv.Quote(in.Name) + " is not installed on this host (" +
+				strconv.Quote(in.Cmd[0]) + " is not in " + ChildPATH + "; installed: " + p.installed() + ")"}
+	}
 	if !ok {
-		allowed := "none"
-		if len(p.names) > 0 {
-			allowed = strings.Join(p.names, ", ")
-		}
 		return Resolved{}, &ResolveError{Code: CodeProgramNotAllowed, Block: b.Index,
-			Message: "code block " + k + ": program " + strconv.Quote(in.Name) + " is not allowed (allowed: " + allowed + ")"}
+			Message: "code block " + k + ": program " + strconv.Quote(in.Name) + " is not allowed (allowed: " + p.installed() + ")"}
 	}
 	return Resolved{Block: b, Interp: in.clone(), Path: path}, nil
 }

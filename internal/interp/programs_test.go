@@ -254,8 +254,9 @@ func TestResolveMessages(t *testing.T) {
 			`code block 1: language "\"x" is not supported (supported: ` + supported + `)`, ErrUnknownLanguage},
 		{"not allowed", bashPython, "```rb\nputs 1\n```\n", CodeProgramNotAllowed, 0,
 			`code block 1: program "ruby" is not allowed (allowed: bash, python)`, ErrProgramNotAllowed},
-		{"nothing installed", none, "```sh\ntrue\n```\n", CodeProgramNotAllowed, 0,
-			`code block 1: program "bash" is not allowed (allowed: none)`, ErrProgramNotAllowed},
+		// Not installed is not "not allowed": no --allowed-programs left it out, the host lacks it.
+		{"nothing installed", none, "```sh\ntrue\n```\n", CodeProgramNotInstalled, 0,
+			`code block 1: program "bash" is not installed on this host ("bash" is not in ` + ChildPATH + `; installed: none)`, ErrProgramNotInstalled},
 		{"first problem wins", bashPython, "```perl\n1\n```\n```\n```\n", CodeProgramNotAllowed, 0,
 			`code block 1: program "perl" is not allowed (allowed: bash, python)`, ErrProgramNotAllowed},
 	}
@@ -269,7 +270,7 @@ func TestResolveMessages(t *testing.T) {
 			if re.Code != c.code || re.Block != c.block || re.Message != c.msg || err.Error() != c.msg {
 				t.Fatalf("got %+v\nwant code %s block %d message %s", *re, c.code, c.block, c.msg)
 			}
-			for _, s := range []error{ErrExecutionDisabled, ErrUnknownLanguage, ErrProgramNotAllowed} {
+			for _, s := range []error{ErrExecutionDisabled, ErrUnknownLanguage, ErrProgramNotAllowed, ErrProgramNotInstalled} {
 				if errors.Is(err, s) != (s == c.is) {
 					t.Fatalf("errors.Is(%v, %v) wrong", err, s)
 				}

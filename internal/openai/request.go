@@ -32,6 +32,7 @@ type ChatRequest struct {
 	ToolChoice     ToolChoice
 	TimeoutSeconds int  // metadata.timeout_seconds; 0 when absent; at most MaxTimeoutSeconds
 	Debug          bool // x_codellm_debug == true
+	Progress       bool // x_codellm_progress == true: each block's start and exit as SSE comments (§10.3)
 	// NetworkAllow is metadata.network_allow split at commas: a per-request egress list that may only narrow
 	// the operator's --network-allow; nil when absent.
 	NetworkAllow *[]string
@@ -93,6 +94,9 @@ func DecodeChatRequest(body []byte) (*ChatRequest, *Error) {
 	}
 	r.Tools = r.ToolChoice.restrict(r.Tools)
 	if r.Debug, e = optBool(top, "x_codellm_debug", "x_codellm_debug"); e != nil {
+		return nil, e
+	}
+	if r.Progress, e = optBool(top, "x_codellm_progress", "x_codellm_progress"); e != nil {
 		return nil, e
 	}
 	if e = decodeMetadata(top, r); e != nil {

@@ -52,6 +52,9 @@ func ChatRequestFromTree(top *bridge.Object) (r *ChatRequest, ok bool) {
 	if r.Debug, ok = treeBool(top, "x_codellm_debug"); !ok {
 		return nil, false
 	}
+	if r.Progress, ok = treeBool(top, "x_codellm_progress"); !ok {
+		return nil, false
+	}
 	if !treeMetadata(top, r) {
 		return nil, false
 	}

@@ -73,6 +73,19 @@ type Request struct {
 	Limits *sandbox.Limits
 	// Deterministic makes every block reproducible (nil: off); see sandbox.Determinism.
 	Deterministic *sandbox.Determinism
+	// Progress, when set, is told of each block's start and exit as they happen (the chat stream's
+	// progress events). It is called from the run's own goroutine: it must not block.
+	Progress func(Progress)
+}
+
+// Progress is one block starting or exiting.
+type Progress struct {
+	Exited   bool // false: the block started
+	Index    int  // 0-based
+	Blocks   int
+	ExitCode int    // after an exit: the status, or -1 when a signal ended it
+	Signal   string // after an exit by a signal: its name ("SIGKILL")
+	Wall     time.Duration
 }
 
 // Outcome is how one block ended (§5.3).

@@ -367,6 +367,9 @@ func (r *run) startBlocks() {
 		b.started = true
 		b.setup = time.Since(setupStart)
 		b.proc.Store(p)
+		if r.req.Progress != nil {
+			r.req.Progress(Progress{Index: i, Blocks: r.n})
+		}
 		if i == r.n-1 {
 			// The program runs from inside Start, so the capture may overflow before the process is
 			// published; the overflow flag is set before the capture looks for the process, so checking it
@@ -421,6 +424,7 @@ func (r *run) loop() {
 		case ev := <-r.events:
 			b := r.blocks[ev.idx]
 			b.exited, b.res = true, ev.res
+			r.progressExit(ev)
 			r.releaseStdin(b)
 			if ev.idx == r.n-1 && !lastDrained {
 				// Whatever still holds the last stdout is dead or escaped the sandbox; a grace is plenty
@@ -472,6 +476,18 @@ func (r *run) loop() {
 			}
 		}
 	}
+}
+
+// progressExit tells Request.Progress that a block's process ended.
+func (r *run) progressExit(ev exitEvent) {
+	if r.req.Progress == nil {
+		return
+	}
+	p := Progress{Exited: true, Index: ev.idx, Blocks: r.n, ExitCode: ev.res.ExitCode, Wall: ev.res.Wall}
+	if ev.res.Signal != 0 {
+		p.Signal = execution.SignalName(ev.res.Signal)
+	}
+	r.req.Progress(p)
 }
 
 // settle decides every outcome that can be decided now, downstream first (an upstream's outcome may

@@ -44,8 +44,8 @@ type StageResult struct {
 	Memory   int64   `json:"memory"`
 }
 
-// ExecuteResponse is the 200 body of POST /api/v2/execute. Compile is always absent: every registered
-// interpreter runs source directly. Files lists what the run created or changed in its workspace;
+// ExecuteResponse is the 200 body of POST /api/v2/execute. Compile is present for a compiled language
+// (its compile stage) and absent otherwise. Files lists what the run created or changed in its workspace;
 // FilesTruncated says some changed files were left out (more than FilesOutMaxCount, or a workspace with
 // more entries than the runner scans).
 type ExecuteResponse struct {

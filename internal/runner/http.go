@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/codellm/codellm/internal/httpserve"
+	"github.com/codellm/codellm/internal/packages"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/wire"
 )
@@ -25,6 +26,7 @@ const (
 	PathExecute    = "/api/v2/execute"
 	PathRuntimes   = "/api/v2/runtimes"
 	PathHealth     = "/api/v2/health"
+	PathPackages   = "/api/v2/packages"
 	SessionsPrefix = "/api/v2/sessions/"
 )
 
@@ -34,6 +36,8 @@ func (r *Runner) Register(route func(method, pattern, name string, h http.Handle
 	route(http.MethodPost, PathExecute, "runner.execute", r.handleExecute)
 	route(http.MethodGet, PathRuntimes, "runner.runtimes", r.handleRuntimes)
 	route(http.MethodGet, PathHealth, "runner.health", r.handleHealth)
+	route(http.MethodGet, PathConnect, "runner.connect", r.handleConnect)
+	route(http.MethodGet, PathPackages, "runner.packages", r.handlePackages)
 	route(http.MethodDelete, SessionsPrefix, "runner.session.delete", r.handleDeleteSession)
 }
 
@@ -208,6 +212,27 @@ func (r *Runner) Health() HealthStatus {
 		return bad("sandbox_unavailable", "the sandbox cannot run in mode "+string(rep.Mode)+"; missing: "+strings.Join(rep.Missing, ", "))
 	}
 	return h
+}
+
+// packageEntry is one element of GET /api/v2/packages: Piston's language, language_version and
+// installed, plus the set's name and what it holds (codellm's package sets, not language runtimes).
+type packageEntry struct {
+	Language        string             `json:"language"`
+	LanguageVersion string             `json:"language_version"`
+	Installed       bool               `json:"installed"`
+	Name            string             `json:"name"`
+	Packages        []packages.Package `json:"packages"`
+}
+
+// handlePackages lists the operator's package sets (Piston's GET /api/v2/packages; sets are added on the
+// host with `codellm packages add`, so the API installs nothing).
+func (r *Runner) handlePackages(w http.ResponseWriter, _ *http.Request) {
+	out := []packageEntry{}
+	for _, s := range r.cfg.Packages {
+		out = append(out, packageEntry{Language: s.Language, LanguageVersion: s.LanguageVersion, Installed: true,
+			Name: s.Name, Packages: s.Packages})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (r *Runner) handleHealth(w http.ResponseWriter, _ *http.Request) {

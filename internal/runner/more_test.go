@@ -30,7 +30,7 @@ func TestRegister(t *testing.T) {
 		}
 		got = append(got, method+" "+pattern)
 	})
-	want := []string{"POST /api/v2/execute", "GET /api/v2/runtimes", "GET /api/v2/health", "DELETE /api/v2/sessions/"}
+	want := []string{"POST /api/v2/execute", "GET /api/v2/runtimes", "GET /api/v2/health", "GET /api/v2/connect", "GET /api/v2/packages", "DELETE /api/v2/sessions/"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("routes %v, want %v", got, want)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/execution"
 	"github.com/codellm/codellm/internal/interp"
+	"github.com/codellm/codellm/internal/packages"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/slots"
 )
@@ -55,6 +56,8 @@ const (
 
 // Config configures a Runner. Programs, Sandbox and Slots are required.
 type Config struct {
+	// Packages are the operator's package sets the blocks import (GET /api/v2/packages lists them).
+	Packages []packages.Set
 	Programs *interp.Programs // enabled interpreters (its Registry supplies languages and aliases)
 	Sandbox  *sandbox.Sandbox // every execute runs in it
 	Slots    *slots.Pool      // the server's one concurrency bound; one slot per execute

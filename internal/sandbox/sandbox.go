@@ -638,6 +638,10 @@ const TermGrace = 500 * time.Millisecond
 // block's process group. Callers give it a grace, then Kill.
 func (p *Process) Terminate() { p.signal(syscall.SIGTERM) }
 
+// Signal sends sig where Terminate sends SIGTERM: to the program under the block's init (the runner's
+// interactive connection forwards a client's signals with it).
+func (p *Process) Signal(sig syscall.Signal) { p.signal(sig) }
+
 // describeLimit renders the human text for a limit kind.
 func describeLimit(k LimitKind, l Limits) string {
 	switch k {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 )
 
@@ -85,4 +86,16 @@ func ServeLoopback(t testing.TB, serve func(ctx context.Context, ln net.Listener
 		}
 	})
 	return ln.Addr().String()
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago (for a process the test starts,
+// which binds it itself).
+func FreePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }

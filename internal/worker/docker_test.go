@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // The docker supervisor tests drive a real container engine: docker if its daemon answers, else podman.
@@ -41,19 +42,7 @@ func containerEngine(t *testing.T) string {
 		t.Skip("container engine tests skipped in -short mode")
 	}
 	engineOnce.Do(func() {
-		// Podman reads CONTAINERS_CONF also when it is behind podman-docker's `docker` wrapper.
-		if _, err := exec.LookPath("podman"); err == nil && os.Getenv("CONTAINERS_CONF") == "" {
-			{
-				conf := filepath.Join(os.TempDir(), "codellm-test-containers.conf") // rewritten, never accumulated
-				body := "[containers]\ndefault_ulimits = [\"nofile=16384:16384\", \"nproc=16384:16384\"]\n"
-				if _, err := exec.LookPath("runc"); err == nil {
-					body += "[engine]\nruntime = \"runc\"\n"
-				}
-				if os.WriteFile(conf, []byte(body), 0o644) == nil {
-					os.Setenv("CONTAINERS_CONF", conf)
-				}
-			}
-		}
+		testhelp.UsePodmanRunc()
 		for _, cli := range []string{"docker", "podman"} {
 			if _, err := exec.LookPath(cli); err != nil {
 				continue

@@ -42,6 +42,7 @@ func codellmBinary(t *testing.T) string {
 		}
 		binPath = filepath.Join(binDir, "codellm")
 		cmd := exec.Command("go", "build", "-o", binPath, "../../cmd/codellm")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // a cgo build refuses the native sandbox
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
@@ -364,7 +365,7 @@ func TestE2EQuarantineClear(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := w.run(t, "--worker-dir", dir, "--allow-workspace-writes")
-	if rc := p.exitCode(t, 30*time.Second); rc != ExitQuarantined || !strings.Contains(p.out.String(), "codellm worker: worker: quarantined") {
+	if rc := p.exitCode(t, 30*time.Second); rc != ExitQuarantined || !strings.Contains(p.out.String(), "codellm worker: quarantined") {
 		t.Fatalf("run with marker: exit %d\n%s", rc, p.out.String())
 	}
 	// While a worker (without the workspace) holds the run lock, clearing is refused.

@@ -11,16 +11,16 @@ import (
 // Sentinels for the ways the worker loop ends; ExitCode maps them to §12's exit codes.
 var (
 	// ErrConfig: the configuration or a local resource is unusable (exit 1).
-	ErrConfig = errors.New("worker: configuration error")
+	ErrConfig = errors.New("configuration error")
 	// ErrAuth: the hub refused the worker's authentication (401, 403) or a rotation could not be
 	// persisted or was malformed (exit 3).
-	ErrAuth = errors.New("worker: authentication failed")
+	ErrAuth = errors.New("authentication failed")
 	// ErrFenced: another incarnation owns the worker (exit 4).
-	ErrFenced = errors.New("worker: fenced by another incarnation")
+	ErrFenced = errors.New("fenced by another incarnation")
 	// ErrQuarantined: the hub or a local marker says local state may be inconsistent (exit 5).
-	ErrQuarantined = errors.New("worker: quarantined")
+	ErrQuarantined = errors.New("quarantined")
 	// ErrProtocol: a reply broke the protocol (retried with backoff).
-	ErrProtocol = errors.New("worker: protocol error")
+	ErrProtocol = errors.New("protocol error")
 	// ErrStoreReset: the hub's store lost its state, this worker's
 	// credential with it (an authentication failure: exit 3).
 	ErrStoreReset error = storeResetError{}

@@ -29,7 +29,7 @@ type Identity struct {
 }
 
 // ErrIdentity is wrapped by every identity file failure.
-var ErrIdentity = errors.New("worker: identity file")
+var ErrIdentity = errors.New("identity file")
 
 // PrivateKeyValue returns the parsed signing key (valid after LoadIdentity or Validate).
 func (id *Identity) PrivateKeyValue() ed25519.PrivateKey { return id.priv }

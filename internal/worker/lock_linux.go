@@ -11,7 +11,7 @@ import (
 )
 
 // ErrLocked: another live worker holds the run lock.
-var ErrLocked = errors.New("worker: another worker process holds the run lock")
+var ErrLocked = errors.New("another worker process holds the run lock")
 
 // RunLock is §5's flock-based run lock: one worker process per (hub, worker ID), and clear/reset
 // commands refuse to run beside a live worker.

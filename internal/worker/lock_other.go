@@ -9,7 +9,7 @@ import (
 )
 
 // ErrLocked: another live worker holds the run lock.
-var ErrLocked = errors.New("worker: another worker process holds the run lock")
+var ErrLocked = errors.New("another worker process holds the run lock")
 
 // RunLock is a best-effort run lock on platforms without flock support in this build: an exclusive
 // file that is removed on release.

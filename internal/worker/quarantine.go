@@ -28,7 +28,7 @@ type Marker struct {
 }
 
 // ErrMarkerExists: arming found a marker already present (another incarnation's, or our own unsettled one).
-var ErrMarkerExists = errors.New("worker: quarantine marker already exists")
+var ErrMarkerExists = errors.New("quarantine marker already exists")
 
 // CanonicalURL is §5's canonURL: no trailing '/', no fragment, no default port, lower-case scheme and
 // host, and "/" for an empty path.

@@ -46,7 +46,9 @@ var binary = sync.OnceValues(func() (string, error) {
 	}
 	binDir = dir
 	bin := filepath.Join(dir, "codellm")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/codellm").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/codellm")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // a cgo build refuses the native sandbox
+	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
 	return bin, nil

@@ -18,12 +18,13 @@ func TestCLIStoreSelection(t *testing.T) {
 		env  map[string]string
 		args []string
 		want string
+		rc   int // config.ExitUsage for a setting, ExitUnavailable for a server that cannot be had
 	}{
-		{"redis kind without URL", map[string]string{"CODELLM_HUB_STORE": "redis"}, nil, "needs CODELLM_HUB_REDIS_URL"},
-		{"redis kind with a path", map[string]string{"CODELLM_HUB_STORE": "redis"}, []string{"--store", "/tmp/x.db"}, "not a path"},
-		{"unknown kind", map[string]string{"CODELLM_HUB_STORE": "etcd"}, nil, `store "etcd" is not available`},
-		{"unreachable server", nil, []string{"--store", "redis://127.0.0.1:1/0"}, "connection refused"},
-		{"bad database", nil, []string{"--store", "redis://127.0.0.1:6379/x"}, "invalid redis URL"},
+		{"redis kind without URL", map[string]string{"CODELLM_HUB_STORE": "redis"}, nil, "needs CODELLM_HUB_REDIS_URL", 2},
+		{"redis kind with a path", map[string]string{"CODELLM_HUB_STORE": "redis"}, []string{"--store", "/tmp/x.db"}, "not a path", 2},
+		{"unknown kind", map[string]string{"CODELLM_HUB_STORE": "etcd"}, nil, `store "etcd" is not available`, 2},
+		{"unreachable server", nil, []string{"--store", "redis://127.0.0.1:1/0"}, "connection refused", 6},
+		{"bad database", nil, []string{"--store", "redis://127.0.0.1:6379/x"}, "invalid redis URL", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
@@ -31,7 +32,7 @@ func TestCLIStoreSelection(t *testing.T) {
 			}
 			var stdout, stderr bytes.Buffer
 			args := append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-token", adminToken, "--api-key", apiKey}, tc.args...)
-			if rc := hub.RunCLI(args, &stdout, &stderr); rc != 1 || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "listening") {
+			if rc := hub.RunCLI(args, &stdout, &stderr); rc != tc.rc || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "listening") {
 				t.Fatalf("rc %d, stderr %q, want %q", rc, stderr.String(), tc.want)
 			}
 		})
@@ -49,13 +50,13 @@ func TestCLIRedisChecks(t *testing.T) {
 		return hub.RunCLI(args, &stdout, &stderr), stderr.String()
 	}
 	rc, out := serve("--listen", "127.0.0.1:0")
-	if rc != 1 || !strings.Contains(out, `maxmemory-policy is "allkeys-lru"`) || strings.Contains(out, "listening") {
+	if rc != 6 || !strings.Contains(out, `maxmemory-policy is "allkeys-lru"`) || strings.Contains(out, "listening") {
 		t.Fatalf("eviction allowed: rc %d, stderr %q", rc, out)
 	}
 	// Insisting gets past the check (the listener then fails: port 99999).
 	rc, out = serve("--listen", "127.0.0.1:99999", "--redis-allow-eviction")
-	if rc != 1 || !strings.Contains(out, "warning: redis maxmemory-policy") || !strings.Contains(out, "neither AOF") ||
-		!strings.Contains(out, "listen:") {
+	if rc != 6 || !strings.Contains(out, "warning: redis maxmemory-policy") || !strings.Contains(out, "neither AOF") ||
+		!strings.Contains(out, "--listen 127.0.0.1:99999") {
 		t.Fatalf("--redis-allow-eviction: rc %d, stderr %q", rc, out)
 	}
 	st, err := redisstore.Open(context.Background(), rp.url())
