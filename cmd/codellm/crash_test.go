@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/codellm/codellm/internal/testhelp"
+)
+
+// survivorBlock is a bash block that leaves three programs with marker in their argv (two in the
+// background, one in the foreground) and runs until they are killed.
+func survivorBlock(marker string) string {
+	return "```bash\nsleep " + marker + " &\nsleep " + marker + " &\nsleep " + marker + "\n```"
+}
+
+// newMarker is a sleep argument no other test's processes have: 600 s and a fraction unique to this run.
+func newMarker(t *testing.T) string {
+	m := fmt.Sprintf("600.%d%06d", os.Getpid(), time.Now().UnixNano()%1e6)
+	t.Cleanup(func() { testhelp.KillCmdline(t, "sleep\x00"+m) })
+	return m
+}
+
+// A SIGKILLed `serve` takes its blocks along, whichever helper started them (issue 35 item 1: with the
+// raw helper three programs per run lived on, its parent-death signal cleared by its setresuid). Each
+// helper: a block starts three sleeps, the server is SIGKILLed mid-block, and none may remain.
+func TestSIGKILLedServeLeavesNoBlock(t *testing.T) {
+	for _, c := range []struct{ name, flag string }{{"raw helper", ""}, {"go helper", "--go-helper"}} {
+		t.Run(c.name, func(t *testing.T) {
+			var args []string
+			if c.flag != "" {
+				args = append(args, c.flag)
+			}
+			s := startServeProc(t, args...)
+			marker := newMarker(t)
+			body, _ := json.Marshal(map[string]any{"model": "codellm",
+				"messages": []map[string]string{{"role": "user", "content": survivorBlock(marker)}}})
+			go func() {
+				resp, err := http.Post(s.base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+				if err == nil {
+					resp.Body.Close()
+				}
+			}()
+			argv := "sleep\x00" + marker
+			testhelp.WaitCmdline(t, argv, 3, 60*time.Second)
+			if err := s.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			s.stop() // reaps it
+			if left := testhelp.WaitCmdlineGone(t, argv, 15*time.Second); len(left) > 0 {
+				t.Fatalf("%d of the block's 3 programs outlived the SIGKILLed server: PIDs %v", len(left), left)
+			}
+		})
+	}
+}
