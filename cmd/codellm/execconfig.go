@@ -299,6 +299,10 @@ func (f *execFlags) checkLimits() error {
 		return fmt.Errorf("--max-concurrent must be at least 1, got %d", f.maxConcurrent)
 	case f.maxOutput < 1:
 		return fmt.Errorf("--max-output-bytes must be positive")
+	case f.deterministic && (f.network || f.networkAllow != ""):
+		// Every run would be refused (sandbox.ErrDeterministicNetwork) unless it narrowed its network away.
+		return fmt.Errorf("--deterministic cannot be the default with --network or --network-allow: %v; "+
+			"drop --deterministic (a request may still ask for it with metadata.network_allow \"\")", sandbox.ErrDeterministicNetwork)
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ func Map(err error, retryAfter time.Duration) *openai.Error {
 		mt *contract.MissingToolError
 		se *seal.Error
 		be *interp.BagEnvError
+		de *engine.DeterminismError
 	)
 	switch {
 	case errors.As(err, &oe):
@@ -46,6 +47,10 @@ func Map(err error, retryAfter time.Duration) *openai.Error {
 		return openai.NewError(http.StatusUnprocessableEntity, "unseal_error", "%s", se.Error())
 	case errors.As(err, &ue):
 		return openai.NewError(http.StatusUnprocessableEntity, "unclosed_fence", "%s", ue.Error())
+	case errors.As(err, &de) && de.Unavailable:
+		return openai.NewError(http.StatusNotImplemented, "deterministic_unavailable", "%s", de.Error())
+	case errors.As(err, &de):
+		return openai.NewError(http.StatusBadRequest, "invalid_metadata", "%s", de.Error())
 	case errors.As(err, &tm):
 		return openai.NewError(http.StatusBadRequest, "too_many_blocks", "%s", tm.Error())
 	case errors.Is(err, engine.ErrNoCodeBlocks):
