@@ -57,3 +57,68 @@ func TestSIGKILLedServeLeavesNoBlock(t *testing.T) {
 		})
 	}
 }
+
+// freezeGroups freezes every cgroup a codellm process made (v1 freezer.state, v2 cgroup.freeze), as its
+// own run-group kill does between its freeze and its thaw; it reports how many it froze.
+func freezeGroups(t *testing.T, pid int) int {
+	t.Helper()
+	n := 0
+	for _, d := range testhelp.CgroupsOf(t, pid) {
+		for _, f := range []struct{ file, value string }{{"freezer.state", "FROZEN"}, {"cgroup.freeze", "1"}} {
+			if err := os.WriteFile(d+"/"+f.file, []byte(f.value), 0); err == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// A `serve` SIGKILLed while one of its run groups is frozen (on cgroup v1 its kill of a run freezes the
+// group, signals it and thaws it) left the blocks frozen for good: a frozen v1 task does not act on its
+// SIGKILL, and the next start's sweep skipped groups that still held processes (issue 35 item 7). Now the
+// next start kills what a dead server's groups hold and removes them. Both helpers; on the old code the
+// three sleeps stay, frozen.
+func TestServeKilledMidFreezeLeavesNothingFrozen(t *testing.T) {
+	for _, c := range []struct{ name, flag string }{{"raw helper", ""}, {"go helper", "--go-helper"}} {
+		t.Run(c.name, func(t *testing.T) {
+			var args []string
+			if c.flag != "" {
+				args = append(args, c.flag)
+			}
+			s := startServeProc(t, args...)
+			marker := newMarker(t)
+			body, _ := json.Marshal(map[string]any{"model": "codellm",
+				"messages": []map[string]string{{"role": "user", "content": survivorBlock(marker)}}})
+			go func() {
+				resp, err := http.Post(s.base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+				if err == nil {
+					resp.Body.Close()
+				}
+			}()
+			argv := "sleep\x00" + marker
+			testhelp.WaitCmdline(t, argv, 3, 60*time.Second)
+			pid := s.cmd.Process.Pid
+			if freezeGroups(t, pid) == 0 {
+				t.Skip("no cgroup freezer here: nothing can be left frozen")
+			}
+			t.Cleanup(func() { thawGroups(t, pid) })
+			_ = s.cmd.Process.Kill()
+			s.stop()
+			startServeProc(t, args...) // its sandbox sweeps the dead server's groups
+			if left := testhelp.WaitCmdlineGone(t, argv, 15*time.Second); len(left) > 0 {
+				t.Fatalf("%d of the block's 3 programs stayed (frozen) after the next start: PIDs %v", len(left), left)
+			}
+			if left := testhelp.CgroupsOf(t, pid); len(left) > 0 {
+				t.Errorf("the dead server's run groups stayed: %q", left)
+			}
+		})
+	}
+}
+
+// thawGroups undoes freezeGroups where a failed test left groups behind.
+func thawGroups(t *testing.T, pid int) {
+	for _, d := range testhelp.CgroupsOf(t, pid) {
+		_ = os.WriteFile(d+"/freezer.state", []byte("THAWED"), 0)
+		_ = os.WriteFile(d+"/cgroup.freeze", []byte("0"), 0)
+	}
+}
