@@ -25,28 +25,44 @@ func newMarker(t *testing.T) string {
 	return m
 }
 
+// helpers are the two helpers a crash test runs on: the raw helper (the default) and the Go helper.
+var helpers = []struct{ name, flag string }{{"raw helper", ""}, {"go helper", "--go-helper"}}
+
+// helperArgs are serve's arguments for a helper's flag.
+func helperArgs(flag string) []string {
+	if flag == "" {
+		return nil
+	}
+	return []string{flag}
+}
+
+// serveMidBlock starts serve with args and a chat whose block leaves three sleeps running, and returns
+// once they run, with the argv prefix that finds them.
+func serveMidBlock(t *testing.T, args []string) (*serveProc, string) {
+	t.Helper()
+	s := startServeProc(t, args...)
+	marker := newMarker(t)
+	body, _ := json.Marshal(map[string]any{"model": "codellm",
+		"messages": []map[string]string{{"role": "user", "content": survivorBlock(marker)}}})
+	go func() {
+		resp, err := http.Post(s.base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	argv := "sleep\x00" + marker
+	testhelp.WaitCmdline(t, argv, 3, 60*time.Second)
+	return s, argv
+}
+
 // A SIGKILLed `serve` takes its blocks along, whichever helper started them (issue 35 item 1: with the
 // raw helper three programs per run lived on, its parent-death signal cleared by its setresuid). Each
 // helper: a block starts three sleeps, the server is SIGKILLed mid-block, and none may remain.
 func TestSIGKILLedServeLeavesNoBlock(t *testing.T) {
-	for _, c := range []struct{ name, flag string }{{"raw helper", ""}, {"go helper", "--go-helper"}} {
+	for _, c := range helpers {
 		t.Run(c.name, func(t *testing.T) {
-			var args []string
-			if c.flag != "" {
-				args = append(args, c.flag)
-			}
-			s := startServeProc(t, args...)
-			marker := newMarker(t)
-			body, _ := json.Marshal(map[string]any{"model": "codellm",
-				"messages": []map[string]string{{"role": "user", "content": survivorBlock(marker)}}})
-			go func() {
-				resp, err := http.Post(s.base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
-				if err == nil {
-					resp.Body.Close()
-				}
-			}()
-			argv := "sleep\x00" + marker
-			testhelp.WaitCmdline(t, argv, 3, 60*time.Second)
+			args := helperArgs(c.flag)
+			s, argv := serveMidBlock(t, args)
 			if err := s.cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
@@ -79,24 +95,10 @@ func freezeGroups(t *testing.T, pid int) int {
 // next start kills what a dead server's groups hold and removes them. Both helpers; on the old code the
 // three sleeps stay, frozen.
 func TestServeKilledMidFreezeLeavesNothingFrozen(t *testing.T) {
-	for _, c := range []struct{ name, flag string }{{"raw helper", ""}, {"go helper", "--go-helper"}} {
+	for _, c := range helpers {
 		t.Run(c.name, func(t *testing.T) {
-			var args []string
-			if c.flag != "" {
-				args = append(args, c.flag)
-			}
-			s := startServeProc(t, args...)
-			marker := newMarker(t)
-			body, _ := json.Marshal(map[string]any{"model": "codellm",
-				"messages": []map[string]string{{"role": "user", "content": survivorBlock(marker)}}})
-			go func() {
-				resp, err := http.Post(s.base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
-				if err == nil {
-					resp.Body.Close()
-				}
-			}()
-			argv := "sleep\x00" + marker
-			testhelp.WaitCmdline(t, argv, 3, 60*time.Second)
+			args := helperArgs(c.flag)
+			s, argv := serveMidBlock(t, args)
 			pid := s.cmd.Process.Pid
 			if freezeGroups(t, pid) == 0 {
 				t.Skip("no cgroup freezer here: nothing can be left frozen")

@@ -32,13 +32,7 @@ import (
 // what its request asked, or the request failed). CI runs a short form; CODELLM_SOAK_REQUESTS=10000 runs
 // the long one.
 func TestSoakWithKills(t *testing.T) {
-	n := 36
-	if v := os.Getenv("CODELLM_SOAK_REQUESTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			t.Fatalf("CODELLM_SOAK_REQUESTS=%q", v)
-		}
-	}
+	n := testhelp.SoakRequests(t, 36)
 	ks := newKillSoak(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("kill seed %d", seed)
@@ -112,17 +106,28 @@ func (ks *killSoak) startServe() error {
 	ks.serve = p
 	ks.pids = append(ks.pids, p.cmd.Process.Pid)
 	ks.mu.Unlock()
-	for end := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get("http://" + ks.serveAddr + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
+	ready := func() bool {
+		resp, err := http.Get("http://" + ks.serveAddr + "/readyz")
+		if err != nil {
+			return false
 		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	if !within(60*time.Second, ready) {
+		return fmt.Errorf("serve not ready within 60 s: %s", p.out.String())
+	}
+	return nil
+}
+
+// within polls cond until it holds or d has passed (a hang bound), and reports whether it held.
+func within(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(end) {
-			return fmt.Errorf("serve not ready within 60 s: %s", p.out.String())
+			return false
 		}
 	}
+	return true
 }
 
 // startWorker starts the worker and waits until its supervisor is built (its start-up sweep done). It
@@ -134,10 +139,8 @@ func (ks *killSoak) startWorker() error {
 	ks.worker = p
 	ks.pids = append(ks.pids, p.cmd.Process.Pid)
 	ks.mu.Unlock()
-	for end := time.Now().Add(60 * time.Second); !strings.Contains(p.out.String(), " running against "); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			return fmt.Errorf("worker not started within 60 s: %s", p.out.String())
-		}
+	if !within(60*time.Second, func() bool { return strings.Contains(p.out.String(), " running against ") }) {
+		return fmt.Errorf("worker not started within 60 s: %s", p.out.String())
 	}
 	return nil
 }
@@ -153,23 +156,18 @@ func (ks *killSoak) killer(r *rand.Rand, stop <-chan struct{}) map[string]int {
 		case <-time.After(500*time.Millisecond + time.Duration(r.IntN(2000))*time.Millisecond):
 		}
 		var err error
+		serve, worker := ks.procs()
 		switch r.IntN(4) {
 		case 0:
-			ks.mu.Lock()
-			p := ks.serve
-			ks.mu.Unlock()
-			p.kill()
+			serve.kill()
 			err = ks.startServe()
 			kills["serve"]++
 		case 1, 2:
-			if pid := spawnerOf(ks.t, ks.servePid()); pid > 0 && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			if pid := spawnerOf(ks.t, serve.cmd.Process.Pid); pid > 0 && syscall.Kill(pid, syscall.SIGKILL) == nil {
 				kills["spawner"]++
 			}
 		case 3:
-			ks.mu.Lock()
-			p := ks.worker
-			ks.mu.Unlock()
-			p.kill()
+			worker.kill()
 			err = ks.startWorker()
 			kills["worker"]++
 		}
@@ -181,10 +179,11 @@ func (ks *killSoak) killer(r *rand.Rand, stop <-chan struct{}) map[string]int {
 	}
 }
 
-func (ks *killSoak) servePid() int {
+// procs are the serve and worker processes running now.
+func (ks *killSoak) procs() (serve, worker *proc) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return ks.serve.cmd.Process.Pid
+	return ks.serve, ks.worker
 }
 
 // spawnerOf is the pid of serve's spawner, 0 when it has none now: serve's child whose argv says
@@ -316,9 +315,7 @@ func okOrWrong(st int) int {
 // killed ones left) and stops it again, as an operator's restart does.
 func (ks *killSoak) settle() {
 	for range 2 {
-		ks.mu.Lock()
-		s, w := ks.serve, ks.worker
-		ks.mu.Unlock()
+		s, w := ks.procs()
 		s.stop()
 		w.stop()
 		if ks.t.Failed() {
