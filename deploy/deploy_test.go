@@ -472,9 +472,13 @@ func TestSystemdUnits(t *testing.T) {
 				}
 			}
 			if strings.Contains(file, "worker") {
-				// Exit codes a restart cannot fix (bridge-protocol.md §12) must stop the unit.
-				if got := strings.Fields(last(s["RestartPreventExitStatus"])); !slices.Equal(got, []string{"3", "4", "5"}) {
-					t.Errorf("RestartPreventExitStatus=%v, want 3 4 5 (auth, fenced, quarantined)", got)
+				// Exit codes a restart cannot fix (bridge-protocol.md §12) must stop the unit; a quarantine (5)
+				// restarts (issue 35 item 2: a unit left down on 5 kept the worker offline for everyone).
+				if got := strings.Fields(last(s["RestartPreventExitStatus"])); !slices.Equal(got, []string{"3", "4"}) {
+					t.Errorf("RestartPreventExitStatus=%v, want 3 4 (auth, fenced)", got)
+				}
+				if got := last(s["Restart"]); got != "always" {
+					t.Errorf("Restart=%s, want always", got)
 				}
 			}
 			if u := last(s["User"]); u == "root" || u == "0" {

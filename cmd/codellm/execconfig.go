@@ -38,6 +38,7 @@ type execFlags struct {
 	network       bool
 	networkAllow  string
 	netMaxConns   int
+	netMaxOpen    int
 	netMaxBytes   int64
 	timeout       time.Duration
 	maxOutput     int64
@@ -74,6 +75,7 @@ func (f *execFlags) bind(v *config.Values) {
 	f.network, f.networkAllow, f.deterministic = v.Bool("network"), v.String("network-allow"), v.Bool("deterministic")
 	f.goHelper = v.Bool("go-helper")
 	f.netMaxConns, f.netMaxBytes = v.Int("network-max-connections"), v.Size("network-max-bytes")
+	f.netMaxOpen = v.Int("network-max-proxy-connections")
 	f.timeout, f.queueTimeout, f.cpuTime = v.Duration("timeout"), v.Duration("queue-timeout"), v.Duration("cpu-time-limit")
 	f.maxOutput, f.maxStderr = v.Size("max-output-bytes"), v.Size("max-stderr-bytes")
 	f.maxBlocks, f.maxConcurrent, f.pids = v.Int("max-blocks"), v.Int("max-concurrent"), v.Int("pids-limit")
@@ -157,17 +159,18 @@ func (f *execFlags) egressProxy(list, who string, log *slog.Logger, m egress.Met
 	if err != nil {
 		return nil, nil, err
 	}
-	if f.netMaxConns < 0 || f.netMaxBytes < 0 {
+	if f.netMaxConns < 0 || f.netMaxBytes < 0 || f.netMaxOpen < 0 {
 		return nil, nil, errors.New("egress caps must not be negative")
 	}
 	log.Warn(who+" may reach these destinations through the egress proxy", "allow", strings.Join(pol.Entries(), ","), "digest", pol.Digest())
-	p, err := egress.New(egress.Config{Policy: pol, MaxConns: f.netMaxConns, MaxBytes: f.netMaxBytes,
+	p, err := egress.New(egress.Config{Policy: pol, MaxConns: f.netMaxConns, MaxOpen: f.netMaxOpen, MaxBytes: f.netMaxBytes,
 		Logger: log, Metrics: m})
 	if err != nil {
 		return nil, nil, err
 	}
 	conns, bytes := p.Limits()
-	return p, &sandbox.EgressReport{Allow: pol.Entries(), Digest: pol.Digest(), MaxConnections: conns, MaxBytes: bytes}, nil
+	return p, &sandbox.EgressReport{Allow: pol.Entries(), Digest: pol.Digest(), MaxConnections: conns,
+		MaxProxyConnections: p.MaxOpen(), MaxBytes: bytes}, nil
 }
 
 // egressOpener adapts a proxy to the sandbox's per-run hook.
@@ -350,6 +353,10 @@ func (f *execFlags) checkLimits() error {
 		return fmt.Errorf("--max-concurrent must be at least 1, got %d", f.maxConcurrent)
 	case f.maxOutput < 1:
 		return fmt.Errorf("--max-output-bytes must be positive")
+	case f.deterministic && (f.network || f.networkAllow != ""):
+		// Every run would be refused (sandbox.ErrDeterministicNetwork) unless it narrowed its network away.
+		return fmt.Errorf("--deterministic cannot be the default with --network or --network-allow: %v; "+
+			"drop --deterministic (a request may still ask for it with metadata.network_allow \"\")", sandbox.ErrDeterministicNetwork)
 	}
 	return nil
 }

@@ -49,19 +49,37 @@ type workerFlags struct {
 // containerFlags configure the docker supervisors (§11.4).
 type containerFlags struct {
 	cli, image, seccomp, packages, sandbox string
+	memory                                 int64 // --container-memory-limit (0: --memory-limit plus the runner's share)
+	pids, maxSessions                      int   // --container-pids-limit (0: likewise), --container-max-sessions
+	sessionTTL                             time.Duration
 }
 
-// dockerSupervisor builds the docker or docker-nsjail supervisor.
-func (c *containerFlags) dockerSupervisor(sup string) (*worker.Docker, error) {
+// Defaults of a runtime container's bounds beyond one run's: the runner (codellm serve) it holds.
+const (
+	containerRunnerMemory = 256 << 20
+	containerRunnerPids   = 64
+)
+
+// dockerSupervisor builds the docker or docker-nsjail supervisor of worker owner, its containers bounded
+// by the container flags (by default one run's limits, ef's, plus the runner's share).
+func (c *containerFlags) dockerSupervisor(sup string, ef *execFlags, owner string) (*worker.Docker, error) {
 	switch c.sandbox {
 	case "native", "besteffort":
 	default:
 		return nil, fmt.Errorf("%w: --runtime-supervisor %s needs --container-sandbox native or besteffort (codellm's sandbox inside the container; choose explicitly), got %q", worker.ErrConfig, sup, c.sandbox)
 	}
+	mem, pids := c.memory, c.pids
+	if mem == 0 {
+		mem = ef.memory + containerRunnerMemory
+	}
+	if pids == 0 {
+		pids = ef.pids + containerRunnerPids
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return worker.NewDocker(ctx, worker.DockerConfig{CLI: c.cli, Image: c.image, NSJail: sup != "docker",
-		SeccompProfile: c.seccomp, PackagesPath: c.packages, Env: []string{"CODELLM_SANDBOX=" + c.sandbox}})
+		SeccompProfile: c.seccomp, PackagesPath: c.packages, Env: []string{"CODELLM_SANDBOX=" + c.sandbox},
+		Memory: mem, Pids: pids, Owner: owner, Sessions: worker.DockerSessions{TTL: c.sessionTTL, Max: c.maxSessions}})
 }
 
 func (f *workerFlags) register(fs *flag.FlagSet, run bool) {
@@ -86,6 +104,8 @@ func (f *workerFlags) bindRun(v *config.Values) {
 	c := &f.container
 	c.cli, c.image, c.seccomp = v.String("container-cli"), v.String("runtime-image"), v.String("docker-seccomp-profile")
 	c.packages, c.sandbox = v.String("docker-packages-path"), v.String("container-sandbox")
+	c.memory, c.pids = v.Size("container-memory-limit"), v.Int("container-pids-limit")
+	c.sessionTTL, c.maxSessions = v.Duration("container-session-ttl"), v.Int("container-max-sessions")
 }
 
 // parseInterspersed parses flags that may come before, between or after the positional arguments
@@ -535,13 +555,13 @@ func (f *workerFlags) buildSupervisor(sup string, ef *execFlags, cfg *worker.Con
 		cfg.Supervisor = e
 		return nil, nil, nop, nil
 	case "docker", "docker-nsjail", "docker-macos-nsjail":
-		d, err := f.container.dockerSupervisor(sup)
+		d, err := f.container.dockerSupervisor(sup, ef, cfg.WorkerID)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		cfg.Supervisor, f.docker = d, d
 		if !f.commands || f.commandSandbox(sup) == "runtime" {
-			return nil, nil, nop, nil
+			return nil, nil, d.Close, nil
 		}
 		// --command-sandbox embedded: workspace commands run on the worker host in codellm's own sandbox.
 		scfg, err := ef.sandboxConfig(log)
@@ -550,9 +570,10 @@ func (f *workerFlags) buildSupervisor(sup string, ef *execFlags, cfg *worker.Con
 		}
 		sb, err := sandbox.New(scfg)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
+			d.Close()
+			return nil, nil, nil, errors.Join(worker.ErrConfig, err)
 		}
-		return nil, &workspace.Options{Sandbox: sb}, func() { sb.Close() }, nil
+		return nil, &workspace.Options{Sandbox: sb}, func() { sb.Close(); d.Close() }, nil
 	}
 	return nil, nil, nil, fmt.Errorf("%w: runtime supervisor %q is not available in this build (embedded, endpoint, docker, docker-nsjail)", worker.ErrConfig, sup)
 }

@@ -33,11 +33,20 @@ func RedactResult(res *pipeline.Result, secrets []string) {
 	}
 	for i := range res.Blocks {
 		b := &res.Blocks[i]
-		b.Stdout = seal.RedactBytes(b.Stdout, secrets)
-		b.Stderr = seal.RedactBytes(b.Stderr, secrets)
-		b.PipeBuffer = seal.RedactBytes(b.PipeBuffer, secrets)
+		b.Stdout = redactCapture(b.Stdout, b.StdoutTruncated, secrets)
+		b.Stderr = seal.RedactBytes(b.Stderr, secrets) // cut at its head: the drop line marks it
+		b.PipeBuffer = redactCapture(b.PipeBuffer, b.PipeTruncated, secrets)
 	}
 	if res.Err != nil {
 		res.Err.Message = seal.Redact(res.Err.Message, secrets)
 	}
+}
+
+// redactCapture redacts a capture that may have been cut at its end (over its cap), which can split a
+// secret.
+func redactCapture(b []byte, truncated bool, secrets []string) []byte {
+	if truncated {
+		return seal.RedactTruncated(b, secrets)
+	}
+	return seal.RedactBytes(b, secrets)
 }

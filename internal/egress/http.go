@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -78,6 +79,12 @@ func (s *Session) forward(c net.Conn, br *bufio.Reader, req *http.Request) {
 		return
 	}
 	defer up.Close()
+	s.exchange(c, up, req, d)
+}
+
+// exchange sends the client's request upstream and its response back, both
+// heads bounded and every byte charged against the run's cap.
+func (s *Session) exchange(c, up net.Conn, req *http.Request, d dest) {
 	for _, h := range hopHeaders {
 		req.Header.Del(h)
 	}
@@ -86,26 +93,50 @@ func (s *Session) forward(c net.Conn, br *bufio.Reader, req *http.Request) {
 	req.Host = req.URL.Host
 	req.Close = true
 	req.RequestURI = ""
-	sent := &meter{s: s, r: req.Body, d: d}
-	if req.Body != nil {
-		req.Body = struct {
-			io.Reader
-			io.Closer
-		}{sent, req.Body}
-	}
+	// Everything written upstream is charged, the request's head too: only
+	// its body was, and 2.4 MB of heads went through a 64 KiB cap (issue 35
+	// item 13).
+	sent := &meteredWriter{s: s, w: up, d: d}
 	recv := &meter{s: s, r: up, d: d}
+	// The response's head is bounded as the request's is: an endless one
+	// grew serve by 630 MiB before the byte cap ended it (issue 35 item 5).
+	head := &capReader{r: recv, n: maxHeader}
 	errc := make(chan error, 1)
-	go func() { errc <- req.Write(up) }()
-	resp, err := http.ReadResponse(bufio.NewReader(recv), req)
-	if err == nil {
+	go func() {
+		err := req.Write(sent)
+		if err != nil {
+			_ = up.Close() // no answer will come to half a request: end the read below
+		}
+		errc <- err
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(head), req)
+	head.lift()
+	collected := false
+	if err != nil {
+		// Why no response: the request hit the byte cap, or the upstream failed.
+		_ = up.Close()
+		if werr := <-errc; errors.Is(werr, errByteLimit) {
+			err = werr
+		}
+		collected = true
+	}
+	switch {
+	case errors.Is(err, errByteLimit) && !recv.over:
+		writeStatus(c, http.StatusForbidden, "codellm egress: "+err.Error())
+	case err == nil:
 		resp.Close = true
 		_ = resp.Write(c)
 		_ = resp.Body.Close()
-	} else if !recv.over {
-		writeStatus(c, http.StatusBadGateway, "no valid response from "+host)
+	case errors.Is(err, errHeaderTooLarge):
+		s.record(d, refuse("bad_response", "the response head from %s is larger than 64 KiB", d.host))
+		writeStatus(c, http.StatusBadGateway, "codellm egress: the response head from "+d.host+" is larger than 64 KiB")
+	case !recv.over:
+		writeStatus(c, http.StatusBadGateway, "no valid response from "+d.host)
 	}
 	_ = up.Close()
-	<-errc
+	if !collected {
+		<-errc
+	}
 	s.finished(d, sent.n, recv.n)
 }
 
@@ -127,6 +158,24 @@ func (m *meter) Read(p []byte) (int, error) {
 		m.over = true
 		return 0, errByteLimit
 	}
+	m.n += int64(n)
+	return n, err
+}
+
+// meteredWriter counts bytes before they are written against the run's
+// byte cap; nothing past the cap is written.
+type meteredWriter struct {
+	s *Session
+	w io.Writer
+	d dest
+	n int64
+}
+
+func (m *meteredWriter) Write(p []byte) (int, error) {
+	if !m.s.charge(int64(len(p)), m.d) {
+		return 0, errByteLimit
+	}
+	n, err := m.w.Write(p)
 	m.n += int64(n)
 	return n, err
 }

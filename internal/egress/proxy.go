@@ -15,6 +15,7 @@ import (
 // Defaults of [Config].
 const (
 	DefaultMaxConns    = 64
+	DefaultMaxOpen     = 64
 	DefaultMaxBytes    = 256 << 20
 	DefaultDialTimeout = 10 * time.Second
 	// headerTimeout bounds how long a client may take to say where it
@@ -37,10 +38,14 @@ type Metrics interface {
 
 // Config is the operator's egress policy.
 type Config struct {
-	Policy      *Policy
-	Resolver    Resolver      // default net.DefaultResolver
-	MaxConns    int           // connections per run (default 64); negative: none
-	MaxBytes    int64         // bytes per run, both directions (default 256 MiB)
+	Policy   *Policy
+	Resolver Resolver // default net.DefaultResolver
+	MaxConns int      // outbound connections per run (default 64); negative: none
+	// MaxOpen bounds the connections a run's blocks hold open to the proxy at once, whether or not they
+	// ever dial (default 64; negative: none): each costs the server a descriptor, and ~2 000 idle ones
+	// exhausted serve's (issue 35 item 4). One beyond it is closed at once.
+	MaxOpen     int
+	MaxBytes    int64         // bytes per run, both directions, request and response heads included (default 256 MiB)
 	DialTimeout time.Duration // default 10s
 	Logger      *slog.Logger
 	Metrics     Metrics
@@ -49,8 +54,11 @@ type Config struct {
 // Proxy is the configured egress policy shared by every run.
 type Proxy struct{ cfg Config }
 
-// Limits are the effective per-run caps (connections, bytes), defaults applied.
+// Limits are the effective per-run caps (outbound connections, bytes), defaults applied.
 func (p *Proxy) Limits() (int, int64) { return p.cfg.MaxConns, p.cfg.MaxBytes }
+
+// MaxOpen is the effective per-run cap on connections open to the proxy at once.
+func (p *Proxy) MaxOpen() int { return p.cfg.MaxOpen }
 
 // New validates cfg and fills in defaults.
 func New(cfg Config) (*Proxy, error) {
@@ -62,6 +70,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxOpen == 0 {
+		cfg.MaxOpen = DefaultMaxOpen
 	}
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultMaxBytes
@@ -102,8 +113,9 @@ type Session struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	nconn atomic.Int64
-	bytes atomic.Int64
+	nconn    atomic.Int64
+	bytes    atomic.Int64
+	overOpen atomic.Bool // a connection beyond MaxOpen was refused (logged once per run)
 
 	mu     sync.Mutex
 	closed bool
@@ -117,7 +129,7 @@ func (s *Session) Policy() *Policy { return s.pol }
 
 // Serve accepts on l until l or the session is closed; it owns l.
 func (s *Session) Serve(l net.Listener) {
-	if !s.track(l, nil) {
+	if !s.track(l) {
 		_ = l.Close()
 		return
 	}
@@ -132,7 +144,12 @@ func (s *Session) Serve(l net.Listener) {
 			}
 			return
 		}
-		if !s.track(nil, c) {
+		ok, full := s.trackConn(c)
+		if full {
+			s.refuseOpen(c)
+			continue
+		}
+		if !ok {
 			_ = c.Close()
 			return
 		}
@@ -144,21 +161,43 @@ func (s *Session) Serve(l net.Listener) {
 	}
 }
 
-// track registers a listener or connection (and a wg slot) unless closed.
-func (s *Session) track(l net.Listener, c net.Conn) bool {
+// track registers a listener (and a wg slot) unless closed.
+func (s *Session) track(l net.Listener) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return false
 	}
-	if l != nil {
-		s.lns[l] = struct{}{}
-	}
-	if c != nil {
-		s.conns[c] = struct{}{}
-	}
+	s.lns[l] = struct{}{}
 	s.wg.Add(1)
 	return true
+}
+
+// trackConn is track for an accepted connection, refused (full) when the run already holds MaxOpen.
+func (s *Session) trackConn(c net.Conn) (ok, full bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, false
+	}
+	if max := s.p.cfg.MaxOpen; max > 0 && len(s.conns) >= max {
+		return false, true
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	return true, false
+}
+
+// refuseOpen closes a connection beyond MaxOpen at once; the first of a run is logged.
+func (s *Session) refuseOpen(c net.Conn) {
+	_ = c.Close()
+	if m := s.p.cfg.Metrics; m != nil {
+		m.Connection("refused", "open_limit")
+	}
+	if !s.overOpen.Swap(true) {
+		s.p.cfg.Logger.Warn("egress refused", "run", s.runID, "decision", "refused", "reason", "open_limit",
+			"error", fmt.Sprintf("the run holds %d connections to its egress proxy (--network-max-proxy-connections); further ones are closed at once", s.p.cfg.MaxOpen))
+	}
 }
 
 func (s *Session) untrack(l net.Listener, c net.Conn) {

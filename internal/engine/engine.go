@@ -203,6 +203,9 @@ func (e *Engine) Run(ctx context.Context, rr RunRequest) (*pipeline.Result, RunI
 		}
 		defer release()
 	}
+	if rr.Deterministic != nil && e.cfg.Pipeline.Sandbox != nil && e.cfg.Pipeline.Sandbox.Reaches(rr.NetworkAllow) {
+		return nil, info, &DeterminismError{Msg: sandbox.DeterministicNetworkRefusal}
+	}
 	timeout := rr.Timeout
 	if timeout <= 0 {
 		timeout = e.cfg.Timeout

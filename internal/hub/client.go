@@ -185,7 +185,9 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 	if meta != nil {
 		body.Set("metadata", meta)
 	}
-	d.request = assignmentRequest(body, &bridge.Object{})
+	owner := &bridge.Object{} // the worker's runner caps sessions per tenant
+	owner.Set(bridge.HeaderSessionOwner, bridge.SessionOwner(key.TenantID))
+	d.request = assignmentRequest(body, owner)
 	out, err := h.dispatch(r.Context(), d)
 	if err != nil {
 		writeExecError(w, h.fail(err))
@@ -317,9 +319,16 @@ func appendLine(s, line string) string {
 
 // rejectionError maps a rejected exec: a request the runner refused as invalid (unknown language or
 // version, a bad file) is the caller's 400 — retrying cannot help — and anything else a 502.
+// runnerTooManySessions is the runner's error code for a session table (or a tenant's share of it) with
+// no room (runner.CodeTooManySessions); the hub answers it 429, as the runner does.
+const runnerTooManySessions = "too_many_sessions"
+
 func rejectionError(out *outcome) *clientError {
 	if strings.HasPrefix(out.errMsg, runnerDeterministicUnavailable+": ") {
 		return &clientError{status: http.StatusNotImplemented, code: runnerDeterministicUnavailable, message: strings.TrimPrefix(out.errMsg, runnerDeterministicUnavailable+": ")}
+	}
+	if strings.HasPrefix(out.errMsg, runnerTooManySessions+": ") {
+		return &clientError{status: http.StatusTooManyRequests, code: runnerTooManySessions, message: strings.TrimPrefix(out.errMsg, runnerTooManySessions+": "), retryAfter: 5}
 	}
 	if strings.Contains(out.errMsg, "runtime is unknown") || strings.HasPrefix(out.errMsg, "files[") || networkAllowRefused(out.errMsg) {
 		return &clientError{status: http.StatusBadRequest, code: "invalid_request", message: out.errMsg}

@@ -39,7 +39,7 @@ type Egress struct {
 // EgressReasons are the values of codellm_egress_connections_total{reason}
 // (decision "allowed" has reason "allowed"; every other reason is "refused").
 var EgressReasons = []string{"allowed", "not_allowed", "raw_ip", "private_address", "invalid_name", "resolve_failed",
-	"dial_failed", "conn_limit", "byte_limit", "bad_request"}
+	"dial_failed", "conn_limit", "open_limit", "byte_limit", "bad_request", "bad_response"}
 
 // Connection counts one decision.
 func (e *Egress) Connection(decision, reason string) {

@@ -85,8 +85,8 @@
 // read-write into the sandbox (Persist). Otherwise (not root, or the mount refused) the host directory is
 // never bound: each stage runs in the sandbox's private tmpfs of WorkspaceSize, copied in from it, and is
 // collected once the program is over (private.go: files out through an os.Root, sessions and compile
-// stages copied back whole into a fresh directory swapped in, a tree that cannot be copied refused with
-// the host copy unchanged); every session execute then costs a copy of the session in and out. Without
+// stages copied back whole into a fresh directory swapped in, what the run made unreadable made readable
+// to its owner first, a tree that cannot be copied refused with the host copy unchanged); every session execute then costs a copy of the session in and out. Without
 // WorkspaceSize, or without a sandbox private root, a run's disk use is bounded per file by the sandbox's
 // file size limit but not in total. In sandbox mode off nothing isolates sessions from each other beyond their directory names.
 package runner

@@ -94,6 +94,9 @@ func (r *Runner) execute(ctx context.Context, sessionID string, req *ExecuteRequ
 	if p.netAllow, e = r.networkAllow(req.Metadata); e != nil {
 		return nil, e
 	}
+	if p.det != nil && r.cfg.Sandbox.Reaches(p.netAllow) {
+		return nil, badRequest(sandbox.DeterministicNetworkRefusal)
+	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

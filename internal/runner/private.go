@@ -63,12 +63,21 @@ func (c *collector) collect(root string) error {
 	}
 	defer src.Close()
 	limit := maxScanEntries
+	var modes map[string]fs.FileMode
 	if c.keep {
 		limit = max(limit, c.entries)
+		if modes, err = ownerAccess(src, limit); err != nil {
+			return err
+		}
 	}
 	tree, complete, err := walkTree(src, limit, c.keep)
 	if err != nil {
 		return err
+	}
+	for i, e := range tree {
+		if m, ok := modes[e.name]; ok {
+			tree[i].mode = m // as the run left it: what the session keeps
+		}
 	}
 	if c.list {
 		if err := c.listFiles(src, tree, complete); err != nil {
@@ -82,6 +91,57 @@ func (c *collector) collect(root string) error {
 		return fmt.Errorf("%w: more than %d entries", errTreeTooLarge, c.entries)
 	}
 	return c.copyBack(src, tree)
+}
+
+// ownerAccess gives the collector back the access to the run's tree that the run took away from it
+// (chmod 000 on a file or a directory), so that a tree to keep is collected whole: as a non-root server
+// the collector is the files' owner without CAP_DAC_OVERRIDE, and one unreadable file made the execute
+// 500 and dropped every change of it (issue 35 item 15). The tmpfs is the run's and goes with it; the
+// modes the run left are returned (by name, "." included) for the copy back. It visits at most limit
+// entries (the walk after it says whether the tree is complete).
+func ownerAccess(src *os.Root, limit int) (map[string]fs.FileMode, error) {
+	modes := map[string]fs.FileMode{}
+	grant := func(name string, need fs.FileMode) error {
+		st, err := src.Lstat(name)
+		if err != nil || st.Mode()&fs.ModeSymlink != 0 || st.Mode().Perm()&need == need {
+			return err
+		}
+		modes[name] = st.Mode()
+		return src.Chmod(name, st.Mode().Perm()|need)
+	}
+	seen := 0
+	var visit func(dir string) error
+	visit = func(dir string) error {
+		if err := grant(dir, 0o700); err != nil {
+			return err
+		}
+		f, err := src.Open(dir)
+		if err != nil {
+			return err
+		}
+		ents, err := f.ReadDir(-1)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if seen++; seen > limit {
+				return nil
+			}
+			name := path.Join(dir, e.Name())
+			switch {
+			case e.IsDir():
+				err = visit(name)
+			case e.Type().IsRegular():
+				err = grant(name, 0o600)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return modes, visit(".")
 }
 
 // walkTree lists the tree without following symlinks, up to limit entries (complete false beyond). An

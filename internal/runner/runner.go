@@ -75,12 +75,13 @@ type Config struct {
 	SessionTTL  time.Duration // idle time after which a session is deleted; default 30 min
 	MaxSessions int           // live sessions at once; default 64
 	// MaxSessionsPerOwner bounds the sessions of one credential (the Authorization header or client
-	// certificate that created them; requests without either and in-process callers are not counted);
-	// default half of MaxSessions. At
-	// this cap a new session evicts the owner's least recently used idle session, else 429.
+	// certificate that created them, or the owner an in-process caller names with WithOwner: the bridge
+	// worker's hub tenant; other requests without either are not counted); default half of MaxSessions.
+	// At this cap a new session evicts the owner's least recently used session idle for EvictIdle, else 429.
 	MaxSessionsPerOwner int
-	// EvictIdle is how long a session must have been idle before a full table evicts it (least recently
-	// used first) for a new one, instead of answering 429 until SessionTTL; default 5 min.
+	// EvictIdle is how long a session must have been idle before a full table, or its owner's full share,
+	// evicts it (least recently used first) for a new one, instead of answering 429 until SessionTTL;
+	// default 5 min.
 	EvictIdle time.Duration
 
 	// WorkspaceSize, when > 0, bounds every workspace (session or one-off) to that many bytes and one

@@ -128,10 +128,12 @@ func (r *Runner) lookupOrCreate(id, owner string) (*session, *Error) {
 }
 
 // makeRoomLocked makes room for one more session of owner (r.mu held): expired sessions go first; at the
-// owner's cap its own least recently used idle session is evicted; with the whole table full, the least
-// recently used session idle for at least EvictIdle is. Otherwise it is 429 too_many_sessions, naming the
-// limit that was hit. Without eviction 64 sessions created in a second locked every new ID out for the
-// whole SessionTTL.
+// owner's cap its own least recently used session idle for at least EvictIdle is evicted; with the whole
+// table full, the least recently used session idle that long is. Otherwise it is 429 too_many_sessions,
+// naming the limit that was hit. Without eviction 64 sessions created in a second locked every new ID out
+// for the whole SessionTTL. The owner's cap waits for EvictIdle too: callers that share one credential
+// (LibreChat's one API key for all its users) are one owner, and evicting its least recently used session
+// at once let 32 new sessions destroy another user's session idle for a second (issue 35 item 16).
 func (r *Runner) makeRoomLocked(owner string, now time.Time) *Error {
 	if len(r.sessions) >= r.cfg.MaxSessions {
 		r.collectExpiredLocked(now)
@@ -143,9 +145,9 @@ func (r *Runner) makeRoomLocked(owner string, now time.Time) *Error {
 		}
 	}
 	if owner != "" && mine >= r.cfg.MaxSessionsPerOwner {
-		if !r.evictLocked(now, 0, func(s *session) bool { return s.owner == owner }) {
+		if !r.evictLocked(now, r.cfg.EvictIdle, func(s *session) bool { return s.owner == owner }) {
 			return &Error{Status: http.StatusTooManyRequests, Code: CodeTooManySessions, Kind: ErrBusy,
-				Message: fmt.Sprintf("too many sessions for this credential: %d live (at most %d per credential), all busy; delete one or retry later", mine, r.cfg.MaxSessionsPerOwner)}
+				Message: fmt.Sprintf("too many sessions for this credential: %d live (at most %d per credential), none idle for %s; delete one or retry later", mine, r.cfg.MaxSessionsPerOwner, r.cfg.EvictIdle)}
 		}
 	}
 	if len(r.sessions) >= r.cfg.MaxSessions && !r.evictLocked(now, r.cfg.EvictIdle, func(*session) bool { return true }) {
@@ -184,9 +186,14 @@ func ownerFrom(ctx context.Context) string {
 	return o
 }
 
-// ownerOf names the credential of an HTTP request without keeping it: a hash of the client certificate,
-// else of the Authorization header ("" when there is neither).
+// ownerOf names the credential of an HTTP request without keeping it: the owner an in-process caller put
+// in the request's context (WithOwner: the bridge worker names the hub tenant), else a hash of the client
+// certificate, else of the Authorization header ("" when there is none of them). Nothing a request
+// carries over the network can set the first.
 func ownerOf(req *http.Request) string {
+	if o := ownerFrom(req.Context()); o != "" {
+		return o
+	}
 	var material []byte
 	switch {
 	case req.TLS != nil && len(req.TLS.PeerCertificates) > 0:

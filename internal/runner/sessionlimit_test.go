@@ -41,9 +41,10 @@ func TestSessionTableExhaustion(t *testing.T) {
 }
 
 // TestSessionsPerCredential: one credential cannot take the whole table. At its cap it replaces its own
-// least recently used idle session; another credential still gets sessions; a busy one is never evicted.
+// least recently used session idle for EvictIdle; another credential still gets sessions; a busy one is
+// never evicted.
 func TestSessionsPerCredential(t *testing.T) {
-	tr := newRunner(t, func(c *Config) { c.MaxSessions, c.MaxSessionsPerOwner, c.EvictIdle = 10, 2, time.Hour })
+	tr := newRunner(t, func(c *Config) { c.MaxSessions, c.MaxSessionsPerOwner, c.EvictIdle = 10, 2, time.Nanosecond })
 	as := func(key, sid string) (int, map[string]any) {
 		status, body, _ := tr.do(http.MethodPost, PathExecute, code("bash", "true"),
 			map[string]string{wire.RuntimeSessionHeader: sid, "Authorization": "Bearer " + key})
@@ -76,5 +77,38 @@ func TestSessionsPerCredential(t *testing.T) {
 	tr.mu.Unlock()
 	if msg, _ := b["message"].(string); st != 429 || !strings.Contains(msg, "at most 2 per credential") {
 		t.Fatalf("busy sessions at the cap: %d %v", st, b)
+	}
+}
+
+// Callers that share one credential (LibreChat sends every user's requests with its one API key) are one
+// owner: a burst of new sessions at that owner's cap must not evict another user's session that is in use
+// (issue 35 item 16: 32 new sessions evicted one idle for a second). At the cap only a session idle for
+// EvictIdle goes; otherwise the newcomer gets 429 naming the limit, and the other user's files stay.
+func TestSharedCredentialKeepsAnActiveSession(t *testing.T) {
+	tr := newRunner(t, func(c *Config) { c.MaxSessions, c.MaxSessionsPerOwner, c.EvictIdle = 10, 3, time.Hour })
+	shared := map[string]string{"Authorization": "Bearer one-key-for-every-user"}
+	as := func(sid, src string) (int, map[string]any) {
+		hdr := map[string]string{SessionHeader: sid}
+		for k, v := range shared {
+			hdr[k] = v
+		}
+		status, body, _ := tr.do(http.MethodPost, PathExecute, code("bash", src), hdr)
+		return status, body
+	}
+	if st, b := as("alice", "echo mine > notes.txt"); st != 200 {
+		t.Fatalf("alice: %d %v", st, b)
+	}
+	for _, sid := range []string{"bob-1", "bob-2"} {
+		if st, b := as(sid, "true"); st != 200 {
+			t.Fatalf("%s: %d %v", sid, st, b)
+		}
+	}
+	st, b := as("bob-3", "true")
+	if msg, _ := b["message"].(string); st != 429 || !strings.Contains(msg, "at most 3 per credential") || !strings.Contains(msg, "none idle for 1h0m0s") {
+		t.Errorf("a new session at the shared cap: %d %v, want 429 naming the per-credential limit", st, b)
+	}
+	st, b = as("alice", "cat notes.txt")
+	if run, _ := b["run"].(map[string]any); st != 200 || run["stdout"] != "mine\n" {
+		t.Fatalf("alice's session after bob's burst: %d %v, want her file (it was evicted)", st, b)
 	}
 }

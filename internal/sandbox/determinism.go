@@ -3,6 +3,7 @@ package sandbox
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"os"
 	"runtime"
 	"slices"
@@ -106,7 +107,9 @@ import (
 //
 // Only the native platform (own user, PID, mount and time namespaces, a
 // private root, seccomp) can honour all of this; Start refuses otherwise
-// and names the missing piece.
+// and names the missing piece. It also refuses a deterministic block that
+// could reach a network (ErrDeterministicNetwork): seeded randomness makes
+// its TLS keys public to whoever knows the seed.
 type Determinism struct {
 	Seed string    // any string; the same seed gives the same stream
 	Now  time.Time // the wall clock's start (UTC, whole seconds)
@@ -235,6 +238,27 @@ func (d *Determinism) ForBlock(i int) *Determinism {
 		c.Seed = d.Seed + "\x00block " + strconv.Itoa(i)
 	}
 	return &c
+}
+
+// ErrDeterministicNetwork refuses a deterministic block that could reach a network (Config.Network, or
+// an egress proxy with any destination left for its run): every random byte of a deterministic block,
+// the keys and client random of its TLS handshakes included, follows from its seed (the empty seed
+// unless the request names one), so its ClientHellos repeat byte for byte and anyone who knows the seed
+// could decrypt the block's recorded HTTPS traffic (issue 35 item 6). Network replies are not
+// reproducible anyway.
+var ErrDeterministicNetwork = errors.New("deterministic mode cannot run with network access: its random bytes, TLS keys included, " +
+	"follow from the seed, so anyone who knows the seed could decrypt its HTTPS traffic")
+
+// DeterministicNetworkRefusal is a front end's 400 message for a deterministic request with network, in
+// the request fields every front end shares (metadata.deterministic, metadata.network_allow). It names
+// the network_allow field, as every refusal of that field does (the hub relays such refusals as 400).
+var DeterministicNetworkRefusal = `field "metadata.network_allow": ` + ErrDeterministicNetwork.Error() +
+	`; send metadata.deterministic "false", or metadata.network_allow "" for a run without network`
+
+// Reaches reports whether a run of s with narrow as its Limits.NetworkAllow (nil: the operator's list)
+// could reach a network: full network (Config.Network), or an egress proxy with a destination left.
+func (s *Sandbox) Reaches(narrow *[]string) bool {
+	return s.cfg.Network || (s.cfg.Egress != nil && (narrow == nil || len(*narrow) > 0))
 }
 
 // DeterminismMissing names what keeps deterministic mode from running in s

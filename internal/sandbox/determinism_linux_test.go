@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -238,4 +239,37 @@ echo "date-r $(date -r f +%s)"`)
 			t.Errorf("%s: mtime %d, the docs say %s (fixed %d, real %d)", name, n, map[bool]string{true: "the fixed clock", false: "the real clock"}[name == "date-r"], fixed, real)
 		}
 	}
+}
+
+// nopEgress is an egress proxy that serves nothing (each block's listener is closed at once).
+type nopEgress struct{}
+
+func (nopEgress) Serve(l net.Listener) { _ = l.Close() }
+func (nopEgress) Close() error         { return nil }
+
+// TestDeterministicRefusedWithNetwork: a deterministic block that could reach a network is refused by
+// Start whatever front end asked for it (issue 35 item 6: its TLS keys follow from the seed): full
+// network, or an egress proxy with destinations left; a run narrowed to none may be deterministic.
+func TestDeterministicRefusedWithNetwork(t *testing.T) {
+	nativeSandbox(t)
+	if _, err := runDet(t, sandboxFor(t, ModeNative, true)); !errors.Is(err, ErrDeterministicNetwork) {
+		t.Errorf("full network: %v, want ErrDeterministicNetwork", err)
+	}
+	s := nativeSandbox(t)
+	eg := &Sandbox{cfg: s.cfg, log: s.log, report: s.report, plat: s.plat}
+	eg.cfg.Egress = func(string, []string) (EgressRun, error) { return nopEgress{}, nil }
+	if _, err := runDet(t, eg); !errors.Is(err, ErrDeterministicNetwork) {
+		t.Errorf("egress proxy: %v, want ErrDeterministicNetwork", err)
+	}
+	r, err := eg.NewRun(&Limits{NetworkAllow: &[]string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := r.Start(Spec{Path: "/bin/true", Args: []string{"true"}, Dir: workdir(t, nil), Stdout: os.Stderr, Stderr: os.Stderr,
+		Deterministic: &Determinism{Seed: "x", Now: time.Unix(0, 0)}})
+	if err != nil {
+		t.Fatalf("deterministic run narrowed to no network: %v", err)
+	}
+	p.Wait()
 }

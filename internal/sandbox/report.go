@@ -49,7 +49,9 @@ type EgressReport struct {
 	Allow          []string `json:"allow"`
 	Digest         string   `json:"digest"`
 	MaxConnections int      `json:"max_connections"`
-	MaxBytes       int64    `json:"max_bytes"`
+	// MaxProxyConnections is how many connections a run may hold open to the proxy at once.
+	MaxProxyConnections int   `json:"max_proxy_connections"`
+	MaxBytes            int64 `json:"max_bytes"`
 }
 
 // DeterminismStatus is the deterministic-mode row of the report.
@@ -113,8 +115,8 @@ func (r Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "protection: %s\n", s)
 	}
 	if e := r.Egress; e != nil {
-		fmt.Fprintf(tw, "egress allow-list: %s (digest %s, %d connections, %d bytes per run)\n",
-			strings.Join(e.Allow, ","), e.Digest, e.MaxConnections, e.MaxBytes)
+		fmt.Fprintf(tw, "egress allow-list: %s (digest %s, %d connections, %d open to the proxy, %d bytes per run)\n",
+			strings.Join(e.Allow, ","), e.Digest, e.MaxConnections, e.MaxProxyConnections, e.MaxBytes)
 	}
 	if r.Determinism.Supported {
 		fmt.Fprintf(tw, "deterministic mode: supported (%s)\n", strings.Join(r.Determinism.Mechanisms, "; "))

@@ -486,6 +486,9 @@ func (r *Run) Start(spec Spec) (*Process, error) {
 	if spec.Collect != nil && !r.CanCollect() {
 		return nil, fmt.Errorf("%w: Collect needs a private root and the sandbox's init (native mode, or besteffort with user, mount and PID namespaces)", ErrInvalidSpec)
 	}
+	if spec.Deterministic != nil && r.sb.Reaches(r.lim.NetworkAllow) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSpec, ErrDeterministicNetwork)
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/codellm/codellm/internal/sandbox/cgroup"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -12,19 +14,24 @@ import (
 // nothing else ever removes them, so they would accumulate forever. It runs
 // once per New, wherever cgroups are usable (also in off mode, which uses a
 // kill-only run group). A group goes only when its name is one codellm
-// gives run groups, the pid in that name is not a running process, and the
-// group holds no process (cgroup.Host.SweepStale checks the last and never
-// touches anything else). Failure is logged, never returned: the sweep is
+// gives run groups and the pid in that name is not a running process. What
+// such a group still holds is first killed (cgroup.Host.KillStale): blocks
+// of a codellm that died while it was killing them on v1, frozen for good
+// (issue 35 item 7). Failure is logged, never returned: the sweep is
 // hygiene, not a protection.
 func (s *Sandbox) sweepStaleGroups() {
 	h := s.plat.cg
 	if h == nil {
 		return
 	}
-	n, err := h.SweepStale(func(name string) bool {
+	stale := func(name string) bool {
 		pid, ok := runGroupOwner(name)
 		return ok && !pidAlive(pid)
-	})
+	}
+	if k, err := h.KillStale(stale, cgroup.DefaultWait); k > 0 || err != nil {
+		s.log.Warn("sandbox: killed what was left in run cgroups of dead codellm processes", "groups", k, "err", err)
+	}
+	n, err := h.SweepStale(stale)
 	if n > 0 {
 		s.log.Info("sandbox: removed stale run cgroups of dead codellm processes", "count", n)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/codellm/codellm/internal/sandbox/cgroup"
 	"golang.org/x/sys/unix"
@@ -59,8 +60,10 @@ func deadPid(t testing.TB) int {
 }
 
 // TestNewSweepsStaleRunGroups: New removes the run group (and its block
-// child) of a dead codellm pid, and keeps one of a live pid, one of a dead
-// pid that still holds a process, and one whose name is not codellm's.
+// child) of a dead codellm pid, kills what one of a dead pid still holds
+// and removes it too (issue 35 item 7: such processes are a dead server's
+// blocks, left frozen when it died killing them), and keeps one of a live
+// pid and one whose name is not codellm's.
 func TestNewSweepsStaleRunGroups(t *testing.T) {
 	h, err := cgroup.Detect()
 	if err != nil {
@@ -94,7 +97,9 @@ func TestNewSweepsStaleRunGroups(t *testing.T) {
 	if err := sleep.Start(); err != nil {
 		t.Fatalf("start sleep: %v", err)
 	}
-	defer func() { _ = sleep.Process.Kill(); _ = sleep.Wait() }()
+	slept := make(chan struct{})
+	go func() { _ = sleep.Wait(); close(slept) }()
+	defer func() { _ = sleep.Process.Kill(); <-slept }()
 	if err := busyC.Add(sleep.Process.Pid); err != nil {
 		t.Fatalf("add sleep: %v", err)
 	}
@@ -121,13 +126,18 @@ func TestNewSweepsStaleRunGroups(t *testing.T) {
 	if isDir(staleC.Path()) || isDir(staleG.Path()) {
 		t.Errorf("stale run group of dead pid %d survived New: %s", dead, staleG.Path())
 	}
-	for _, g := range []*cgroup.Group{liveG, busyG, otherG, busyC} {
+	for _, g := range []*cgroup.Group{liveG, otherG} {
 		if !isDir(g.Path()) {
 			t.Errorf("%s was removed but must be kept", g.Path())
 		}
 	}
-	if err := sleep.Process.Signal(unix.Signal(0)); err != nil {
-		t.Errorf("sleep in the busy group was disturbed: %v", err)
+	select {
+	case <-slept:
+	case <-time.After(10 * time.Second):
+		t.Errorf("the process left in the dead pid's group survived New")
+	}
+	if isDir(busyC.Path()) || isDir(busyG.Path()) {
+		t.Errorf("the dead pid's group that held a process survived New: %s", busyG.Path())
 	}
 }
 

@@ -92,27 +92,3 @@ func Open(key, blob string) (string, error) {
 	}
 	return string(plain), nil
 }
-
-// Redact replaces every opened secret in text with "[redacted]". Exact: codellm knows the strings it
-// decrypted. A secret the code transformed (base64, reversed) cannot be recognised and is not redacted.
-func Redact(text string, secrets []string) string {
-	for _, s := range secrets {
-		if s != "" {
-			text = strings.ReplaceAll(text, s, Redacted)
-		}
-	}
-	return text
-}
-
-// RedactBytes is Redact for captured output; b is returned unchanged (not copied) when nothing matches.
-func RedactBytes(b []byte, secrets []string) []byte {
-	for _, s := range secrets {
-		if s != "" && strings.Contains(string(b), s) {
-			b = []byte(strings.ReplaceAll(string(b), s, Redacted))
-		}
-	}
-	return b
-}
-
-// Redacted stands in for a secret wherever one would otherwise reach an operator or a caller.
-const Redacted = "[redacted]"

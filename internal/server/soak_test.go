@@ -21,6 +21,7 @@ import (
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox/cgroup"
 	"github.com/codellm/codellm/internal/wire"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // TestSoak is the standing guard of issue 14: mixed requests against one server (chat that succeeds,
@@ -28,15 +29,7 @@ import (
 // then no leaked process, descriptor, cgroup, workdir or session, and RSS within 2x of its warm start.
 // CI runs a short form; CODELLM_SOAK_REQUESTS=10000 runs the long one on demand.
 func TestSoak(t *testing.T) {
-	n := 240
-	if v := os.Getenv("CODELLM_SOAK_REQUESTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			t.Fatalf("CODELLM_SOAK_REQUESTS=%q", v)
-		}
-	} else if testing.Short() {
-		t.Skip("soak: skipped in -short")
-	}
+	n := testhelp.SoakRequests(t, 240)
 	ts := startServer(t, options{ecfg: func(c *engine.Config) { c.Pipeline.MaxOutputBytes = 64 << 10 }})
 	runnerRoot, err := os.MkdirTemp("", "codellm-soak-") // the sandbox user must traverse its parents
 	if err != nil {

@@ -129,3 +129,64 @@ sys.exit("boom " + bag["secrets"]["tok"])`)
 		t.Fatal("the secret reached the log")
 	}
 }
+
+// An opened secret is redacted however the run's output spells or cuts it (issue 35 item 12): a role that
+// prints its bag with json.dumps shows the secret JSON-escaped (python's default ASCII-only escapes), and
+// a long stderr is cut inside the secret both in the error message's tail and in the stderr capture.
+// Differential: the secret's escaped spelling and the pieces beside the cuts reached the reply on the old
+// code, which matched the secret only as written.
+func TestOpenedSecretsRedactedWhenEscapedOrCut(t *testing.T) {
+	t.Setenv("SEAL_KEY", sealKey)
+	ts := startServer(t, options{allowed: []string{"python"}, cfg: withDebugExtension})
+	const secret = "pä\"ss\\word<x>-zq9SECRETzq"
+	bag := map[string]any{"frontmatter": map[string]any{"tok": sealed(t, secret)}, "unseal": []string{"tok"}}
+	for name, code := range map[string]string{
+		"json.dumps of the bag": `import json, os
+print("bag:", json.dumps(json.load(open(os.environ["FLEET_INPUT"]))["secrets"]))`,
+		"stderr cut inside the secret": `import json, os, sys
+tok = json.load(open(os.environ["FLEET_INPUT"]))["secrets"]["tok"]
+sys.stderr.write(tok + "." * 4088)
+sys.exit(1)`,
+		"stderr capture cut inside the secret": `import json, os, sys
+tok = json.load(open(os.environ["FLEET_INPUT"]))["secrets"]["tok"]
+sys.stderr.write(tok + "." * (64 * 1024 - 8))
+sys.exit(1)`,
+	} {
+		req := chatWithBag(block("python", code), bag)
+		req["x_codellm_debug"] = true
+		st, _, body := ts.post(t, "/v1/chat/completions", req)
+		if st == 200 {
+			t.Fatalf("%s: the role succeeded: %s", name, body)
+		}
+		var reply any
+		if err := json.Unmarshal(body, &reply); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, s := range allStrings(reply) {
+			if i := strings.Index(s, "CRET"); i >= 0 {
+				t.Errorf("%s: the secret reached the reply: …%s…", name, s[max(0, i-30):min(len(s), i+10)])
+			}
+		}
+	}
+}
+
+// allStrings lists every string in a decoded JSON value.
+func allStrings(v any) []string {
+	switch x := v.(type) {
+	case string:
+		return []string{x}
+	case []any:
+		var out []string
+		for _, e := range x {
+			out = append(out, allStrings(e)...)
+		}
+		return out
+	case map[string]any:
+		var out []string
+		for _, e := range x {
+			out = append(out, allStrings(e)...)
+		}
+		return out
+	}
+	return nil
+}

@@ -4,7 +4,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // PIDs returns the host PIDs (Linux /proc) whose /proc/PID/<file> (e.g. "cmdline", "stat") is readable and satisfies
@@ -47,4 +49,40 @@ func ChildPIDs(t testing.TB) []int {
 		f := strings.Fields(string(b[i+1:]))
 		return len(f) > 1 && f[1] == me
 	})
+}
+
+// WaitCmdlineGone waits up to d (a hang bound: a signalled process is gone in milliseconds) until no
+// process's argv contains s, and returns those still there then. The caller kills what is left (at its
+// cleanup, say) so that one failing test does not leave programs running.
+func WaitCmdlineGone(t testing.TB, s string, d time.Duration) []int {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		left := CmdlinePIDs(t, s)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+	}
+}
+
+// KillCmdline SIGKILLs every process whose argv contains s: a test's cleanup of programs it started.
+func KillCmdline(t testing.TB, s string) {
+	t.Helper()
+	for _, pid := range CmdlinePIDs(t, s) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// WaitCmdline waits up to d (a hang bound) until at least n processes' argv contain s, and returns them;
+// it fails the test when they never appear.
+func WaitCmdline(t testing.TB, s string, n int, d time.Duration) []int {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		got := CmdlinePIDs(t, s)
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes with %q in their argv after %v, want %d", len(got), s, d, n)
+		}
+	}
 }

@@ -46,3 +46,21 @@ func NewWorkDir(t testing.TB, prefix string) string {
 	}
 	return dir
 }
+
+// SoakRequests is how many requests a soak test sends: CODELLM_SOAK_REQUESTS (the long form, on
+// demand), else short (CI's form; the test is skipped in -short mode).
+func SoakRequests(t testing.TB, short int) int {
+	t.Helper()
+	v := os.Getenv("CODELLM_SOAK_REQUESTS")
+	if v == "" {
+		if testing.Short() {
+			t.Skip("soak: skipped in -short")
+		}
+		return short
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("CODELLM_SOAK_REQUESTS=%q: want a positive number of requests", v)
+	}
+	return n
+}

@@ -43,6 +43,17 @@ type DockerConfig struct {
 	PackagesPath   string   // CODELLM_DOCKER_PACKAGES_PATH: mounted read-only at /pkgs (required for nsjail)
 	Env            []string // extra K=V for every container (e.g. CODELLM_SANDBOX=besteffort)
 	HealthWait     time.Duration
+	// Memory (bytes, swap included) and Pids bound each container: its runner and the runs it serves.
+	// Both are required: inside a container the runner's own sandbox has no cgroups to bound a run, and
+	// unbounded containers let one run take 1.5 GiB and 600 processes (issue 35 item 3).
+	Memory int64
+	Pids   int
+	// Sessions bounds the session containers (see DockerSessions); zero values take its defaults.
+	Sessions DockerSessions
+	// Owner, when set (the worker ID), labels every container this supervisor makes
+	// (io.codellm.worker), so that a new supervisor of the same owner finds what an earlier one left:
+	// stateless containers a crash left behind are removed, session containers are adopted.
+	Owner string
 }
 
 // Docker owns one named container per runtime session and reaches the runner inside it with
@@ -52,9 +63,14 @@ type Docker struct {
 	imageID string
 	seccomp []byte
 	runSpec
+	stateless runSpec // runSpec labelled io.codellm.stateless, for assignment-<id> containers
 
 	mu    sync.Mutex
 	locks map[string]*sessionLock
+	live  map[string]*liveContainer // session containers, by name (docker_sessions.go)
+
+	stopJanitor chan struct{}
+	janitorDone chan struct{}
 }
 
 // runSpec is one kind of container: its docker run arguments and the profile label they hash to.
@@ -100,13 +116,22 @@ func NewDocker(ctx context.Context, cfg DockerConfig) (*Docker, error) {
 			return nil, fmt.Errorf("%w: docker-nsjail needs CODELLM_DOCKER_PACKAGES_PATH, an absolute directory (got %q)", ErrConfig, cfg.PackagesPath)
 		}
 	}
-	d := &Docker{cfg: cfg, seccomp: seccomp, locks: map[string]*sessionLock{}}
+	if cfg.Memory <= 0 || cfg.Pids <= 0 {
+		return nil, fmt.Errorf("%w: the docker supervisors need a memory and a pids limit per container (--container-memory-limit, --container-pids-limit), got %d bytes and %d", ErrConfig, cfg.Memory, cfg.Pids)
+	}
+	cfg.Sessions = cfg.Sessions.withDefaults()
+	d := &Docker{cfg: cfg, seccomp: seccomp, locks: map[string]*sessionLock{}, live: map[string]*liveContainer{}}
 	out, err := d.cli(ctx, nil, "image", "inspect", "--format", "{{.Id}}", cfg.Image)
 	if err != nil {
 		return nil, fmt.Errorf("%w: runtime image %q: %v", ErrConfig, cfg.Image, err)
 	}
 	d.imageID = strings.TrimSpace(string(out))
 	d.runSpec = d.runArgs(nil, nil, "")
+	d.stateless = d.runSpec.withLabel(labelStateless + "=true")
+	if err := d.adopt(ctx); err != nil {
+		return nil, fmt.Errorf("%w: runtime containers left by an earlier worker: %v", ErrConfig, err)
+	}
+	d.startJanitor()
 	return d, nil
 }
 
@@ -122,18 +147,22 @@ func (d *Docker) runArgs(extraMounts, extraEnv []string, user string) runSpec {
 		env = append(env, "SANDBOX_USE_CGROUPV2=false", "SANDBOX_REMOVE_UMOUNT_AFTER_STARTUP=false")
 	}
 	mounts = append(mounts, extraMounts...)
+	// The runner inside applies the same limits to each run where it can (its own cgroups).
+	env = append(env, "CODELLM_MEMORY_LIMIT="+strconv.FormatInt(d.runMemory(), 10), "CODELLM_PIDS_LIMIT="+strconv.Itoa(d.runPids()))
 	env = append(append(env, d.cfg.Env...), extraEnv...)
 	seccomp := d.seccomp
 	h := sha256.New()
 	fmt.Fprintf(h, "image\x00%s\x00caps\x00%s\x00seccomp\x00%d\x00", d.imageID, strings.Join(caps, ","), len(seccomp))
 	h.Write(seccomp)
 	fmt.Fprintf(h, "\x00mounts\x00%s\x00env\x00%s", strings.Join(mounts, "\x00"), strings.Join(env, "\x00"))
+	fmt.Fprintf(h, "\x00limits\x00%d\x00%d", d.cfg.Memory, d.cfg.Pids)
 	if user != "" {
 		fmt.Fprintf(h, "\x00user\x00%s", user)
 	}
 	profile := hex.EncodeToString(h.Sum(nil))
 
-	a := []string{"--network", "none", "--cap-drop", "ALL"}
+	mem := strconv.FormatInt(d.cfg.Memory, 10)
+	a := []string{"--network", "none", "--cap-drop", "ALL", "--memory", mem, "--memory-swap", mem, "--pids-limit", strconv.Itoa(d.cfg.Pids)}
 	for _, c := range caps {
 		a = append(a, "--cap-add", c)
 	}
@@ -145,6 +174,9 @@ func (d *Docker) runArgs(extraMounts, extraEnv []string, user string) runSpec {
 		a = append(a, "--mount", m)
 	}
 	a = append(a, "--label", "io.codellm.runtime=true", "--label", "io.codellm.runtime-profile="+profile)
+	if d.cfg.Owner != "" {
+		a = append(a, "--label", labelOwner+"="+d.cfg.Owner)
+	}
 	for _, e := range env {
 		a = append(a, "--env", e)
 	}
@@ -152,6 +184,13 @@ func (d *Docker) runArgs(extraMounts, extraEnv []string, user string) runSpec {
 		a = append(a, "--user", user)
 	}
 	return runSpec{args: append(a, d.cfg.Image), profile: profile}
+}
+
+// withLabel is sp with one more --label (not part of the profile: a label shapes nothing inside).
+func (sp runSpec) withLabel(label string) runSpec {
+	n := len(sp.args) - 1 // the image is last
+	args := append(append(slices.Clone(sp.args[:n]), "--label", label), sp.args[n])
+	return runSpec{args: args, profile: sp.profile}
 }
 
 // ContainerName is codellm-<H(sessionId)[:24]>.
@@ -183,21 +222,29 @@ func (d *Docker) Execute(ctx context.Context, call RunnerCall) (*bridge.Object, 
 	name := ContainerName(sid)
 	unlock := d.lock(name)
 	defer unlock()
+	sp := &d.runSpec
 	if call.SessionID == "" {
 		defer func() { _ = d.remove(context.WithoutCancel(ctx), name) }()
+		sp = &d.stateless
+	} else {
+		release, err := d.use(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 	}
-	if err := d.ensure(ctx, name, call.SessionID != "", &d.runSpec); err != nil {
+	if err := d.ensure(ctx, name, call.SessionID != "", sp); err != nil {
 		return nil, err
 	}
 	return d.exec(ctx, name, call)
 }
 
 func (d *Docker) Reset(ctx context.Context, sessionID string) error {
-	return d.removeLocked(ctx, ContainerName(sessionID))
+	return d.discard(ctx, ContainerName(sessionID))
 }
 
 func (d *Docker) Quarantine(ctx context.Context, sessionID string) error {
-	return d.removeLocked(ctx, ContainerName(sessionID))
+	return d.discard(ctx, ContainerName(sessionID))
 }
 
 // RemoveContainer removes a session's container with the CLI alone (reset-workspace with the worker

@@ -119,11 +119,21 @@ func buildRuntimeImage(cli, bin string) (string, error) {
 
 func newTestDocker(t *testing.T, env ...string) *Docker {
 	t.Helper()
+	return newTestDockerWith(t, func(*DockerConfig) {}, env...)
+}
+
+// newTestDockerWith is newTestDocker with the configuration changed by mod (limits, sessions, owner); it
+// is closed at the test's end.
+func newTestDockerWith(t *testing.T, mod func(*DockerConfig), env ...string) *Docker {
+	t.Helper()
 	cli, ref := runtimeImage(t)
-	d, err := NewDocker(context.Background(), DockerConfig{CLI: cli, Image: ref, Env: append([]string{"CODELLM_SANDBOX=besteffort"}, env...)})
+	cfg := DockerConfig{CLI: cli, Image: ref, Env: append([]string{"CODELLM_SANDBOX=besteffort"}, env...), Memory: 512 << 20, Pids: 256}
+	mod(&cfg)
+	d, err := NewDocker(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(d.Close)
 	return d
 }
 
@@ -234,6 +244,7 @@ func TestDockerConfigErrors(t *testing.T) {
 		{Image: "x", NSJail: true},
 		{Image: "x", SeccompProfile: "relative.json"},
 		{Image: "x", Env: []string{"NOEQUALS"}},
+		{Image: "x"}, // no limits
 	} {
 		if _, err := NewDocker(context.Background(), c); !errors.Is(err, ErrConfig) {
 			t.Errorf("NewDocker(%+v) = %v, want ErrConfig", c, err)
@@ -301,10 +312,11 @@ func TestDockerNSJailVariant(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := NewDocker(context.Background(), DockerConfig{CLI: cli, Image: ref, NSJail: true, SeccompProfile: prof,
-		PackagesPath: pkgs, Env: []string{"CODELLM_SANDBOX=besteffort"}})
+		PackagesPath: pkgs, Env: []string{"CODELLM_SANDBOX=besteffort"}, Memory: 512 << 20, Pids: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer d.Close()
 	if d.Label() != "docker-nsjail" || !strings.Contains(strings.Join(d.args, " "), "--cap-add SYS_ADMIN --cap-add SYS_CHROOT") ||
 		!strings.Contains(strings.Join(d.args, " "), "seccomp="+prof) || !strings.Contains(strings.Join(d.args, " "), "SANDBOX_USE_CGROUPV2=false") {
 		t.Fatalf("nsjail run arguments: %q", d.args)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,10 +197,7 @@ func (w *Worker) execute(hard context.Context, a *bridge.Assignment, remaining t
 	}
 	r := w.runJob(j, a, localDeadline)
 	if r.out.ambiguous {
-		if r.sessionID != "" {
-			w.quarantineSession(r.sessionID)
-		}
-		return fmt.Errorf("%w: assignment %s: %s; not settling", ErrQuarantined, a.AssignmentID, r.out.errMsg)
+		return w.ambiguous(j, hard, a, r, localDeadline)
 	}
 	s, until := w.settlementOf(j, a, r, localDeadline)
 	return w.settled(j, a, r, s, w.settle(hard, a, s, until))
@@ -305,7 +303,7 @@ func (w *Worker) settled(j *job, a *bridge.Assignment, r jobRun, s bridge.Settle
 		return fmt.Errorf("%w: workspace mutation %s could not be settled (%v); marker kept", ErrQuarantined, a.AssignmentID, err)
 	}
 	if r.sessionID != "" && s.Status == bridge.StatusFulfilled {
-		w.quarantineSession(r.sessionID)
+		_ = w.quarantineSession(r.sessionID) // logged; the worker stops either way
 		return fmt.Errorf("%w: stateful assignment %s could not be settled (%v)", ErrQuarantined, a.AssignmentID, err)
 	}
 	if f := fatal(err); f != nil {
@@ -329,13 +327,55 @@ func (w *Worker) rejectUnexecutedIn(j *job, hard context.Context, a *bridge.Assi
 	return j.fatalErr()
 }
 
-func (w *Worker) quarantineSession(sid string) {
+// ambiguous ends a run whose outcome cannot be reported (§6.4): no settlement is sent. A stateful sandbox
+// run concerns its runtime session alone: once the supervisor has discarded the session, nothing of unknown
+// state is left on this worker, and the hub keeps the session fenced (WORKSPACE_QUARANTINED until
+// reset-workspace), so the worker serves on. Exiting 5 there (as §6.4 asks) let one client take a
+// stateful worker offline for every tenant by giving up mid-exec (issue 35 item 2). A mutation, or a session
+// that could not be discarded, still quarantines the worker.
+//
+// Serving on waits for the assignment's deadline first, heartbeating: until then the hub redelivers an
+// acknowledged, unsettled assignment to every lease of this incarnation (§7.3 lease step 1), and running it
+// again would run the client's code twice. The hub holds the worker's lock that long anyway.
+func (w *Worker) ambiguous(j *job, hard context.Context, a *bridge.Assignment, r jobRun, localDeadline time.Time) error {
+	if r.sessionID != "" {
+		err := w.quarantineSession(r.sessionID)
+		if err == nil {
+			w.logf("assignment %s: %s; not settling: runtime session %q stays fenced on the hub until reset-workspace; serving on after its deadline",
+				a.AssignmentID, r.out.errMsg, r.sessionID)
+			w.abandon(a.AssignmentID, localDeadline)
+			sleepCtx(hard, time.Until(localDeadline))
+			return j.fatalErr()
+		}
+		return fmt.Errorf("%w: assignment %s: %s; not settling, and runtime session %q could not be discarded: %v",
+			ErrQuarantined, a.AssignmentID, r.out.errMsg, r.sessionID, err)
+	}
+	return fmt.Errorf("%w: assignment %s: %s; not settling", ErrQuarantined, a.AssignmentID, r.out.errMsg)
+}
+
+// abandon records an assignment left unsettled on purpose until well past its deadline (see abandoned).
+func (w *Worker) abandon(id string, localDeadline time.Time) {
+	if w.abandoned == nil {
+		w.abandoned = map[string]time.Time{}
+	}
+	for k, d := range w.abandoned {
+		if time.Since(d) > w.cfg.Timing.RejectionGrace {
+			delete(w.abandoned, k)
+		}
+	}
+	w.abandoned[id] = localDeadline
+}
+
+// quarantineSession discards a runtime session whose state is unknown (§10.4 step 4).
+func (w *Worker) quarantineSession(sid string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := w.cfg.Supervisor.Quarantine(ctx, sid); err != nil {
 		w.logf("discarding runtime session %q failed: %v", sid, err)
+		return err
 	}
 	w.logf("runtime session %q quarantined locally", sid)
+	return nil
 }
 
 // runSandbox forwards request.body to the supervisor (§11.1) and classifies the outcome (§6.4).
@@ -377,7 +417,9 @@ func (w *Worker) runSandbox(ctx context.Context, a *bridge.Assignment) outcome {
 	if err != nil {
 		return outcome{errMsg: "Invalid sandbox assignment body"}
 	}
-	res, err := w.cfg.Supervisor.Execute(ctx, RunnerCall{SessionID: a.RuntimeSessionID, AssignmentID: a.AssignmentID, Body: raw, Headers: headers, Tree: body})
+	call := RunnerCall{SessionID: a.RuntimeSessionID, AssignmentID: a.AssignmentID, Body: raw, Tree: body}
+	call.Owner, call.Headers = takeOwner(headers)
+	res, err := w.cfg.Supervisor.Execute(ctx, call)
 	aborted := ctx.Err() != nil
 	if err == nil {
 		if stateful && aborted {
@@ -393,6 +435,21 @@ func (w *Worker) runSandbox(ctx context.Context, a *bridge.Assignment) outcome {
 		return outcome{ambiguous: true, errMsg: re.Message}
 	}
 	return outcome{errMsg: re.Message}
+}
+
+// takeOwner removes the hub's bridge.HeaderSessionOwner from headers and returns its value: it is for this
+// worker's runner, never for a runner behind an endpoint or a container.
+func takeOwner(headers [][2]string) (string, [][2]string) {
+	owner := ""
+	kept := headers[:0:0]
+	for _, kv := range headers {
+		if strings.EqualFold(kv[0], bridge.HeaderSessionOwner) {
+			owner = kv[1]
+			continue
+		}
+		kept = append(kept, kv)
+	}
+	return owner, kept
 }
 
 // runWorkspace checks a workspace request against the active registration, arms the marker for

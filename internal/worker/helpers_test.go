@@ -126,9 +126,15 @@ func (h *testHub) admin(t testing.TB, method, path string, body any) reply {
 
 func (h *testHub) client(t testing.TB, ctx context.Context, path, body string, hdr map[string]string) reply {
 	t.Helper()
+	return h.clientAs(t, ctx, apiKey, path, body, hdr)
+}
+
+// clientAs is client with another client API key (another tenant's).
+func (h *testHub) clientAs(t testing.TB, ctx context.Context, key, path, body string, hdr map[string]string) reply {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-API-Key", apiKey)
+	req.Header.Set("X-API-Key", key)
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -185,6 +191,12 @@ var testSandbox = sync.OnceValues(func() (*sandbox.Sandbox, error) {
 // newEmbedded builds codellm's runner and chat pipeline in-process, like `codellm worker run` does.
 func newEmbedded(t testing.TB, stateful bool) *Embedded {
 	t.Helper()
+	return newEmbeddedWith(t, stateful, nil)
+}
+
+// newEmbeddedWith is newEmbedded with the runner's configuration changed by mod (its session limits).
+func newEmbeddedWith(t testing.TB, stateful bool, mod func(*runner.Config)) *Embedded {
+	t.Helper()
 	sb, err := testSandbox()
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +206,11 @@ func newEmbedded(t testing.TB, stateful bool) *Embedded {
 		t.Fatal(err)
 	}
 	pool := slots.New(4, 5*time.Second)
-	r, err := runner.New(runner.Config{Programs: progs, Sandbox: sb, Slots: pool, MaxRunTimeout: 60 * time.Second})
+	rcfg := runner.Config{Programs: progs, Sandbox: sb, Slots: pool, MaxRunTimeout: 60 * time.Second}
+	if mod != nil {
+		mod(&rcfg)
+	}
+	r, err := runner.New(rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,9 @@ import (
 )
 
 // E23: a stateful assignment aborted after it reached the runner quarantines the session locally (no
-// settlement, exit 5); the hub keeps the session's fence, so the next dispatch is 409 session_quarantined;
-// reset-workspace is WORKER_BUSY while the dead incarnation's lock lives, then clears the fence, and the
-// session can be dispatched again.
+// settlement; the worker serves on, issue 35 item 2); the hub keeps the session's fence, so the next
+// dispatch is 409 session_quarantined; with the worker stopped, reset-workspace is WORKER_BUSY while the
+// abandoned assignment's lock lives, then clears the fence, and the session can be dispatched again.
 //
 // The hub sends run_timeout below its deadline, so with codellm's runner a slow program ends in a timeout
 // reply (TestStatefulTimeoutKeepsSession); the runner here ignores run_timeout, as a runner that does not
@@ -50,15 +50,14 @@ func TestStatefulQuarantineAndReset(t *testing.T) {
 	if rep.status != 504 {
 		t.Fatalf("expiring stateful exec: %d %s", rep.status, rep.body)
 	}
-	if err := r1.wait(t, 20*time.Second); ExitCode(err) != ExitQuarantined {
-		t.Fatalf("worker exit %d (%v)", ExitCode(err), err)
-	}
-	if !strings.Contains(r1.logs.String(), "quarantined locally") {
-		t.Fatalf("session not discarded locally:\n%s", r1.logs.String())
-	}
+	r1.waitLog(t, "quarantined locally")
+	r1.serving(t)
 	rep = execIn("print(1)", nil)
 	if rep.status != 409 || !strings.Contains(string(rep.body), "session_quarantined") {
 		t.Fatalf("dispatch to a fenced session: %d %s", rep.status, rep.body)
+	}
+	if err := r1.stop(t); err != nil { // reset-workspace runs with the worker stopped (§10.4)
+		t.Fatalf("worker stop: %v", err)
 	}
 
 	resetter, err := New(Config{BaseURL: h.base, WorkerID: "st", Identity: id, IdentityPath: path, Supervisor: sup, Timing: fastTiming})
@@ -150,8 +149,8 @@ func TestEndpointSupervisor(t *testing.T) {
 
 	// E30: the runner's session becomes dirty behind the worker's back (a run killed because its
 	// caller went away, so nobody got its reply); the next assignment for it gets 409
-	// session_workspace_dirty, which is not known-clean: the worker quarantines the session, sends no
-	// settlement and exits 5.
+	// session_workspace_dirty, which is not known-clean: the worker quarantines the session and sends no
+	// settlement; the session stays fenced, and the worker serves on (issue 35 item 2).
 	dctx, dcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	dirty, _ := http.NewRequestWithContext(dctx, http.MethodPost, rs.URL+"/s/"+bridge.EscapeWorkerID(sid)+"/api/v2/execute",
 		strings.NewReader(`{"language":"bash","version":"*","files":[{"content":"sleep 5"}]}`))
@@ -166,8 +165,14 @@ func TestEndpointSupervisor(t *testing.T) {
 	if rep.status != 504 {
 		t.Fatalf("exec in a dirty session: %d %s", rep.status, rep.body)
 	}
-	if err := r.wait(t, 10*time.Second); ExitCode(err) != ExitQuarantined || !strings.Contains(err.Error(), "session_workspace_dirty") {
-		t.Fatalf("worker after a dirty session: exit %d (%v)", ExitCode(err), err)
+	r.waitLog(t, "session_workspace_dirty")
+	r.serving(t)
+	if n := strings.Count(r.logs.String(), "quarantined locally"); n != 1 {
+		t.Errorf("the dirty session's assignment ran %d times, want once", n)
+	}
+	rep = h.client(t, context.Background(), "/v1/exec", string(b), nil)
+	if rep.status != 409 || !strings.Contains(string(rep.body), "session_quarantined") {
+		t.Fatalf("the dirty session after its quarantine: %d %s, want 409 session_quarantined", rep.status, rep.body)
 	}
 }
 

@@ -31,6 +31,9 @@ type RunnerCall struct {
 	// Tree is request.body as bridge parsed it (Body is its canonical encoding), or nil. The embedded chat
 	// operation reads the request from it instead of parsing Body again (issue 15 item 3).
 	Tree *bridge.Object
+	// Owner is the tenant the hub dispatched the call for (bridge.HeaderSessionOwner, taken out of
+	// Headers), "" when the hub named none: the embedded runner's per-owner session cap counts by it.
+	Owner string
 }
 
 // RunError is a runner failure. KnownClean is §6.4's "known-clean rejection": the runner was never reached,
@@ -97,10 +100,14 @@ func classify(status int, body []byte) (*bridge.Object, error) {
 		}
 	}
 	// codellm's 501 deterministic_unavailable is a refusal before anything ran, too: the sandbox cannot
-	// honour a deterministic request.
+	// honour a deterministic request (wire.CodeDeterministicUnavailable). So is its 429
+	// too_many_sessions: the session table had no room, and the session was never made. Taken as
+	// ambiguous, it quarantined the worker when one tenant opened more sessions than the table holds
+	// (issue 35 item 2).
 	clean := (status >= 400 && status < 500 && status != http.StatusRequestTimeout &&
 		status != http.StatusTooManyRequests && code != wire.CodeSessionWorkspaceDirty) ||
-		(status == http.StatusNotImplemented && code == wire.CodeDeterministicUnavailable)
+		(status == http.StatusNotImplemented && code == wire.CodeDeterministicUnavailable) ||
+		(status == http.StatusTooManyRequests && code == runner.CodeTooManySessions)
 	return nil, &RunError{Message: msg, Status: status, KnownClean: clean}
 }
 
@@ -130,6 +137,9 @@ func (e *Embedded) Execute(ctx context.Context, call RunnerCall) (*bridge.Object
 		}
 		h, path = e.Chat, "/v1/chat/completions"
 		ctx = openai.WithChatTree(ctx, call.Tree)
+	}
+	if call.Owner != "" {
+		ctx = runner.WithOwner(ctx, call.Owner)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost"+path, bytes.NewReader(call.Body)) // a loopback Host: the server's Host rule applies in-process too
 	if err != nil {

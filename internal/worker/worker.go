@@ -111,6 +111,11 @@ type Worker struct {
 
 	markerArmed atomic.Bool
 	logMu       sync.Mutex
+
+	// abandoned are the assignments this incarnation acknowledged and left unsettled on purpose (an
+	// ambiguous stateful run, its session quarantined), by local deadline: the hub redelivers them to
+	// every lease until they expire, and they must never run again. Used by the main loop only.
+	abandoned map[string]time.Time
 }
 
 // New validates cfg and creates an incarnation.
@@ -565,6 +570,11 @@ const (
 
 // handle acknowledges and runs one assignment (§6.2 steps 5–6).
 func (w *Worker) handle(hard context.Context, a *bridge.Assignment) error {
+	if _, ok := w.abandoned[a.AssignmentID]; ok {
+		// Redelivered until the hub sees it expire (its clock may be a little behind ours): never again.
+		sleepCtx(hard, w.cfg.Timing.RetryStep)
+		return nil
+	}
 	ackStart := time.Now()
 	body, _ := bridge.Marshal(bridge.AckRequest{ProtocolVersion: 1, IncarnationID: w.incarnation, Generation: a.Generation, LeaseToken: a.LeaseToken})
 	err := w.do(hard, bridge.PathAck(w.cfg.WorkerID, a.AssignmentID), body, w.cfg.Timing.RequestTimeout, &bridge.AcceptedResponse{})

@@ -62,3 +62,8 @@ func (g *Group) Remove() error { return nil }
 
 // SweepStale has nothing to sweep off Linux.
 func (h *Host) SweepStale(stale func(name string) bool) (int, error) { return 0, h.err }
+
+// KillStale has nothing to kill off Linux.
+func (h *Host) KillStale(stale func(name string) bool, wait time.Duration) (int, error) {
+	return 0, h.err
+}

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,11 +38,27 @@ func (h *Host) SweepStale(stale func(name string) bool) (removed int, err error)
 	if h.err != nil {
 		return 0, h.err
 	}
-	var errs []error
-	// Names in hierarchy order, each with its directory per hierarchy.
-	var names []string
-	dirs := map[string][]string{}
-	for _, hr := range h.hiers {
+	names, dirs, errs := h.groupDirs()
+	for _, n := range names {
+		if ValidateName(n) != nil || !stale(n) {
+			continue
+		}
+		ok, err := sweepGroup(slices.DeleteFunc(slices.Clone(dirs[n]), func(d string) bool { return d == "" }))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			removed++
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// groupDirs lists the groups below the run-group parent: names in hierarchy order, each with its
+// directory per hierarchy (h.hiers' order; "" where the name has none).
+func (h *Host) groupDirs() (names []string, dirs map[string][]string, errs []error) {
+	dirs = map[string][]string{}
+	for i, hr := range h.hiers {
 		ents, err := os.ReadDir(hr.base)
 		if err != nil {
 			errs = append(errs, err)
@@ -54,23 +72,46 @@ func (h *Host) SweepStale(stale func(name string) bool) (removed int, err error)
 			n := e.Name()
 			if _, ok := dirs[n]; !ok {
 				names = append(names, n)
+				dirs[n] = make([]string, len(h.hiers))
 			}
-			dirs[n] = append(dirs[n], hr.base+"/"+n)
+			dirs[n][i] = hr.base + "/" + n
 		}
 	}
+	return names, dirs, errs
+}
+
+// KillStale ends the processes left in stale groups (stale as for SweepStale), so that SweepStale can
+// then remove them, and returns how many groups held some. A codellm process killed while it was
+// killing a run group on v1 (freeze, kill, thaw) left that group frozen, its processes frozen for good
+// (a frozen task takes no SIGKILL, its parent-death signal included), and SweepStale leaves a group
+// that holds processes alone (issue 35 item 7). A group whose owner is dead holds only what codellm
+// started for that owner, which must not outlive it: each is killed as Group.Kill does (frozen,
+// signalled through pidfds, thawed), and waited for up to wait.
+func (h *Host) KillStale(stale func(name string) bool, wait time.Duration) (killed int, err error) {
+	if h.err != nil {
+		return 0, h.err
+	}
+	names, dirs, errs := h.groupDirs()
 	for _, n := range names {
 		if ValidateName(n) != nil || !stale(n) {
 			continue
 		}
-		ok, err := sweepGroup(dirs[n])
-		if err != nil {
+		g := &Group{host: h, name: n, fd: -1, dirs: dirs[n], rels: make([]string, len(h.hiers))}
+		for i, hr := range h.hiers {
+			if g.dirs[i] != "" {
+				g.rels[i] = strings.TrimSuffix(hr.rel, "/") + "/" + n
+			}
+		}
+		if pop, err := g.Populated(); err != nil || !pop {
+			errs = append(errs, err)
+			continue
+		}
+		killed++
+		if err := g.WaitEmpty(wait); err != nil {
 			errs = append(errs, err)
 		}
-		if ok {
-			removed++
-		}
 	}
-	return removed, errors.Join(errs...)
+	return killed, errors.Join(errs...)
 }
 
 // sweepGroup removes the subtrees at dirs (one group in several

@@ -52,7 +52,12 @@ type Attr struct {
 	// kept), set before anything else: a fork that never execs otherwise
 	// keeps its parent thread's name for life.
 	Name string
-	// Pdeathsig is sent to the child when the caller's thread exits.
+	// Pdeathsig is sent to the child when the caller's thread exits (with
+	// Parent, the caller's parent's). It holds across the steps: one that
+	// changes the child's ids (which clears it in the kernel) re-arms it,
+	// and a child whose status descriptor has lost its reader by then (its
+	// reader, the process the signal stands for, died in between) exits
+	// with 125 instead.
 	Pdeathsig syscall.Signal
 	// Parent makes the child the caller's parent's child (CLONE_PARENT),
 	// as the spawner clones helpers for the server; the caller's parent
@@ -484,9 +489,52 @@ func runSteps(f *frame) {
 			reportFailed(f, uint32(i), uint32(e), o.tag, o.what, o.nwhat)
 			exit(125)
 		}
+		if f.pdeath != 0 && changesCreds(o.trap) {
+			rearmPdeath(f)
+		}
 		if o.save >= 0 {
 			f.slots[o.save&(maxSlots-1)] = r
 		}
+	}
+}
+
+// changesCreds reports whether trap may change the child's ids or raise
+// its capabilities: the kernel then clears the parent-death signal
+// (commit_creds), which a helper that starts as the server's uid and
+// takes the block's would otherwise live on without.
+//
+//go:nosplit
+func changesCreds(trap uintptr) bool {
+	switch trap {
+	case syscall.SYS_SETUID, syscall.SYS_SETGID, syscall.SYS_SETREUID, syscall.SYS_SETREGID,
+		syscall.SYS_SETRESUID, syscall.SYS_SETRESGID, syscall.SYS_SETFSUID, syscall.SYS_SETFSGID, syscall.SYS_CAPSET:
+		return true
+	}
+	return false
+}
+
+// rearmPdeath arms the parent-death signal again after a step that may
+// have cleared it, and ends the child when its caller died before that:
+// the signal was then sent to nobody. getppid cannot tell (the parent is
+// outside the child's PID namespace, so it reads 0 either way); the
+// status descriptor can: its reader is the process the signal stands for,
+// whose descriptors close before the kernel sends the parent-death signal
+// (do_exit releases the files before exit_notify), so a reader still
+// there means the signal is still to come. POLLERR is a pipe without readers; POLLHUP a socket whose
+// peer is gone.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func rearmPdeath(f *frame) {
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, f.pdeath, 0); e != 0 {
+		exit(125)
+	}
+	pfd := unix.PollFd{Fd: 3}
+	var now unix.Timespec
+	n, _, e := syscall.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&now)), 0, 0, 0)
+	if e == 0 && n == 1 && pfd.Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
+		exit(125)
 	}
 }
 
