@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -241,7 +242,7 @@ func probeSeccomp(p *platform) mechSet {
 		p.detail[mSeccomp] = "seccomp filters not supported"
 		return 0
 	}
-	p.version[mSeccomp] = fmt.Sprintf("deny list of %d syscalls", len(seccomp.Denied)+2)
+	p.version[mSeccomp] = fmt.Sprintf("deny list of %d syscalls", len(seccomp.DeniedOn(runtime.GOARCH))+2)
 	p.detail[mSeccomp] = "socket families: unix, inet, inet6, netlink (route) only"
 	return mSeccomp
 }
