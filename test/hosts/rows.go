@@ -51,7 +51,7 @@ var Rows = []Row{
 		Checks: []string{"doctor", "serve", "sandbox", "sandbox-go"},
 		Host:   "Debian 13, Fedora, current distributions under systemd with `Delegate=yes`"},
 	{Name: "amd64-6.12-v2-undelegated", Arch: "amd64", Kernel: "6.12", Cgroup: "v2", Delegated: false, UserNS: true,
-		Checks: []string{"doctor"}, Refusal: []string{"cgroup", "Delegate=yes"}, Not: []string{"max_user_namespaces"},
+		Checks: []string{"doctor"}, Refusal: []string{"is not delegated to uid 1000", "systemd-run --property=Delegate=yes"}, Not: []string{"max_user_namespaces"},
 		Host: "a service or container whose cgroup is not delegated to codellm's user"},
 	{Name: "amd64-6.1-v1", Arch: "amd64", Kernel: "6.1", Cgroup: "v1", Delegated: false, UserNS: true,
 		Checks: []string{"doctor", "serve"},
