@@ -116,7 +116,7 @@ func (s *Sandbox) prestartHelper(child *cgroup.Group) (*idleHelper, error) {
 	if err != nil {
 		unix.Close(pair[0])
 		statR.Close()
-		return nil, startError(cl.use, err)
+		return nil, startError(cl.use, attr.UseCgroupFD, err)
 	}
 	h := &idleHelper{osp: osp, sock: pair[0], statR: statR, cl: cl, group: child, overlaid: overlaid}
 	pre := s.prebuildSpec(cl, overlaid)

@@ -53,7 +53,7 @@ func (r *Run) rawStart(cl cloneSpec, bf *blockFiles, hs *hook.Spec, child *cgrou
 			return nil, false, nil
 		}
 		if err != nil {
-			return nil, true, startError(cl.use, err)
+			return nil, true, startError(cl.use, bornInto(child), err)
 		}
 		return hl, true, nil
 	}

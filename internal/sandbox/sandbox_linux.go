@@ -337,6 +337,9 @@ func (s *Sandbox) trialSpawn() {
 		}
 		p.avail &^= bit
 		p.detail[bit] = ue.Reason
+		if ue.Fix != "" {
+			p.detail[bit] += "; fix: " + ue.Fix
+		}
 		if bit == mUserNS && p.euid != 0 {
 			p.avail &^= mPIDNS | mMountNS | mNetNS | mIPCNS | mUTSNS | mCgroupNS | mRootFS | mOverlay
 		}
@@ -669,17 +672,6 @@ func readStarted(statR *os.File, init bool) ([]byte, int, error) {
 	}
 	rest, err := io.ReadAll(io.LimitReader(statR, 64<<10))
 	return append(first[:], rest...), 0, err
-}
-
-// startError explains a failed clone/exec of the helper itself.
-func startError(use mechSet, err error) error {
-	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS) {
-		if use.has(mUserNS) {
-			return &UnavailableError{Mechanism: MechUserNS, Reason: "cannot create namespaces: " + err.Error(), Fix: mechFix(mUserNS)}
-		}
-		return &UnavailableError{Mechanism: MechPIDNS, Reason: "cannot create namespaces: " + err.Error(), Fix: mechFix(mPIDNS)}
-	}
-	return &UnavailableError{Mechanism: MechHelper, Reason: "start helper: " + err.Error(), Fix: mechFix(mHelper)}
 }
 
 func helperFailure(msg []byte, rerr error, st *os.ProcessState) error {

@@ -357,7 +357,7 @@ func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*lau
 		specW.Close()
 		statR.Close()
 		closeIfSet(netParent)
-		return nil, nil, startError(cl.use, err)
+		return nil, nil, startError(cl.use, attr.UseCgroupFD, err)
 	}
 	deliver := func(b []byte) error {
 		defer specW.Close()

@@ -1,0 +1,150 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// A failed helper clone is blamed on what really refuses it: the user
+// namespace (with the sysctl fix) only when a bare one cannot be made.
+// cgroup v2 hosts answered EINVAL for the clone into the block's cgroup,
+// and were told to raise user.max_user_namespaces.
+func TestStartErrorBlamesTheRealCause(t *testing.T) {
+	all := mUserNS | mPIDNS | mMountNS | mNetNS | mIPCNS | mUTSNS
+	cases := []struct {
+		name       string
+		refuse     func(flags uintptr) error
+		intoCgroup bool
+		mech, fix  string
+		notFix     string
+	}{
+		{"placement", func(uintptr) error { return nil }, true, MechCgroup, "Delegate=yes", "max_user_namespaces"},
+		{"userns limit", refuseWith(syscall.CLONE_NEWUSER, syscall.ENOSPC), true, MechUserNS, "user.max_user_namespaces", ""},
+		{"userns by seccomp", refuseWith(syscall.CLONE_NEWUSER, syscall.EPERM), false, MechUserNS, "seccomp", "max_user_namespaces"},
+		{"netns", refuseWith(syscall.CLONE_NEWNET, syscall.EPERM), true, MechNetNS, "seccomp", "max_user_namespaces"},
+		{"nothing alone", func(uintptr) error { return nil }, false, MechHelper, "", "max_user_namespaces"},
+	}
+	real := cloneErr
+	t.Cleanup(func() { cloneErr = real })
+	for _, c := range cases {
+		cloneErr = c.refuse
+		err := startError(all, c.intoCgroup, &os.PathError{Op: "fork/exec", Path: "helper", Err: syscall.EINVAL})
+		var ue *UnavailableError
+		if !errors.As(err, &ue) || ue.Mechanism != c.mech || !strings.Contains(ue.Fix, c.fix) ||
+			c.notFix != "" && strings.Contains(ue.Fix+ue.Reason, c.notFix) {
+			t.Errorf("%s: %v; want mechanism %s, a fix naming %q and not %q", c.name, err, c.mech, c.fix, c.notFix)
+		}
+	}
+}
+
+// refuseWith makes a stand-in for cloneErr that refuses every clone with
+// flag set.
+func refuseWith(flag uintptr, errno syscall.Errno) func(uintptr) error {
+	return func(flags uintptr) error {
+		if flags&flag != 0 {
+			return errno
+		}
+		return nil
+	}
+}
+
+// cloneErr itself: a user namespace can be made on this host, and a clone
+// the kernel refuses comes back as its errno.
+func TestCloneErrProbes(t *testing.T) {
+	if err := cloneErr(syscall.CLONE_NEWUSER); err != nil && !requireSandbox() {
+		t.Skipf("no user namespaces here: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if err := cloneErr(syscall.CLONE_NEWPID | syscall.CLONE_THREAD); err == nil {
+		t.Error("clone with CLONE_THREAD without CLONE_VM succeeded; want EINVAL")
+	}
+}
+
+// envRefuseUserNS makes the test binary install a seccomp filter that
+// refuses clone with CLONE_NEWUSER (EPERM; clone3 ENOSYS, so nothing
+// goes around it), as a container runtime's default profile does, and
+// print the native sandbox's Report as JSON.
+const envRefuseUserNS = "CODELLM_TEST_REFUSE_USERNS"
+
+func refuseUserNSAndReport() {
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 0, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE3, SkipTrue: 4},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_CLONE, SkipTrue: 2},
+		bpf.LoadAbsolute{Off: 16, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.CLONE_NEWUSER, SkipTrue: 2},
+		bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW},
+		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+	})
+	if err == nil {
+		err = installFilter(prog)
+	}
+	if err != nil {
+		os.Stderr.WriteString("seccomp: " + err.Error())
+		os.Exit(2)
+	}
+	s, err := New(Config{Mode: ModeNative})
+	if err != nil {
+		os.Stderr.WriteString(err.Error())
+		os.Exit(2)
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(s.Report())
+	_ = s.Close()
+	os.Exit(0)
+}
+
+// installFilter installs prog on every thread of this process.
+func installFilter(prog []bpf.RawInstruction) error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return err
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
+	_, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// doctor's message when a seccomp profile refuses user namespaces names
+// the user namespace and the profile, never the sysctl that is not the
+// cause.
+func TestDoctorNamesSeccompNotTheSysctl(t *testing.T) {
+	if os.Getenv(envRefuseUserNS) == "1" {
+		refuseUserNSAndReport()
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestDoctorNamesSeccompNotTheSysctl$")
+	cmd.Env = append(os.Environ(), envRefuseUserNS+"=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var rep Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, m := range rep.Mechanisms {
+		if m.Name == MechUserNS {
+			if m.Available || !strings.Contains(m.Detail, "seccomp") || strings.Contains(m.Detail, "max_user_namespaces") {
+				t.Errorf("userns: available %v, detail %q; want refused, naming seccomp and not the sysctl", m.Available, m.Detail)
+			}
+			return
+		}
+	}
+	t.Fatal("no userns row")
+}
