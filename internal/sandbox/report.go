@@ -8,6 +8,11 @@ import (
 	"text/tabwriter"
 )
 
+// WarnWithoutUserNS begins the Report warning of a besteffort sandbox
+// whose blocks run without the user namespace the mode wants (the cause,
+// what the blocks lose and the fix follow); serve logs it as an error.
+const WarnWithoutUserNS = "besteffort: blocks run WITHOUT a user namespace"
+
 // MechanismStatus is one row of the doctor table.
 type MechanismStatus struct {
 	Name      string `json:"name"`

@@ -349,6 +349,22 @@ func (s *Sandbox) trialSpawn() {
 	}
 }
 
+// withoutUserNS is besteffort's loud sentence for blocks that run without
+// a user namespace although the mode wants one ("" otherwise): what they
+// lose, why, and how to get it back.
+func (p *platform) withoutUserNS() string {
+	if !p.want.has(mUserNS) || p.avail.has(mUserNS) {
+		return ""
+	}
+	what := "in no namespace at all: they share the host's processes, network, mounts and filesystem view as uid " +
+		strconv.Itoa(p.euid) + ", bounded only by Landlock, seccomp, rlimits and the cgroup"
+	if p.euid == 0 {
+		what = "as host uid " + strconv.Itoa(p.hostUID) + " with the namespaces root can still make, without a uid map of their own"
+	}
+	return WarnWithoutUserNS + " (" + p.detail[mUserNS] + "): " + what +
+		"; fix the cause, or run --sandbox native to refuse instead"
+}
+
 func (s *Sandbox) buildReport() Report {
 	p := &s.plat
 	l := s.cfg.Limits
@@ -389,6 +405,9 @@ func (s *Sandbox) buildReport() Report {
 		rep.Ready = p.avail.has(mHelper)
 		if len(rep.Missing) > 0 {
 			rep.Warnings = append(rep.Warnings, "besteffort: running without "+strings.Join(rep.Missing, ", "))
+		}
+		if w := p.withoutUserNS(); w != "" {
+			rep.Warnings = append(rep.Warnings, w)
 		}
 	default:
 		rep.Ready = len(rep.Missing) == 0

@@ -73,7 +73,7 @@ func TestCloneErrProbes(t *testing.T) {
 // envRefuseUserNS makes the test binary install a seccomp filter that
 // refuses clone with CLONE_NEWUSER (EPERM; clone3 ENOSYS, so nothing
 // goes around it), as a container runtime's default profile does, and
-// print the native sandbox's Report as JSON.
+// print the Report of a sandbox in the mode the variable names as JSON.
 const envRefuseUserNS = "CODELLM_TEST_REFUSE_USERNS"
 
 func refuseUserNSAndReport() {
@@ -94,7 +94,7 @@ func refuseUserNSAndReport() {
 		os.Stderr.WriteString("seccomp: " + err.Error())
 		os.Exit(2)
 	}
-	s, err := New(Config{Mode: ModeNative})
+	s, err := New(Config{Mode: Mode(os.Getenv(envRefuseUserNS))})
 	if err != nil {
 		os.Stderr.WriteString(err.Error())
 		os.Exit(2)
@@ -117,19 +117,16 @@ func installFilter(prog []bpf.RawInstruction) error {
 	return nil
 }
 
-// doctor's message when a seccomp profile refuses user namespaces names
-// the user namespace and the profile, never the sysctl that is not the
-// cause.
-func TestDoctorNamesSeccompNotTheSysctl(t *testing.T) {
-	if os.Getenv(envRefuseUserNS) == "1" {
-		refuseUserNSAndReport()
-	}
+// refusedUserNSReport runs the test binary under a seccomp filter that
+// refuses user namespaces and returns its sandbox's Report in mode.
+func refusedUserNSReport(t *testing.T, mode Mode) Report {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^TestDoctorNamesSeccompNotTheSysctl$")
-	cmd.Env = append(os.Environ(), envRefuseUserNS+"=1")
+	cmd.Env = append(os.Environ(), envRefuseUserNS+"="+string(mode))
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -137,6 +134,20 @@ func TestDoctorNamesSeccompNotTheSysctl(t *testing.T) {
 	var rep Report
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("%v: %s", err, out)
+	}
+	return rep
+}
+
+// doctor's message when a seccomp profile refuses user namespaces names
+// the user namespace and the profile, never the sysctl that is not the
+// cause.
+func TestDoctorNamesSeccompNotTheSysctl(t *testing.T) {
+	if os.Getenv(envRefuseUserNS) != "" {
+		refuseUserNSAndReport()
+	}
+	rep := refusedUserNSReport(t, ModeNative)
+	if rep.Ready {
+		t.Error("native is ready without user namespaces")
 	}
 	for _, m := range rep.Mechanisms {
 		if m.Name == MechUserNS {
@@ -147,4 +158,16 @@ func TestDoctorNamesSeccompNotTheSysctl(t *testing.T) {
 		}
 	}
 	t.Fatal("no userns row")
+}
+
+// besteffort without a user namespace says so in the report (doctor,
+// /readyz; serve logs it as an error), with the cause.
+func TestBesteffortSaysItHasNoUserNS(t *testing.T) {
+	rep := refusedUserNSReport(t, ModeBestEffort)
+	for _, w := range rep.Warnings {
+		if strings.HasPrefix(w, WarnWithoutUserNS) && strings.Contains(w, "seccomp") {
+			return
+		}
+	}
+	t.Errorf("warnings %q: want %q with its cause", rep.Warnings, WarnWithoutUserNS)
 }
