@@ -142,7 +142,7 @@ func (s *Sandbox) prestartHelper(child *cgroup.Group) (*idleHelper, error) {
 func (s *Sandbox) defaultClone(child *cgroup.Group) cloneSpec {
 	p := &s.plat
 	use := blockUse(p.runMechs(), s.cfg.Network, child)
-	return cloneSpec{use: use, uid: p.hostUID, gid: p.hostGID}
+	return cloneSpec{use: use, uid: p.hostUID, gid: p.hostGID, outside: p.noClone3}
 }
 
 // prestartable reports whether pooled run groups should carry an idle

@@ -52,6 +52,14 @@ type platform struct {
 	// raw candidate has been logged (noteFallback).
 	fallback *sync.Once
 
+	// features are the probed kernel facilities (features_linux.go);
+	// rawOff, when set, is why no block gets the raw helper (a facility it
+	// needs is missing), and noClone3 keeps helpers from being cloned into
+	// their cgroup (codellm moves them in instead).
+	features []FeatureStatus
+	rawOff   string
+	noClone3 bool
+
 	// disabled switches mechanisms off, for differential tests and
 	// benchmarks only (never set in production code).
 	disabled mechSet
@@ -120,6 +128,7 @@ func (s *Sandbox) init() error {
 		p.hostUID, p.hostGID = p.euid, os.Getegid()
 	}
 	p.avail = probeStatic(p, err)
+	p.features = p.probeFeatures()
 	s.sweepStaleGroups()
 	switch s.cfg.Mode {
 	case ModeOff:
@@ -382,6 +391,7 @@ func (s *Sandbox) buildReport() Report {
 		Missing: []string{},
 	}
 	use := p.want & p.avail
+	rep.Features = append([]FeatureStatus(nil), p.features...)
 	for _, e := range mechNames {
 		ms := MechanismStatus{Name: e.name, Available: p.avail.has(e.bit), Version: p.version[e.bit],
 			Used: use.has(e.bit), Detail: p.detail[e.bit]}

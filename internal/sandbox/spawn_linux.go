@@ -23,6 +23,9 @@ type cloneSpec struct {
 	uid, gid int
 	egress   bool // CAP_NET_ADMIN: bring up the namespace's loopback
 	determ   bool // CAP_SYS_TIME: time namespace offsets (dropped before exec)
+	// outside: the helper is moved into its cgroup after the clone, not born
+	// in it (no clone3: platform.noClone3)
+	outside bool
 }
 
 // errDiedWaiting is a pre-started helper found dead at its hand-over; the
@@ -70,7 +73,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	if err != nil {
 		return nil, err
 	}
-	cl := cloneSpec{use: use, uid: uid, gid: gid, egress: egressOn, determ: spec.Deterministic != nil}
+	cl := cloneSpec{use: use, uid: uid, gid: gid, egress: egressOn, determ: spec.Deterministic != nil, outside: p.noClone3}
 	hs, err := r.helperSpec(spec, use, probe)
 	if err != nil {
 		return nil, err
@@ -311,7 +314,7 @@ func helperAttr(cl cloneSpec, euid int, child *cgroup.Group) *syscall.SysProcAtt
 			attr.Cloneflags |= ns.flag
 		}
 	}
-	if child != nil {
+	if child != nil && !cl.outside {
 		if fd, ok := child.FD(); ok {
 			attr.UseCgroupFD, attr.CgroupFD = true, fd // v2: born inside, no race
 		}

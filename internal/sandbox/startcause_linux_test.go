@@ -3,6 +3,7 @@ package sandbox
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -70,38 +71,61 @@ func TestCloneErrProbes(t *testing.T) {
 	}
 }
 
-// envRefuseUserNS makes the test binary install a seccomp filter that
-// refuses clone with CLONE_NEWUSER (EPERM; clone3 ENOSYS, so nothing
-// goes around it), as a container runtime's default profile does, and
-// print the Report of a sandbox in the mode the variable names as JSON.
-const envRefuseUserNS = "CODELLM_TEST_REFUSE_USERNS"
+// envSeccomp makes the test binary, run for TestDoctorNamesSeccompNotTheSysctl
+// alone, install a seccomp filter that refuses one facility as a container
+// runtime's profile or an old kernel does — "userns": clone with
+// CLONE_NEWUSER (EPERM; clone3 ENOSYS, so nothing goes around it),
+// "close_range": close_range (EPERM) — then open a sandbox in the mode after
+// the colon, print its Report and, if it is ready, the outcome of one
+// block, as "@@report" and "@@block" JSON lines.
+const envSeccomp = "CODELLM_TEST_SECCOMP"
 
-func refuseUserNSAndReport() {
-	prog, err := bpf.Assemble([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: 0, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE3, SkipTrue: 4},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_CLONE, SkipTrue: 2},
-		bpf.LoadAbsolute{Off: 16, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.CLONE_NEWUSER, SkipTrue: 2},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
-	})
+func underSeccomp(t *testing.T, what string, mode Mode) {
+	var filter []bpf.Instruction
+	switch what {
+	case "userns":
+		filter = []bpf.Instruction{
+			bpf.LoadAbsolute{Off: 0, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE3, SkipTrue: 4},
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_CLONE, SkipTrue: 2},
+			bpf.LoadAbsolute{Off: 16, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.CLONE_NEWUSER, SkipTrue: 2},
+			bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW},
+			bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+			bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+		}
+	case "close_range":
+		filter = []bpf.Instruction{
+			bpf.LoadAbsolute{Off: 0, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLOSE_RANGE, SkipTrue: 1},
+			bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW},
+			bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+		}
+	default:
+		t.Fatalf("%s=%s:%s: unknown facility", envSeccomp, what, mode)
+	}
+	prog, err := bpf.Assemble(filter)
 	if err == nil {
 		err = installFilter(prog)
 	}
 	if err != nil {
-		os.Stderr.WriteString("seccomp: " + err.Error())
-		os.Exit(2)
+		t.Fatalf("seccomp: %v", err)
 	}
-	s, err := New(Config{Mode: Mode(os.Getenv(envRefuseUserNS))})
+	s, err := New(Config{Mode: mode})
 	if err != nil {
-		os.Stderr.WriteString(err.Error())
-		os.Exit(2)
+		t.Fatal(err)
 	}
-	_ = json.NewEncoder(os.Stdout).Encode(s.Report())
-	_ = s.Close()
-	os.Exit(0)
+	defer s.Close()
+	rep, _ := json.Marshal(s.Report())
+	fmt.Printf("\n@@report %s\n", rep)
+	if s.Report().Ready {
+		o, err := runIn(t, s, "", nil, "/bin/sh", "-c", "echo ran")
+		b, _ := json.Marshal(struct {
+			Exit        int
+			Stdout, Err string
+		}{o.ExitCode, o.Stdout, fmt.Sprint(err)})
+		fmt.Printf("\n@@block %s\n", b)
+	}
 }
 
 // installFilter installs prog on every thread of this process.
@@ -117,35 +141,49 @@ func installFilter(prog []bpf.RawInstruction) error {
 	return nil
 }
 
-// refusedUserNSReport runs the test binary under a seccomp filter that
-// refuses user namespaces and returns its sandbox's Report in mode.
-func refusedUserNSReport(t *testing.T, mode Mode) Report {
+// seccompReport runs the test binary under a seccomp filter that refuses
+// what (see envSeccomp) and returns its sandbox's Report in mode, and the
+// block's outcome line when it ran one.
+func seccompReport(t *testing.T, what string, mode Mode) (Report, string) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run=^TestDoctorNamesSeccompNotTheSysctl$")
-	cmd.Env = append(os.Environ(), envRefuseUserNS+"="+string(mode))
-	out, err := cmd.Output()
+	cmd := exec.Command(exe, "-test.run=^TestDoctorNamesSeccompNotTheSysctl$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envSeccomp+"="+what+":"+string(mode))
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	var rep Report
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("%v: %s", err, out)
+	var block string
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, "@@report "); ok {
+			if err := json.Unmarshal([]byte(v), &rep); err != nil {
+				t.Fatalf("%v: %s", err, v)
+			}
+		}
+		if v, ok := strings.CutPrefix(l, "@@block "); ok {
+			block = v
+		}
 	}
-	return rep
+	if rep.Mode == "" {
+		t.Fatalf("no report: %s", out)
+	}
+	return rep, block
 }
 
 // doctor's message when a seccomp profile refuses user namespaces names
 // the user namespace and the profile, never the sysctl that is not the
 // cause.
 func TestDoctorNamesSeccompNotTheSysctl(t *testing.T) {
-	if os.Getenv(envRefuseUserNS) != "" {
-		refuseUserNSAndReport()
+	if v := os.Getenv(envSeccomp); v != "" {
+		what, mode, _ := strings.Cut(v, ":")
+		underSeccomp(t, what, Mode(mode))
+		return
 	}
-	rep := refusedUserNSReport(t, ModeNative)
+	rep, _ := seccompReport(t, "userns", ModeNative)
 	if rep.Ready {
 		t.Error("native is ready without user namespaces")
 	}
@@ -163,11 +201,37 @@ func TestDoctorNamesSeccompNotTheSysctl(t *testing.T) {
 // besteffort without a user namespace says so in the report (doctor,
 // /readyz; serve logs it as an error), with the cause.
 func TestBesteffortSaysItHasNoUserNS(t *testing.T) {
-	rep := refusedUserNSReport(t, ModeBestEffort)
+	rep, _ := seccompReport(t, "userns", ModeBestEffort)
 	for _, w := range rep.Warnings {
 		if strings.HasPrefix(w, WarnWithoutUserNS) && strings.Contains(w, "seccomp") {
 			return
 		}
 	}
 	t.Errorf("warnings %q: want %q with its cause", rep.Warnings, WarnWithoutUserNS)
+}
+
+// A kernel or seccomp profile without close_range: the raw helper, which
+// needs it to place a block's descriptors, is off and blocks get the Go
+// helper, and doctor says so. Before the probe every raw block died with
+// exit 125 and a misleading hint about the executable's path.
+func TestMissingCloseRangeFallsBackToTheGoHelper(t *testing.T) {
+	rep, block := seccompReport(t, "close_range", ModeNative)
+	f := feature(t, rep, featCloseRange)
+	if f.Available || !strings.Contains(f.Detail, "EPERM") || !strings.Contains(f.Detail, "Go helper") {
+		t.Errorf("close_range line %+v: want missing, naming EPERM and the Go helper", f)
+	}
+	if !rep.Ready || !strings.Contains(block, `"Exit":0`) || !strings.Contains(block, `ran\n`) {
+		t.Errorf("ready %v, block %s: want a block that runs on the Go helper", rep.Ready, block)
+	}
+}
+
+func feature(t *testing.T, rep Report, name string) FeatureStatus {
+	t.Helper()
+	for _, f := range rep.Features {
+		if f.Name == name {
+			return f
+		}
+	}
+	t.Fatalf("no %s line in %+v", name, rep.Features)
+	return FeatureStatus{}
 }
