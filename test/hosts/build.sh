@@ -35,6 +35,9 @@ chmod 1777 "$root/tmp" "$root/var/tmp"
 export CGO_ENABLED=0 GOARCH="$arch" GOFLAGS=-trimpath
 go build -ldflags '-s -w' -o "$root/usr/local/bin/codellm" ./cmd/codellm
 go test -c -ldflags '-s -w' -o "$root/tests/sandbox/sandbox.test" ./internal/sandbox
+go test -c -ldflags '-s -w' -o "$root/tests/cgroup.test" ./internal/sandbox/cgroup
+go test -c -ldflags '-s -w' -o "$root/tests/rawchild.test" ./internal/sandbox/rawchild
+go build -ldflags '-s -w' -o "$root/tests/bench" ./bench
 cp -a internal/sandbox/testdata "$root/tests/sandbox/"
 # The README's curl example, exactly as printed: the body after -d '...'.
 awk '/^curl -s http:\/\/127.0.0.1:8080\/v1\/chat\/completions/ {on=1} on && /-d .\{/ {p=1; sub(/.*-d '\''/, "")} p {if (/^\}'\''$/) {print "}"; exit} print}' README.md >"$root/tests/readme-body.json"

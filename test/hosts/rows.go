@@ -45,22 +45,22 @@ type Row struct {
 // Rows is the host matrix.
 var Rows = []Row{
 	{Name: "amd64-6.1-v2", Arch: "amd64", Kernel: "6.1", Cgroup: "v2", Delegated: true, UserNS: true,
-		Checks: []string{"doctor", "serve", "sandbox", "sandbox-go"},
+		Checks: []string{"doctor", "serve", "sandbox", "sandbox-go", "cgroup", "bench"},
 		Host:   "Debian 12, Ubuntu 22.04+, RHEL 9, any systemd service with `Delegate=yes`"},
 	{Name: "amd64-6.12-v2", Arch: "amd64", Kernel: "6.12", Cgroup: "v2", Delegated: true, UserNS: true,
-		Checks: []string{"doctor", "serve", "sandbox", "sandbox-go"},
+		Checks: []string{"doctor", "serve", "sandbox", "sandbox-go", "cgroup"},
 		Host:   "Debian 13, Fedora, current distributions under systemd with `Delegate=yes`"},
 	{Name: "amd64-6.12-v2-undelegated", Arch: "amd64", Kernel: "6.12", Cgroup: "v2", Delegated: false, UserNS: true,
 		Checks: []string{"doctor"}, Refusal: []string{"is not delegated to uid 1000", "systemd-run --property=Delegate=yes"}, Not: []string{"max_user_namespaces"},
 		Host: "a service or container whose cgroup is not delegated to codellm's user"},
 	{Name: "amd64-6.1-v1", Arch: "amd64", Kernel: "6.1", Cgroup: "v1", Delegated: false, UserNS: true,
-		Checks: []string{"doctor", "serve"},
+		Checks: []string{"doctor", "serve", "cgroup", "bench"},
 		Host:   "hosts booted with cgroup v1 (`systemd.unified_cgroup_hierarchy=0`), codellm as root"},
 	{Name: "amd64-6.12-nouserns", Arch: "amd64", Kernel: "6.12", Cgroup: "v2", Delegated: true, UserNS: false,
 		Checks: []string{"doctor"}, Refusal: []string{"userns", "user.max_user_namespaces"},
 		Host: "user namespaces switched off (`user.max_user_namespaces=0`)"},
 	{Name: "arm64-6.1-v2", Arch: "arm64", Kernel: "6.1", Cgroup: "v2", Delegated: true, UserNS: true,
-		Checks: []string{"doctor", "serve", "sandbox"},
+		Checks: []string{"doctor", "serve", "sandbox", "rawchild", "cgroup"},
 		Host:   "arm64 (Graviton, Ampere) Debian 12 under systemd with `Delegate=yes`"},
 }
 
@@ -116,6 +116,9 @@ var checkText = map[string]string{
 	"serve":      "the README's curl example through `codellm serve`, nothing left after it",
 	"sandbox":    "threat-model tests (raw helper)",
 	"sandbox-go": "threat-model tests (Go helper)",
+	"cgroup":     "package cgroup's tests",
+	"rawchild":   "package rawchild's tests (the raw helper's own code)",
+	"bench":      "bench's spawn row (CPU per block, v1 against v2)",
 }
 
 func checksText(checks []string) string {
