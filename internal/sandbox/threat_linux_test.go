@@ -730,7 +730,12 @@ func TestE_HostLoopbackUnreachable(t *testing.T) {
 	if on.Wall > 10*time.Second {
 		t.Fatalf("connect did not fail fast: %v", on.Wall)
 	}
-	// Landlock alone (network namespace off): TCP connect denied.
+	// Landlock alone (network namespace off): TCP connect denied, from
+	// Landlock ABI 4 (Linux 6.7) on; before it the namespace is all there is.
+	if s.plat.landlockABI < 4 {
+		t.Logf("Landlock ABI %d has no TCP rules: the network namespace alone was checked", s.plat.landlockABI)
+		return
+	}
 	differential(t, withDisabled(s, MechLandlock, MechNetNS), withDisabled(s, MechNetNS), nil, connectProbe(addr))
 }
 
