@@ -338,24 +338,34 @@ func (s *Sandbox) trialSpawn() {
 			p.avail &^= mHelper
 			return
 		}
-		bit, ok := mechByName(ue.Mechanism)
-		if !ok || !p.avail.has(bit) {
-			p.detail[mHelper] = ue.Error()
-			p.avail &^= mHelper
+		if !p.lose(ue) {
 			return
 		}
-		p.avail &^= bit
-		p.detail[bit] = ue.Reason
-		if ue.Fix != "" {
-			p.detail[bit] += "; fix: " + ue.Fix
-		}
-		if bit == mUserNS && p.euid != 0 {
-			p.avail &^= mPIDNS | mMountNS | mNetNS | mIPCNS | mUTSNS | mCgroupNS | mRootFS | mOverlay
-		}
-		if bit == mMountNS || bit == mPIDNS || bit == mRootFS {
-			p.avail &^= mRootFS | mOverlay
-		}
 	}
+}
+
+// lose marks the mechanism a trial spawn's failure names unavailable, with
+// its reason and fix as the report's detail, and what needs it with it; false
+// when the failure names none the host still had (the helper is lost then).
+func (p *platform) lose(ue *UnavailableError) bool {
+	bit, ok := mechByName(ue.Mechanism)
+	if !ok || !p.avail.has(bit) {
+		p.detail[mHelper] = ue.Error()
+		p.avail &^= mHelper
+		return false
+	}
+	p.avail &^= bit
+	p.detail[bit] = ue.Reason
+	if ue.Fix != "" {
+		p.detail[bit] += "; fix: " + ue.Fix
+	}
+	if bit == mUserNS && p.euid != 0 {
+		p.avail &^= mPIDNS | mMountNS | mNetNS | mIPCNS | mUTSNS | mCgroupNS | mRootFS | mOverlay
+	}
+	if bit == mMountNS || bit == mPIDNS || bit == mRootFS {
+		p.avail &^= mRootFS | mOverlay
+	}
+	return true
 }
 
 // withoutUserNS is besteffort's loud sentence for blocks that run without
