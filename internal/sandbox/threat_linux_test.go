@@ -395,12 +395,17 @@ if e != errno.ENOSYS: print("` + probeOK + `")
 	if !strings.Contains(on.Stdout, "ENOSYS") {
 		t.Fatalf("clone3: %q", on.Stdout)
 	}
-	// clone with a namespace flag (CLONE_NEWUTS|SIGCHLD) via the raw syscall.
+	// clone with a namespace flag (CLONE_NEWUTS|SIGCHLD) via the raw
+	// syscall, by this architecture's number (56 on x86-64, 220 on arm64).
+	info, err := arch.GetInfo("")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cl := py(`
 import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
-r = libc.syscall(56, 0x04000000 | 17, 0, 0, 0, 0)
+r = libc.syscall(` + strconv.Itoa(info.SyscallNames["clone"]) + `, 0x04000000 | 17, 0, 0, 0, 0)
 if r == 0: os._exit(0)
 e = ctypes.get_errno()
 print(r, errno.errorcode.get(e, e))
