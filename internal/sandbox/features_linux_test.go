@@ -25,6 +25,27 @@ func TestFeaturesAreProbed(t *testing.T) {
 	}
 }
 
+// Each probed facility, faked missing, is named in doctor's table with the
+// errno and what codellm does without it.
+func TestEachMissingFeatureIsNamed(t *testing.T) {
+	for _, name := range featureOrder {
+		t.Run(name, func(t *testing.T) {
+			real := probeFeature[name]
+			t.Cleanup(func() { probeFeature[name] = real })
+			probeFeature[name] = func() error { return syscall.ENOSYS }
+			s, err := New(Config{Mode: ModeNative})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			want := "feature: " + name + ": no: missing (ENOSYS): " + featureRoles[name][1]
+			if !strings.Contains(s.Report().String(), want) {
+				t.Errorf("doctor's table lacks %q:\n%s", want, s.Report().String())
+			}
+		})
+	}
+}
+
 // A faked missing clone3 keeps helpers out of CLONE_INTO_CGROUP, and on
 // cgroup v2 the raw helper off; doctor says what codellm does instead.
 func TestMissingClone3IsNamed(t *testing.T) {
