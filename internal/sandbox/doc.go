@@ -96,13 +96,14 @@
 // about a megabyte. It clones with CLONE_PARENT, so helpers remain the
 // server's children (waited for, signalled and parent-death-signalled as
 // before), and it can exec only the sealed helper binary. A clone it cannot
-// take (no new PID namespace, see package spawner; a Go helper born in its
-// cgroup v2 group, since clone3 refuses CLONE_PARENT with the exit signal
-// Go's clone3 always sets — the raw helper's own clone3 leaves it out), a
-// spawner that cannot start or died three times, and every clone after
-// [Sandbox.Close] go straight from a locked server thread, as before the
-// spawner existed. The spawner ends with Close; `ps` shows it as
-// codellm-spawner.
+// take (no new PID namespace, see package spawner), a spawner that cannot
+// start or died three times, and every clone after [Sandbox.Close] go
+// straight from a locked server thread, as before the spawner existed. On
+// cgroup v2 the spawner clones a Go helper outside its block's cgroup
+// (clone3 refuses CLONE_PARENT with the exit signal Go's clone3 always
+// sets) and the server moves it in while it waits for its spec, as on v1;
+// the raw helper's own clone3 leaves the signal out and is born inside.
+// The spawner ends with Close; `ps` shows it as codellm-spawner.
 //
 // # Probed kernel facilities
 //

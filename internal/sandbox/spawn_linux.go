@@ -129,8 +129,9 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 	proc.plat = procPlatform{osp: osp, pgKill: !cl.use.has(mPIDNS), limits: r.lim, started: hl.start, group: child, runGrp: r.plat.group}
 	proc.plat.setHold(spec, hs, osp.Pid)
 
-	// v1: join the block's cgroup now, while the helper is blocked reading
-	// its spec and so has run nothing of the user's.
+	// v1 (and a Go helper the spawner cloned on v2): join the block's cgroup
+	// now, while the helper is blocked reading its spec and so has run
+	// nothing of the user's.
 	if child != nil && !hl.joined {
 		if err := child.Add(osp.Pid); err != nil {
 			killWait(osp)
@@ -353,21 +354,21 @@ func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*lau
 	}
 	attr := helperAttr(cl, r.sb.plat.euid, child)
 	start := time.Now()
-	osp, overlaid, err := r.sb.plat.startHelper(helperEnv, append(append(bf.list()[:3:3], specR, statW, bf.dir), extra...), attr, overlaidRoot(cl.use))
+	osp, overlaid, inside, err := r.sb.plat.startHelper(helperEnv, append(append(bf.list()[:3:3], specR, statW, bf.dir), extra...), attr, overlaidRoot(cl.use))
 	specR.Close()
 	statW.Close()
 	if err != nil {
 		specW.Close()
 		statR.Close()
 		closeIfSet(netParent)
-		return nil, nil, startError(cl.use, attr.UseCgroupFD, err)
+		return nil, nil, startError(cl.use, inside, err)
 	}
 	deliver := func(b []byte) error {
 		defer specW.Close()
 		_, err := specW.Write(b)
 		return err
 	}
-	return &launched{osp: osp, statR: statR, start: start, joined: attr.UseCgroupFD, deliver: deliver, overlaid: overlaid}, netParent, nil
+	return &launched{osp: osp, statR: statR, start: start, joined: inside, deliver: deliver, overlaid: overlaid}, netParent, nil
 }
 
 func closeIfSet(f *os.File) {
