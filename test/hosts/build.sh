@@ -7,7 +7,7 @@ set -euo pipefail
 cache=${1:?usage: build.sh CACHE ARCH OUT}; arch=${2:?}; out=${3:?}
 root="$out/root"
 rm -rf "$root" && mkdir -p "$root/usr/bin" "$root/usr/lib" "$root/usr/local/bin" "$root/tests/sandbox" "$root/lib/modules"
-for p in busybox-static bash-static python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libffi8 libc6 zlib1g libexpat1; do
+for p in busybox-static bash-static python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libffi8 libfaketime libc6 zlib1g libexpat1; do
   dpkg-deb -x "$cache/debs/$arch-$p.deb" "$root"
 done
 # One usr-merged tree, as Debian lays it out (the sandbox binds /usr and the /bin, /lib links).

@@ -37,7 +37,7 @@ get "$k61=$(newest "$k61" bookworm)" kernel-6.1-amd64
 get "$k612=$(newest "$k612" trixie)" kernel-6.12-amd64
 get "$a61:arm64=$(newest "$a61" bookworm)" kernel-6.1-arm64
 for arch in amd64 arm64; do
-  for p in busybox-static bash-static python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libffi8 libc6 zlib1g libexpat1; do
+  for p in busybox-static bash-static python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libffi8 libfaketime libc6 zlib1g libexpat1; do
     get "$p:$arch=$(newest "$p" bookworm)" "$arch-$p"
   done
 done
