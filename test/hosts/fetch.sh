@@ -6,7 +6,14 @@
 set -euo pipefail
 dir=${1:?usage: fetch.sh DIR}
 mkdir -p "$dir/apt/lists/partial" "$dir/apt/archives/partial" "$dir/debs"
-mirror=${CODELLM_HOSTS_MIRROR:-http://deb.debian.org/debian}
+# The Debian mirror this machine's apt already uses (its first main-archive URI), unless given.
+host_mirror() {
+  { grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}'
+    grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | sed 's/\[[^]]*\] //' | awk '{print $2}'
+  } | grep -v -e security -e '^$' | head -1
+}
+mirror=${CODELLM_HOSTS_MIRROR:-$(host_mirror)}
+[ -n "$mirror" ] || { echo "fetch.sh: no Debian mirror in /etc/apt; set CODELLM_HOSTS_MIRROR" >&2; exit 1; }
 cat >"$dir/apt/sources.list" <<SRC
 deb [arch=amd64,arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm main
 deb [arch=amd64,arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm-updates main
