@@ -11,6 +11,7 @@ host_mirror() {
   { grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}'
     grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | sed 's/\[[^]]*\] //' | awk '{print $2}'
   } | grep -v -e security -e '^$' | head -1
+  true # a missing sources file is no error
 }
 mirror=${CODELLM_HOSTS_MIRROR:-$(host_mirror)}
 [ -n "$mirror" ] || { echo "fetch.sh: no Debian mirror in /etc/apt; set CODELLM_HOSTS_MIRROR" >&2; exit 1; }
