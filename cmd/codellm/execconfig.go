@@ -384,6 +384,11 @@ func (f *execFlags) newSandbox(scfg sandbox.Config, log *slog.Logger) (*sandbox.
 	case sandbox.ModeBestEffort:
 		if rep := sb.Report(); len(rep.Missing) > 0 {
 			log.Warn("sandbox besteffort: some mechanisms are missing and will not be applied", "missing", fmt.Sprint(rep.Missing))
+			for _, w := range rep.Warnings {
+				if strings.HasPrefix(w, sandbox.WarnWithoutUserNS) {
+					log.Error(w) // not silent: the largest part of the sandbox is gone
+				}
+			}
 		}
 	}
 	if f.network {

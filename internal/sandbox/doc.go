@@ -98,8 +98,22 @@
 // before), and it can exec only the sealed helper binary. A clone it cannot
 // take (no new PID namespace, see package spawner), a spawner that cannot
 // start or died three times, and every clone after [Sandbox.Close] go
-// straight from a locked server thread, as before the spawner existed. The
-// spawner ends with Close; `ps` shows it as codellm-spawner.
+// straight from a locked server thread, as before the spawner existed. On
+// cgroup v2 the spawner clones a Go helper outside its block's cgroup
+// (clone3 refuses CLONE_PARENT with the exit signal Go's clone3 always
+// sets) and the server moves it in while it waits for its spec, as on v1;
+// the raw helper's own clone3 leaves the signal out and is born inside.
+// The spawner ends with Close; `ps` shows it as codellm-spawner.
+//
+// # Probed kernel facilities
+//
+// close_range, clone3, CLONE_INTO_CGROUP, pidfds, time namespaces and the
+// Landlock ABI are probed when a Sandbox starts (features_linux.go) and
+// listed in its Report: the raw helper needs close_range and, on cgroup v2,
+// clone3, and without them blocks get the Go helper; without clone3 a
+// helper is moved into its cgroup before it runs anything instead of being
+// born in it. A helper clone that fails is blamed on the part that really
+// refuses it (startcause_linux.go), never on the user namespace by default.
 //
 // # PID 1 semantics
 //

@@ -34,7 +34,7 @@ func (r *Run) startOff(spec *Spec, child *cgroup.Group) (*Process, error) {
 		env = []string{} // never inherit codellm's environment
 	}
 	attr := &syscall.SysProcAttr{Setpgid: true}
-	if child != nil {
+	if child != nil && !r.sb.plat.noClone3 {
 		if fd, ok := child.FD(); ok {
 			attr.UseCgroupFD, attr.CgroupFD = true, fd
 		}

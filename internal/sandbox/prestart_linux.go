@@ -111,12 +111,12 @@ func (s *Sandbox) prestartHelper(child *cgroup.Group) (*idleHelper, error) {
 	}
 	defer statW.Close()
 	attr := helperAttr(cl, s.plat.euid, child)
-	osp, overlaid, err := s.plat.startHelper(append(helperEnv[:len(helperEnv):len(helperEnv)], hook.EnvPooled+"=1"),
+	osp, overlaid, inside, err := s.plat.startHelper(append(helperEnv[:len(helperEnv):len(helperEnv)], hook.EnvPooled+"=1"),
 		[]*os.File{null, null, null, sockChild, statW, null}, attr, overlaidRoot(cl.use))
 	if err != nil {
 		unix.Close(pair[0])
 		statR.Close()
-		return nil, startError(cl.use, err)
+		return nil, startError(cl.use, inside, err)
 	}
 	h := &idleHelper{osp: osp, sock: pair[0], statR: statR, cl: cl, group: child, overlaid: overlaid}
 	pre := s.prebuildSpec(cl, overlaid)
@@ -125,9 +125,9 @@ func (s *Sandbox) prestartHelper(child *cgroup.Group) (*idleHelper, error) {
 		return nil, fmt.Errorf("send the pre-start spec: %w", err)
 	}
 	h.prebuilt = pre != nil
-	if !attr.UseCgroupFD {
-		// v1 (or a v2 kernel without CLONE_INTO_CGROUP): move it in now,
-		// off the request path, while it waits for its block.
+	if !inside {
+		// v1 (or a helper the spawner cloned, or no clone3, on v2): move it
+		// in now, off the request path, while it waits for its block.
 		if err := child.Add(osp.Pid); err != nil {
 			h.discard()
 			return nil, fmt.Errorf("join block cgroup: %w", err)
@@ -142,7 +142,7 @@ func (s *Sandbox) prestartHelper(child *cgroup.Group) (*idleHelper, error) {
 func (s *Sandbox) defaultClone(child *cgroup.Group) cloneSpec {
 	p := &s.plat
 	use := blockUse(p.runMechs(), s.cfg.Network, child)
-	return cloneSpec{use: use, uid: p.hostUID, gid: p.hostGID}
+	return cloneSpec{use: use, uid: p.hostUID, gid: p.hostGID, outside: p.noClone3}
 }
 
 // prestartable reports whether pooled run groups should carry an idle

@@ -17,12 +17,13 @@ import (
 )
 
 // rawCandidate reports whether a block may get the raw helper, as far as
-// the server can tell: not switched off, its own user and PID namespaces
+// the server can tell: not switched off (by configuration, or by a kernel
+// facility it needs that the host lacks: platform.rawOff), its own user and PID namespaces
 // with an init, no egress, not deterministic, not held for a collect, not
 // the trial spawn. The spawner decides the rest (package rawhelper) and
 // says so when the block needs the Go helper after all.
 func (r *Run) rawCandidate(spec *Spec, cl cloneSpec, hs *hook.Spec) bool {
-	return !r.sb.cfg.GoHelper && !goHelperForTests && cl.use.has(mUserNS|mPIDNS) && !cl.egress && !cl.determ && hs.Init && !hs.ProbeOnly &&
+	return !r.sb.cfg.GoHelper && !goHelperForTests && r.sb.plat.rawOff == "" && cl.use.has(mUserNS|mPIDNS) && !cl.egress && !cl.determ && hs.Init && !hs.ProbeOnly &&
 		spec.Collect == nil && r.sb.plat.helperPath != ""
 }
 
@@ -53,7 +54,7 @@ func (r *Run) rawStart(cl cloneSpec, bf *blockFiles, hs *hook.Spec, child *cgrou
 			return nil, false, nil
 		}
 		if err != nil {
-			return nil, true, startError(cl.use, err)
+			return nil, true, startError(cl.use, bornInto(child), err)
 		}
 		return hl, true, nil
 	}

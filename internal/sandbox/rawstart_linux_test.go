@@ -113,6 +113,9 @@ func TestRawIdleHelperEndsWithItsSandbox(t *testing.T) {
 	if !s.Report().Ready {
 		skipOrFail(t, "native sandbox unavailable: %v", s.Report().Missing)
 	}
+	if bornInto := s.plat.cg != nil && s.plat.cg.Info().Version == 2 && !s.plat.noClone3; bornInto {
+		t.Skip("cgroup v2: a raw helper is born in its block's cgroup, which is not known ahead, so none is forked ahead")
+	}
 	var idle []int
 	for i := range 2 {
 		if out := mustRun(t, s, "/bin/sh", "-c", "echo ok"); out.Stdout != "ok\n" || out.ExitCode != 0 {

@@ -8,6 +8,11 @@ import (
 	"text/tabwriter"
 )
 
+// WarnWithoutUserNS begins the Report warning of a besteffort sandbox
+// whose blocks run without the user namespace the mode wants (the cause,
+// what the blocks lose and the fix follow); serve logs it as an error.
+const WarnWithoutUserNS = "besteffort: blocks run WITHOUT a user namespace"
+
 // MechanismStatus is one row of the doctor table.
 type MechanismStatus struct {
 	Name      string `json:"name"`
@@ -37,6 +42,10 @@ type Report struct {
 	// table (socket families, inode caps, masked /proc files; doctor adds
 	// the listener's and the runner's), one "name: detail" line each.
 	Protections []string `json:"protections,omitempty"`
+	// Features are the kernel facilities codellm probes rather than assumes
+	// (close_range, clone3, CLONE_INTO_CGROUP, pidfd, time namespaces, each
+	// Landlock ABI): what each gives and what codellm does without it.
+	Features []FeatureStatus `json:"features,omitempty"`
 	// Determinism says whether deterministic mode (see [Determinism]) can run here.
 	Determinism DeterminismStatus `json:"determinism"`
 	// Egress is the egress proxy's allow-list (Config.EgressReport); absent without a proxy.
@@ -66,6 +75,14 @@ type DeterminismStatus struct {
 	NotCovered []string `json:"not_covered"`
 }
 
+// FeatureStatus is one probed kernel facility: Detail says what it gives
+// or, when it is missing, why and what codellm does instead.
+type FeatureStatus struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Detail    string `json:"detail"`
+}
+
 // ReportLimits is the effective default policy in plain units.
 type ReportLimits struct {
 	MemoryBytes    int64  `json:"memory_bytes"`
@@ -87,6 +104,7 @@ func (r Report) clone() Report {
 	c.Missing = append([]string{}, r.Missing...)
 	c.Warnings = append([]string(nil), r.Warnings...)
 	c.Protections = append([]string(nil), r.Protections...)
+	c.Features = append([]FeatureStatus(nil), r.Features...)
 	c.Determinism.Mechanisms = append([]string(nil), r.Determinism.Mechanisms...)
 	return c
 }
@@ -110,6 +128,9 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 	for _, s := range r.Warnings {
 		fmt.Fprintf(tw, "warning: %s\n", s)
+	}
+	for _, f := range r.Features {
+		fmt.Fprintf(tw, "feature: %s: %s: %s\n", f.Name, yesNo(f.Available), f.Detail)
 	}
 	for _, s := range r.Protections {
 		fmt.Fprintf(tw, "protection: %s\n", s)

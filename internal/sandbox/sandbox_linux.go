@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,14 @@ type platform struct {
 	// fallback: the first block that got the Go helper although it was a
 	// raw candidate has been logged (noteFallback).
 	fallback *sync.Once
+
+	// features are the probed kernel facilities (features_linux.go);
+	// rawOff, when set, is why no block gets the raw helper (a facility it
+	// needs is missing), and noClone3 keeps helpers from being cloned into
+	// their cgroup (codellm moves them in instead).
+	features []FeatureStatus
+	rawOff   string
+	noClone3 bool
 
 	// disabled switches mechanisms off, for differential tests and
 	// benchmarks only (never set in production code).
@@ -119,6 +128,7 @@ func (s *Sandbox) init() error {
 		p.hostUID, p.hostGID = p.euid, os.Getegid()
 	}
 	p.avail = probeStatic(p, err)
+	p.features = p.probeFeatures()
 	s.sweepStaleGroups()
 	switch s.cfg.Mode {
 	case ModeOff:
@@ -241,7 +251,7 @@ func probeSeccomp(p *platform) mechSet {
 		p.detail[mSeccomp] = "seccomp filters not supported"
 		return 0
 	}
-	p.version[mSeccomp] = fmt.Sprintf("deny list of %d syscalls", len(seccomp.Denied)+2)
+	p.version[mSeccomp] = fmt.Sprintf("deny list of %d syscalls", len(seccomp.DeniedOn(runtime.GOARCH))+2)
 	p.detail[mSeccomp] = "socket families: unix, inet, inet6, netlink (route) only"
 	return mSeccomp
 }
@@ -328,21 +338,50 @@ func (s *Sandbox) trialSpawn() {
 			p.avail &^= mHelper
 			return
 		}
-		bit, ok := mechByName(ue.Mechanism)
-		if !ok || !p.avail.has(bit) {
-			p.detail[mHelper] = ue.Error()
-			p.avail &^= mHelper
+		if !p.lose(ue) {
 			return
 		}
-		p.avail &^= bit
-		p.detail[bit] = ue.Reason
-		if bit == mUserNS && p.euid != 0 {
-			p.avail &^= mPIDNS | mMountNS | mNetNS | mIPCNS | mUTSNS | mCgroupNS | mRootFS | mOverlay
-		}
-		if bit == mMountNS || bit == mPIDNS || bit == mRootFS {
-			p.avail &^= mRootFS | mOverlay
-		}
 	}
+}
+
+// lose marks the mechanism a trial spawn's failure names unavailable, with
+// its reason and fix as the report's detail, and what needs it with it; false
+// when the failure names none the host still had (the helper is lost then).
+func (p *platform) lose(ue *UnavailableError) bool {
+	bit, ok := mechByName(ue.Mechanism)
+	if !ok || !p.avail.has(bit) {
+		p.detail[mHelper] = ue.Error()
+		p.avail &^= mHelper
+		return false
+	}
+	p.avail &^= bit
+	p.detail[bit] = ue.Reason
+	if ue.Fix != "" {
+		p.detail[bit] += "; fix: " + ue.Fix
+	}
+	if bit == mUserNS && p.euid != 0 {
+		p.avail &^= mPIDNS | mMountNS | mNetNS | mIPCNS | mUTSNS | mCgroupNS | mRootFS | mOverlay
+	}
+	if bit == mMountNS || bit == mPIDNS || bit == mRootFS {
+		p.avail &^= mRootFS | mOverlay
+	}
+	return true
+}
+
+// withoutUserNS is besteffort's loud sentence for blocks that run without
+// a user namespace although the mode wants one ("" otherwise): what they
+// lose, why, and how to get it back.
+func (p *platform) withoutUserNS() string {
+	if !p.want.has(mUserNS) || p.avail.has(mUserNS) {
+		return ""
+	}
+	what := "in no namespace at all: they share the host's processes, network, mounts and filesystem view as uid " +
+		strconv.Itoa(p.euid) + ", bounded only by Landlock, seccomp, rlimits and the cgroup"
+	if p.euid == 0 {
+		what = "as host uid " + strconv.Itoa(p.hostUID) + " with the namespaces root can still make, without a uid map of their own"
+	}
+	return WarnWithoutUserNS + " (" + p.detail[mUserNS] + "): " + what +
+		"; fix the cause, or run --sandbox native to refuse instead"
 }
 
 func (s *Sandbox) buildReport() Report {
@@ -362,6 +401,7 @@ func (s *Sandbox) buildReport() Report {
 		Missing: []string{},
 	}
 	use := p.want & p.avail
+	rep.Features = append([]FeatureStatus(nil), p.features...)
 	for _, e := range mechNames {
 		ms := MechanismStatus{Name: e.name, Available: p.avail.has(e.bit), Version: p.version[e.bit],
 			Used: use.has(e.bit), Detail: p.detail[e.bit]}
@@ -385,6 +425,9 @@ func (s *Sandbox) buildReport() Report {
 		rep.Ready = p.avail.has(mHelper)
 		if len(rep.Missing) > 0 {
 			rep.Warnings = append(rep.Warnings, "besteffort: running without "+strings.Join(rep.Missing, ", "))
+		}
+		if w := p.withoutUserNS(); w != "" {
+			rep.Warnings = append(rep.Warnings, w)
 		}
 	default:
 		rep.Ready = len(rep.Missing) == 0
@@ -663,17 +706,6 @@ func readStarted(statR *os.File, init bool) ([]byte, int, error) {
 	}
 	rest, err := io.ReadAll(io.LimitReader(statR, 64<<10))
 	return append(first[:], rest...), 0, err
-}
-
-// startError explains a failed clone/exec of the helper itself.
-func startError(use mechSet, err error) error {
-	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS) {
-		if use.has(mUserNS) {
-			return &UnavailableError{Mechanism: MechUserNS, Reason: "cannot create namespaces: " + err.Error(), Fix: mechFix(mUserNS)}
-		}
-		return &UnavailableError{Mechanism: MechPIDNS, Reason: "cannot create namespaces: " + err.Error(), Fix: mechFix(mPIDNS)}
-	}
-	return &UnavailableError{Mechanism: MechHelper, Reason: "start helper: " + err.Error(), Fix: mechFix(mHelper)}
 }
 
 func helperFailure(msg []byte, rerr error, st *os.ProcessState) error {

@@ -23,6 +23,9 @@ type cloneSpec struct {
 	uid, gid int
 	egress   bool // CAP_NET_ADMIN: bring up the namespace's loopback
 	determ   bool // CAP_SYS_TIME: time namespace offsets (dropped before exec)
+	// outside: the helper is moved into its cgroup after the clone, not born
+	// in it (no clone3: platform.noClone3)
+	outside bool
 }
 
 // errDiedWaiting is a pre-started helper found dead at its hand-over; the
@@ -70,7 +73,7 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	if err != nil {
 		return nil, err
 	}
-	cl := cloneSpec{use: use, uid: uid, gid: gid, egress: egressOn, determ: spec.Deterministic != nil}
+	cl := cloneSpec{use: use, uid: uid, gid: gid, egress: egressOn, determ: spec.Deterministic != nil, outside: p.noClone3}
 	hs, err := r.helperSpec(spec, use, probe)
 	if err != nil {
 		return nil, err
@@ -129,8 +132,9 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 	proc.plat = procPlatform{osp: osp, pgKill: !cl.use.has(mPIDNS), limits: r.lim, started: hl.start, group: child, runGrp: r.plat.group}
 	proc.plat.setHold(spec, hs, osp.Pid)
 
-	// v1: join the block's cgroup now, while the helper is blocked reading
-	// its spec and so has run nothing of the user's.
+	// v1 (and a Go helper the spawner cloned on v2): join the block's cgroup
+	// now, while the helper is blocked reading its spec and so has run
+	// nothing of the user's.
 	if child != nil && !hl.joined {
 		if err := child.Add(osp.Pid); err != nil {
 			killWait(osp)
@@ -314,7 +318,7 @@ func helperAttr(cl cloneSpec, euid int, child *cgroup.Group) *syscall.SysProcAtt
 			attr.Cloneflags |= ns.flag
 		}
 	}
-	if child != nil {
+	if child != nil && !cl.outside {
 		if fd, ok := child.FD(); ok {
 			attr.UseCgroupFD, attr.CgroupFD = true, fd // v2: born inside, no race
 		}
@@ -353,21 +357,21 @@ func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*lau
 	}
 	attr := helperAttr(cl, r.sb.plat.euid, child)
 	start := time.Now()
-	osp, overlaid, err := r.sb.plat.startHelper(helperEnv, append(append(bf.list()[:3:3], specR, statW, bf.dir), extra...), attr, overlaidRoot(cl.use))
+	osp, overlaid, inside, err := r.sb.plat.startHelper(helperEnv, append(append(bf.list()[:3:3], specR, statW, bf.dir), extra...), attr, overlaidRoot(cl.use))
 	specR.Close()
 	statW.Close()
 	if err != nil {
 		specW.Close()
 		statR.Close()
 		closeIfSet(netParent)
-		return nil, nil, startError(cl.use, err)
+		return nil, nil, startError(cl.use, inside, err)
 	}
 	deliver := func(b []byte) error {
 		defer specW.Close()
 		_, err := specW.Write(b)
 		return err
 	}
-	return &launched{osp: osp, statR: statR, start: start, joined: attr.UseCgroupFD, deliver: deliver, overlaid: overlaid}, netParent, nil
+	return &launched{osp: osp, statR: statR, start: start, joined: inside, deliver: deliver, overlaid: overlaid}, netParent, nil
 }
 
 func closeIfSet(f *os.File) {

@@ -98,27 +98,40 @@ type helperSpawner struct {
 // spawner that overlaid them in place, since the host directories are
 // covered in its namespace. The directories the helper's namespace has
 // overlaid already are returned for its spec (hook.Spec.Overlaid).
-func (p *platform) startHelper(env []string, files []*os.File, attr *syscall.SysProcAttr, overlays bool) (*os.Process, []string, error) {
+//
+// inside says the helper was born in attr's cgroup (UseCgroupFD). The
+// spawner cannot do that for a Go helper (clone3 refuses CLONE_PARENT with
+// the exit signal Go's clone3 sets), so it clones one without the cgroup
+// and the caller moves it in (cgroup.Add) while it waits for its spec and
+// has run nothing of the block's, as on cgroup v1: a cgroup.procs write
+// instead of forking the server.
+func (p *platform) startHelper(env []string, files []*os.File, attr *syscall.SysProcAttr, overlays bool) (osp *os.Process, overlaid []string, inside bool, err error) {
 	if attr.Cloneflags&syscall.CLONE_NEWUSER != 0 {
+		outside := attr
+		if attr.UseCgroupFD {
+			c := *attr
+			c.UseCgroupFD, c.CgroupFD = false, 0
+			outside = &c
+		}
 		// A second try when the first spawner was closed meanwhile (replaced, or died).
 		for range 2 {
 			sp := p.spawner.get(p.helperPath)
 			if sp == nil || !overlays && len(sp.Overlaid()) > 0 {
 				break
 			}
-			osp, err := sp.Spawn(env, files, attr)
+			osp, err := sp.Spawn(env, files, outside)
 			if errors.Is(err, spawner.ErrClosed) {
 				p.spawner.drop(sp)
 				continue
 			}
 			if !errors.Is(err, spawner.ErrUnsupported) {
-				return osp, sp.Overlaid(), err
+				return osp, sp.Overlaid(), false, err
 			}
 			break
 		}
 	}
-	osp, err := startOnStableThread(p.helperPath, helperArgv, &os.ProcAttr{Env: env, Files: files, Sys: attr})
-	return osp, nil, err
+	osp, err = startOnStableThread(p.helperPath, helperArgv, &os.ProcAttr{Env: env, Files: files, Sys: attr})
+	return osp, nil, attr.UseCgroupFD, err
 }
 
 // overlayMaxAge is how long one spawner's overlays serve blocks. An

@@ -273,10 +273,10 @@ func detectV2(mounts []mountEntry, cgs []cgEntry, pid int) (*Host, string) {
 			strings.Join(missing, ","), dir, strings.Join(avail, " "))
 	}
 	if err := unix.Access(dir, unix.W_OK); err != nil {
-		return nil, fmt.Sprintf("no write access to %s (%v): run as root or with Delegate=yes", dir, err)
+		return nil, fmt.Sprintf("%s is not delegated to uid %d (no write access: %v); %s", dir, os.Geteuid(), err, delegateFix(v2m[0].point))
 	}
 	if err := unix.Access(dir+"/cgroup.subtree_control", unix.W_OK); err != nil {
-		return nil, fmt.Sprintf("no write access to %s/cgroup.subtree_control (%v): run as root or with Delegate=yes", dir, err)
+		return nil, fmt.Sprintf("%s is not delegated to uid %d (no write access to its cgroup.subtree_control: %v); %s", dir, os.Geteuid(), err, delegateFix(v2m[0].point))
 	}
 	var notes []string
 	want := []string{"memory", "pids"}
@@ -295,6 +295,16 @@ func detectV2(mounts []mountEntry, cgs []cgEntry, pid int) (*Host, string) {
 	h := newV2Host(dir, own.path, want)
 	h.notes = append(h.notes, notes...)
 	return h, ""
+}
+
+// delegateFix is how an operator hands codellm a cgroup v2 subtree of the
+// hierarchy mounted at mnt: systemd's delegation, or by hand as root.
+func delegateFix(mnt string) string {
+	uid := os.Geteuid()
+	return fmt.Sprintf("fix: run codellm as a systemd service with Delegate=yes (in the unit, or "+
+		"systemd-run --property=Delegate=yes --uid=%d --pty codellm serve), "+
+		"or, as root, hand it a subtree: mkdir %[2]s/codellm; echo '+memory +pids +cpu' > %[2]s/cgroup.subtree_control; "+
+		"chown -R %[1]d %[2]s/codellm; then start codellm from a shell moved into it (echo $$ > %[2]s/codellm/cgroup.procs)", uid, mnt)
 }
 
 // newV2Host builds a v2 Host creating groups under dir, with the given

@@ -653,7 +653,15 @@ func (g *Group) Stats() (Stats, error) {
 			}
 		}
 		if h.pids >= 0 {
-			if s.PidsMax, err = readKeyOpt(d+"/pids.events", "max"); err != nil {
+			// Older kernels (Debian's 6.1, test/hosts) count a refused fork
+			// only in the forking task's own cgroup (a block's), not in the
+			// one whose pids.max refused it (the run's); newer ones (6.12)
+			// count it in the run's. Summing the tree only when the group's
+			// own count is zero is right on both.
+			if s.PidsMax, err = readKeyOpt(d+"/pids.events", "max"); err == nil && s.PidsMax == 0 {
+				s.PidsMax, err = g.sumTree(0, "/pids.events", "max")
+			}
+			if err != nil {
 				return s, err
 			}
 		}

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 		goInit(os.Args[1:])
 	}
 	if v := os.Getenv(envSpawn); v != "" {
-		spawnAndExit(v == "parent")
+		spawnAndExit(v == "parent", os.Getenv(envSpawnCgroup))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -339,15 +339,30 @@ func openFDs(t *testing.T) int {
 
 // envSpawn makes the test binary start one child ("parent": with
 // Attr.Parent) running `exit 7`, print its PID and exit, reaping it first
-// unless it is its parent's.
-const envSpawn = "RAWCHILD_SPAWN"
+// unless it is its parent's. With envSpawnCgroup, a cgroup v2 directory,
+// the child is born in it (clone3) and exits 7 only if it finds itself
+// there.
+const (
+	envSpawn       = "RAWCHILD_SPAWN"
+	envSpawnCgroup = "RAWCHILD_SPAWN_CGROUP"
+)
 
-func spawnAndExit(parent bool) {
+func spawnAndExit(parent bool, cgroup string) {
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		os.Exit(2)
 	}
-	pid, err := Start(&Prog{}, sh("exit 7"), Attr{Parent: parent, Stdin: null, Stdout: null, Stderr: null, Status: null})
+	a := Attr{Parent: parent, Stdin: null, Stdout: null, Stderr: null, Status: null}
+	prog := sh("exit 7")
+	if cgroup != "" {
+		fd, err := unix.Open(cgroup, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			os.Exit(2)
+		}
+		a.UseCgroupFD, a.CgroupFD = true, fd
+		prog = sh("grep -q '/" + filepath.Base(cgroup) + "$' /proc/self/cgroup && exit 7; exit 3")
+	}
+	pid, err := Start(&Prog{}, prog, a)
 	if err != nil {
 		os.Stderr.WriteString(err.Error())
 		os.Exit(2)
@@ -391,8 +406,38 @@ func TestParentMakesTheChildTheCallersSibling(t *testing.T) {
 	}
 }
 
-// The child is born in the cgroup v2 directory it is given.
-func TestCgroupFDPlacesTheChildAtBirth(t *testing.T) {
+// A spawner's child (Parent) can be born in a cgroup v2 directory too:
+// clone3 refuses CLONE_PARENT with an exit signal (EINVAL), the child gets
+// its caller's. This is every raw helper's clone on a cgroup v2 host.
+func TestParentWithCgroupFD(t *testing.T) {
+	dir, _ := v2Dir(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), envSpawn+"=parent", envSpawnCgroup+"="+dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("Start with Parent and UseCgroupFD: %v: %s", err, stderr.String())
+	}
+	pid, err := strconv.Atoi(string(out))
+	if err != nil {
+		t.Fatalf("output %q", out)
+	}
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil || ws.ExitStatus() != 7 {
+		t.Errorf("wait4: %v, %v; want this process to reap it, exit 7 (born in %s, SIGCHLD to its parent)", err, ws, dir)
+	}
+}
+
+// v2Dir makes an empty cgroup v2 directory below this process's own and
+// returns it and its path relative to the hierarchy's root; it skips
+// without root or a cgroup v2 mount.
+func v2Dir(t *testing.T) (dir, rel string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make a cgroup")
 	}
@@ -411,17 +456,22 @@ func TestCgroupFDPlacesTheChildAtBirth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rel string
 	for _, l := range strings.Split(string(self), "\n") {
 		if v, ok := strings.CutPrefix(l, "0::"); ok {
 			rel = v
 		}
 	}
-	dir := filepath.Join(root, rel, "codellm-rawchild-test-"+strconv.Itoa(os.Getpid()))
+	dir = filepath.Join(root, rel, "codellm-rawchild-test-"+strconv.Itoa(os.Getpid())+"-"+t.Name())
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Skip(err)
 	}
 	t.Cleanup(func() { _ = os.Remove(dir) })
+	return dir, rel
+}
+
+// The child is born in the cgroup v2 directory it is given.
+func TestCgroupFDPlacesTheChildAtBirth(t *testing.T) {
+	dir, rel := v2Dir(t)
 	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -134,6 +134,11 @@ func Start(p *Prog, prog Program, a Attr) (int, error) {
 	flags := cloneFlags(a)
 	if a.UseCgroupFD {
 		args = &cloneArgs{flags: uint64(flags) | unix.CLONE_INTO_CGROUP, exitSignal: uint64(syscall.SIGCHLD), cgroup: uint64(a.CgroupFD)}
+		if a.Parent {
+			// clone3 refuses an exit signal with CLONE_PARENT (EINVAL): the
+			// child gets the caller's own, SIGCHLD for a spawner os/exec started.
+			args.exitSignal = 0
+		}
 	}
 	pid, err := cloneWithMaps(f, a, func() (uintptr, syscall.Errno) { return forkChild(f, flags, args) })
 	runtime.KeepAlive(p)

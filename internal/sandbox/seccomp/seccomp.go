@@ -25,7 +25,8 @@ import "errors"
 // ErrUnsupported is returned where seccomp filtering does not exist.
 var ErrUnsupported = errors.New("seccomp filtering is not supported on this system")
 
-// Denied lists the syscalls that fail with EPERM inside the sandbox.
+// Denied lists the syscalls that fail with EPERM inside the sandbox on
+// every architecture; [DeniedOn] adds an architecture's own.
 var Denied = []string{
 	// io_uring bypasses seccomp for the operations it performs.
 	"io_uring_setup", "io_uring_enter", "io_uring_register",
@@ -41,12 +42,28 @@ var Denied = []string{
 	"mount", "umount2", "pivot_root", "chroot",
 	"open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
 	"unshare", "setns",
-	// Raw port I/O.
-	"iopl", "ioperm",
 	// Host administration.
 	"swapon", "swapoff", "reboot", "acct", "quotactl", "vhangup", "syslog",
 	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-	"open_by_handle_at", "name_to_handle_at", "uselib",
+	"open_by_handle_at", "name_to_handle_at",
+}
+
+// deniedOnArch are the syscalls only some architectures have, by GOARCH:
+// x86's raw port I/O and a.out's uselib. arm64 has no equivalent to deny
+// (its ports are memory-mapped, behind the mount and device rules), and
+// go-seccomp-bpf refuses a policy that names a syscall the architecture
+// lacks, so a name may appear only where it exists.
+var deniedOnArch = map[string][]string{
+	"amd64": {"iopl", "ioperm", "uselib"},
+}
+
+// Arches are the architectures (GOARCH) the sandbox has a policy for.
+var Arches = []string{"amd64", "arm64"}
+
+// DeniedOn is the deny list of the architecture goarch (runtime.GOARCH's
+// spelling): Denied plus that architecture's own.
+func DeniedOn(goarch string) []string {
+	return append(Denied[:len(Denied):len(Denied)], deniedOnArch[goarch]...)
 }
 
 // SocketFamilies are the address families socket(2) and socketpair(2) may

@@ -19,15 +19,16 @@ func errnoAction(e unix.Errno) bpfseccomp.Action {
 	return bpfseccomp.ActionErrno | bpfseccomp.Action(e)
 }
 
-// Policy returns the library policy for the deny list: everything in Denied
-// gets EPERM, clone with namespace flags gets EPERM and clone3 gets ENOSYS
-// (its flags live in memory the filter cannot read, so it must look absent
-// and libc falls back to clone, whose flags the filter can check).
+// Policy returns the library policy for the deny list of this process's
+// architecture: everything in DeniedOn gets EPERM, clone with namespace
+// flags gets EPERM and clone3 gets ENOSYS (its flags live in memory the
+// filter cannot read, so it must look absent and libc falls back to clone,
+// whose flags the filter can check).
 func Policy() bpfseccomp.Policy {
 	return bpfseccomp.Policy{
 		DefaultAction: bpfseccomp.ActionAllow,
 		Syscalls: []bpfseccomp.SyscallGroup{
-			{Names: Denied, Action: errnoAction(unix.EPERM)},
+			{Names: DeniedOn(runtime.GOARCH), Action: errnoAction(unix.EPERM)},
 			{Names: []string{"clone3"}, Action: errnoAction(unix.ENOSYS)},
 			{NamesWithCondtions: []bpfseccomp.NameWithConditions{{
 				Name: "clone",

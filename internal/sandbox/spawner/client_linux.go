@@ -139,7 +139,16 @@ func (s *Spawner) PID() int {
 // is the caller's child, as from os.StartProcess. ErrUnsupported and
 // ErrClosed mean nothing was started and the caller should start it itself;
 // any other error is the clone's own (a *os.PathError around its errno).
+//
+// A clone into a cgroup (sys.UseCgroupFD, cgroup v2) is ErrUnsupported:
+// Go's syscall package makes it with clone3 and always asks for SIGCHLD
+// as the exit signal, which clone3 refuses together with CLONE_PARENT
+// (EINVAL: the kernel gives such a child its caller's exit signal). The
+// raw helper's own clone3 (SpawnRaw) leaves the signal out.
 func (s *Spawner) Spawn(env []string, files []*os.File, sys *syscall.SysProcAttr) (*os.Process, error) {
+	if sys != nil && sys.UseCgroupFD {
+		return nil, fmt.Errorf("%w: a clone into a cgroup (clone3 refuses CLONE_PARENT with Go's exit signal)", ErrUnsupported)
+	}
 	req, err := request(env, files, sys)
 	if err != nil {
 		return nil, err

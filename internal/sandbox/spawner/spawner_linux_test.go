@@ -170,6 +170,8 @@ func TestUnsupportedRequests(t *testing.T) {
 		"setpgid":                    {Setpgid: true},
 		"parent-death without pidns": {Pdeathsig: syscall.SIGKILL},
 		"unshare":                    {Unshareflags: syscall.CLONE_NEWNS},
+		// Go's clone3 always sets an exit signal, which CLONE_PARENT refuses.
+		"into a cgroup": {UseCgroupFD: true, CgroupFD: int(null.Fd())},
 	} {
 		if _, err := s.Spawn(nil, []*os.File{null}, sys); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("%s: %v, want ErrUnsupported", name, err)
