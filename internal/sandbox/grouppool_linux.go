@@ -105,7 +105,7 @@ func (s *Sandbox) refillGroups() {
 
 func (s *Sandbox) newPooledGroup() (pooledGroup, error) {
 	name := fmt.Sprintf("codellm-%d-%s-%d", os.Getpid(), instanceID(), runSeq.Add(1))
-	g, err := s.plat.cg.NewGroup(name, s.poolLimits())
+	g, err := s.plat.newGroup(name, s.poolLimits())
 	if err != nil {
 		return pooledGroup{}, err
 	}
@@ -114,7 +114,7 @@ func (s *Sandbox) newPooledGroup() (pooledGroup, error) {
 		// a run of more makes its first block's group when it starts it.
 		return pooledGroup{name: name, run: g}, nil
 	}
-	c, err := blockGroup(g, "block-1", s.plat.runMechs())
+	c, err := s.plat.newBlockGroup(g, "block-1", s.plat.runMechs())
 	if err != nil {
 		_ = g.Remove()
 		return pooledGroup{}, err

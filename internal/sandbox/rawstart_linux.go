@@ -38,26 +38,20 @@ var goHelperForTests bool
 // spawner, or the spawner's compiler refused the spec.
 func (r *Run) rawStart(cl cloneSpec, bf *blockFiles, hs *hook.Spec, child *cgroup.Group) (hl *launched, ok bool, err error) {
 	p := &r.sb.plat
-	for range 2 { // a second try when the first spawner was closed meanwhile (replaced, or died)
-		sp := p.spawner.get(p.helperPath)
-		if sp == nil || !overlaidRoot(cl.use) && len(sp.Overlaid()) > 0 {
-			return nil, false, nil
-		}
-		hl, err := r.rawSpawn(sp, cl, bf, hs, child)
-		if errors.Is(err, spawner.ErrClosed) {
-			p.spawner.drop(sp)
-			continue
-		}
-		if errors.Is(err, spawner.ErrFallback) || errors.Is(err, spawner.ErrUnsupported) {
-			r.sb.noteFallback(err)
-			return nil, false, nil
-		}
-		if err != nil {
-			return nil, true, startError(cl.use, err)
-		}
-		return hl, true, nil
+	served, err := p.spawner.do(p.helperPath, overlaidRoot(cl.use), func(sp *spawner.Spawner) (err error) {
+		hl, err = r.rawSpawn(sp, cl, bf, hs, child)
+		return err
+	})
+	switch {
+	case !served:
+		return nil, false, nil
+	case errors.Is(err, spawner.ErrFallback) || errors.Is(err, spawner.ErrUnsupported):
+		r.sb.noteFallback(err)
+		return nil, false, nil
+	case err != nil:
+		return nil, true, startError(cl.use, err)
 	}
-	return nil, false, nil
+	return hl, true, nil
 }
 
 func (r *Run) rawSpawn(sp *spawner.Spawner, cl cloneSpec, bf *blockFiles, hs *hook.Spec, child *cgroup.Group) (*launched, error) {

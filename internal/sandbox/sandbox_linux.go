@@ -47,6 +47,7 @@ type platform struct {
 	removals *sync.WaitGroup
 	pool     *groupPool // run groups made ahead of need; nil without cgroups
 	spawner  *helperSpawner
+	clock    *groupClock // cgroups made and removed (SerialStats)
 	// fallback: the first block that got the Go helper although it was a
 	// raw candidate has been logged (noteFallback).
 	fallback *sync.Once
@@ -109,6 +110,7 @@ func (s *Sandbox) init() error {
 	p.fallback = &sync.Once{}
 	p.pool = &groupPool{}
 	p.spawner = &helperSpawner{}
+	p.clock = &groupClock{}
 	p.detail = map[mechSet]string{}
 	p.version = map[mechSet]string{}
 	var err error
@@ -441,7 +443,7 @@ func (r *Run) init() error {
 		// group still lets Kill and Wait reach daemonised descendants that
 		// left the process group (contract §5.2 item 5).
 		if p.cg != nil {
-			if g, err := p.cg.NewGroup(r.id, cgroup.Limits{}); err == nil {
+			if g, err := p.newGroup(r.id, cgroup.Limits{}); err == nil {
 				r.plat.group = g
 			}
 		}
@@ -459,7 +461,7 @@ func (r *Run) init() error {
 		}
 		return nil
 	}
-	g, err := p.cg.NewGroup(r.id, lim)
+	g, err := p.newGroup(r.id, lim)
 	if err != nil {
 		if s.cfg.Mode == ModeNative {
 			return &UnavailableError{Mechanism: MechCgroup, Reason: "create run cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
@@ -507,7 +509,7 @@ func (r *Run) release() error {
 		r.sb.removeLater(g)
 		return nil
 	}
-	if err := g.Remove(); err != nil {
+	if err := r.sb.plat.removeGroup(g); err != nil {
 		return fmt.Errorf("sandbox: remove run cgroup: %w", err)
 	}
 	return nil
@@ -537,7 +539,7 @@ func (s *Sandbox) removeLater(g *cgroup.Group) {
 	s.plat.removals.Add(1)
 	go func() {
 		defer s.plat.removals.Done()
-		if err := g.Remove(); err != nil {
+		if err := s.plat.removeGroup(g); err != nil {
 			s.log.Warn("sandbox: removing a closed run's cgroup failed", "group", g.Path(), "err", err)
 		}
 	}()
@@ -587,7 +589,7 @@ func (r *Run) start(spec *Spec, seq int, one bool) (*Process, error) {
 		if seq == 1 && r.plat.block1 != nil {
 			name += "-own" // the pooled one only measures; this block's group must also freeze
 		}
-		c, err := blockGroup(r.plat.group, name, use)
+		c, err := p.newBlockGroup(r.plat.group, name, use)
 		if err != nil {
 			if s.cfg.Mode == ModeNative {
 				return nil, &UnavailableError{Mechanism: MechCgroup, Reason: "create block cgroup: " + err.Error(), Fix: mechFix(mCgroup)}

@@ -126,6 +126,14 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	} else {
 		s.metrics = metrics.NewService(func() float64 { return 0 })
 	}
+	if sb != nil {
+		s.metrics.RegisterSerial(func() metrics.Serial {
+			st := sb.SerialStats()
+			return metrics.Serial{Spawners: st.Spawners, SpawnerRequests: st.SpawnerRequests, SpawnerHeld: st.SpawnerHeld,
+				SpawnerBusy: st.SpawnerBusy, SpawnerWait: st.SpawnerWait, GroupsMade: st.GroupsMade, GroupMake: st.GroupMake,
+				GroupsRemoved: st.GroupsRemoved, GroupRemove: st.GroupRemove}
+		})
+	}
 	s.chat = chat.New(chat.Config{Engine: s.eng, Metrics: s.metrics, Logger: s.log, DebugExtension: cfg.DebugExtension,
 		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter})
 	s.setupIdempotency()

@@ -2,7 +2,10 @@
 
 package spawner
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+)
 
 // Request asks for one helper: the fields of syscall.SysProcAttr the
 // sandbox uses. Files descriptors are attached to the message.
@@ -52,4 +55,7 @@ type Reply struct {
 	// Discarded are idle raw helpers the spawner killed unused (children
 	// of the server, which reaps them).
 	Discarded []int `json:"discarded,omitempty"`
+	// Busy is how long the spawner has worked on requests so far, this one
+	// included (the helper it forks after a reply counts with the next).
+	Busy time.Duration `json:"busy_ns"`
 }
