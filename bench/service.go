@@ -139,6 +139,9 @@ func buildCodellm(dir string) (string, error) { return buildCodellmTags(dir, "co
 // buildCodellmTags is buildCodellm with build tags (bench's trace row builds `-tags codellm_trace`), into
 // dir/name.
 func buildCodellmTags(dir, name, tags string) (string, error) {
+	if bin := harness.prebuilt(tags); bin != "" {
+		return bin, nil
+	}
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
@@ -198,7 +201,8 @@ func startServerEnv(bin, dir string, env []string) (*server, error) {
 		return nil, err
 	}
 	s := &server{base: "http://127.0.0.1:" + strconv.Itoa(port)}
-	s.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--work-dir", work, "--log-level", "warn")
+	s.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--work-dir", work, "--log-level", "warn",
+		"--sandbox", harness.sandbox)
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "CODELLM_") {
 			s.cmd.Env = append(s.cmd.Env, e)
