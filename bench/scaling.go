@@ -150,7 +150,7 @@ func (r *loadRow) measure(d time.Duration) (ScalingRow, error) {
 		row.Kernel[k] = perDur(before.kernel[k], v)
 	}
 	if codellm {
-		p := &ScalingParts{ServerCPU: perDur(before.own, after.own), SpawnerCPU: perDur(before.spawners, after.spawners),
+		p := &ScalingParts{ServerCPU: perDur(before.own, after.own), SpawnerCPU: perDur(0, spawnerGrowth(before.spawners, after.spawners)),
 			Spawners: int(after.metrics["spawners"])}
 		p.BlockCPU = round3(perDur(before.tree, after.tree) - p.ServerCPU - p.SpawnerCPU)
 		m := func(k string) float64 { return per(1000 * (after.metrics[k] - before.metrics[k])) }
@@ -176,11 +176,12 @@ func serialBound(p *ScalingParts) float64 {
 
 // snapshot is what a row reads before and after its load.
 type snapshot struct {
-	at                  time.Time
-	machine             time.Duration
-	tree, own, spawners time.Duration // the server's tree, the server alone, its spawner children
-	kernel              map[string]time.Duration
-	metrics             map[string]float64 // seconds (and the spawner count), see scrapeSerial
+	at        time.Time
+	machine   time.Duration
+	tree, own time.Duration         // the server's tree, the server alone
+	spawners  map[int]time.Duration // its spawner children by PID
+	kernel    map[string]time.Duration
+	metrics   map[string]float64 // seconds (and the spawner count), see scrapeSerial
 }
 
 func takeSnapshot(s *server, codellm bool) (snapshot, error) {
@@ -206,14 +207,14 @@ func takeSnapshot(s *server, codellm bool) (snapshot, error) {
 	return sn, err
 }
 
-// serverAndSpawners is the CPU of the server process itself (its threads, not what it reaped) and of its
-// children named codellm-spawner.
-func serverAndSpawners(pid int) (own, spawners time.Duration, err error) {
+// serverAndSpawners is the CPU of the server process itself (its threads, not what it reaped) and of each
+// of its children named codellm-spawner, by PID.
+func serverAndSpawners(pid int) (own time.Duration, spawners map[int]time.Duration, err error) {
 	st, err := readStat(pid)
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, err
 	}
-	own = st.own
+	spawners = map[int]time.Duration{}
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
 	for _, f := range strings.Fields(string(b)) {
 		c, err := strconv.Atoi(f)
@@ -221,10 +222,21 @@ func serverAndSpawners(pid int) (own, spawners time.Duration, err error) {
 			continue
 		}
 		if cs, err := readStat(c); err == nil && cs.comm == "codellm-spawner" {
-			spawners += cs.own
+			spawners[c] = cs.own
 		}
 	}
-	return own, spawners, nil
+	return st.own, spawners, nil
+}
+
+// spawnerGrowth is the spawners' CPU between two readings: a spawner started meanwhile counts whole; one
+// that ended meanwhile (replaced with fresh overlays once a minute) moved its time into the server's
+// reaped children's, which the row counts with the blocks.
+func spawnerGrowth(before, after map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, c := range after {
+		d += c - before[pid]
+	}
+	return d
 }
 
 // procFacts are the fields of /proc/PID/stat the scaling row reads.

@@ -35,6 +35,30 @@ type Host struct {
 	// Dir is the workdir's descriptor in the compiling process, listed for
 	// a private copy (hook.Spec.Persist false); the helper gets it as DirFD.
 	Dir int
+	// Unshare are the namespaces (CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWIPC,
+	// CLONE_NEWUTS) the helper makes itself, first thing after it joined its
+	// cgroup, rather than its clone (AtClone): so the spawner's loop, which
+	// clones one helper at a time, does not pay for them.
+	Unshare uintptr
+}
+
+// AtClone are the namespaces the raw helper's clone itself must make: the
+// user namespace its maps are written for (by the forking process) and the
+// PID namespace it is the init of. Every other one it unshares itself
+// (Host.Unshare).
+const AtClone = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID
+
+// unshareSteps are the namespaces a helper may unshare itself, each with
+// the mechanism its failure names.
+var unshareSteps = []struct {
+	flag uintptr
+	mech uint32
+	what string
+}{
+	{syscall.CLONE_NEWNS, hook.MMountNS, "unshare mount namespace"},
+	{syscall.CLONE_NEWNET, hook.MNetNS, "unshare network namespace"},
+	{syscall.CLONE_NEWIPC, hook.MIPCNS, "unshare IPC namespace"},
+	{syscall.CLONE_NEWUTS, hook.MUTSNS, "unshare UTS namespace"},
 }
 
 // FallbackError says why a spec needs the Go helper. Nothing was started.
@@ -64,6 +88,9 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 	p.Call("setsid", syscall.SYS_SETSID)
 	if len(h.CgroupFiles) > 0 {
 		joinCgroup(p, h.CgroupFiles)
+	}
+	if err := unshare(p, h.Unshare); err != nil {
+		return rawchild.Program{}, err
 	}
 	if has(hook.MCgroupNS) {
 		p.Tag(hook.MCgroupNS)
@@ -111,6 +138,23 @@ func supported(sp *hook.Spec) error {
 		return fallback("a deterministic block")
 	case sp.Persist && !sp.DirIsTree:
 		return fallback("a persistent workdir opened by path")
+	}
+	return nil
+}
+
+// unshare appends one unshare per namespace of flags, so that a failure
+// names its namespace.
+func unshare(p *rawchild.Prog, flags uintptr) error {
+	left := flags
+	for _, u := range unshareSteps {
+		if flags&u.flag != 0 {
+			p.Tag(u.mech)
+			p.Call(u.what, syscall.SYS_UNSHARE, rawchild.Val(u.flag))
+			left &^= u.flag
+		}
+	}
+	if left != 0 {
+		return fmt.Errorf("rawhelper: cannot unshare namespaces %#x in the helper", left)
 	}
 	return nil
 }
