@@ -79,8 +79,7 @@ func markdown(r *Results) string {
 			{"go-exec", "a Go binary exiting from its init (runtime start only)"},
 			{"unshare", "`unshare -Urmpfn --mount-proc`"},
 			{"bwrap", "bubblewrap, codellm-like root"},
-			{"codellm", "codellm: new run + block + close"},
-			{"codellm-prestart", "the same with pooled run groups, as `serve` runs (the raw helper; pre-started Go helpers only with `--go-helper`)"},
+			{"codellm", "codellm: new run + block + close (its cgroup made ahead, as `serve` runs)"},
 			{"codellm-block", "codellm: one more block in a run"},
 			{"codellm-block-pid1", "the same, program exec'd as PID 1 (before the init)"},
 		} {

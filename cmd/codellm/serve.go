@@ -76,7 +76,6 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)
 		return 2
 	}
-	ef.prestart = true // a long-lived server: the next request's helper waits ready
 	sc, err := ef.openScratch(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "codellm serve: %v\n", err)

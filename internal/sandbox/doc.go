@@ -68,23 +68,6 @@
 // [Config.GoHelper] turns the raw helper off; `make test` runs this
 // package's tests once on each helper.
 //
-// # Pre-started helpers
-//
-// With [Config.PrestartHelpers] (on in `codellm serve`) and the Go helper
-// ([Config.GoHelper]; a raw helper has no runtime start to hide) the run cgroups
-// made ahead of need each carry the first block's helper too, cloned into
-// fresh namespaces of its own, its Go runtime started, inside the group's
-// first block cgroup, waiting on a Unix socket with /dev/null as stdio. The
-// run's first block hands it stdin, stdout, stderr and the workdir by
-// SCM_RIGHTS, then the spec; from there it is an ordinary helper. It serves
-// that one block and is never returned; a block it does not fit (egress,
-// deterministic mode, another identity), a run that never starts a block
-// and [Sandbox.Close] kill and reap it, and one found dead at the hand-over
-// is replaced by a fresh start. This takes the clone, the exec, the Go
-// runtime start and (cgroup v1) the block's cgroup.procs write off the
-// request path; the root, Landlock and seccomp, which the spec decides,
-// stay on it, and so does the CPU (spawn_linux.go, prestart_linux.go).
-//
 // # The spawner
 //
 // A helper's clone makes a user namespace, so Go's syscall package forks

@@ -58,12 +58,8 @@ type platform struct {
 }
 
 type runPlatform struct {
-	group  *cgroup.Group // the run's cgroup; nil without cgroups
-	block1 *cgroup.Group // first block's group when group came from the pool
-	use    mechSet       // mechanisms for the run's blocks, fixed at NewRun
-	// helper is the idle helper that came with a pooled group (inside
-	// block1), for the first block; taken once (Swap), or discarded by release.
-	helper atomic.Pointer[idleHelper]
+	group *cgroup.Group // the run's cgroup; nil without cgroups
+	use   mechSet       // mechanisms for the run's blocks, fixed at NewRun
 }
 
 type procPlatform struct {
@@ -135,9 +131,6 @@ func (s *Sandbox) init() error {
 	// After the trial spawn, which decides whether blocks get overlays.
 	p.spawner.setOverlay(s.spawnerOverlay(), s.log)
 	s.report = s.buildReport()
-	if p.cg != nil && s.prestartable() {
-		s.startRefill() // the first request finds its helper waiting
-	}
 	return nil
 }
 
@@ -455,10 +448,7 @@ func (r *Run) init() error {
 	}
 	lim := cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids}
 	if pg, ok := s.takeGroup(lim); ok {
-		r.id, r.plat.group, r.plat.block1 = pg.name, pg.run, pg.block1
-		if pg.helper != nil {
-			r.plat.helper.Store(pg.helper)
-		}
+		r.id, r.plat.group = pg.name, pg.run
 		return nil
 	}
 	g, err := p.newGroup(r.id, lim)
@@ -498,9 +488,6 @@ func (r *Run) killAll() {
 // Anything still inside is killed and waited for here, and a failure is
 // Close's error.
 func (r *Run) release() error {
-	if h := r.plat.helper.Swap(nil); h != nil {
-		h.discard() // the run never started a block
-	}
 	g := r.plat.group
 	if g == nil {
 		return nil
@@ -581,14 +568,9 @@ func (r *Run) start(spec *Spec, seq int, one bool) (*Process, error) {
 	}
 	var child *cgroup.Group
 	name := "block-" + strconv.Itoa(seq)
-	if one && use.has(mCgroup) && r.plat.group != nil && r.plat.block1 == nil {
+	if one && use.has(mCgroup) && r.plat.group != nil {
 		child = r.plat.group // the run holds this block only: its group is the block's
-	} else if b1 := r.plat.block1; use.has(mCgroup) && seq == 1 && b1 != nil && (use.has(mPIDNS) || !b1.Accounting()) {
-		child = b1 // made ahead with the pooled run group
 	} else if use.has(mCgroup) && r.plat.group != nil {
-		if seq == 1 && r.plat.block1 != nil {
-			name += "-own" // the pooled one only measures; this block's group must also freeze
-		}
 		c, err := p.newBlockGroup(r.plat.group, name, use)
 		if err != nil {
 			if s.cfg.Mode == ModeNative {

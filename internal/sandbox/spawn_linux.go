@@ -3,7 +3,6 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -16,8 +15,7 @@ import (
 
 // cloneSpec is everything a helper's clone depends on: its namespaces, the
 // host identity its uid maps point at, and the capabilities it keeps into
-// its setup. A pre-started helper serves a block only when the block's
-// cloneSpec is the one it was cloned with.
+// its setup.
 type cloneSpec struct {
 	use      mechSet
 	uid, gid int
@@ -25,18 +23,12 @@ type cloneSpec struct {
 	determ   bool // CAP_SYS_TIME: time namespace offsets (dropped before exec)
 }
 
-// errDiedWaiting is a pre-started helper found dead at its hand-over; the
-// block then gets a helper started for it.
-var errDiedWaiting = errors.New("sandbox: pre-started helper died while it waited")
-
-// launched is a helper that exists and waits for its spec: deliver sends
-// it (and, to a pre-started helper, the block's descriptors first).
+// launched is a helper that exists and waits for its spec: deliver sends it.
 type launched struct {
 	osp     *os.Process
 	statR   *os.File
 	start   time.Time
 	joined  bool // already inside the block's cgroup
-	pooled  bool // pre-started (idleHelper)
 	raw     bool // the raw helper (rawStart): its spec is compiled in already
 	deliver func(spec []byte) error
 	// overlaid: the host directories its namespace has overlaid in place
@@ -50,10 +42,9 @@ type launched struct {
 func overlaidRoot(use mechSet) bool { return use.has(mRootFS | mOverlay) }
 
 // spawnIn starts the helper with the mechanisms in use, inside cgroup
-// child when given: the run's pre-started helper when it matches the block
-// (prestart_linux.go), else a fresh clone. Either way the helper has fresh
-// namespaces, sits inside child before it reads its spec, and serves this
-// block only.
+// child when given: the raw helper when it serves the block, else the Go
+// helper. Either way the helper has fresh namespaces, sits inside child
+// before it reads its spec, and serves this block only.
 func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) (*Process, error) {
 	Trace("s.spawn")
 	s := r.sb
@@ -80,21 +71,6 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		return nil, err
 	}
 	defer bf.close()
-	var hl *launched
-	if ih := r.plat.helper.Swap(nil); ih != nil {
-		if ih.cl == cl && ih.group == child && ih.fits(hs, r.sb.cfg.Limits.TmpSize) {
-			hl, err = ih.launch(bf)
-		}
-		if hl == nil {
-			ih.discard() // cloned for another kind of block, or died waiting: never used
-		}
-	}
-	if hl != nil {
-		proc, err := r.finishStart(spec, hs, hl, cl, child, nil)
-		if err != errDiedWaiting {
-			return proc, err
-		}
-	}
 	if r.rawCandidate(spec, cl, hs) {
 		hl, ok, err := r.rawStart(cl, bf, hs, child)
 		if err != nil {
@@ -147,11 +123,6 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 	if rerr != nil || len(msg) == 0 || msg[0] != hook.Started || len(msg) > 1 {
 		_ = osp.Kill()
 		st, _ := osp.Wait()
-		if hl.pooled && rerr == nil && len(msg) == 0 && st != nil && !st.Exited() {
-			// Killed before it said a word (the descriptors reached a
-			// helper that was already dying): nothing of the block ran.
-			return nil, errDiedWaiting
-		}
 		return nil, helperFailure(msg, rerr, st)
 	}
 	if netParent != nil {
