@@ -59,9 +59,14 @@
 // does. Its Started, wait and failure records are read by the same code;
 // a failure names its mechanism and step. It serves a block with its own
 // user and PID namespaces and an init, without egress, determinism or a
-// collect (rawCandidate), whose root the spawner's overlays cover and
-// whose workdir copy is small (rawhelper refuses the rest, and the block
-// gets the Go helper). The Go runtime's start, threads and exit were most
+// collect (rawCandidate), whose workdir copy is small (rawhelper refuses
+// the rest, and the block gets the Go helper); its root binds the
+// spawner's overlays where the spawner made them (root) and mounts its own
+// otherwise (an unprivileged codellm, a directory with host mounts below
+// it, split entry by entry from the server's mount table, read again once
+// when the kernel refuses an overlay that table did not foresee). The
+// spawner clones it with its user and PID namespaces only; it unshares the
+// mount, network, IPC and UTS namespaces itself, off the spawner's loop. The Go runtime's start, threads and exit were most
 // of a helper's CPU (PERF.md, "session 9"). On cgroup v1 the spawner forks
 // the next block's raw helper after each reply (namespaces and maps made,
 // waiting for its program), so that clone is off the request path.

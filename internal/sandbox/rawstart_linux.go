@@ -90,6 +90,27 @@ func (s *Sandbox) noteFallback(err error) {
 	})
 }
 
+// staleMountsError is a raw helper's overlay the kernel refused with
+// EINVAL, as it refuses a lower layer with mounts below it: the server's
+// mount table (hostMounts) missed a mount made since it last read it.
+type staleMountsError struct{ err error }
+
+func (e *staleMountsError) Error() string { return e.err.Error() }
+
+// overlayRefused reports whether msg is a raw helper's failure to mount an
+// overlay with EINVAL (see staleMountsError).
+func overlayRefused(msg []byte) bool {
+	if len(msg) == 0 || msg[0] != rawchild.KindFailed {
+		return false
+	}
+	rec, err := rawchild.ReadRecord(bytes.NewReader(msg))
+	if err != nil {
+		return false
+	}
+	se := rec.Err()
+	return se != nil && se.Tag == hook.MOverlay && se.Errno == syscall.EINVAL
+}
+
 // rawFailure is the failure a raw helper reported ('F' record), or nil
 // when msg is not one.
 func rawFailure(msg []byte) error {

@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -72,12 +73,8 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	}
 	defer bf.close()
 	if r.rawCandidate(spec, cl, hs) {
-		hl, ok, err := r.rawStart(cl, bf, hs, child)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return r.finishStart(spec, hs, hl, cl, child, nil)
+		if proc, ok, err := r.startRaw(spec, hs, cl, bf, child); ok {
+			return proc, err
 		}
 	}
 	hl, netParent, err := r.coldStart(cl, bf, child)
@@ -86,6 +83,31 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 	}
 	defer closeIfSet(netParent)
 	return r.finishStart(spec, hs, hl, cl, child, netParent)
+}
+
+// startRaw starts the block on the raw helper; ok false means the Go helper
+// serves it. The raw helper's root follows the server's mount table, read at
+// most once a second: an overlay the kernel refuses because a host mount
+// appeared below its directory since (staleMountsError) is built once more,
+// from a fresh read, before the block is refused. Nothing of the block ran.
+func (r *Run) startRaw(spec *Spec, hs *hook.Spec, cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*Process, bool, error) {
+	for try := 0; ; try++ {
+		hl, ok, err := r.rawStart(cl, bf, hs, child)
+		if err != nil || !ok {
+			return nil, ok, err
+		}
+		proc, err := r.finishStart(spec, hs, hl, cl, child, nil)
+		var stale *staleMountsError
+		if errors.As(err, &stale) {
+			if try == 0 {
+				hostMounts.refresh()
+				hs.HostMounts = hostMountsBelowRoot()
+				continue
+			}
+			err = stale.err
+		}
+		return proc, true, err
+	}
 }
 
 // finishStart places a launched helper in its cgroup, hands it the spec and
@@ -123,7 +145,11 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 	if rerr != nil || len(msg) == 0 || msg[0] != hook.Started || len(msg) > 1 {
 		_ = osp.Kill()
 		st, _ := osp.Wait()
-		return nil, helperFailure(msg, rerr, st)
+		err := helperFailure(msg, rerr, st)
+		if hl.raw && overlayRefused(msg) {
+			err = &staleMountsError{err}
+		}
+		return nil, err
 	}
 	if netParent != nil {
 		ln, err := receiveListener(netParent)

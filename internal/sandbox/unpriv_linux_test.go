@@ -53,9 +53,13 @@ func unprivilegedChild(t *testing.T) {
 			}
 		}
 	}
-	o := mustRun(t, be, sh("id -u; hostname; touch /etc/x 2>/dev/null || echo ro; cat /etc/shadow 2>/dev/null || echo noshadow")...)
-	if got := strings.Fields(o.Stdout); strings.Join(got, " ") != "1000 codellm ro noshadow" {
-		t.Fatalf("unprivileged probe: %+v", o)
+	o := mustRun(t, be, sh("id -u; hostname; touch /etc/x 2>/dev/null || echo ro; cat /etc/shadow 2>/dev/null || echo noshadow; cat /proc/1/comm")...)
+	want := "1000 codellm ro noshadow codellm-raw"
+	if goHelperForTests {
+		want = "1000 codellm ro noshadow codellm-sandbox"
+	}
+	if got := strings.Fields(o.Stdout); strings.Join(got, " ") != want {
+		t.Fatalf("unprivileged probe: %+v, want %q (the raw helper serves an unprivileged codellm's blocks too)", o, want)
 	}
 	// Persist: a bind by path, done by the helper itself.
 	dir := workdir(t, map[string]string{"in": "x"})

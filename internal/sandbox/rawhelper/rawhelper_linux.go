@@ -121,8 +121,7 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 
 // supported refuses what only the Go helper does: the trial spawn, an
 // init that holds its namespace, egress, deterministic blocks, a program
-// run as PID 1 or without its own user and PID namespaces, a persistent
-// workdir opened by path.
+// run as PID 1 or without its own user and PID namespaces.
 func supported(sp *hook.Spec) error {
 	need := hook.MHelper | hook.MUserNS | hook.MPIDNS
 	switch {
@@ -136,8 +135,6 @@ func supported(sp *hook.Spec) error {
 		return fallback("egress")
 	case len(sp.Determ) > 0 || len(sp.FakeTimeRC) > 0:
 		return fallback("a deterministic block")
-	case sp.Persist && !sp.DirIsTree:
-		return fallback("a persistent workdir opened by path")
 	}
 	return nil
 }
@@ -176,43 +173,27 @@ func joinCgroup(p *rawchild.Prog, files []string) {
 }
 
 // root is the block's private root as package hook builds it: the system
-// directories and /etc entries mirrored (through the spawner's overlays
-// with hook.MOverlay), the generated /etc files, the shared dir, /dev,
-// /proc (host files masked), /tmp, and the workdir.
+// directories and /etc entries mirrored (with hook.MOverlay through
+// read-only overlays: the spawner's, made once, or the block's own), the
+// generated /etc files, the shared dir, /dev, /proc (host files masked),
+// /tmp, and the workdir.
 func root(sp *hook.Spec, h Host) (rawchild.Root, error) {
 	r := rawchild.Root{Staging: sp.Staging, Size: 1 << 20, Inodes: 4096, Proc: true, ProcMasked: hook.ProcMasked,
-		DevNodes: sp.DevNodes, TmpSize: sp.TmpSize, TmpInodes: hook.TmpfsInodes(sp.TmpSize), Dir: sp.Dir}
-	overlaid := func(d string) bool {
-		for _, o := range h.Overlaid {
-			if d == o || strings.HasPrefix(d, o+"/") {
-				return true
-			}
-		}
-		return false
-	}
-	// mirror adds src as Mirror does, from one lstat that also refuses a
-	// directory the Go helper would overlay itself.
-	mirror := func(src string, dirsOnly, add bool) error {
-		var st unix.Stat_t
-		err := unix.Lstat(src, &st)
-		if sp.Mech&hook.MOverlay != 0 && err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !overlaid(src) {
-			return fallback("%s is not overlaid by the spawner", src)
-		}
-		if !add {
-			return nil
-		}
-		return r.MirrorStat(src, src, dirsOnly, &st, err)
-	}
+		DevNodes: sp.DevNodes, TmpSize: sp.TmpSize, TmpInodes: hook.TmpfsInodes(sp.TmpSize), Dir: sp.Dir, OverlayTag: hook.MOverlay}
+	m := &mirrors{r: &r, overlay: sp.Mech&hook.MOverlay != 0, inPlace: h.Overlaid, mounts: sp.HostMounts}
 	for _, d := range sp.SystemDirs {
-		if err := mirror(d, true, true); err != nil {
+		if err := m.mirror(d, d, true); err != nil {
 			return r, err
 		}
 	}
-	if err := mirror("/etc", false, false); err != nil { // its entries are bound, not /etc itself
-		return r, err
+	if m.overlay && !m.overlaid("/etc") && !m.hasBelow("/etc") && isDir("/etc") {
+		// One overlay serves every entry (a block's end waits for a grace
+		// period per overlay), made on /etc itself in the helper's namespace.
+		r.InPlace = append(r.InPlace, "/etc")
+		m.inPlace = append(m.inPlace, "/etc")
 	}
 	for _, e := range sp.EtcEntries {
-		if err := mirror("/etc/"+e, false, true); err != nil {
+		if err := m.mirror("/etc/"+e, "/etc/"+e, false); err != nil {
 			return r, err
 		}
 	}
@@ -223,9 +204,13 @@ func root(sp *hook.Spec, h Host) (rawchild.Root, error) {
 		r.Files = append(r.Files, rawchild.File{Path: "/etc/" + f.name, Data: f.data, Mode: 0o644})
 	}
 	if sp.Shared != "" {
-		if err := shared(&r, sp, overlaid); err != nil {
-			return r, err
+		// Taken before the staging tmpfs covers it, should it be below (a work dir under /tmp).
+		b := rawchild.Bind{Source: sp.Shared, Target: hook.SharedMount, Early: true}
+		if m.overlay && !m.overlaid(sp.Shared) {
+			b.Overlay, b.NoExec = true, noexec(sp.Shared)
 		}
+		r.Binds = append(r.Binds, b)
+		r.Links = append(r.Links, rawchild.Link{Path: "/node_modules", To: hook.SharedMount + "/node"})
 	}
 	w, err := workdir(sp, h)
 	if err != nil {
@@ -235,16 +220,88 @@ func root(sp *hook.Spec, h Host) (rawchild.Root, error) {
 	return r, nil
 }
 
-// shared binds the shared dir read-only at hook.SharedMount, with the
-// /node_modules link ESM resolution walks up to.
-func shared(r *rawchild.Root, sp *hook.Spec, overlaid func(string) bool) error {
-	if sp.Mech&hook.MOverlay != 0 && !overlaid(sp.Shared) {
-		return fallback("the shared dir is not overlaid by the spawner")
+// maxSplit bounds the entries a root mirrors one by one because host mounts
+// lie below their directory (each a mount and a root-tmpfs inode), as
+// package hook's does.
+const maxSplit = 1024
+
+// mirrors adds host paths to a root as package hook's sysTree does:
+// directories through overlays unless the spawner overlaid them in place
+// (or binds without hook.MOverlay), split entry by entry where host mounts
+// lie below them (an overlay refuses a lower layer with mounts below it).
+type mirrors struct {
+	r       *rawchild.Root
+	overlay bool
+	inPlace []string // directories overlaid in place: bound, not overlaid again
+	mounts  []string // host mount points below the mirrored directories (hook.Spec.HostMounts)
+	split   int
+}
+
+func (m *mirrors) mirror(src, dst string, dirsOnly bool) error {
+	var st unix.Stat_t
+	err := unix.Lstat(src, &st)
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || !m.overlay || m.overlaid(src) {
+		return m.r.MirrorStat(src, dst, dirsOnly, &st, err)
 	}
-	// Taken before the staging tmpfs covers it, should it be below (a work dir under /tmp).
-	r.Binds = append(r.Binds, rawchild.Bind{Source: sp.Shared, Target: hook.SharedMount, Early: true})
-	r.Links = append(r.Links, rawchild.Link{Path: "/node_modules", To: hook.SharedMount + "/node"})
+	if m.hasBelow(src) {
+		return m.splitDir(src, dst)
+	}
+	m.r.Binds = append(m.r.Binds, rawchild.Bind{Source: src, Target: dst, Overlay: true, NoExec: noexec(src)})
 	return nil
+}
+
+// splitDir mirrors the entries of src one by one into dst.
+func (m *mirrors) splitDir(src, dst string) error {
+	d, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("rawhelper: list %s: %w", src, err)
+	}
+	names, err := readNames(d)
+	unix.Close(d)
+	if err != nil {
+		return fmt.Errorf("rawhelper: list %s: %w", src, err)
+	}
+	if m.split += len(names); m.split > maxSplit {
+		return fallback("host mounts below %s leave more than %d entries to mirror one by one", src, maxSplit)
+	}
+	for _, n := range names {
+		if err := m.mirror(src+"/"+n, dst+"/"+n, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// overlaid reports whether src is a directory overlaid in place or below one.
+func (m *mirrors) overlaid(src string) bool {
+	for _, d := range m.inPlace {
+		if src == d || strings.HasPrefix(src, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// hasBelow reports whether a host mount lies below directory src.
+func (m *mirrors) hasBelow(src string) bool {
+	for _, mp := range m.mounts {
+		if strings.HasPrefix(mp, src+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func isDir(p string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// noexec reports whether the mount holding p is noexec (an overlay of it
+// must be too: it is a mount of its own).
+func noexec(p string) bool {
+	var fs unix.Statfs_t
+	return unix.Statfs(p, &fs) == nil && fs.Flags&unix.ST_NOEXEC != 0
 }
 
 // Bounds of a workdir the raw helper copies; a larger one gets the Go
@@ -257,8 +314,14 @@ const (
 // workdir is the block's workdir: the server's detached tree (persistent),
 // or a tmpfs with a copy of the directory h.Dir.
 func workdir(sp *hook.Spec, h Host) (*rawchild.Work, error) {
-	if sp.Persist {
+	if sp.Persist && sp.DirIsTree {
 		return &rawchild.Work{Dir: sp.Dir, TreeFD: DirFD, ReadOnly: sp.ReadOnly}, nil
+	}
+	if sp.Persist {
+		// The server is not root and could not clone the workdir's mount: the
+		// helper does, by path, in its namespace (its uid, the server's, can
+		// traverse the parents).
+		return &rawchild.Work{Dir: sp.Dir, TreePath: sp.HostDir, ReadOnly: sp.ReadOnly}, nil
 	}
 	size := sp.WorkdirSize()
 	w := &rawchild.Work{Dir: sp.Dir, Size: size, Inodes: hook.TmpfsInodes(size), FromFD: DirFD}
