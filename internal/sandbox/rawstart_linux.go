@@ -18,12 +18,18 @@ import (
 
 // rawCandidate reports whether a block may get the raw helper, as far as
 // the server can tell: not switched off, its own user and PID namespaces
-// with an init, no egress, not deterministic, not held for a collect, not
-// the trial spawn. The spawner decides the rest (package rawhelper) and
-// says so when the block needs the Go helper after all.
+// with an init, no egress, not deterministic, not the trial spawn, and a
+// collect only as root. The spawner decides the rest (package rawhelper)
+// and says so when the block needs the Go helper after all.
+//
+// A collect reads the held namespace through /proc/<init>/root, which a
+// non-dumpable process opens only to a caller with CAP_SYS_PTRACE in the
+// user namespace its memory was made in: for the raw helper, a fork, the
+// spawner's (root has it there); for the Go helper, exec'd inside the
+// block's namespace, the block's, which an unprivileged server owns.
 func (r *Run) rawCandidate(spec *Spec, cl cloneSpec, hs *hook.Spec) bool {
 	return !r.sb.cfg.GoHelper && !goHelperForTests && cl.use.has(mUserNS|mPIDNS) && !cl.egress && !cl.determ && hs.Init && !hs.ProbeOnly &&
-		spec.Collect == nil && r.sb.plat.helperPath != ""
+		(spec.Collect == nil || r.sb.plat.euid == 0) && r.sb.plat.helperPath != ""
 }
 
 // goHelperForTests makes every Sandbox use the Go helper, as

@@ -88,12 +88,12 @@ type procPlatform struct {
 // it is killed outright, files and all; ending and reaping a namespace takes milliseconds.
 const holdKillGrace = 2 * time.Second
 
-// setHold makes the block's init hold its namespace for spec.Collect (Start has checked the run can).
+// setHold prepares the collect of a block whose init holds its namespace
+// (hook.Spec.Hold, for spec.Collect: Start has checked the run can).
 func (pp *procPlatform) setHold(spec *Spec, hs *hook.Spec, pid int) {
-	if spec.Collect == nil || !hs.Init {
+	if !hs.Hold {
 		return
 	}
-	hs.Hold = true
 	pp.collect, pp.collectAt = spec.Collect, "/proc/"+strconv.Itoa(pid)+"/root"+hs.Dir
 }
 

@@ -195,6 +195,8 @@ func (r *Run) helperSpec(spec *Spec, use mechSet, probe bool) (*hook.Spec, error
 		OpenFiles: int64(r.lim.OpenFiles), ProbeOnly: probe, CapLastCap: capLastCap(), Shared: s.cfg.Shared,
 		Init: use.has(mPIDNS) && !s.cfg.ProgramAsPID1, Mech: uint32(use),
 	}
+	// The init holds the namespace once the program is over, for the collect.
+	hs.Hold = spec.Collect != nil && hs.Init && !probe
 	if r.lim.CPUTime > 0 {
 		hs.CPUSeconds = uint64((r.lim.CPUTime + time.Second - 1) / time.Second)
 	}

@@ -32,6 +32,13 @@ type Program struct {
 	Path string
 	Args []string
 	Env  []string
+	// Hold, when set, is the signal that makes the init end everything
+	// else in its namespace at once (as the kernel would at its death) and
+	// that it therefore catches; and once the program is over and reported,
+	// the init does not exit but holds the namespace, its private mounts
+	// included, until it is killed: whoever started it reads what the
+	// program left (through /proc/<init>/root) first.
+	Hold syscall.Signal
 }
 
 // Attr is how the child is cloned and wired.
@@ -108,6 +115,7 @@ type frame struct {
 	npath    uintptr          // len of *path, for an exec failure's record
 	rec      [failHeader]byte // the record being written
 	execErr  uintptr          // the program's failed exec, stored by it (it shares the init's memory until then)
+	hold     uintptr          // Program.Hold
 }
 
 // Start forks the child, which runs p and then starts prog as its init.
@@ -214,7 +222,7 @@ func newFrame(p *Prog, prog Program, files []FD, pdeath syscall.Signal, name str
 		p.fr = new(frame)
 	}
 	f := p.fr
-	*f = frame{nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath)}
+	*f = frame{nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath), hold: uintptr(prog.Hold)}
 	f.path = p.cstr(prog.Path)
 	f.npath = uintptr(min(len(prog.Path), maxWhat))
 	f.argv, f.envv = p.cstrs(prog.Args), p.cstrs(prog.Env)
@@ -503,6 +511,9 @@ func vforkExec(path, argv, envv, errp uintptr) (pid, errno uintptr)
 //go:norace
 //go:nocheckptr
 func runInit(f *frame) {
+	if f.hold != 0 {
+		catch(f.hold)
+	}
 	pid, e := vforkExec(uintptr(unsafe.Pointer(f.path)), uintptr(unsafe.Pointer(f.argv)),
 		uintptr(unsafe.Pointer(f.envv)), uintptr(unsafe.Pointer(&f.execErr)))
 	if e != 0 {
@@ -513,7 +524,7 @@ func runInit(f *frame) {
 		// vfork: the program's exec failed before this resumed. It has
 		// exited (127); reap it and end as the Go helper does.
 		reportFailed(f, uint32(f.nops), uint32(f.execErr), 0, f.path, f.npath)
-		reapUntil(pid)
+		reapUntil(pid, false)
 		exit(127)
 	}
 	// The init gives up the program's descriptors before it says Started:
@@ -524,7 +535,7 @@ func runInit(f *frame) {
 	}
 	report(&f.rec, KindStarted, uint32(pid))
 	dropShared(&f.later, f.nlater, f.pageMask, f.tp)
-	ws := reapUntil(pid)
+	ws := reapUntil(pid, f.hold != 0)
 	self, _, _ := syscall.RawSyscall(syscall.SYS_GETPID, 0, 0, 0)
 	if self == 1 {
 		// kill(-1) from a namespace's init spares only the init. Never from
@@ -539,6 +550,10 @@ func runInit(f *frame) {
 		}
 	}
 	report(&f.rec, KindWaited, ws)
+	for f.hold != 0 {
+		// Holds until killed; the signal it catches only interrupts this.
+		syscall.RawSyscall6(syscall.SYS_PPOLL, 0, 0, 0, 0, 0, 0)
+	}
 	st := syscall.WaitStatus(ws)
 	if st.Signaled() {
 		exit(128 + uintptr(st&0x7f))
@@ -546,23 +561,48 @@ func runInit(f *frame) {
 	exit(uintptr(ws>>8) & 0xff)
 }
 
-// reapUntil reaps every child until pid has ended and returns its status.
+// reapUntil reaps every child until pid has ended and returns its status;
+// with hold, a wait the hold signal interrupts ends every other process of
+// the namespace first.
 //
 //go:nosplit
 //go:norace
 //go:nocheckptr
-func reapUntil(pid uintptr) uint32 {
+func reapUntil(pid uintptr, hold bool) uint32 {
 	for {
 		var st int32
 		r, _, e := syscall.RawSyscall6(syscall.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(&st)), 0, 0, 0, 0)
 		if e == 0 && r == pid {
 			return uint32(st)
 		}
+		if e == syscall.EINTR && hold {
+			// The hold signal (nothing else is caught): end the namespace but the init.
+			syscall.RawSyscall(syscall.SYS_KILL, ^uintptr(0), uintptr(syscall.SIGKILL), 0)
+		}
 		if e != 0 && e != syscall.EINTR {
 			return 127 << 8 // ECHILD cannot happen while pid is unreaped; never spin
 		}
 	}
 }
+
+// catch gives sig a handler that does nothing (nopSignalAddrs), without
+// SA_RESTART: it interrupts the init's wait. A PID-namespace init receives
+// from outside its namespace only the signals it catches (and SIGKILL), and
+// from inside none it does not; the program's exec resets it to the default.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func catch(sig uintptr) {
+	h, r := nopSignalAddrs()
+	const saRestorer = 0x04000000
+	act := kernelSigaction{handler: h, flags: saRestorer, restorer: r, mask: ^uintptr(0)}
+	syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+}
+
+func nopSignalHandler()
+func sigReturn()
+func nopSignalAddrs() (handler, restorer uintptr)
 
 // report writes a Started or Waited record: kind, then a (little-endian;
 // amd64 and arm64 only).

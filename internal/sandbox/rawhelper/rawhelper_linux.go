@@ -116,12 +116,16 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 		p.Call("setdomainname", syscall.SYS_SETDOMAINNAME, rawchild.Val(p.Str("(none)")), rawchild.Val(6))
 	}
 	lockdown(p, sp)
-	return rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env}, nil
+	prog := rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env}
+	if sp.Hold {
+		prog.Hold = hook.HoldSignal
+	}
+	return prog, nil
 }
 
-// supported refuses what only the Go helper does: the trial spawn, an
-// init that holds its namespace, egress, deterministic blocks, a program
-// run as PID 1 or without its own user and PID namespaces.
+// supported refuses what only the Go helper does: the trial spawn, egress,
+// deterministic blocks, a program run as PID 1 or without its own user and
+// PID namespaces.
 func supported(sp *hook.Spec) error {
 	need := hook.MHelper | hook.MUserNS | hook.MPIDNS
 	switch {
@@ -129,8 +133,6 @@ func supported(sp *hook.Spec) error {
 		return fallback("the trial spawn")
 	case !sp.Init || sp.Mech&need != need:
 		return fallback("the block has no init in its own user and PID namespaces")
-	case sp.Hold:
-		return fallback("the block's namespace is held for a collect")
 	case sp.Egress:
 		return fallback("egress")
 	case len(sp.Determ) > 0 || len(sp.FakeTimeRC) > 0:

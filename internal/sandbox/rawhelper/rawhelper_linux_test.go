@@ -177,7 +177,6 @@ func TestFallbacks(t *testing.T) {
 		"probe":     func(sp *hook.Spec) { sp.ProbeOnly = true },
 		"no init":   func(sp *hook.Spec) { sp.Init = false },
 		"no pid ns": func(sp *hook.Spec) { sp.Mech &^= hook.MPIDNS },
-		"hold":      func(sp *hook.Spec) { sp.Hold = true },
 		"egress":    func(sp *hook.Spec) { sp.Egress = true },
 		"determ":    func(sp *hook.Spec) { sp.Determ = make([]byte, 32) },
 		"big copy":  func(sp *hook.Spec) { sp.WorkSize = 4096 },
