@@ -17,9 +17,8 @@ import (
 )
 
 // rawCandidate reports whether a block may get the raw helper, as far as
-// the server can tell: not switched off, its own user and PID namespaces
-// with an init, no egress, not deterministic, not the trial spawn, and a
-// collect only as root. The spawner decides the rest (package rawhelper)
+// the server can tell: not switched off, its own user namespace, no egress,
+// not deterministic, not the trial spawn, and a collect only as root. The spawner decides the rest (package rawhelper)
 // and says so when the block needs the Go helper after all.
 //
 // A collect reads the held namespace through /proc/<init>/root, which a
@@ -28,7 +27,7 @@ import (
 // spawner's (root has it there); for the Go helper, exec'd inside the
 // block's namespace, the block's, which an unprivileged server owns.
 func (r *Run) rawCandidate(spec *Spec, cl cloneSpec, hs *hook.Spec) bool {
-	return !r.sb.cfg.GoHelper && !goHelperForTests && cl.use.has(mUserNS|mPIDNS) && !cl.egress && !cl.determ && hs.Init && !hs.ProbeOnly &&
+	return !r.sb.cfg.GoHelper && !goHelperForTests && cl.use.has(mUserNS) && !cl.egress && !cl.determ && !hs.ProbeOnly &&
 		(spec.Collect == nil || r.sb.plat.euid == 0) && r.sb.plat.helperPath != ""
 }
 
@@ -120,6 +119,9 @@ func overlayRefused(msg []byte) bool {
 // rawFailure is the failure a raw helper reported ('F' record), or nil
 // when msg is not one.
 func rawFailure(msg []byte) error {
+	if len(msg) > 1 && msg[0] == rawchild.KindStarted && msg[1] == rawchild.KindFailed {
+		msg = msg[1:] // a program exec'd directly (no init) failed its exec after Started
+	}
 	if len(msg) == 0 || msg[0] != rawchild.KindFailed {
 		return nil
 	}

@@ -39,6 +39,12 @@ type Program struct {
 	// included, until it is killed: whoever started it reads what the
 	// program left (through /proc/<init>/root) first.
 	Hold syscall.Signal
+	// Direct makes the child exec the program itself once its steps have
+	// run, instead of staying its init: after one Started byte (KindStarted,
+	// nothing more) on its status descriptor, which the exec closes. The
+	// program is then its PID namespace's init, or without one, a process
+	// like any other. A failed exec is reported after the Started byte.
+	Direct bool
 }
 
 // Attr is how the child is cloned and wired.
@@ -116,6 +122,7 @@ type frame struct {
 	rec      [failHeader]byte // the record being written
 	execErr  uintptr          // the program's failed exec, stored by it (it shares the init's memory until then)
 	hold     uintptr          // Program.Hold
+	direct   bool             // Program.Direct
 }
 
 // Start forks the child, which runs p and then starts prog as its init.
@@ -222,7 +229,8 @@ func newFrame(p *Prog, prog Program, files []FD, pdeath syscall.Signal, name str
 		p.fr = new(frame)
 	}
 	f := p.fr
-	*f = frame{nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath), hold: uintptr(prog.Hold)}
+	*f = frame{nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath), hold: uintptr(prog.Hold),
+		direct: prog.Direct}
 	f.path = p.cstr(prog.Path)
 	f.npath = uintptr(min(len(prog.Path), maxWhat))
 	f.argv, f.envv = p.cstrs(prog.Args), p.cstrs(prog.Env)
@@ -427,7 +435,24 @@ func childRun(f *frame) {
 	// The steps' own descriptors go before the program starts: the init
 	// keeps only its status.
 	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, ^uintptr(0), 0)
+	if f.direct {
+		execDirect(f)
+	}
 	runInit(f)
+}
+
+// execDirect becomes the program (Program.Direct); it returns only to exit.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func execDirect(f *frame) {
+	f.rec[0] = KindStarted
+	syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&f.rec[0])), 1)
+	_, _, e := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(f.path)), uintptr(unsafe.Pointer(f.argv)),
+		uintptr(unsafe.Pointer(f.envv)))
+	reportFailed(f, uint32(f.nops), uint32(e), 0, f.path, f.npath)
+	exit(127)
 }
 
 // placeFiles moves the descriptors to 0, 1, ... (3, the status, and the

@@ -116,7 +116,7 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 		p.Call("setdomainname", syscall.SYS_SETDOMAINNAME, rawchild.Val(p.Str("(none)")), rawchild.Val(6))
 	}
 	lockdown(p, sp)
-	prog := rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env}
+	prog := rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env, Direct: !sp.Init}
 	if sp.Hold {
 		prog.Hold = hook.HoldSignal
 	}
@@ -124,15 +124,14 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 }
 
 // supported refuses what only the Go helper does: the trial spawn, egress,
-// deterministic blocks, a program run as PID 1 or without its own user and
-// PID namespaces.
+// deterministic blocks, a block without its own user namespace.
 func supported(sp *hook.Spec) error {
-	need := hook.MHelper | hook.MUserNS | hook.MPIDNS
+	need := hook.MHelper | hook.MUserNS
 	switch {
 	case sp.ProbeOnly || sp.ProbeSocket != "":
 		return fallback("the trial spawn")
-	case !sp.Init || sp.Mech&need != need:
-		return fallback("the block has no init in its own user and PID namespaces")
+	case sp.Mech&need != need:
+		return fallback("the block has no user namespace of its own")
 	case sp.Egress:
 		return fallback("egress")
 	case len(sp.Determ) > 0 || len(sp.FakeTimeRC) > 0:

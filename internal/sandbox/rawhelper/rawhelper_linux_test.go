@@ -174,12 +174,11 @@ func TestFallbacks(t *testing.T) {
 	defer d.Close()
 	h := Host{UID: 1000, GID: 1000, Dir: int(d.Fd())}
 	for name, change := range map[string]func(*hook.Spec){
-		"probe":     func(sp *hook.Spec) { sp.ProbeOnly = true },
-		"no init":   func(sp *hook.Spec) { sp.Init = false },
-		"no pid ns": func(sp *hook.Spec) { sp.Mech &^= hook.MPIDNS },
-		"egress":    func(sp *hook.Spec) { sp.Egress = true },
-		"determ":    func(sp *hook.Spec) { sp.Determ = make([]byte, 32) },
-		"big copy":  func(sp *hook.Spec) { sp.WorkSize = 4096 },
+		"probe":      func(sp *hook.Spec) { sp.ProbeOnly = true },
+		"no user ns": func(sp *hook.Spec) { sp.Mech &^= hook.MUserNS },
+		"egress":     func(sp *hook.Spec) { sp.Egress = true },
+		"determ":     func(sp *hook.Spec) { sp.Determ = make([]byte, 32) },
+		"big copy":   func(sp *hook.Spec) { sp.WorkSize = 4096 },
 	} {
 		if name == "big copy" {
 			if err := os.WriteFile(dir+"/big", make([]byte, 4096), 0o644); err != nil {
