@@ -17,8 +17,8 @@ import (
 )
 
 // rawCandidate reports whether a block may get the raw helper, as far as
-// the server can tell: not switched off, its own user namespace, no egress,
-// not deterministic, not the trial spawn, and a collect only as root. The spawner decides the rest (package rawhelper)
+// the server can tell: not switched off, its own user namespace, not
+// deterministic, not the trial spawn, and a collect only as root. The spawner decides the rest (package rawhelper)
 // and says so when the block needs the Go helper after all.
 //
 // A collect reads the held namespace through /proc/<init>/root, which a
@@ -27,7 +27,7 @@ import (
 // spawner's (root has it there); for the Go helper, exec'd inside the
 // block's namespace, the block's, which an unprivileged server owns.
 func (r *Run) rawCandidate(spec *Spec, cl cloneSpec, hs *hook.Spec) bool {
-	return !r.sb.cfg.GoHelper && !goHelperForTests && cl.use.has(mUserNS) && !cl.egress && !cl.determ && !hs.ProbeOnly &&
+	return !r.sb.cfg.GoHelper && !goHelperForTests && cl.use.has(mUserNS) && !cl.determ && !hs.ProbeOnly &&
 		(spec.Collect == nil || r.sb.plat.euid == 0) && r.sb.plat.helperPath != ""
 }
 
@@ -68,21 +68,33 @@ func (r *Run) rawSpawn(sp *spawner.Spawner, cl cloneSpec, bf *blockFiles, hs *ho
 			raw.CgroupFiles = child.ProcsFiles()
 		}
 	}
-	statR, statW, err := os.Pipe()
+	netParent, netChild, err := egressFiles(cl)
 	if err != nil {
 		return nil, err
 	}
+	defer closeIfSet(netChild)
+	files := []*os.File{bf.stdin, bf.stdout, bf.stderr, nil, bf.dir}
+	if netChild != nil {
+		files = append(files, netChild) // rawhelper.NetFD
+	}
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		closeIfSet(netParent)
+		return nil, err
+	}
+	files[3] = statW
 	start := time.Now()
 	Trace("s.raw")
-	osp, err := sp.SpawnRaw(raw, []*os.File{bf.stdin, bf.stdout, bf.stderr, statW, bf.dir}, attr)
+	osp, err := sp.SpawnRaw(raw, files, attr)
 	Trace("s.rawforked")
 	statW.Close()
 	if err != nil {
 		statR.Close()
+		closeIfSet(netParent)
 		return nil, err
 	}
 	// Its spec went compiled: the spawner binds the overlays it made itself (rawhelper.Host.Overlaid).
-	return &launched{osp: osp, statR: statR, start: start, joined: true, raw: true}, nil
+	return &launched{osp: osp, statR: statR, start: start, joined: true, raw: true, netParent: netParent}, nil
 }
 
 // noteFallback logs, once per Sandbox, the first reason a block got the

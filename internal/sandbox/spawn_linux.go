@@ -35,6 +35,9 @@ type launched struct {
 	// overlaid: the host directories its namespace has overlaid in place
 	// already (startHelper), for its spec.
 	overlaid []string
+	// netParent: with egress, the server's end of the socket the helper
+	// sends its listener on (closed by finishStart).
+	netParent *os.File
 }
 
 // overlaidRoot reports whether a block with mechanisms use shows host
@@ -77,12 +80,11 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 			return proc, err
 		}
 	}
-	hl, netParent, err := r.coldStart(cl, bf, child)
+	hl, err := r.coldStart(cl, bf, child)
 	if err != nil {
 		return nil, err
 	}
-	defer closeIfSet(netParent)
-	return r.finishStart(spec, hs, hl, cl, child, netParent)
+	return r.finishStart(spec, hs, hl, cl, child)
 }
 
 // startRaw starts the block on the raw helper; ok false means the Go helper
@@ -96,7 +98,7 @@ func (r *Run) startRaw(spec *Spec, hs *hook.Spec, cl cloneSpec, bf *blockFiles, 
 		if err != nil || !ok {
 			return nil, ok, err
 		}
-		proc, err := r.finishStart(spec, hs, hl, cl, child, nil)
+		proc, err := r.finishStart(spec, hs, hl, cl, child)
 		var stale *staleMountsError
 		if errors.As(err, &stale) {
 			if try == 0 {
@@ -112,7 +114,8 @@ func (r *Run) startRaw(spec *Spec, hs *hook.Spec, cl cloneSpec, bf *blockFiles, 
 
 // finishStart places a launched helper in its cgroup, hands it the spec and
 // waits until the program runs (or the helper says why it cannot).
-func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec, child *cgroup.Group, netParent *os.File) (*Process, error) {
+func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec, child *cgroup.Group) (*Process, error) {
+	defer closeIfSet(hl.netParent)
 	osp := hl.osp
 	keepStat := false
 	defer func() {
@@ -151,8 +154,8 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 		}
 		return nil, err
 	}
-	if netParent != nil {
-		ln, err := receiveListener(netParent)
+	if hl.netParent != nil {
+		ln, err := receiveListener(hl.netParent)
 		if err != nil {
 			killWait(osp)
 			return nil, &UnavailableError{Mechanism: MechNetNS, Reason: err.Error(), Fix: mechFix(mNetNS)}
@@ -322,30 +325,29 @@ func helperAttr(cl cloneSpec, euid int, child *cgroup.Group) *syscall.SysProcAtt
 }
 
 // coldStart clones a helper for this block now, with its descriptors in
-// place and a pipe for its spec. With egress it also returns the server's
-// end of the socket the helper sends its listener on.
-func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*launched, *os.File, error) {
-	var netParent *os.File
+// place and a pipe for its spec (and with egress, the socket it sends its
+// listener on).
+func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*launched, error) {
+	netParent, netChild, err := egressFiles(cl)
+	if err != nil {
+		return nil, err
+	}
+	defer closeIfSet(netChild)
 	var extra []*os.File
-	if cl.egress {
-		np, netChild, err := egressPair()
-		if err != nil {
-			return nil, nil, err
-		}
-		defer netChild.Close()
-		netParent, extra = np, []*os.File{netChild}
+	if netChild != nil {
+		extra = []*os.File{netChild}
 	}
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		closeIfSet(netParent)
-		return nil, nil, fmt.Errorf("sandbox: spec pipe: %w", err)
+		return nil, fmt.Errorf("sandbox: spec pipe: %w", err)
 	}
 	statR, statW, err := os.Pipe()
 	if err != nil {
 		specR.Close()
 		specW.Close()
 		closeIfSet(netParent)
-		return nil, nil, fmt.Errorf("sandbox: status pipe: %w", err)
+		return nil, fmt.Errorf("sandbox: status pipe: %w", err)
 	}
 	attr := helperAttr(cl, r.sb.plat.euid, child)
 	start := time.Now()
@@ -356,14 +358,24 @@ func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*lau
 		specW.Close()
 		statR.Close()
 		closeIfSet(netParent)
-		return nil, nil, startError(cl.use, err)
+		return nil, startError(cl.use, err)
 	}
 	deliver := func(b []byte) error {
 		defer specW.Close()
 		_, err := specW.Write(b)
 		return err
 	}
-	return &launched{osp: osp, statR: statR, start: start, joined: attr.UseCgroupFD, deliver: deliver, overlaid: overlaid}, netParent, nil
+	return &launched{osp: osp, statR: statR, start: start, joined: attr.UseCgroupFD, deliver: deliver, overlaid: overlaid,
+		netParent: netParent}, nil
+}
+
+// egressFiles is the socket pair a block with egress sends its listener on
+// (both nil without egress).
+func egressFiles(cl cloneSpec) (parent, child *os.File, err error) {
+	if !cl.egress {
+		return nil, nil, nil
+	}
+	return egressPair()
 }
 
 func closeIfSet(f *os.File) {

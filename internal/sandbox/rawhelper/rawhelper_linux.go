@@ -115,6 +115,9 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 		p.Call("sethostname", syscall.SYS_SETHOSTNAME, rawchild.Val(p.Buf(host)), rawchild.Val(uintptr(len(host))))
 		p.Call("setdomainname", syscall.SYS_SETDOMAINNAME, rawchild.Val(p.Str("(none)")), rawchild.Val(6))
 	}
+	if sp.Egress {
+		egress(p)
+	}
 	lockdown(p, sp)
 	prog := rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env, Direct: !sp.Init}
 	if sp.Hold {
@@ -123,7 +126,7 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 	return prog, nil
 }
 
-// supported refuses what only the Go helper does: the trial spawn, egress,
+// supported refuses what only the Go helper does: the trial spawn,
 // deterministic blocks, a block without its own user namespace.
 func supported(sp *hook.Spec) error {
 	need := hook.MHelper | hook.MUserNS
@@ -132,8 +135,6 @@ func supported(sp *hook.Spec) error {
 		return fallback("the trial spawn")
 	case sp.Mech&need != need:
 		return fallback("the block has no user namespace of its own")
-	case sp.Egress:
-		return fallback("egress")
 	case len(sp.Determ) > 0 || len(sp.FakeTimeRC) > 0:
 		return fallback("a deterministic block")
 	}
@@ -443,6 +444,9 @@ func lockdown(p *rawchild.Prog, sp *hook.Spec) {
 		ll := &rawchild.Landlock{ABI: int(sp.LandlockABI), HandledFS: sp.HandledFS, HandledNet: sp.HandledNet, Scoped: sp.Scoped}
 		for _, r := range sp.Rules {
 			ll.Rules = append(ll.Rules, rawchild.LandlockRule{Path: r.Path, Access: r.Access, Optional: r.Optional})
+		}
+		if sp.Egress && sp.HandledNet&unix.LANDLOCK_ACCESS_NET_CONNECT_TCP != 0 {
+			ll.ConnectTCP = []uint16{hook.EgressPort} // the egress listener, and nothing else
 		}
 		p.AddLockdown(rawchild.Lockdown{Landlock: ll})
 	}

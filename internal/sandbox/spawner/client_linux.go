@@ -179,12 +179,13 @@ var ErrFallback = errors.New("spawner: the raw helper does not serve this block"
 
 // SpawnRaw clones the raw helper (package rawhelper) for the block raw
 // describes, with files stdin, stdout, stderr, the status pipe and the
-// workdir, and the namespaces, maps, parent-death signal and cgroup of
+// workdir (and a block with egress, its end of the listener's socket
+// pair), and the namespaces, maps, parent-death signal and cgroup of
 // sys; its other attributes are the raw helper's own business. Errors as
 // Spawn's, and ErrFallback.
 func (s *Spawner) SpawnRaw(raw *Raw, files []*os.File, sys *syscall.SysProcAttr) (*os.Process, error) {
-	if len(files) != RawFiles {
-		return nil, fmt.Errorf("%w: a raw request needs %d descriptors", ErrUnsupported, RawFiles)
+	if len(files) != RawFiles && len(files) != RawFiles+1 {
+		return nil, fmt.Errorf("%w: a raw request needs %d descriptors (one more with egress)", ErrUnsupported, RawFiles)
 	}
 	req, err := request(nil, files, sys)
 	if err != nil {

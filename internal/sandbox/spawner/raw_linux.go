@@ -32,8 +32,8 @@ const rawName = "codellm-raw"
 // server's child (CLONE_PARENT). fds are stdin, stdout, stderr, the
 // status pipe and the workdir, then the cgroup's when req.CgroupFD.
 func spawnRaw(req *Request, fds []int) Reply {
-	if req.Files != RawFiles {
-		return Reply{Errno: int(syscall.EINVAL), Error: "spawner: a raw request carries " + strconv.Itoa(RawFiles) + " descriptors"}
+	if req.Files != RawFiles && req.Files != RawFiles+1 {
+		return Reply{Errno: int(syscall.EINVAL), Error: "spawner: a raw request carries " + strconv.Itoa(RawFiles) + " descriptors, or one more for egress"}
 	}
 	sp, err := hook.Decode(req.Raw.Spec)
 	if err != nil {
@@ -52,7 +52,10 @@ func spawnRaw(req *Request, fds []int) Reply {
 	}
 	a := rawchild.Attr{Name: rawName, Cloneflags: req.Cloneflags & rawhelper.AtClone, Pdeathsig: req.Pdeathsig, Parent: true,
 		UIDMap: idMap(req.UIDMappings), GIDMap: idMap(req.GIDMappings),
-		Stdin: fd(fds[0]), Stdout: fd(fds[1]), Stderr: fd(fds[2]), Status: fd(fds[3]), Extra: []rawchild.FD{fd(fds[4])}}
+		Stdin: fd(fds[0]), Stdout: fd(fds[1]), Stderr: fd(fds[2]), Status: fd(fds[3])}
+	for _, x := range fds[4:req.Files] { // the workdir, and the egress socket (rawhelper.NetFD)
+		a.Extra = append(a.Extra, fd(x))
+	}
 	if req.CgroupFD {
 		a.UseCgroupFD, a.CgroupFD = true, fds[req.Files]
 	}

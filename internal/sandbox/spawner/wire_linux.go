@@ -40,7 +40,9 @@ type Raw struct {
 	GID         int      `json:"gid"`
 }
 
-// RawFiles is how many descriptors a raw request carries (before the cgroup's).
+// RawFiles is how many descriptors a raw request carries (before the
+// cgroup's): one more for a block with egress, its end of the socket pair
+// it sends its listener on.
 const RawFiles = 5
 
 // Reply is the spawner's answer: the child's PID, or the errno and text of
