@@ -17,8 +17,8 @@ import (
 )
 
 // rawCandidate reports whether a block may get the raw helper, as far as
-// the server can tell: not switched off, its own user namespace, not
-// deterministic, not the trial spawn, and a collect only as root. The spawner decides the rest (package rawhelper)
+// the server can tell: not switched off, its own user namespace, not the
+// trial spawn, and a collect only as root. The spawner decides the rest (package rawhelper)
 // and says so when the block needs the Go helper after all.
 //
 // A collect reads the held namespace through /proc/<init>/root, which a
@@ -27,7 +27,7 @@ import (
 // spawner's (root has it there); for the Go helper, exec'd inside the
 // block's namespace, the block's, which an unprivileged server owns.
 func (r *Run) rawCandidate(spec *Spec, cl cloneSpec, hs *hook.Spec) bool {
-	return !r.sb.cfg.GoHelper && !goHelperForTests && cl.use.has(mUserNS) && !cl.determ && !hs.ProbeOnly &&
+	return !r.sb.cfg.GoHelper && !goHelperForTests && cl.use.has(mUserNS) && !hs.ProbeOnly &&
 		(spec.Collect == nil || r.sb.plat.euid == 0) && r.sb.plat.helperPath != ""
 }
 

@@ -45,6 +45,14 @@ type Program struct {
 	// program is then its PID namespace's init, or without one, a process
 	// like any other. A failed exec is reported after the Started byte.
 	Direct bool
+	// Feed, when set, is a stream the init feeds for the block's life
+	// (forked before the program, so its PID is part of a pinned sequence).
+	Feed *Feed
+	// PinPID, when set, is the program's PID in its namespace (see pinPID).
+	PinPID int
+	// InitTag is the tag of the init's own failures (the feeder's fork, the
+	// PID pin), as Prog.Tag is a step's.
+	InitTag uint32
 }
 
 // Attr is how the child is cloned and wired.
@@ -97,32 +105,36 @@ const maxFiles = 16
 
 // frame is everything the child reads, prepared before the fork.
 type frame struct {
-	ops      *op
-	nops     uintptr
-	slots    [maxSlots]uintptr
-	path     *byte
-	argv     **byte
-	envv     **byte
-	fds      [maxFiles]uintptr // stdin, stdout, stderr, status, then Extra, as the caller has them
-	nfds     uintptr
-	high     uintptr // above every one of fds and every place they go to
-	syncR    uintptr // with a user namespace: the child waits for its maps on it
-	syncW    uintptr
-	synced   bool
-	pdeath   uintptr
-	drop     [maxDrop]memRange // what the child lets go of before its steps (dropShared)
-	ndrop    uintptr
-	later    [maxDrop]memRange // and once its program runs: the Prog's memory
-	nlater   uintptr
-	pageMask uintptr
-	tp       uintptr          // the forking thread's thread pointer, the child's too (adviseOutside)
-	marked   bool             // every range of drop was marked MADV_DONTFORK for the fork
-	name     *byte            // PR_SET_NAME, or nil
-	npath    uintptr          // len of *path, for an exec failure's record
-	rec      [failHeader]byte // the record being written
-	execErr  uintptr          // the program's failed exec, stored by it (it shares the init's memory until then)
-	hold     uintptr          // Program.Hold
-	direct   bool             // Program.Direct
+	ops       *op
+	nops      uintptr
+	slots     [maxSlots]uintptr
+	path      *byte
+	argv      **byte
+	envv      **byte
+	fds       [maxFiles]uintptr // stdin, stdout, stderr, status, then Extra, as the caller has them
+	nfds      uintptr
+	high      uintptr // above every one of fds and every place they go to
+	syncR     uintptr // with a user namespace: the child waits for its maps on it
+	syncW     uintptr
+	synced    bool
+	pdeath    uintptr
+	drop      [maxDrop]memRange // what the child lets go of before its steps (dropShared)
+	ndrop     uintptr
+	later     [maxDrop]memRange // and once its program runs: the Prog's memory
+	nlater    uintptr
+	pageMask  uintptr
+	tp        uintptr          // the forking thread's thread pointer, the child's too (adviseOutside)
+	marked    bool             // every range of drop was marked MADV_DONTFORK for the fork
+	name      *byte            // PR_SET_NAME, or nil
+	npath     uintptr          // len of *path, for an exec failure's record
+	rec       [failHeader]byte // the record being written
+	execErr   uintptr          // the program's failed exec, stored by it (it shares the init's memory until then)
+	hold      uintptr          // Program.Hold
+	direct    bool             // Program.Direct
+	feedFD    uintptr          // Program.Feed's FD (0: no feeder)
+	feedState [16]uint32       // and its state
+	pinPID    uintptr          // Program.PinPID
+	initTag   uint32           // Program.InitTag
 }
 
 // Start forks the child, which runs p and then starts prog as its init.
@@ -231,6 +243,13 @@ func newFrame(p *Prog, prog Program, files []FD, pdeath syscall.Signal, name str
 	f := p.fr
 	*f = frame{nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath), hold: uintptr(prog.Hold),
 		direct: prog.Direct}
+	if fd := prog.Feed; fd != nil {
+		if fd.FD < 4 {
+			return nil, fmt.Errorf("rawchild: the feed's descriptor %d is one of the program's", fd.FD)
+		}
+		f.feedFD, f.feedState = uintptr(fd.FD), fd.State
+	}
+	f.pinPID, f.initTag = uintptr(max(prog.PinPID, 0)), prog.InitTag
 	f.path = p.cstr(prog.Path)
 	f.npath = uintptr(min(len(prog.Path), maxWhat))
 	f.argv, f.envv = p.cstrs(prog.Args), p.cstrs(prog.Env)
@@ -433,8 +452,13 @@ func childRun(f *frame) {
 	placeFiles(f)
 	runSteps(f)
 	// The steps' own descriptors go before the program starts: the init
-	// keeps only its status.
-	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, ^uintptr(0), 0)
+	// keeps only its status (and a feed's FIFO, until the feeder has it).
+	if fd := f.feedFD; fd != 0 {
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, fd-1, 0)
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, fd+1, ^uintptr(0), 0)
+	} else {
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, ^uintptr(0), 0)
+	}
 	if f.direct {
 		execDirect(f)
 	}
@@ -538,6 +562,12 @@ func vforkExec(path, argv, envv, errp uintptr) (pid, errno uintptr)
 func runInit(f *frame) {
 	if f.hold != 0 {
 		catch(f.hold)
+	}
+	if f.feedFD != 0 {
+		startFeeder(f)
+	}
+	if f.pinPID > 2 {
+		pinPID(f)
 	}
 	pid, e := vforkExec(uintptr(unsafe.Pointer(f.path)), uintptr(unsafe.Pointer(f.argv)),
 		uintptr(unsafe.Pointer(f.envv)), uintptr(unsafe.Pointer(&f.execErr)))

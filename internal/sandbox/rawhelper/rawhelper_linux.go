@@ -80,33 +80,66 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 	if err := supported(sp); err != nil {
 		return rawchild.Program{}, err
 	}
-	has := func(m uint32) bool { return sp.Mech&m == m }
+	if err := namespaces(p, sp, h); err != nil {
+		return rawchild.Program{}, err
+	}
 	p.Tag(hook.MHelper)
-	// Non-dumpable first: while the helper holds capabilities in its
-	// namespace nothing there may ptrace it or read its memory.
+	p.Call("setresgid", syscall.SYS_SETRESGID, rawchild.Int(h.GID), rawchild.Int(h.GID), rawchild.Int(h.GID))
+	p.Call("setresuid", syscall.SYS_SETRESUID, rawchild.Int(h.UID), rawchild.Int(h.UID), rawchild.Int(h.UID))
+	feed, err := world(p, sp, h)
+	if err != nil {
+		return rawchild.Program{}, err
+	}
+	lockdown(p, sp)
+	prog := rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env, Direct: !sp.Init, InitTag: hook.MHelper}
+	if sp.Hold {
+		prog.Hold = hook.HoldSignal
+	}
+	if feed != nil {
+		prog.Feed, prog.PinPID = feed, hook.ProgramPID
+	}
+	return prog, nil
+}
+
+// namespaces appends the helper's first steps: non-dumpable (while it holds
+// capabilities in its namespace nothing there may ptrace it or read its
+// memory), its own session, the cgroup join, the namespaces it makes itself,
+// and a deterministic block's time namespace.
+func namespaces(p *rawchild.Prog, sp *hook.Spec, h Host) error {
+	p.Tag(hook.MHelper)
 	p.Call("set non-dumpable", syscall.SYS_PRCTL, rawchild.Val(syscall.PR_SET_DUMPABLE), rawchild.Val(0))
 	p.Call("setsid", syscall.SYS_SETSID)
 	if len(h.CgroupFiles) > 0 {
 		joinCgroup(p, h.CgroupFiles)
 	}
 	if err := unshare(p, h.Unshare); err != nil {
-		return rawchild.Program{}, err
+		return err
 	}
-	if has(hook.MCgroupNS) {
+	if sp.Mech&hook.MCgroupNS != 0 {
 		p.Tag(hook.MCgroupNS)
 		p.Call("unshare cgroup namespace", syscall.SYS_UNSHARE, rawchild.Val(syscall.CLONE_NEWCGROUP))
 	}
-	p.Tag(hook.MHelper)
-	p.Call("setresgid", syscall.SYS_SETRESGID, rawchild.Int(h.GID), rawchild.Int(h.GID), rawchild.Int(h.GID))
-	p.Call("setresuid", syscall.SYS_SETRESUID, rawchild.Int(h.UID), rawchild.Int(h.UID), rawchild.Int(h.UID))
+	if len(sp.Determ) > 0 {
+		return timeNamespace(p)
+	}
+	return nil
+}
+
+// world appends what the program will see, built while the helper still has
+// its capabilities in the namespace: the private root (or the workdir), the
+// host name, a deterministic block's seeded random stream (returned for the
+// init), the egress listener.
+func world(p *rawchild.Prog, sp *hook.Spec, h Host) (*rawchild.Feed, error) {
+	has := func(m uint32) bool { return sp.Mech&m == m }
 	if has(hook.MRootFS) {
 		r, err := root(sp, h)
 		if err != nil {
-			return rawchild.Program{}, err
+			return nil, err
 		}
 		p.Tag(hook.MRootFS)
 		p.AddRoot(r)
 	} else {
+		p.Tag(hook.MHelper)
 		p.Call("chdir to workdir "+sp.Dir, syscall.SYS_FCHDIR, rawchild.Val(DirFD))
 	}
 	if has(hook.MUTSNS) {
@@ -115,19 +148,21 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 		p.Call("sethostname", syscall.SYS_SETHOSTNAME, rawchild.Val(p.Buf(host)), rawchild.Val(uintptr(len(host))))
 		p.Call("setdomainname", syscall.SYS_SETDOMAINNAME, rawchild.Val(p.Str("(none)")), rawchild.Val(6))
 	}
+	var feed *rawchild.Feed
+	if len(sp.Determ) > 0 {
+		var err error
+		if feed, err = seeded(p, sp); err != nil {
+			return nil, err
+		}
+	}
 	if sp.Egress {
 		egress(p)
 	}
-	lockdown(p, sp)
-	prog := rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env, Direct: !sp.Init}
-	if sp.Hold {
-		prog.Hold = hook.HoldSignal
-	}
-	return prog, nil
+	return feed, nil
 }
 
-// supported refuses what only the Go helper does: the trial spawn,
-// deterministic blocks, a block without its own user namespace.
+// supported refuses what only the Go helper does: the trial spawn, a block
+// without its own user namespace.
 func supported(sp *hook.Spec) error {
 	need := hook.MHelper | hook.MUserNS
 	switch {
@@ -135,8 +170,6 @@ func supported(sp *hook.Spec) error {
 		return fallback("the trial spawn")
 	case sp.Mech&need != need:
 		return fallback("the block has no user namespace of its own")
-	case len(sp.Determ) > 0 || len(sp.FakeTimeRC) > 0:
-		return fallback("a deterministic block")
 	}
 	return nil
 }
@@ -204,6 +237,10 @@ func root(sp *hook.Spec, h Host) (rawchild.Root, error) {
 		data []byte
 	}{{"passwd", sp.Passwd}, {"group", sp.Group}, {"hosts", sp.Hosts}, {"hostname", sp.Hostname}} {
 		r.Files = append(r.Files, rawchild.File{Path: "/etc/" + f.name, Data: f.data, Mode: 0o644})
+	}
+	if len(sp.FakeTimeRC) > 0 {
+		// libfaketime's fallback where bash's own getenv hides FAKETIME (see package hook's writeFakeTimeRC).
+		r.Files = append(r.Files, rawchild.File{Path: "/etc/faketimerc", Data: sp.FakeTimeRC, Mode: 0o444})
 	}
 	if sp.Shared != "" {
 		// Taken before the staging tmpfs covers it, should it be below (a work dir under /tmp).

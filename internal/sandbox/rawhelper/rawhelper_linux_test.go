@@ -176,7 +176,6 @@ func TestFallbacks(t *testing.T) {
 	for name, change := range map[string]func(*hook.Spec){
 		"probe":      func(sp *hook.Spec) { sp.ProbeOnly = true },
 		"no user ns": func(sp *hook.Spec) { sp.Mech &^= hook.MUserNS },
-		"determ":     func(sp *hook.Spec) { sp.Determ = make([]byte, 32) },
 		"big copy":   func(sp *hook.Spec) { sp.WorkSize = 4096 },
 	} {
 		if name == "big copy" {
