@@ -93,6 +93,12 @@ type Attr struct {
 	// open_tree, say); the init closes them once the steps have run, and
 	// the program never has them.
 	Extra []FD
+	// IdleUnshare, for Prefork only, are namespaces (CLONE_NEWNS, NEWNET,
+	// NEWIPC, NEWUTS) the idle child unshares while it waits, right after
+	// its maps: their making then is off the program's path too (a child
+	// that cannot is gone, and Run fails). Its program must not unshare them
+	// again.
+	IdleUnshare uintptr
 }
 
 // FD is a descriptor the child gets: an *os.File, or a bare number the
