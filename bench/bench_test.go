@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
@@ -484,4 +485,37 @@ func TestKernelCPUReadsKernelThreads(t *testing.T) {
 	if st, err := readStat(2); err == nil && !st.kthread {
 		t.Errorf("kthreadd (PID 2) not read as a kernel thread: %+v", st)
 	}
+}
+
+// The server's spawners are found among the children of every one of its threads (they are started from
+// locked threads, not the main one): here, this process's own child named codellm-spawner.
+func TestServerAndSpawnersFindsChildrenOfAnyThread(t *testing.T) {
+	sleep, err := os.ReadFile("/bin/sleep")
+	if err != nil {
+		t.Skip(err)
+	}
+	bin := filepath.Join(t.TempDir(), "codellm-spawner") // its comm
+	if err := os.WriteFile(bin, sleep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "5")
+	done := make(chan struct{})
+	go func() { // from some thread of this process, likely not the main one
+		defer close(done)
+		if err := cmd.Start(); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-done
+	if cmd.Process == nil {
+		return
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	for range 100 {
+		if _, sp, err := serverAndSpawners(os.Getpid()); err == nil && len(sp) == 1 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Error("the child named codellm-spawner was not found")
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -215,14 +216,18 @@ func serverAndSpawners(pid int) (own time.Duration, spawners map[int]time.Durati
 		return 0, nil, err
 	}
 	spawners = map[int]time.Duration{}
-	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
-	for _, f := range strings.Fields(string(b)) {
-		c, err := strconv.Atoi(f)
-		if err != nil {
-			continue
-		}
-		if cs, err := readStat(c); err == nil && cs.comm == "codellm-spawner" {
-			spawners[c] = cs.own
+	// Each thread lists the children it started: the spawners are started from locked threads.
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			c, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if cs, err := readStat(c); err == nil && cs.comm == "codellm-spawner" {
+				spawners[c] = cs.own
+			}
 		}
 	}
 	return st.own, spawners, nil
