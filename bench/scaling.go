@@ -73,29 +73,13 @@ const (
 // measureScaling starts codellm serve (and go-judge) and runs the scaling rows, each once for d after a
 // warm-up, go-judge's and codellm's of a level back to back.
 func measureScaling(levels []int, d time.Duration, logf func(string, ...any)) (*ScalingResult, error) {
-	dir, err := serverDir("codellm-bench-scaling-")
+	sv, err := startServers("scaling", logf)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := buildCodellm(dir)
-	if err != nil {
-		return nil, err
-	}
-	s, err := startServer(bin, dir)
-	if err != nil {
-		return nil, err
-	}
-	defer s.stop()
-	res := &ScalingResult{Mode: harness.sandbox, RowSeconds: d.Seconds(), Levels: levels}
-	pr := startPeer(dir, logf)
-	if pr.s != nil {
-		defer pr.s.stop()
-		res.Peer = "go-judge " + goJudgeVersion
-	} else {
-		res.PeerSkip = pr.skip
-		logf("scaling: %s; measuring codellm alone", pr.skip)
-	}
+	defer sv.stop()
+	s, pr := sv.s, sv.peer
+	res := &ScalingResult{Mode: harness.sandbox, RowSeconds: d.Seconds(), Levels: levels, Peer: sv.peerName(), PeerSkip: pr.skip}
 	settle()
 	for _, r := range scalingRows(s, pr.s, levels) {
 		row, err := r.measure(d)

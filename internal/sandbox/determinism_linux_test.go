@@ -268,19 +268,9 @@ func TestDeterministicHelpersAgree(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := workdir(t, nil)
-		var out bytes.Buffer
-		outR, outW, _ := os.Pipe()
-		p, err := r.Start(Spec{Path: "/bin/cat", Args: []string{"cat", "/proc/1/comm"}, Env: stdEnv(dir), Dir: dir,
-			Stdout: outW, Stderr: outW, Deterministic: d})
-		outW.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out.ReadFrom(outR)
-		outR.Close()
-		p.Wait()
+		out := startOutput(t, r, Spec{Path: "/bin/cat", Args: []string{"cat", "/proc/1/comm"}, Env: stdEnv(dir), Dir: dir, Deterministic: d})
 		r.Close()
-		inits[sb == s] = strings.TrimSpace(out.String())
+		inits[sb == s] = strings.TrimSpace(out)
 	}
 	if inits[true] != "codellm-raw" || inits[false] == "codellm-raw" {
 		t.Errorf("a deterministic block's init is %q (raw helper's Sandbox) and %q (Go helper's)", inits[true], inits[false])

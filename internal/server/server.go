@@ -141,14 +141,7 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	} else {
 		s.metrics = metrics.NewService(func() float64 { return 0 })
 	}
-	if sb != nil {
-		s.metrics.RegisterSerial(func() metrics.Serial {
-			st := sb.SerialStats()
-			return metrics.Serial{Spawners: st.Spawners, SpawnerRequests: st.SpawnerRequests, SpawnerHeld: st.SpawnerHeld,
-				SpawnerBusy: st.SpawnerBusy, SpawnerWait: st.SpawnerWait, GroupsMade: st.GroupsMade, GroupMake: st.GroupMake,
-				GroupsRemoved: st.GroupsRemoved, GroupRemove: st.GroupRemove}
-		})
-	}
+	registerSerial(s.metrics, sb)
 	s.chat = chat.New(chat.Config{Engine: s.eng, Metrics: s.metrics, Logger: s.log, DebugExtension: cfg.DebugExtension,
 		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, Fallback: s.publishPosture()})
 	s.responses = responses.New(responses.Config{Chat: s.chat, Store: responses.NewStore(cfg.Responses),
@@ -478,3 +471,16 @@ func DebugObject(res *pipeline.Result) map[string]any { return chat.DebugObject(
 
 // RedactResult removes opened secrets from a run's captures and error (see chat.RedactResult).
 func RedactResult(res *pipeline.Result, secrets []string) { chat.RedactResult(res, secrets) }
+
+// registerSerial exports the sandbox's serial resources (codellm_sandbox_serial_*), when there is a sandbox.
+func registerSerial(m *metrics.Service, sb *sandbox.Sandbox) {
+	if sb == nil {
+		return
+	}
+	m.RegisterSerial(func() metrics.Serial {
+		st := sb.SerialStats()
+		return metrics.Serial{Spawners: st.Spawners, SpawnerRequests: st.SpawnerRequests, SpawnerHeld: st.SpawnerHeld,
+			SpawnerBusy: st.SpawnerBusy, SpawnerWait: st.SpawnerWait, GroupsMade: st.GroupsMade, GroupMake: st.GroupMake,
+			GroupsRemoved: st.GroupsRemoved, GroupRemove: st.GroupRemove}
+	})
+}

@@ -43,13 +43,7 @@ func startFeeder(f *frame) {
 	// On this stack, not in the frame: an init forked ahead (Prefork) has
 	// its frame in memory its own forks get as zero pages.
 	fd, st := f.feedFD, f.feedState
-	r, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
-	if e != 0 {
-		const what = "fork the random feeder"
-		reportFailed(f, uint32(f.nops), uint32(e), f.initTag, unsafe.StringData(what), uintptr(len(what)))
-		exit(125)
-	}
-	if r == 0 {
+	if forkInit(f, "fork the random feeder") == 0 {
 		feed(fd, &st)
 	}
 	syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
@@ -135,6 +129,21 @@ func qr(a, b, c, d *uint32) {
 //go:nosplit
 func rotl(v uint32, n uint) uint32 { return v<<n | v>>(32-n) }
 
+// forkInit forks the init (0 in the child, its PID in the init); a fork
+// that fails is reported as the init's failure, what, and ends it.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func forkInit(f *frame, what string) uintptr {
+	r, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	if e != 0 {
+		reportFailed(f, uint32(f.nops), uint32(e), f.initTag, unsafe.StringData(what), uintptr(len(what)))
+		exit(125)
+	}
+	return r
+}
+
 // pinPID forks children that exit at once until the last one got pid-1,
 // so that the program, forked next, is pid in its namespace: the init is
 // the namespace's only other process (no threads), and PIDs there are
@@ -146,18 +155,13 @@ func rotl(v uint32, n uint) uint32 { return v<<n | v>>(32-n) }
 //go:nocheckptr
 func pinPID(f *frame) {
 	for {
-		r, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
-		if e != 0 {
-			const what = "fork to pin the program's pid"
-			reportFailed(f, uint32(f.nops), uint32(e), f.initTag, unsafe.StringData(what), uintptr(len(what)))
-			exit(125)
-		}
+		r := forkInit(f, "fork to pin the program's pid")
 		if r == 0 {
 			exit(0)
 		}
 		var st int32
 		for {
-			_, _, e = syscall.RawSyscall6(syscall.SYS_WAIT4, r, uintptr(unsafe.Pointer(&st)), 0, 0, 0, 0)
+			_, _, e := syscall.RawSyscall6(syscall.SYS_WAIT4, r, uintptr(unsafe.Pointer(&st)), 0, 0, 0, 0)
 			if e != syscall.EINTR {
 				break
 			}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/codellm/codellm/internal/testhelp"
 	"golang.org/x/sys/unix"
 )
 
@@ -319,16 +320,7 @@ func TestOverlayRefusesHostSockets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testhelp.AcceptAndClose(t, l)
 	probe := sh("cat /h/f; python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('/h/s')\" 2>&1 | tail -n1; echo done")
 	for _, c := range []struct {
 		name string
