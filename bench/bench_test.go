@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
@@ -96,6 +97,11 @@ func TestMarkdownTablesWellFormed(t *testing.T) {
 		Python:        &InterpResult{Runs: 1},
 		Deterministic: []*DeterminismResult{{Program: "python3", Runs: 1, OffP50: 1, OnP50: 2}},
 		Trace:         &TraceResult{Requests: 1, Steps: []TraceStep{{Label: "C.send", What: "client: request sent"}}},
+		Scaling: &ScalingResult{Rows: []ScalingRow{
+			{LoadResult: LoadResult{System: "go-judge", Endpoint: pathGoJudge, Lang: "bash", Concurrency: 1, RPS: 5}},
+			{LoadResult: LoadResult{System: "codellm", Endpoint: pathExecute, Lang: "bash", Concurrency: 1, RPS: 4}, Parts: &ScalingParts{}},
+			{LoadResult: LoadResult{System: "codellm", Endpoint: pathChat, Lang: "bash", Concurrency: 32, RPS: 4}, Parts: &ScalingParts{}},
+		}},
 	}
 	r.Targets = targets(r)
 	cells := 0
@@ -426,4 +432,96 @@ func TestSummarizeTraceSkipsTheRequestBefore(t *testing.T) {
 	if _, ok := got["s.close.done"]; ok {
 		t.Fatalf("the request before's run close (1 ms) or the next one's (12 ms) was counted: %+v", res.Steps)
 	}
+}
+
+// The scaling row reads the serial resources from /metrics by name, and bounds the rate by the busiest:
+// the spawners (their count over the longer of held and busy) or the cgroups (make and remove together).
+func TestParseSerialAndBound(t *testing.T) {
+	m, err := parseSerial(strings.NewReader(`# HELP codellm_sandbox_serial_seconds_total x
+# TYPE codellm_sandbox_serial_seconds_total counter
+codellm_sandbox_serial_seconds_total{resource="spawner_held"} 1.5
+codellm_sandbox_serial_seconds_total{resource="spawner_busy"} 2
+codellm_sandbox_serial_seconds_total{resource="cgroup_make"} 0.25
+codellm_sandbox_serial_operations_total{resource="spawner"} 7
+codellm_sandbox_spawners 3
+go_sync_mutex_wait_total_seconds_total 0.125
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"spawner_held": 1.5, "spawner_busy": 2, "cgroup_make": 0.25, "spawners": 3, "lock_wait": 0.125}
+	if !reflect.DeepEqual(m, want) {
+		t.Errorf("parsed %v, want %v", m, want)
+	}
+	if _, err := parseSerial(strings.NewReader("go_goroutines 3\n")); err == nil {
+		t.Error("a /metrics without the serial counters was accepted")
+	}
+	for _, c := range []struct {
+		p    ScalingParts
+		want float64
+	}{
+		{ScalingParts{Spawners: 2, SpawnerHeld: 1, SpawnerBusy: 0.5, CgroupMake: 0.1, CgroupRemove: 0.1}, 2000},
+		{ScalingParts{Spawners: 4, SpawnerHeld: 1, SpawnerBusy: 2, CgroupMake: 0.5, CgroupRemove: 0.5}, 1000},
+		{ScalingParts{}, 0},
+	} {
+		if got := serialBound(&c.p); got != c.want {
+			t.Errorf("serialBound(%+v) = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if kthreadKind("kworker/u8:2-events_unbound") != "kworker" || kthreadKind("rcu_exp_gp_kthread_worker") != "rcu" ||
+		kthreadKind("ksoftirqd/0") != "softirq" || kthreadKind("kthreadd") != "other" {
+		t.Error("kernel threads sorted into the wrong kinds")
+	}
+}
+
+// Kernel threads are found by their task flag, and this process is none of them.
+func TestKernelCPUReadsKernelThreads(t *testing.T) {
+	k, err := kernelCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"kworker", "rcu", "softirq", "other", "irq"} {
+		if _, ok := k[kind]; !ok {
+			t.Errorf("no %s entry in %v", kind, k)
+		}
+	}
+	if st, err := readStat(os.Getpid()); err != nil || st.kthread {
+		t.Errorf("this process read as a kernel thread (%+v, %v)", st, err)
+	}
+	if st, err := readStat(2); err == nil && !st.kthread {
+		t.Errorf("kthreadd (PID 2) not read as a kernel thread: %+v", st)
+	}
+}
+
+// The server's spawners are found among the children of every one of its threads (they are started from
+// locked threads, not the main one): here, this process's own child named codellm-spawner.
+func TestServerAndSpawnersFindsChildrenOfAnyThread(t *testing.T) {
+	sleep, err := os.ReadFile("/bin/sleep")
+	if err != nil {
+		t.Skip(err)
+	}
+	bin := filepath.Join(t.TempDir(), "codellm-spawner") // its comm
+	if err := os.WriteFile(bin, sleep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "5")
+	done := make(chan struct{})
+	go func() { // from some thread of this process, likely not the main one
+		defer close(done)
+		if err := cmd.Start(); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-done
+	if cmd.Process == nil {
+		return
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	for range 100 {
+		if _, sp, err := serverAndSpawners(os.Getpid()); err == nil && len(sp) == 1 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Error("the child named codellm-spawner was not found")
 }

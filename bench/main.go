@@ -20,6 +20,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,7 @@ type Results struct {
 	Machine  Machine         `json:"machine"`
 	Spawn    *SpawnResult    `json:"spawn,omitempty"`
 	Service  *ServiceResult  `json:"service,omitempty"`
+	Scaling  *ScalingResult  `json:"scaling,omitempty"`
 	Pipeline *PipelineResult `json:"pipeline,omitempty"`
 	Python   *InterpResult   `json:"python,omitempty"`
 	Node     *InterpResult   `json:"node,omitempty"`
@@ -51,13 +53,33 @@ type params struct {
 	spawnRuns     int
 	serviceRounds int
 	serviceDur    time.Duration
+	scalingDur    time.Duration
 	pipeBytes     int64
 	pipeReps      int
 	interpRuns    int
 	traceDur      time.Duration
 }
 
-var allRows = []string{"spawn", "service", "pipeline", "interp", "deterministic", "trace"}
+var allRows = []string{"spawn", "service", "scaling", "pipeline", "interp", "deterministic", "trace"}
+
+// harnessFlags are the binaries and the sandbox mode of the servers the harness starts. Prebuilt binaries
+// let it run where there is no Go toolchain (a bigger machine borrowed for one run): `go build` the
+// harness, codellm (and its trace build) and go-judge here, copy them over and name them.
+type harnessFlags struct {
+	sandbox        string // serve's --sandbox
+	codellm, trace string // prebuilt codellm, and its -tags codellm_trace build
+	goJudge        string // prebuilt go-judge
+}
+
+var harness = harnessFlags{sandbox: "native"}
+
+// prebuilt is the binary given for a codellm build with tags ("" or codellm_trace), or "" to build it.
+func (h harnessFlags) prebuilt(tags string) string {
+	if tags == "" {
+		return h.codellm
+	}
+	return h.trace
+}
 
 // noopEnv makes the binary exit from its init: the spawn row's go-exec variant times a Go runtime start
 // (with this binary's size and package inits, like the sandbox helper) with it. An environment variable,
@@ -82,7 +104,17 @@ func main() {
 	flag.IntVar(&abp.conc, "ab-c", 1, "--ab: concurrency")
 	flag.DurationVar(&abp.burst, "ab-burst", 500*time.Millisecond, "--ab: length of one burst")
 	flag.DurationVar(&abp.total, "ab-d", 30*time.Second, "--ab: how long to alternate")
+	flag.StringVar(&harness.sandbox, "sandbox", "native", "serve's --sandbox for the service, scaling, trace and --ab servers: native or besteffort")
+	flag.StringVar(&harness.codellm, "codellm", "", "a prebuilt codellm `BINARY` to serve instead of building ./cmd/codellm")
+	flag.StringVar(&harness.trace, "codellm-trace", "", "a prebuilt `BINARY` of codellm built with -tags codellm_trace, for the trace row")
+	flag.StringVar(&harness.goJudge, "go-judge", "", "a prebuilt go-judge "+goJudgeVersion+" `BINARY` instead of building it")
+	levels := flag.String("scaling-c", joinInts(scalingLevels), "the scaling row's concurrencies, comma-separated")
+	scalingD := flag.Duration("scaling-d", 0, "the scaling row's time per row (default 10s, 4s with --quick)")
 	flag.Parse()
+	var err error
+	if scalingLevels, err = parseInts(*levels); err != nil {
+		fatalf("--scaling-c: %v", err)
+	}
 	if flag.NArg() > 0 {
 		fatalf("unexpected arguments %q (see -h)", flag.Args())
 	}
@@ -111,9 +143,14 @@ func main() {
 			fatalf("--rows: unknown row %q (known: %s)", r, strings.Join(allRows, ", "))
 		}
 	}
-	p := params{spawnRuns: 1000, serviceRounds: 3, serviceDur: 10 * time.Second, pipeBytes: 1 << 30, pipeReps: 5, interpRuns: 150, traceDur: 15 * time.Second}
+	p := params{spawnRuns: 1000, serviceRounds: 3, serviceDur: 10 * time.Second, scalingDur: 10 * time.Second, pipeBytes: 1 << 30,
+		pipeReps: 5, interpRuns: 150, traceDur: 15 * time.Second}
 	if *quick {
-		p = params{spawnRuns: 150, serviceRounds: 3, serviceDur: 4 * time.Second, pipeBytes: 1 << 30, pipeReps: 3, interpRuns: 30, traceDur: 5 * time.Second}
+		p = params{spawnRuns: 150, serviceRounds: 3, serviceDur: 4 * time.Second, scalingDur: 4 * time.Second, pipeBytes: 1 << 30,
+			pipeReps: 3, interpRuns: 30, traceDur: 5 * time.Second}
+	}
+	if *scalingD > 0 {
+		p.scalingDur = *scalingD
 	}
 	res, err := run(p, rows, *quick, logf)
 	if err != nil {
@@ -180,28 +217,21 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 		logf("note: this harness is a cgo build, so its sandbox helper pays the dynamic loader on every spawn; " +
 			"run `CGO_ENABLED=0 go run ./bench` to measure spawns like the static release binary")
 	}
-	sb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeNative})
-	if err != nil {
-		return nil, fmt.Errorf("native sandbox: %w", err)
-	}
-	// Closed, and settled, before the harness exits: its pre-started helpers and the cgroups of runs still
-	// being removed in the background would otherwise be left for the next codellm's sweep (or forever,
-	// where the next one runs in another memory cgroup).
-	defer sb.Close()
-	if rep := sb.Report(); !rep.Ready {
-		return nil, fmt.Errorf("native sandbox not available here (missing %v); run `go run ./cmd/codellm doctor`", rep.Missing)
-	}
-	work, err := os.MkdirTemp("", "codellm-bench-work-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(work)
-	pcfg := pipeline.Config{Sandbox: sb, WorkRoot: work}
 	want := func(r string) bool { return slices.Contains(rows, r) }
-
+	var pcfg pipeline.Config
+	if want("spawn") || want("pipeline") || want("interp") || want("deterministic") {
+		// The rows that run blocks in this process need its native sandbox; the others start servers.
+		cfg, done, err := inProcess()
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		pcfg = cfg
+	}
+	var err error
 	if want("spawn") {
 		logf("spawn: %d interleaved rounds of bare, unshare, bwrap, codellm", p.spawnRuns)
-		if res.Spawn, err = measureSpawn(sb, p.spawnRuns, logf); err != nil {
+		if res.Spawn, err = measureSpawn(pcfg.Sandbox, p.spawnRuns, logf); err != nil {
 			return nil, err
 		}
 	}
@@ -211,27 +241,14 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 			return nil, err
 		}
 	}
-	if want("pipeline") {
-		logf("pipeline: %d MiB through three cat blocks, %d reps", p.pipeBytes>>20, p.pipeReps)
-		var off *pipeline.Config
-		if osb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeOff, Logger: slog.New(slog.DiscardHandler)}); err == nil {
-			defer osb.Close()
-			off = &pipeline.Config{Sandbox: osb, WorkRoot: work}
-		}
-		if res.Pipeline, err = measurePipeline(pcfg, off, p.pipeBytes, p.pipeReps, logf); err != nil {
+	if want("scaling") {
+		logf("scaling: codellm (--sandbox %s) and go-judge at c=%s, %v per row", harness.sandbox, joinInts(scalingLevels), p.scalingDur)
+		if res.Scaling, err = measureScaling(scalingLevels, p.scalingDur, logf); err != nil {
 			return nil, err
 		}
 	}
-	if want("interp") {
-		if err := measureInterps(res, pcfg, p.interpRuns, logf); err != nil {
-			return nil, err
-		}
-	}
-	if want("deterministic") {
-		logf("deterministic: python3 and node, %d interleaved runs off/on", p.interpRuns)
-		if res.Deterministic, err = measureDeterminism(pcfg, p.interpRuns); err != nil {
-			return nil, err
-		}
+	if err := inProcessRows(res, p, pcfg, want, logf); err != nil {
+		return nil, err
 	}
 	if want("trace") {
 		if res.Trace, err = measureTrace(p.traceDur, logf); err != nil {
@@ -242,4 +259,74 @@ func run(p params, rows []string, quick bool, logf func(string, ...any)) (*Resul
 	res.Targets = targets(res)
 	res.Seconds = round3(time.Since(t0).Seconds())
 	return res, nil
+}
+
+// inProcess makes the native sandbox and work root of the rows that run blocks in the harness itself.
+func inProcess() (pipeline.Config, func(), error) {
+	sb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeNative})
+	if err != nil {
+		return pipeline.Config{}, nil, fmt.Errorf("native sandbox: %w", err)
+	}
+	if rep := sb.Report(); !rep.Ready {
+		sb.Close()
+		return pipeline.Config{}, nil, fmt.Errorf("native sandbox not available here (missing %v); run `go run ./cmd/codellm doctor`", rep.Missing)
+	}
+	work, err := os.MkdirTemp("", "codellm-bench-work-")
+	if err != nil {
+		sb.Close()
+		return pipeline.Config{}, nil, err
+	}
+	// Closed, and settled, before the harness exits: the cgroups of runs still being removed in the
+	// background would otherwise be left for the next codellm's sweep (or forever, where the next one runs
+	// in another memory cgroup).
+	return pipeline.Config{Sandbox: sb, WorkRoot: work}, func() { sb.Close(); os.RemoveAll(work) }, nil
+}
+
+// inProcessRows runs the pipeline, interpreter and deterministic rows (pcfg from inProcess).
+func inProcessRows(res *Results, p params, pcfg pipeline.Config, want func(string) bool, logf func(string, ...any)) error {
+	var err error
+	if want("pipeline") {
+		logf("pipeline: %d MiB through three cat blocks, %d reps", p.pipeBytes>>20, p.pipeReps)
+		var off *pipeline.Config
+		if osb, err := sandbox.New(sandbox.Config{Mode: sandbox.ModeOff, Logger: slog.New(slog.DiscardHandler)}); err == nil {
+			defer osb.Close()
+			off = &pipeline.Config{Sandbox: osb, WorkRoot: pcfg.WorkRoot}
+		}
+		if res.Pipeline, err = measurePipeline(pcfg, off, p.pipeBytes, p.pipeReps, logf); err != nil {
+			return err
+		}
+	}
+	if want("interp") {
+		if err := measureInterps(res, pcfg, p.interpRuns, logf); err != nil {
+			return err
+		}
+	}
+	if want("deterministic") {
+		logf("deterministic: python3 and node, %d interleaved runs off/on", p.interpRuns)
+		if res.Deterministic, err = measureDeterminism(pcfg, p.interpRuns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// joinInts and parseInts are --scaling-c's format.
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a concurrency of 1 or more", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -51,6 +51,9 @@ func targets(r *Results) []Target {
 		}
 		ts = append(ts, atMost("service.rss_mib", fmt.Sprintf("server peak RSS at c=%d ≤ 60 MiB", s.RSSConc), s.RSSMiB, 60))
 	}
+	if s := r.Scaling; s != nil {
+		ts = append(ts, scalingTargets(s, r.Machine.Cores)...)
+	}
 	if p := r.Pipeline; p != nil {
 		ts = append(ts, atLeast("pipeline.ratio", "3 cat blocks ≥ 0.7 × bash cat\\|cat\\|cat", p.Ratio, 0.7))
 	}
@@ -76,8 +79,7 @@ func markdown(r *Results) string {
 			{"go-exec", "a Go binary exiting from its init (runtime start only)"},
 			{"unshare", "`unshare -Urmpfn --mount-proc`"},
 			{"bwrap", "bubblewrap, codellm-like root"},
-			{"codellm", "codellm: new run + block + close"},
-			{"codellm-prestart", "the same with pooled run groups, as `serve` runs (the raw helper; pre-started Go helpers only with `--go-helper`)"},
+			{"codellm", "codellm: new run + block + close (its cgroup made ahead, as `serve` runs)"},
 			{"codellm-block", "codellm: one more block in a run"},
 			{"codellm-block-pid1", "the same, program exec'd as PID 1 (before the init)"},
 		} {
@@ -95,6 +97,9 @@ func markdown(r *Results) string {
 	}
 	if s := r.Service; s != nil {
 		serviceMarkdown(&b, s)
+	}
+	if s := r.Scaling; s != nil {
+		scalingMarkdown(&b, s)
 	}
 	if p := r.Pipeline; p != nil {
 		fmt.Fprintf(&b, "### 3. Pipeline throughput (%d MiB through three `cat` blocks, best of %d)\n\n", p.Bytes>>20, p.Reps)

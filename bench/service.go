@@ -139,6 +139,9 @@ func buildCodellm(dir string) (string, error) { return buildCodellmTags(dir, "co
 // buildCodellmTags is buildCodellm with build tags (bench's trace row builds `-tags codellm_trace`), into
 // dir/name.
 func buildCodellmTags(dir, name, tags string) (string, error) {
+	if bin := harness.prebuilt(tags); bin != "" {
+		return bin, nil
+	}
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
@@ -198,7 +201,8 @@ func startServerEnv(bin, dir string, env []string) (*server, error) {
 		return nil, err
 	}
 	s := &server{base: "http://127.0.0.1:" + strconv.Itoa(port)}
-	s.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--work-dir", work, "--log-level", "warn")
+	s.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--work-dir", work, "--log-level", "warn",
+		"--sandbox", harness.sandbox)
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "CODELLM_") {
 			s.cmd.Env = append(s.cmd.Env, e)
@@ -471,29 +475,13 @@ const rssConc = 16
 // systems alike. Last comes one round of /api/v2/execute at concurrency 16, after which the server's peak
 // RSS is read.
 func measureService(rounds int, d time.Duration, logf func(string, ...any)) (*ServiceResult, error) {
-	dir, err := serverDir("codellm-bench-serve-")
+	sv, err := startServers("service", logf)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := buildCodellm(dir)
-	if err != nil {
-		return nil, err
-	}
-	s, err := startServer(bin, dir)
-	if err != nil {
-		return nil, err
-	}
-	defer s.stop()
-	res := &ServiceResult{Rounds: rounds, RowSeconds: d.Seconds(), RSSConc: rssConc}
-	pr := startPeer(dir, logf)
-	if pr.s != nil {
-		defer pr.s.stop()
-		res.Peer = "go-judge " + goJudgeVersion
-	} else {
-		res.PeerSkip = pr.skip
-		logf("service: %s; measuring codellm alone", pr.skip)
-	}
+	defer sv.stop()
+	s, pr := sv.s, sv.peer
+	res := &ServiceResult{Rounds: rounds, RowSeconds: d.Seconds(), RSSConc: rssConc, Peer: sv.peerName(), PeerSkip: pr.skip}
 	rows := serviceRows(s, pr.s)
 	// What came before (the other phases, the servers' start) is no row's; after that every row
 	// settles at its end (loadRow.round), so the next one starts quiet.
@@ -524,6 +512,51 @@ func measureService(rounds int, d time.Duration, logf func(string, ...any)) (*Se
 	}
 	res.Ratios = peerRatios(res.Rows)
 	return res, nil
+}
+
+// servers are a built and started codellm serve and, when it builds and runs, go-judge, in a temporary
+// directory of their own.
+type servers struct {
+	dir  string
+	s    *server
+	peer peer
+}
+
+// startServers builds and starts both (row names the log lines).
+func startServers(row string, logf func(string, ...any)) (*servers, error) {
+	dir, err := serverDir("codellm-bench-" + row + "-")
+	if err != nil {
+		return nil, err
+	}
+	sv := &servers{dir: dir}
+	bin, err := buildCodellm(dir)
+	if err == nil {
+		sv.s, err = startServer(bin, dir)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if sv.peer = startPeer(dir, logf); sv.peer.s == nil {
+		logf("%s: %s; measuring codellm alone", row, sv.peer.skip)
+	}
+	return sv, nil
+}
+
+// peerName is the peer measured, "" when there is none.
+func (sv *servers) peerName() string {
+	if sv.peer.s == nil {
+		return ""
+	}
+	return "go-judge " + goJudgeVersion
+}
+
+func (sv *servers) stop() {
+	if sv.peer.s != nil {
+		sv.peer.s.stop()
+	}
+	sv.s.stop()
+	os.RemoveAll(sv.dir)
 }
 
 // serviceRows lists the rows of one round: per concurrency and program, go-judge (when running) next to

@@ -14,27 +14,22 @@ import (
 
 // SpawnResult is row 1: `true` started and reaped by each mechanism, interleaved.
 type SpawnResult struct {
-	Runs           int     `json:"runs"`
-	BareP50        float64 `json:"bare_p50_ms"`
-	BareP99        float64 `json:"bare_p99_ms"`
-	UnshareP50     float64 `json:"unshare_p50_ms,omitempty"`
-	UnshareP99     float64 `json:"unshare_p99_ms,omitempty"`
-	BwrapP50       float64 `json:"bwrap_p50_ms,omitempty"`
-	BwrapP99       float64 `json:"bwrap_p99_ms,omitempty"`
-	CodellmP50     float64 `json:"codellm_p50_ms"`
-	CodellmP99     float64 `json:"codellm_p99_ms"`
-	CodellmMin     float64 `json:"codellm_min_ms"`
-	BlockP50       float64 `json:"codellm_block_p50_ms"`
-	BlockP99       float64 `json:"codellm_block_p99_ms"`
-	OverBwrap      float64 `json:"codellm_over_bwrap,omitempty"`
-	OverheadMs     float64 `json:"codellm_overhead_ms"`
-	BlockOverBwrap float64 `json:"codellm_block_over_bwrap,omitempty"`
-	// Prestart*: the whole one-block run with Config.PrestartHelpers, as serve runs: pooled run groups
-	// (pre-started helpers too only with Config.GoHelper).
-	PrestartP50       float64  `json:"codellm_prestart_p50_ms,omitempty"`
-	PrestartP99       float64  `json:"codellm_prestart_p99_ms,omitempty"`
-	PrestartOverBwrap float64  `json:"codellm_prestart_over_bwrap,omitempty"`
-	Skipped           []string `json:"skipped,omitempty"`
+	Runs           int      `json:"runs"`
+	BareP50        float64  `json:"bare_p50_ms"`
+	BareP99        float64  `json:"bare_p99_ms"`
+	UnshareP50     float64  `json:"unshare_p50_ms,omitempty"`
+	UnshareP99     float64  `json:"unshare_p99_ms,omitempty"`
+	BwrapP50       float64  `json:"bwrap_p50_ms,omitempty"`
+	BwrapP99       float64  `json:"bwrap_p99_ms,omitempty"`
+	CodellmP50     float64  `json:"codellm_p50_ms"`
+	CodellmP99     float64  `json:"codellm_p99_ms"`
+	CodellmMin     float64  `json:"codellm_min_ms"`
+	BlockP50       float64  `json:"codellm_block_p50_ms"`
+	BlockP99       float64  `json:"codellm_block_p99_ms"`
+	OverBwrap      float64  `json:"codellm_over_bwrap,omitempty"`
+	OverheadMs     float64  `json:"codellm_overhead_ms"`
+	BlockOverBwrap float64  `json:"codellm_block_over_bwrap,omitempty"`
+	Skipped        []string `json:"skipped,omitempty"`
 	// Variants holds every variant's numbers, CPU included, keyed by bare, unshare, bwrap, codellm,
 	// codellm-block.
 	Variants map[string]VariantStats `json:"variants"`
@@ -157,8 +152,9 @@ func hostVariants(res *SpawnResult, null *os.File, dir, truePath string) []*vari
 	return vs
 }
 
-// codellmVariants are codellm's: a whole one-block run (cold, and with a pre-started helper), one more
-// block in a run, and one more block with the program as PID 1. cleanup closes what they hold.
+// codellmVariants are codellm's: a whole one-block run (its group from the pool made ahead, as serve
+// runs), one more block in a run, and one more block with the program as PID 1. cleanup closes what they
+// hold.
 func codellmVariants(sb *sandbox.Sandbox, spec sandbox.Spec) (vs []*variant, cleanup func(), err error) {
 	var closers []func()
 	cleanup = func() {
@@ -168,12 +164,6 @@ func codellmVariants(sb *sandbox.Sandbox, spec sandbox.Spec) (vs []*variant, cle
 	}
 	// codellm: what one single-block request pays — a fresh run (its cgroup), the block, and the cleanup.
 	vs = append(vs, &variant{name: "codellm", run: fullRun(sb, spec)})
-	pcfg := sb.Config()
-	pcfg.PrestartHelpers = true
-	if psb, err := sandbox.New(pcfg); err == nil {
-		closers = append(closers, func() { _ = psb.Close() })
-		vs = append(vs, &variant{name: "codellm-prestart", run: fullRun(psb, spec)})
-	}
 	// codellm-block: one more block of an already created run (the per-block cost of a multi-block
 	// pipeline). The run is renewed every 200 blocks so its bookkeeping stays small.
 	blk, closeBlk := moreBlocks(sb, spec, 200)
@@ -181,7 +171,7 @@ func codellmVariants(sb *sandbox.Sandbox, spec sandbox.Spec) (vs []*variant, cle
 	vs = append(vs, &variant{name: "codellm-block", run: blk})
 	// codellm-block-pid1: the same with the program exec'd as its namespace's PID 1 (no init kept), the
 	// behaviour before the init, so the init's cost is measured in the same interleaved run.
-	pcfg = sb.Config()
+	pcfg := sb.Config()
 	pcfg.ProgramAsPID1 = true
 	if psb, err := sandbox.New(pcfg); err == nil {
 		pblk, closeP := moreBlocks(psb, spec, 1<<30)
@@ -298,10 +288,6 @@ func summarizeSpawn(res *SpawnResult, vs []*variant) {
 	res.OverBwrap = ratio(res.CodellmP50, res.BwrapP50)
 	res.BlockOverBwrap = ratio(res.BlockP50, res.BwrapP50)
 	res.OverheadMs = round3(res.CodellmP50 - res.BareP50)
-	if s, ok := by["codellm-prestart"]; ok {
-		res.PrestartP50, res.PrestartP99 = ms(s.p50()), ms(s.p99())
-		res.PrestartOverBwrap = ratio(res.PrestartP50, res.BwrapP50)
-	}
 }
 
 // bwrapArgs is bubblewrap doing what codellm's native sandbox does: every namespace, the same read-only

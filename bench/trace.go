@@ -45,7 +45,6 @@ var traceWhat = []struct {
 	{"s.raw", "server: raw helper asked of the spawner", false},
 	{"s.rawforked", "server: raw helper forked (the spawner's reply)", false},
 	{"s.delivered", "server: descriptors and spec sent to the helper", false},
-	{"h.stdio", "helper: descriptors received (pre-started)", false},
 	{"h.spec", "helper: spec read", false},
 	{"h.world", "helper: block root, hostname, workdir", false},
 	{"h.locked", "helper: rlimits, no_new_privs, Landlock, caps, seccomp", false},

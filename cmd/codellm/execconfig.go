@@ -30,8 +30,6 @@ import (
 // execFlags are the execution settings shared by serve, run, debug, blocks, doctor and worker run
 // (execSettings), so that `codellm run` behaves exactly like the service with the same flags.
 type execFlags struct {
-	// prestart: keep first-block helpers started ahead of need (sandbox.Config.PrestartHelpers); serve only.
-	prestart      bool
 	allowed       string
 	interpreters  string
 	sandboxMode   string
@@ -247,7 +245,6 @@ func (f *execFlags) build(log *slog.Logger) (engine.Config, *sandbox.Sandbox, er
 		return ecfg, nil, err
 	}
 	scfg.Shared = shared
-	scfg.PrestartHelpers = f.prestart
 	scfg.GoHelper = f.goHelper
 	sb, err := f.newSandbox(scfg, log)
 	if err != nil {

@@ -88,7 +88,6 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return config.UsageError(stderr, "serve", err)
 	}
-	ef.prestart = true // a long-lived server: the next request's helper waits ready
 	sc, err := ef.openScratch(log)
 	if err != nil {
 		return startFail(stderr, "serve", err)

@@ -6,6 +6,8 @@ package metrics
 
 import (
 	"net/http"
+	"regexp"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -56,6 +58,10 @@ var IdempotencyEvents = []string{"recorded", "replayed", "attached", "mismatch",
 
 // KillReasons are the values of codellm_kills_total{reason}.
 var KillReasons = []string{"timeout", "cancelled", "output_limit", "memory", "pids", "cpu"}
+
+// mutexWait adds go_sync_mutex_wait_total_seconds_total to the service's Go collector: the time its
+// goroutines waited for locks, server-wide ones included (bench's scaling row reads it per request).
+var mutexWait = collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sync/mutex/wait/total:seconds$`)}
 
 // NewService registers the service metrics on a fresh registry. inFlight reports the runs holding a slot.
 func NewService(inFlight func() float64) *Service {
@@ -117,7 +123,7 @@ func NewService(inFlight func() float64) *Service {
 	}
 	r.MustRegister(m.HTTPRequests, m.RunDuration, m.SandboxSetup, m.RunBlocks, m.Kills, m.QueueWait,
 		m.RunsInFlight, m.ReexecutionGuard, m.Egress.Connections, m.Egress.Traffic, m.Idempotency,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(mutexWait)), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Trip2g = registerTrip2g(r)
 	// Pre-create the kill reasons so that a scrape shows every documented series from the start.
 	for _, reason := range KillReasons {
@@ -263,4 +269,56 @@ func (m *Worker) Handler() http.Handler {
 // Handler serves the Prometheus text exposition of the hub registry.
 func (m *Hub) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}
+
+// Serial are the counters of what a block's start and end pass through one at a time (package
+// sandbox's SerialStats), exported as codellm_sandbox_serial_*: per block, a resource busy for d
+// bounds the host to 1/d blocks a second whatever its cores.
+type Serial struct {
+	Spawners                  int
+	SpawnerRequests           int64
+	SpawnerHeld, SpawnerBusy  time.Duration
+	SpawnerWait               time.Duration
+	GroupsMade, GroupsRemoved int64
+	GroupMake, GroupRemove    time.Duration
+}
+
+// SerialResources are the values of codellm_sandbox_serial_seconds_total{resource}.
+var SerialResources = []string{"spawner_held", "spawner_busy", "spawner_wait", "cgroup_make", "cgroup_remove"}
+
+// RegisterSerial exports read's counters, read at scrape time.
+func (m *Service) RegisterSerial(read func() Serial) {
+	m.Registry.MustRegister(serialCollector{read})
+}
+
+type serialCollector struct{ read func() Serial }
+
+var (
+	serialSeconds = prometheus.NewDesc("codellm_sandbox_serial_seconds_total",
+		"Time spent in what blocks pass through one at a time, by resource: spawner_held (blocks holding a spawner for its round trip), spawner_busy (the spawners' own loops), spawner_wait (blocks waiting for a free spawner), cgroup_make and cgroup_remove (run and block cgroups).",
+		[]string{"resource"}, nil)
+	serialOps = prometheus.NewDesc("codellm_sandbox_serial_operations_total",
+		"Operations counted in codellm_sandbox_serial_seconds_total, by resource: spawner (helpers asked of spawners), cgroup_make, cgroup_remove.",
+		[]string{"resource"}, nil)
+	spawners = prometheus.NewDesc("codellm_sandbox_spawners", "Spawner processes running (at most one per four CPUs).", nil, nil)
+)
+
+func (c serialCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- serialSeconds
+	ch <- serialOps
+	ch <- spawners
+}
+
+func (c serialCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.read()
+	for i, d := range []time.Duration{s.SpawnerHeld, s.SpawnerBusy, s.SpawnerWait, s.GroupMake, s.GroupRemove} {
+		ch <- prometheus.MustNewConstMetric(serialSeconds, prometheus.CounterValue, d.Seconds(), SerialResources[i])
+	}
+	for _, o := range []struct {
+		name string
+		n    int64
+	}{{"spawner", s.SpawnerRequests}, {"cgroup_make", s.GroupsMade}, {"cgroup_remove", s.GroupsRemoved}} {
+		ch <- prometheus.MustNewConstMetric(serialOps, prometheus.CounterValue, float64(o.n), o.name)
+	}
+	ch <- prometheus.MustNewConstMetric(spawners, prometheus.GaugeValue, float64(s.Spawners))
 }

@@ -72,6 +72,11 @@ func startCollect(t *testing.T, s *Sandbox, script string) (*Process, *collected
 func TestCollectReadsThePrivateWorkdir(t *testing.T) {
 	s := nativeSandbox(t)
 	p, c, dir := startCollect(t, s, "echo out > out; (sleep 1; echo late > late) & exit 3")
+	// As root the raw helper holds the namespace too (rawCandidate).
+	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/comm")
+	if want := "codellm-raw\n"; os.Geteuid() == 0 && !goHelperForTests && string(comm) != want {
+		t.Errorf("the holding init is %q, want %q", comm, want)
+	}
 	res := p.Wait()
 	if res.Err != nil || res.ExitCode != 3 || !res.Collected || res.CollectErr != nil {
 		t.Fatalf("result %+v", res)

@@ -273,3 +273,40 @@ func TestDeterministicRefusedWithNetwork(t *testing.T) {
 	}
 	p.Wait()
 }
+
+// The raw helper and the Go helper give a deterministic block the same
+// world: the same seed and clock print the same bytes on each (the PID pin,
+// the seeded stream, the clocks, the addresses), and the raw helper is the
+// init of one and not of the other.
+func TestDeterministicHelpersAgree(t *testing.T) {
+	s := nativeSandbox(t)
+	if missing := determinismMissing(s.plat.want & s.plat.avail); missing != "" {
+		skipOrFail(t, "deterministic mode unavailable: %s", missing)
+	}
+	if goHelperForTests {
+		t.Skip("every Sandbox gets the Go helper in this pass")
+	}
+	goHelper, err := New(Config{Mode: ModeNative, GoHelper: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer goHelper.Close()
+	d := &Determinism{Seed: "parity", Now: time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)}
+	if raw, gohelper := deterministicBodies(t, s, d), deterministicBodies(t, goHelper, d); raw != gohelper {
+		t.Fatalf("the raw helper printed\n%s\n--- the Go helper\n%s", raw, gohelper)
+	}
+	inits := map[bool]string{}
+	for _, sb := range []*Sandbox{s, goHelper} {
+		r, err := sb.NewRun(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := workdir(t, nil)
+		out := startOutput(t, r, Spec{Path: "/bin/cat", Args: []string{"cat", "/proc/1/comm"}, Env: stdEnv(dir), Dir: dir, Deterministic: d})
+		r.Close()
+		inits[sb == s] = strings.TrimSpace(out)
+	}
+	if inits[true] != "codellm-raw" || inits[false] == "codellm-raw" {
+		t.Errorf("a deterministic block's init is %q (raw helper's Sandbox) and %q (Go helper's)", inits[true], inits[false])
+	}
+}

@@ -52,58 +52,79 @@
 //
 // # The raw helper
 //
-// Most blocks do not get the re-exec helper but the raw one: the spawner
+// Most blocks do not get the re-exec helper but the raw one: a spawner
 // (below) compiles the block's spec into a list of system calls (package
 // rawhelper) and forks a child that runs them without the Go runtime
 // (package rawchild) and then stays the block's init, as the Go helper
 // does. Its Started, wait and failure records are read by the same code;
-// a failure names its mechanism and step. It serves a block with its own
-// user and PID namespaces and an init, without egress, determinism or a
-// collect (rawCandidate), whose root the spawner's overlays cover and
-// whose workdir copy is small (rawhelper refuses the rest, and the block
-// gets the Go helper). The Go runtime's start, threads and exit were most
-// of a helper's CPU (PERF.md, "session 9"). On cgroup v1 the spawner forks
-// the next block's raw helper after each reply (namespaces and maps made,
-// waiting for its program), so that clone is off the request path.
-// [Config.GoHelper] turns the raw helper off; `make test` runs this
-// package's tests once on each helper.
+// a failure names its mechanism and step. The Go runtime's start, threads
+// and exit were most of a helper's CPU (PERF.md, "session 9"). It serves
+// every block with its own user namespace (rawCandidate) but the trial
+// spawn, a collect of an unprivileged codellm (the held root is read
+// through /proc/<init>/root, which a fork of the spawner opens only to
+// CAP_SYS_PTRACE in the spawner's user namespace) and what rawhelper
+// refuses (a large workdir copy, a split of more than 1024 entries): those
+// get the Go helper, as every block does with [Config.GoHelper]. Its root
+// binds the spawner's overlays where the spawner made them (root) and
+// mounts its own otherwise (an unprivileged codellm, a directory with host
+// mounts below it, split entry by entry from the server's mount table,
+// read again once when the kernel refuses an overlay that table did not
+// foresee). The spawner clones it with its user and PID namespaces only;
+// it unshares the mount, network, IPC and UTS namespaces itself, off the
+// spawner's loop. `make test` runs this package's tests once on each
+// helper.
 //
-// # Pre-started helpers
-//
-// With [Config.PrestartHelpers] (on in `codellm serve`) and the Go helper
-// ([Config.GoHelper]; a raw helper has no runtime start to hide) the run cgroups
-// made ahead of need each carry the first block's helper too, cloned into
-// fresh namespaces of its own, its Go runtime started, inside the group's
-// first block cgroup, waiting on a Unix socket with /dev/null as stdio. The
-// run's first block hands it stdin, stdout, stderr and the workdir by
-// SCM_RIGHTS, then the spec; from there it is an ordinary helper. It serves
-// that one block and is never returned; a block it does not fit (egress,
-// deterministic mode, another identity), a run that never starts a block
-// and [Sandbox.Close] kill and reap it, and one found dead at the hand-over
-// is replaced by a fresh start. This takes the clone, the exec, the Go
-// runtime start and (cgroup v1) the block's cgroup.procs write off the
-// request path; the root, Landlock and seccomp, which the spec decides,
-// stay on it, and so does the CPU (spawn_linux.go, prestart_linux.go).
-//
-// # The spawner
+// # The spawners
 //
 // A helper's clone makes a user namespace, so Go's syscall package forks
 // for it instead of vforking: the server's page tables are copied and its
 // whole heap is write-protected, and the server then pays a copy-on-write
 // fault plus a TLB-shootdown IPI for each heap page it writes next. Each
-// Sandbox therefore clones its helpers through a spawner (package spawner):
-// a re-executed codellm, started with the first such clone, whose heap is
-// about a megabyte. It clones with CLONE_PARENT, so helpers remain the
-// server's children (waited for, signalled and parent-death-signalled as
-// before), and it can exec only the sealed helper binary. A clone it cannot
-// take (no new PID namespace, see package spawner), a spawner that cannot
-// start or died three times, and every clone after [Sandbox.Close] go
-// straight from a locked server thread, as before the spawner existed. On
-// cgroup v2 the spawner clones a Go helper outside its block's cgroup
-// (clone3 refuses CLONE_PARENT with the exit signal Go's clone3 always
-// sets) and the server moves it in while it waits for its spec, as on v1;
-// the raw helper's own clone3 leaves the signal out and is born inside.
-// The spawner ends with Close; `ps` shows it as codellm-spawner.
+// Sandbox therefore clones its helpers through spawners (package spawner):
+// re-executed codellms whose heap is about a megabyte. A spawner answers one
+// block at a time (its loop is a serial section of every block's start), so
+// a block takes a free one, starts one more while fewer than one per four
+// CPUs run (maxSpawners), or waits; [Sandbox.SerialStats] counts the time
+// they were held and busy and the waits. They clone with CLONE_PARENT, so
+// helpers remain the server's children (waited for, signalled and
+// parent-death-signalled as before), and can exec only the sealed helper
+// binary. A clone they cannot take (no new user namespace), spawners that
+// cannot start or died three times, and every clone after [Sandbox.Close]
+// go straight from a locked server thread. On cgroup v2 a spawner clones a
+// Go helper outside its block's cgroup (clone3 refuses CLONE_PARENT with
+// the exit signal Go's clone3 always sets) and the server moves it in while
+// it waits for its spec, as on v1; the raw helper's own clone3 leaves the
+// signal out and is born inside. The spawners end with Close; `ps` shows
+// them as codellm-spawner.
+//
+// # Start paths
+//
+// A block starts on one of these, each confining it alike (the
+// threat-model tests run on each), each kept for the hosts where it pays:
+//
+//   - The raw helper, cloned by a spawner when the block asks: every host
+//     with user namespaces on amd64 and arm64, root or not. On cgroup v2
+//     clone3 places it in the block's group at birth (CLONE_INTO_CGROUP);
+//     on v1 it joins by its tasks file as its first step. This is the path
+//     on v2 hosts and the one whose throughput grows with cores (the clone
+//     in the spawner's loop makes two namespaces; the helper makes the rest
+//     in parallel).
+//   - The raw helper forked ahead: after each reply a spawner forks the
+//     next block's helper, which writes nothing of the block's and makes
+//     its namespaces while it waits. Only where the block's cgroup is not
+//     needed at the clone: cgroup v1 and cgroup-less hosts (on v2 the group
+//     is not known ahead). It takes the clone and the namespaces off a c=1
+//     block's path: p50 0.88-0.93x at c=1 on the 2-core v1 VM (PERF.md,
+//     "session 12").
+//   - The Go helper (codellm re-exec'd, package hook), cloned by a spawner:
+//     the blocks the raw helper does not serve (above), every block with
+//     [Config.GoHelper], and architectures other than amd64 and arm64.
+//   - The Go helper cloned from a locked server thread: blocks without a
+//     user namespace of their own (a besteffort host without them), and
+//     every block when no spawner runs.
+//
+// Pre-started Go helpers (the first block's helper of each pooled run group
+// started ahead, with --go-helper only) were removed in issue 37.
 //
 // # Probed kernel facilities
 //

@@ -8,8 +8,7 @@ import (
 	"github.com/codellm/codellm/internal/sandbox/cgroup"
 )
 
-// groupPoolSize is how many run cgroups (with pre-started Go helpers, each
-// with its first block's child group) are kept made ahead of need.
+// groupPoolSize is how many run cgroups are kept made ahead of need.
 // Creating them is ≈ 0.5–1 ms of mkdirs and limit writes per run on cgroup
 // v1, which a request otherwise pays before its first block can start. Two cover a burst of concurrent
 // requests between refills; an idle server holds two empty groups.
@@ -30,9 +29,8 @@ type groupPool struct {
 }
 
 type pooledGroup struct {
-	name        string
-	run, block1 *cgroup.Group
-	helper      *idleHelper // pre-started inside block1 (Config.PrestartHelpers); nil otherwise
+	name string
+	run  *cgroup.Group
 }
 
 // take returns a pooled group for limits lim, or ok false when none is
@@ -105,40 +103,22 @@ func (s *Sandbox) refillGroups() {
 
 func (s *Sandbox) newPooledGroup() (pooledGroup, error) {
 	name := fmt.Sprintf("codellm-%d-%s-%d", os.Getpid(), instanceID(), runSeq.Add(1))
-	g, err := s.plat.cg.NewGroup(name, s.poolLimits())
+	g, err := s.plat.newGroup(name, s.poolLimits())
 	if err != nil {
 		return pooledGroup{}, err
 	}
-	if !s.prestartable() {
-		// Most runs start one block (Run.OneBlock), which runs in g itself;
-		// a run of more makes its first block's group when it starts it.
-		return pooledGroup{name: name, run: g}, nil
-	}
-	c, err := blockGroup(g, "block-1", s.plat.runMechs())
-	if err != nil {
-		_ = g.Remove()
-		return pooledGroup{}, err
-	}
-	pg := pooledGroup{name: name, run: g, block1: c}
-	if s.prestartable() {
-		h, err := s.prestartHelper(c)
-		if err != nil {
-			// The run's first block then starts its helper itself (and
-			// reports whatever is wrong with the host).
-			s.log.Debug("sandbox: pre-starting a helper failed", "err", err)
-		}
-		pg.helper = h
-	}
-	return pg, nil
+	// Most runs start one block (Run.OneBlock), which runs in g itself; a
+	// run of more makes its blocks' groups as it starts them.
+	return pooledGroup{name: name, run: g}, nil
 }
 
-// Close drains what the Sandbox made ahead of need: pre-started helpers are
-// killed and reaped, pooled run groups removed, and no more are made. Runs
+// Close drains what the Sandbox made ahead of need: pooled run groups are
+// removed, and no more are made; its spawners end. Runs
 // already created are unaffected and new ones make their groups on demand.
 // It returns once closed runs' groups are removed too (see Settle).
 func (s *Sandbox) Close() error {
 	if s.plat.spawner != nil {
-		defer s.plat.spawner.close() // after the pool's fills, which may still be cloning
+		defer s.plat.spawner.close()
 	}
 	gp := s.plat.pool
 	if gp == nil {
@@ -154,9 +134,6 @@ func (s *Sandbox) Close() error {
 	gp.mu.Unlock()
 	var first error
 	for _, pg := range ready {
-		if pg.helper != nil {
-			pg.helper.discard()
-		}
 		if err := pg.run.Remove(); err != nil && first == nil {
 			first = fmt.Errorf("sandbox: remove pooled run cgroup: %w", err)
 		}

@@ -37,11 +37,7 @@ func leftChildren(t testing.TB) []int {
 	var shared []int
 	for _, s := range sbCache {
 		if h := s.plat.spawner; h != nil {
-			h.mu.Lock()
-			if h.sp != nil {
-				shared = append(shared, h.sp.PID())
-			}
-			h.mu.Unlock()
+			shared = append(shared, h.pids()...)
 		}
 	}
 	sbMu.Unlock()

@@ -134,3 +134,24 @@ func mustRun(t testing.TB, s *Sandbox, argv ...string) outcome {
 }
 
 func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
+
+// startOutput starts sp in r with its stdout and stderr on one pipe, waits
+// for it and returns what it wrote; a start error fails the test.
+func startOutput(t testing.TB, r *Run, sp Spec) string {
+	t.Helper()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	sp.Stdout, sp.Stderr = outW, outW
+	p, err := r.Start(sp)
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	_, _ = out.ReadFrom(outR)
+	p.Wait()
+	return out.String()
+}

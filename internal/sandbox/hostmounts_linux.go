@@ -78,6 +78,21 @@ func (m *mountTable) below(dirs []string) []string {
 	return out
 }
 
+// refresh reads the table now, opening it again after a failure.
+func (m *mountTable) refresh() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.opened, m.checked = true, time.Now()
+	if m.fd < 0 {
+		fd, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return
+		}
+		m.fd = fd
+	}
+	m.reread()
+}
+
 func (m *mountTable) reread() {
 	var b []byte
 	buf := make([]byte, 64<<10)

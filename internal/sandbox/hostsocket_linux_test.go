@@ -83,20 +83,28 @@ func TestE_HostSocketUnderSharedDir(t *testing.T) {
 
 // TestE_HostSocketUnderSystemDir puts the socket where the red-team pass
 // found one, below /usr/local, and below an /etc entry (bound from the one
-// overlay of /etc). Creating them needs write access there (root, as in CI).
+// overlay of /etc), for blocks bound from the spawner's overlays and for
+// blocks that mount their own (a spawner that overlaid nothing, as an
+// unprivileged codellm's). Creating them needs write access there (root, as
+// in CI).
 func TestE_HostSocketUnderSystemDir(t *testing.T) {
 	s := nativeSandbox(t)
-	for _, dir := range []string{"/usr/local", "/etc/ssl"} {
-		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
-			hostPath := fmt.Sprintf("%s/codellm-test-%d.sock", dir, os.Getpid())
-			if err := os.WriteFile(hostPath, nil, 0o600); err != nil {
-				t.Skipf("cannot create a socket in %s (needs root): %v", dir, err)
-			}
-			os.Remove(hostPath)
-			hostListener(t, hostPath)
-			_, on := differential(t, withDisabled(s, MechOverlay), s, nil, unixConnectProbe(hostPath))
-			refusedOnly(t, on, hostPath)
-		})
+	for _, sb := range []struct {
+		name string
+		s    *Sandbox
+	}{{"spawner", s}, {"own", withOwnSpawner(t, s)}} {
+		for _, dir := range []string{"/usr/local", "/etc/ssl"} {
+			t.Run(sb.name+strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
+				hostPath := fmt.Sprintf("%s/codellm-test-%d.sock", dir, os.Getpid())
+				if err := os.WriteFile(hostPath, nil, 0o600); err != nil {
+					t.Skipf("cannot create a socket in %s (needs root): %v", dir, err)
+				}
+				os.Remove(hostPath)
+				hostListener(t, hostPath)
+				_, on := differential(t, withDisabled(sb.s, MechOverlay), sb.s, nil, unixConnectProbe(hostPath))
+				refusedOnly(t, on, hostPath)
+			})
+		}
 	}
 }
 
@@ -167,6 +175,12 @@ func TestE_OverlaysKeepTheBindsPromises(t *testing.T) {
 	if !s.plat.use.has(mOverlay) {
 		skipOrFail(t, "overlay mechanism unavailable: %s", s.plat.detail[mOverlay])
 	}
+	t.Run("spawner", func(t *testing.T) { overlaysKeepPromises(t, s) })
+	t.Run("own", func(t *testing.T) { overlaysKeepPromises(t, withOwnSpawner(t, s)) })
+}
+
+// overlaysKeepPromises is TestE_OverlaysKeepTheBindsPromises for the blocks of s.
+func overlaysKeepPromises(t *testing.T, s *Sandbox) {
 	o := mustRun(t, s, py(`
 import os, socket, subprocess, threading
 for label, path in (("tmp", "/tmp/own.sock"), ("workdir", os.getcwd() + "/own.sock")):

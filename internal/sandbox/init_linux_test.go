@@ -54,30 +54,22 @@ func TestInitGivesShellSignalSemantics(t *testing.T) {
 
 // TestTerminateReachesProgram: codellm's SIGTERM reaches the program under
 // the init (programProcess), which has no handler and dies of it; as PID 1
-// the program ignored it. A pre-started helper's block gets it too.
+// the program ignored it.
 func TestTerminateReachesProgram(t *testing.T) {
 	s := nativeSandbox(t)
 	for _, tc := range []struct {
 		name string
 		sb   *Sandbox
 		want syscall.Signal
-	}{{"init", s, syscall.SIGTERM}, {"pid1", withProgramAsPID1(s), syscall.SIGKILL}, {"prestarted", nil, syscall.SIGTERM}} {
+	}{{"init", s, syscall.SIGTERM}, {"pid1", withProgramAsPID1(s), syscall.SIGKILL}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var r *Run
-			var pooled *idleHelper
-			if tc.sb == nil {
-				r, pooled = pooledRun(t, prestartSandbox(t))
-			} else {
-				var err error
-				if r, err = tc.sb.NewRun(nil); err != nil {
-					t.Fatal(err)
-				}
+			r, err := tc.sb.NewRun(nil)
+			if err != nil {
+				t.Fatal(err)
 			}
 			defer r.Close()
-			if res, pid := terminateBlock(t, r); res.Signal != tc.want {
+			if res, _ := terminateBlock(t, r); res.Signal != tc.want {
 				t.Fatalf("got %+v, want signal %v", res, tc.want)
-			} else if pooled != nil && pid != pooled.osp.Pid {
-				t.Fatalf("block pid %d, the pre-started helper was %d: not used", pid, pooled.osp.Pid)
 			}
 		})
 	}
@@ -254,45 +246,35 @@ func startUp(t *testing.T, r *Run, script string) *Process {
 }
 
 // Every thread of a block's init is as confined as the one that started the program: no capabilities,
-// no_new_privs, seccomp, whether the helper was started cold or ahead of need. Before the lockdown ran on
-// every thread (hook.onThreads), five of the init's seven threads kept CAP_SYS_ADMIN and CAP_SETPCAP of
-// the block's user namespace. A cgo build of this test cannot confine the other threads (no
-// AllThreadsSyscall); `make test` builds without cgo, as the release binary is.
+// no_new_privs, seccomp. Before the lockdown ran on every thread (hook.onThreads), five of a Go helper's
+// init's seven threads kept CAP_SYS_ADMIN and CAP_SETPCAP of the block's user namespace. A cgo build of
+// this test cannot confine the other threads (no AllThreadsSyscall); `make test` builds without cgo, as
+// the release binary is.
 func TestInitThreadsAreConfined(t *testing.T) {
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_GETPID, 0, 0, 0); e == syscall.ENOTSUP {
 		skipOrFail(t, "a cgo build: the helper cannot confine its other threads (build with CGO_ENABLED=0)")
 	}
-	for _, pooled := range []bool{false, true} {
-		var r *Run
-		if pooled {
-			r, _ = pooledRun(t, prestartSandbox(t))
-		} else {
-			var err error
-			if r, err = nativeSandbox(t).NewRun(nil); err != nil {
-				t.Fatal(err)
+	r, err := nativeSandbox(t).NewRun(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p := startSleeper(t, r)
+	defer p.Wait()
+	defer p.Kill()
+	task := "/proc/" + strconv.Itoa(p.Pid()) + "/task"
+	ents, err := os.ReadDir(task)
+	// The raw helper has no runtime and so one thread; a Go helper's init has its runtime's too.
+	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/comm")
+	if raw := string(comm) == "codellm-raw\n"; err != nil || len(ents) < 1 || !raw && len(ents) < 2 {
+		t.Fatalf("the init's threads (%q): %v %v", comm, ents, err)
+	}
+	for _, e := range ents {
+		b, _ := os.ReadFile(task + "/" + e.Name() + "/status")
+		for _, want := range []string{"CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+			if !strings.Contains(string(b), want+"\n") {
+				t.Errorf("init thread %s lacks %q", e.Name(), want)
 			}
 		}
-		p := startSleeper(t, r)
-		task := "/proc/" + strconv.Itoa(p.Pid()) + "/task"
-		ents, err := os.ReadDir(task)
-		// The raw helper has no runtime and so one thread; a Go helper's init has its runtime's too.
-		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/comm")
-		if raw := string(comm) == "codellm-raw\n"; err != nil || len(ents) < 1 || !raw && len(ents) < 2 {
-			p.Kill()
-			p.Wait()
-			r.Close()
-			t.Fatalf("the init's threads (%q): %v %v", comm, ents, err)
-		}
-		for _, e := range ents {
-			b, _ := os.ReadFile(task + "/" + e.Name() + "/status")
-			for _, want := range []string{"CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
-				if !strings.Contains(string(b), want+"\n") {
-					t.Errorf("pre-started=%v: init thread %s lacks %q", pooled, e.Name(), want)
-				}
-			}
-		}
-		p.Kill()
-		p.Wait()
-		r.Close()
 	}
 }

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"slices"
@@ -27,18 +26,8 @@ func TestMountAtHidesHostPath(t *testing.T) {
 			}
 			defer r.Close()
 			in := r.Workdir(dir, mountAt)
-			var out bytes.Buffer
-			outR, outW, _ := os.Pipe()
-			p, err := r.Start(Spec{Path: "/usr/bin/python3", Args: []string{"python3", in + "/main.py"},
-				Env: append(stdEnv(in), "PWD="+in), Dir: dir, MountAt: mountAt, Persist: persist, Stdout: outW, Stderr: outW})
-			outW.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out.ReadFrom(outR)
-			outR.Close()
-			p.Wait()
-			return out.String()
+			return startOutput(t, r, Spec{Path: "/usr/bin/python3", Args: []string{"python3", in + "/main.py"},
+				Env: append(stdEnv(in), "PWD="+in), Dir: dir, MountAt: mountAt, Persist: persist})
 		}
 		got := run("/mnt/data")
 		if !strings.HasPrefix(got, "/mnt/data\n/mnt/data\n") || !strings.Contains(got, `File "/mnt/data/main.py"`) {

@@ -119,6 +119,13 @@ func landlockPlan(sp *hook.Spec, abi int, rootFS bool) {
 	add(llsys.AccessFSReadDir, false, "/")
 }
 
+// hostMountsBelowRoot are the host mounts below the directories a block's
+// root mirrors (the shared dir is codellm's own: a mount below it fails its
+// overlay, fail closed).
+func hostMountsBelowRoot() []string {
+	return hostMounts.below(append(append([]string(nil), mount.SystemDirs...), "/etc"))
+}
+
 // rootContents fills in what the helper writes and binds into the new root.
 func rootContents(sp *hook.Spec) {
 	sp.SystemDirs = mount.SystemDirs
@@ -128,8 +135,7 @@ func rootContents(sp *hook.Spec) {
 	}
 	sp.DevNodes = mount.DevNodes
 	if sp.Mech&hook.MOverlay != 0 {
-		// The shared dir is codellm's own: a mount below it fails its overlay (fail closed).
-		sp.HostMounts = hostMounts.below(append(append([]string(nil), mount.SystemDirs...), "/etc"))
+		sp.HostMounts = hostMountsBelowRoot()
 		if sp.ProbeOnly {
 			sp.ProbeSocket = hook.ProbeSocketName // trialSpawn listens on it
 		}

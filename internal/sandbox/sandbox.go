@@ -144,12 +144,6 @@ type Config struct {
 	// documentation). Only for benchmarks and differential tests: the
 	// program then ignores its own kill -9 and every SIGTERM.
 	ProgramAsPID1 bool
-	// PrestartHelpers keeps the first block's helper of each pooled run
-	// group started ahead of need (cloned into its fresh namespaces, Go
-	// runtime started, inside its block cgroup, waiting for the block), so a
-	// request does not wait for that. Each is used for one block only; see
-	// Sandbox.Close. Off by default; `codellm serve` turns it on.
-	PrestartHelpers bool
 	// GoHelper gives every block the Go helper (a re-exec of this binary).
 	// By default a block the raw helper serves gets that instead: a fork of
 	// the spawner that runs the same confinement as precompiled system calls

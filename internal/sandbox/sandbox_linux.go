@@ -48,6 +48,7 @@ type platform struct {
 	removals *sync.WaitGroup
 	pool     *groupPool // run groups made ahead of need; nil without cgroups
 	spawner  *helperSpawner
+	clock    *groupClock // cgroups made and removed (SerialStats)
 	// fallback: the first block that got the Go helper although it was a
 	// raw candidate has been logged (noteFallback).
 	fallback *sync.Once
@@ -66,12 +67,8 @@ type platform struct {
 }
 
 type runPlatform struct {
-	group  *cgroup.Group // the run's cgroup; nil without cgroups
-	block1 *cgroup.Group // first block's group when group came from the pool
-	use    mechSet       // mechanisms for the run's blocks, fixed at NewRun
-	// helper is the idle helper that came with a pooled group (inside
-	// block1), for the first block; taken once (Swap), or discarded by release.
-	helper atomic.Pointer[idleHelper]
+	group *cgroup.Group // the run's cgroup; nil without cgroups
+	use   mechSet       // mechanisms for the run's blocks, fixed at NewRun
 }
 
 type procPlatform struct {
@@ -100,12 +97,12 @@ type procPlatform struct {
 // it is killed outright, files and all; ending and reaping a namespace takes milliseconds.
 const holdKillGrace = 2 * time.Second
 
-// setHold makes the block's init hold its namespace for spec.Collect (Start has checked the run can).
+// setHold prepares the collect of a block whose init holds its namespace
+// (hook.Spec.Hold, for spec.Collect: Start has checked the run can).
 func (pp *procPlatform) setHold(spec *Spec, hs *hook.Spec, pid int) {
-	if spec.Collect == nil || !hs.Init {
+	if !hs.Hold {
 		return
 	}
-	hs.Hold = true
 	pp.collect, pp.collectAt = spec.Collect, "/proc/"+strconv.Itoa(pid)+"/root"+hs.Dir
 }
 
@@ -118,6 +115,7 @@ func (s *Sandbox) init() error {
 	p.fallback = &sync.Once{}
 	p.pool = &groupPool{}
 	p.spawner = &helperSpawner{}
+	p.clock = &groupClock{}
 	p.detail = map[mechSet]string{}
 	p.version = map[mechSet]string{}
 	var err error
@@ -143,9 +141,6 @@ func (s *Sandbox) init() error {
 	// After the trial spawn, which decides whether blocks get overlays.
 	p.spawner.setOverlay(s.spawnerOverlay(), s.log)
 	s.report = s.buildReport()
-	if p.cg != nil && s.prestartable() {
-		s.startRefill() // the first request finds its helper waiting
-	}
 	return nil
 }
 
@@ -484,7 +479,7 @@ func (r *Run) init() error {
 		// group still lets Kill and Wait reach daemonised descendants that
 		// left the process group (contract §5.2 item 5).
 		if p.cg != nil {
-			if g, err := p.cg.NewGroup(r.id, cgroup.Limits{}); err == nil {
+			if g, err := p.newGroup(r.id, cgroup.Limits{}); err == nil {
 				r.plat.group = g
 			}
 		}
@@ -496,13 +491,10 @@ func (r *Run) init() error {
 	}
 	lim := cgroup.Limits{Memory: r.lim.Memory, Pids: r.lim.Pids}
 	if pg, ok := s.takeGroup(lim); ok {
-		r.id, r.plat.group, r.plat.block1 = pg.name, pg.run, pg.block1
-		if pg.helper != nil {
-			r.plat.helper.Store(pg.helper)
-		}
+		r.id, r.plat.group = pg.name, pg.run
 		return nil
 	}
-	g, err := p.cg.NewGroup(r.id, lim)
+	g, err := p.newGroup(r.id, lim)
 	if err != nil {
 		if s.cfg.Mode == ModeNative {
 			return &UnavailableError{Mechanism: MechCgroup, Reason: "create run cgroup: " + err.Error(), Fix: mechFix(mCgroup)}
@@ -539,9 +531,6 @@ func (r *Run) killAll() {
 // Anything still inside is killed and waited for here, and a failure is
 // Close's error.
 func (r *Run) release() error {
-	if h := r.plat.helper.Swap(nil); h != nil {
-		h.discard() // the run never started a block
-	}
 	g := r.plat.group
 	if g == nil {
 		return nil
@@ -550,7 +539,7 @@ func (r *Run) release() error {
 		r.sb.removeLater(g)
 		return nil
 	}
-	if err := g.Remove(); err != nil {
+	if err := r.sb.plat.removeGroup(g); err != nil {
 		return fmt.Errorf("sandbox: remove run cgroup: %w", err)
 	}
 	return nil
@@ -580,7 +569,7 @@ func (s *Sandbox) removeLater(g *cgroup.Group) {
 	s.plat.removals.Add(1)
 	go func() {
 		defer s.plat.removals.Done()
-		if err := g.Remove(); err != nil {
+		if err := s.plat.removeGroup(g); err != nil {
 			s.log.Warn("sandbox: removing a closed run's cgroup failed", "group", g.Path(), "err", err)
 		}
 	}()
@@ -622,15 +611,10 @@ func (r *Run) start(spec *Spec, seq int, one bool) (*Process, error) {
 	}
 	var child *cgroup.Group
 	name := "block-" + strconv.Itoa(seq)
-	if one && use.has(mCgroup) && r.plat.group != nil && r.plat.block1 == nil {
+	if one && use.has(mCgroup) && r.plat.group != nil {
 		child = r.plat.group // the run holds this block only: its group is the block's
-	} else if b1 := r.plat.block1; use.has(mCgroup) && seq == 1 && b1 != nil && (use.has(mPIDNS) || !b1.Accounting()) {
-		child = b1 // made ahead with the pooled run group
 	} else if use.has(mCgroup) && r.plat.group != nil {
-		if seq == 1 && r.plat.block1 != nil {
-			name += "-own" // the pooled one only measures; this block's group must also freeze
-		}
-		c, err := blockGroup(r.plat.group, name, use)
+		c, err := p.newBlockGroup(r.plat.group, name, use)
 		if err != nil {
 			if s.cfg.Mode == ModeNative {
 				return nil, &UnavailableError{Mechanism: MechCgroup, Reason: "create block cgroup: " + err.Error(), Fix: mechFix(mCgroup)}

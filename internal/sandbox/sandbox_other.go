@@ -56,6 +56,9 @@ func (s *Sandbox) Settle() {}
 // take off the caller's path.
 func (r *Run) CloseLater() { _ = r.Close() }
 
+// SerialStats: nothing is shared between blocks without Linux.
+func (s *Sandbox) SerialStats() SerialStats { return SerialStats{} }
+
 // Close: nothing is made ahead of need without Linux.
 func (s *Sandbox) Close() error { return nil }
 

@@ -16,8 +16,7 @@ import (
 
 // cloneSpec is everything a helper's clone depends on: its namespaces, the
 // host identity its uid maps point at, and the capabilities it keeps into
-// its setup. A pre-started helper serves a block only when the block's
-// cloneSpec is the one it was cloned with.
+// its setup.
 type cloneSpec struct {
 	use      mechSet
 	uid, gid int
@@ -28,23 +27,20 @@ type cloneSpec struct {
 	outside bool
 }
 
-// errDiedWaiting is a pre-started helper found dead at its hand-over; the
-// block then gets a helper started for it.
-var errDiedWaiting = errors.New("sandbox: pre-started helper died while it waited")
-
-// launched is a helper that exists and waits for its spec: deliver sends
-// it (and, to a pre-started helper, the block's descriptors first).
+// launched is a helper that exists and waits for its spec: deliver sends it.
 type launched struct {
 	osp     *os.Process
 	statR   *os.File
 	start   time.Time
 	joined  bool // already inside the block's cgroup
-	pooled  bool // pre-started (idleHelper)
 	raw     bool // the raw helper (rawStart): its spec is compiled in already
 	deliver func(spec []byte) error
 	// overlaid: the host directories its namespace has overlaid in place
 	// already (startHelper), for its spec.
 	overlaid []string
+	// netParent: with egress, the server's end of the socket the helper
+	// sends its listener on (closed by finishStart).
+	netParent *os.File
 }
 
 // overlaidRoot reports whether a block with mechanisms use shows host
@@ -53,10 +49,9 @@ type launched struct {
 func overlaidRoot(use mechSet) bool { return use.has(mRootFS | mOverlay) }
 
 // spawnIn starts the helper with the mechanisms in use, inside cgroup
-// child when given: the run's pre-started helper when it matches the block
-// (prestart_linux.go), else a fresh clone. Either way the helper has fresh
-// namespaces, sits inside child before it reads its spec, and serves this
-// block only.
+// child when given: the raw helper when it serves the block, else the Go
+// helper. Either way the helper has fresh namespaces, sits inside child
+// before it reads its spec, and serves this block only.
 func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) (*Process, error) {
 	Trace("s.spawn")
 	s := r.sb
@@ -83,44 +78,47 @@ func (r *Run) spawnIn(spec *Spec, use mechSet, probe bool, child *cgroup.Group) 
 		return nil, err
 	}
 	defer bf.close()
-	var hl *launched
-	if ih := r.plat.helper.Swap(nil); ih != nil {
-		if ih.cl == cl && ih.group == child && ih.fits(hs, r.sb.cfg.Limits.TmpSize) {
-			if hl, err = ih.launch(bf); err != nil {
-				// The block still runs, in a helper started for it below; the lost pre-start is logged.
-				s.log.Warn("sandbox: a pre-started helper could not take its block's descriptors; starting another", "err", err)
-			}
-		}
-		if hl == nil {
-			ih.discard() // cloned for another kind of block, or died waiting: never used
-		}
-	}
-	if hl != nil {
-		proc, err := r.finishStart(spec, hs, hl, cl, child, nil)
-		if err != errDiedWaiting {
+	if r.rawCandidate(spec, cl, hs) {
+		if proc, ok, err := r.startRaw(spec, hs, cl, bf, child); ok {
 			return proc, err
 		}
 	}
-	if r.rawCandidate(spec, cl, hs) {
-		hl, ok, err := r.rawStart(cl, bf, hs, child)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return r.finishStart(spec, hs, hl, cl, child, nil)
-		}
-	}
-	hl, netParent, err := r.coldStart(cl, bf, child)
+	hl, err := r.coldStart(cl, bf, child)
 	if err != nil {
 		return nil, err
 	}
-	defer closeIfSet(netParent)
-	return r.finishStart(spec, hs, hl, cl, child, netParent)
+	return r.finishStart(spec, hs, hl, cl, child)
+}
+
+// startRaw starts the block on the raw helper; ok false means the Go helper
+// serves it. The raw helper's root follows the server's mount table, read at
+// most once a second: an overlay the kernel refuses because a host mount
+// appeared below its directory since (staleMountsError) is built once more,
+// from a fresh read, before the block is refused. Nothing of the block ran.
+func (r *Run) startRaw(spec *Spec, hs *hook.Spec, cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*Process, bool, error) {
+	for try := 0; ; try++ {
+		hl, ok, err := r.rawStart(cl, bf, hs, child)
+		if err != nil || !ok {
+			return nil, ok, err
+		}
+		proc, err := r.finishStart(spec, hs, hl, cl, child)
+		var stale *staleMountsError
+		if errors.As(err, &stale) {
+			if try == 0 {
+				hostMounts.refresh()
+				hs.HostMounts = hostMountsBelowRoot()
+				continue
+			}
+			err = stale.err
+		}
+		return proc, true, err
+	}
 }
 
 // finishStart places a launched helper in its cgroup, hands it the spec and
 // waits until the program runs (or the helper says why it cannot).
-func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec, child *cgroup.Group, netParent *os.File) (*Process, error) {
+func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec, child *cgroup.Group) (*Process, error) {
+	defer closeIfSet(hl.netParent)
 	osp := hl.osp
 	keepStat := false
 	defer func() {
@@ -154,15 +152,14 @@ func (r *Run) finishStart(spec *Spec, hs *hook.Spec, hl *launched, cl cloneSpec,
 	if rerr != nil || len(msg) == 0 || msg[0] != hook.Started || len(msg) > 1 {
 		_ = osp.Kill()
 		st, _ := osp.Wait()
-		if hl.pooled && rerr == nil && len(msg) == 0 && st != nil && !st.Exited() {
-			// Killed before it said a word (the descriptors reached a
-			// helper that was already dying): nothing of the block ran.
-			return nil, errDiedWaiting
+		err := helperFailure(msg, rerr, st)
+		if hl.raw && overlayRefused(msg) {
+			err = &staleMountsError{err}
 		}
-		return nil, helperFailure(msg, rerr, st)
+		return nil, err
 	}
-	if netParent != nil {
-		ln, err := receiveListener(netParent)
+	if hl.netParent != nil {
+		ln, err := receiveListener(hl.netParent)
 		if err != nil {
 			killWait(osp)
 			return nil, &UnavailableError{Mechanism: MechNetNS, Reason: err.Error(), Fix: mechFix(mNetNS)}
@@ -205,6 +202,8 @@ func (r *Run) helperSpec(spec *Spec, use mechSet, probe bool) (*hook.Spec, error
 		OpenFiles: int64(r.lim.OpenFiles), ProbeOnly: probe, CapLastCap: capLastCap(), Shared: s.cfg.Shared,
 		Init: use.has(mPIDNS) && !s.cfg.ProgramAsPID1, Mech: uint32(use),
 	}
+	// The init holds the namespace once the program is over, for the collect.
+	hs.Hold = spec.Collect != nil && hs.Init && !probe
 	if r.lim.CPUTime > 0 {
 		hs.CPUSeconds = uint64((r.lim.CPUTime + time.Second - 1) / time.Second)
 	}
@@ -330,30 +329,29 @@ func helperAttr(cl cloneSpec, euid int, child *cgroup.Group) *syscall.SysProcAtt
 }
 
 // coldStart clones a helper for this block now, with its descriptors in
-// place and a pipe for its spec. With egress it also returns the server's
-// end of the socket the helper sends its listener on.
-func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*launched, *os.File, error) {
-	var netParent *os.File
+// place and a pipe for its spec (and with egress, the socket it sends its
+// listener on).
+func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*launched, error) {
+	netParent, netChild, err := egressFiles(cl)
+	if err != nil {
+		return nil, err
+	}
+	defer closeIfSet(netChild)
 	var extra []*os.File
-	if cl.egress {
-		np, netChild, err := egressPair()
-		if err != nil {
-			return nil, nil, err
-		}
-		defer netChild.Close()
-		netParent, extra = np, []*os.File{netChild}
+	if netChild != nil {
+		extra = []*os.File{netChild}
 	}
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		closeIfSet(netParent)
-		return nil, nil, fmt.Errorf("sandbox: spec pipe: %w", err)
+		return nil, fmt.Errorf("sandbox: spec pipe: %w", err)
 	}
 	statR, statW, err := os.Pipe()
 	if err != nil {
 		specR.Close()
 		specW.Close()
 		closeIfSet(netParent)
-		return nil, nil, fmt.Errorf("sandbox: status pipe: %w", err)
+		return nil, fmt.Errorf("sandbox: status pipe: %w", err)
 	}
 	attr := helperAttr(cl, r.sb.plat.euid, child)
 	start := time.Now()
@@ -364,14 +362,24 @@ func (r *Run) coldStart(cl cloneSpec, bf *blockFiles, child *cgroup.Group) (*lau
 		specW.Close()
 		statR.Close()
 		closeIfSet(netParent)
-		return nil, nil, startError(cl.use, inside, err)
+		return nil, startError(cl.use, inside, err)
 	}
 	deliver := func(b []byte) error {
 		defer specW.Close()
 		_, err := specW.Write(b)
 		return err
 	}
-	return &launched{osp: osp, statR: statR, start: start, joined: inside, deliver: deliver, overlaid: overlaid}, netParent, nil
+	return &launched{osp: osp, statR: statR, start: start, joined: inside, deliver: deliver, overlaid: overlaid,
+		netParent: netParent}, nil
+}
+
+// egressFiles is the socket pair a block with egress sends its listener on
+// (both nil without egress).
+func egressFiles(cl cloneSpec) (parent, child *os.File, err error) {
+	if !cl.egress {
+		return nil, nil, nil
+	}
+	return egressPair()
 }
 
 func closeIfSet(f *os.File) {

@@ -97,16 +97,18 @@ func TestSpawnerOverlaysAreReplaced(t *testing.T) {
 	overlayDevs(t, s)
 	h := s.plat.spawner
 	h.mu.Lock()
-	old := h.sp.PID()
-	h.born = time.Now().Add(-overlayMaxAge)
+	if len(h.all) != 1 {
+		h.mu.Unlock()
+		t.Fatalf("%d spawners after one block, want 1", len(h.all))
+	}
+	old := h.all[0].sp.PID()
+	h.all[0].born = time.Now().Add(-overlayMaxAge)
 	h.mu.Unlock()
 	overlayDevs(t, s) // served by the old spawner while it asks for the new one
 	h.replaced.Wait()
-	h.mu.Lock()
-	now := h.sp.PID()
-	h.mu.Unlock()
-	if now == old || now == 0 {
-		t.Fatalf("spawner %d not replaced (now %d)", old, now)
+	now := h.pids()
+	if len(now) != 1 || now[0] == old {
+		t.Fatalf("spawner %d not replaced (now %v)", old, now)
 	}
 	overlayDevs(t, s)
 	if err := syscall.Kill(old, 0); err == nil {

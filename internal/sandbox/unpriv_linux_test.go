@@ -53,9 +53,14 @@ func unprivilegedChild(t *testing.T) {
 			}
 		}
 	}
-	o := mustRun(t, be, sh("id -u; hostname; touch /etc/x 2>/dev/null || echo ro; cat /etc/shadow 2>/dev/null || echo noshadow")...)
-	if got := strings.Fields(o.Stdout); strings.Join(got, " ") != "1000 codellm ro noshadow" {
-		t.Fatalf("unprivileged probe: %+v", o)
+	o := mustRun(t, be, sh("id -u; hostname; touch /etc/x 2>/dev/null || echo ro; cat /etc/shadow 2>/dev/null || echo noshadow; cat /proc/1/comm")...)
+	want := "1000 codellm ro noshadow codellm-raw"
+	fields := strings.Fields(o.Stdout)
+	if goHelperForTests && len(fields) == 5 {
+		want = "1000 codellm ro noshadow " + fields[4] // the Go helper, exec'd as /proc/self/fd/N
+	}
+	if strings.Join(fields, " ") != want {
+		t.Fatalf("unprivileged probe: %+v, want %q (the raw helper serves an unprivileged codellm's blocks too)", o, want)
 	}
 	// Persist: a bind by path, done by the helper itself.
 	dir := workdir(t, map[string]string{"in": "x"})

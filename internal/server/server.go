@@ -141,6 +141,7 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	s.eng = engine.New(ecfg, s.sandboxReady)
 	// Workdirs (code and delivery bags) a crashed server left behind are removed before serving.
 	s.eng.SweepStale(s.log)
+	registerSerial(s.metrics, sb)
 	s.chat = chat.New(chat.Config{Engine: s.eng, Metrics: s.metrics, Logger: s.log, DebugExtension: cfg.DebugExtension,
 		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, Fallback: s.publishPosture()})
 	s.responses = responses.New(responses.Config{Chat: s.chat, Store: responses.NewStore(cfg.Responses),
@@ -457,4 +458,17 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request, rl *reqLog, de
 		return
 	}
 	s.chat.Converse(w, r, &rl.Facts, decode)
+}
+
+// registerSerial exports the sandbox's serial resources (codellm_sandbox_serial_*), when there is a sandbox.
+func registerSerial(m *metrics.Service, sb *sandbox.Sandbox) {
+	if sb == nil {
+		return
+	}
+	m.RegisterSerial(func() metrics.Serial {
+		st := sb.SerialStats()
+		return metrics.Serial{Spawners: st.Spawners, SpawnerRequests: st.SpawnerRequests, SpawnerHeld: st.SpawnerHeld,
+			SpawnerBusy: st.SpawnerBusy, SpawnerWait: st.SpawnerWait, GroupsMade: st.GroupsMade, GroupMake: st.GroupMake,
+			GroupsRemoved: st.GroupsRemoved, GroupRemove: st.GroupRemove}
+	})
 }

@@ -38,7 +38,7 @@ func setupDeterminism(sp *Spec) error {
 	if err := seededRandom(sp.Determ); err != nil {
 		return err
 	}
-	if err := installSeccomp(getrandomENOSYS(), sp.Init); err != nil {
+	if err := installSeccomp(GetrandomENOSYS(), sp.Init); err != nil {
 		return wrap("deterministic mode: getrandom filter", err)
 	}
 	const addrNoRandomize = 0x0040000
@@ -214,10 +214,10 @@ func feed(fd int, st *[16]uint32, buf *[feedChunk]byte) {
 	}
 }
 
-// getrandomENOSYS is a classic-BPF filter: getrandom → ENOSYS, all else
+// GetrandomENOSYS is a classic-BPF filter: getrandom → ENOSYS, all else
 // allowed (the main filter, stacked with it, still decides the rest; the
 // stricter action wins, and non-native ABIs are killed there).
-func getrandomENOSYS() []byte {
+func GetrandomENOSYS() []byte {
 	const (
 		ldAbsW  = 0x20 // BPF_LD|BPF_W|BPF_ABS
 		jeqK    = 0x15 // BPF_JMP|BPF_JEQ|BPF_K

@@ -107,17 +107,6 @@ func readSpec() *Spec {
 	if e := prctl(syscall.PR_SET_DUMPABLE, 0); e != nil {
 		fail(MHelper, "set non-dumpable: ", e)
 	}
-	if pooled() {
-		// Started ahead of need: the block-independent part of the root
-		// first, then everything of the block.
-		if err := prebuild(); err != nil {
-			fail(rootFailure(err), err.Error())
-		}
-		if err := receiveStdio(); err != nil {
-			fail(MHelper, err.Error())
-		}
-		Trace("h.stdio")
-	}
 	raw, err := readAll(SpecFD, maxSpec)
 	if err != nil {
 		fail(MHelper, "read spec from the server: ", err)
@@ -149,14 +138,7 @@ func buildWorld(sp *Spec) {
 		}
 	}
 	if has(MRootFS) {
-		var err error
-		if prepared != nil {
-			err = finishRoot(prepared, sp, true)
-			prepared.trees.close()
-		} else {
-			err = setupRoot(sp)
-		}
-		if err != nil {
+		if err := setupRoot(sp); err != nil {
 			fail(rootFailure(err), err.Error())
 		}
 	}

@@ -19,111 +19,59 @@ const ErrWorkdirTooLargeText = "workdir does not fit in the private tmpfs"
 // root can cover their paths), then the host's read-only parts, then the
 // block's private filesystems, then the switch.
 func setupRoot(sp *Spec) error {
-	pr, err := prepareRoot(sp)
-	defer pr.trees.close()
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return wrap("build root filesystem: make / private", err)
+	}
+	tr, err := takeTrees(sp)
+	defer tr.close()
 	if err != nil {
 		return err
 	}
-	return finishRoot(pr, sp, false)
+	if err := buildStaging(sp, tr); err != nil {
+		return err
+	}
+	if err := setupWorkdir(sp.Staging, sp, tr.dir); err != nil {
+		return err
+	}
+	return pivot(sp.Staging)
 }
 
-// preparedRoot is a root built up to the parts of one block (prepareRoot).
-type preparedRoot struct {
-	r       string // where the root is mounted; "" once entered
-	trees   *trees
-	entered bool // the helper runs inside it already (enterPrepared)
-}
-
-// prepareRoot builds what is the same for every block of a Sandbox: the
-// staging root with the host's read-only parts, the shared dir, /dev,
-// /proc and /tmp. A pre-started helper runs it before its block exists
-// (prebuild), from a spec the server made for that purpose.
-func prepareRoot(sp *Spec) (*preparedRoot, error) {
-	pr := &preparedRoot{r: sp.Staging, trees: &trees{}}
-	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		return pr, wrap("build root filesystem: make / private", err)
-	}
-	tr, err := takeTrees(sp)
-	pr.trees = tr
-	if err != nil {
-		return pr, err
-	}
+// buildStaging builds everything of the root but the workdir at
+// sp.Staging: the host's read-only parts, the shared dir, /dev, /proc and
+// /tmp.
+func buildStaging(sp *Spec, tr *trees) error {
 	// Before the staging root covers their paths (the shared dir may be below it).
 	st := &sysTree{overlay: sp.Mech&MOverlay != 0, mounts: sp.HostMounts}
 	if st.overlay {
 		if err := st.takeOverlaid(sp.Overlaid); err != nil {
-			return pr, err
+			return err
 		}
 	}
 	r := sp.Staging
 	if err := mountStaging(r); err != nil {
-		return pr, err
+		return err
 	}
 	if st.overlay && sp.ProbeSocket != "" {
 		if err := probeSocket(r, sp.ProbeSocket, tr.probe); err != nil {
-			return pr, err
+			return err
 		}
 	}
 	if err := hostParts(r, sp, st); err != nil {
-		return pr, err
+		return err
 	}
 	if err := setupShared(r, st, tr.shared, sp.Shared); err != nil {
-		return pr, err
+		return err
 	}
 	if err := setupDev(r, sp); err != nil {
-		return pr, err
+		return err
 	}
 	if err := setupProc(r); err != nil {
-		return pr, err
+		return err
 	}
 	if err := mkdir(r+"/tmp", 0o1777); err != nil {
-		return pr, err
-	}
-	if err := mountTmpfs(r+"/tmp", sp.TmpSize, "1777"); err != nil {
-		return pr, wrap("build root filesystem: mount /tmp", err)
-	}
-	return pr, nil
-}
-
-// finishRoot adds the block's own parts to a prepared root — its workdir
-// and, when the root was prepared before the block existed (prebuilt), its
-// /etc/passwd, whose home directory is the workdir — and switches to it
-// read-only. A root the helper entered ahead (enterPrepared) is only made
-// read-only: nothing of the block is unmounted on its path.
-func finishRoot(pr *preparedRoot, sp *Spec, prebuilt bool) error {
-	if prebuilt {
-		_ = syscall.Unlink(pr.r + "/etc/passwd")
-		if err := writeFile(pr.r+"/etc/passwd", sp.Passwd, 0o644); err != nil {
-			return wrap("build root filesystem: write /etc/passwd", err)
-		}
-	}
-	if err := setupWorkdir(pr.r, sp, pr.trees.dir); err != nil {
 		return err
 	}
-	if pr.entered {
-		if err := remountRootRO("/"); err != nil {
-			return err
-		}
-		return wrap("build root filesystem: chdir /", syscall.Chdir("/"))
-	}
-	return pivot(pr.r)
-}
-
-// enterPrepared switches a pre-started helper into its prepared root
-// before its block exists, the root still writable. Detaching the old root
-// is the costly step of the switch: the kernel waits for an RCU grace
-// period before it lets go of the detached mounts (namespace_unlock), from
-// a tenth of a millisecond to several on a busy 2-core VM, on the block's
-// path when the switch waited for the block. Nothing the block adds needs
-// the old root: its workdir and descriptors arrive by descriptor, and a
-// block whose workdir must be opened by host path gets a helper of its own
-// (sandbox's idleHelper.fits).
-func enterPrepared(pr *preparedRoot) error {
-	if err := switchRoot(pr.r); err != nil {
-		return err
-	}
-	pr.r, pr.entered = "", true // the root's paths are absolute from now on
-	return nil
+	return wrap("build root filesystem: mount /tmp", mountTmpfs(r+"/tmp", sp.TmpSize, "1777"))
 }
 
 // trees are the host directories opened before the staging root covers

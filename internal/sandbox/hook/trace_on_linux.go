@@ -8,7 +8,7 @@ import (
 )
 
 // Trace writes "T <label> <CLOCK_MONOTONIC ns>" to descriptor 2, the block's
-// stderr once a pre-started helper has its descriptors: the only way out of
+// stderr: the only way out of
 // the sandbox that needs nothing of it, and the reply carries it to the
 // client, which matches it with the server's points (sandbox.Trace). Only a
 // `-tags codellm_trace` build has it, for bench's trace row: it changes

@@ -36,6 +36,9 @@ type Landlock struct {
 	ABI                           int
 	HandledFS, HandledNet, Scoped uint64
 	Rules                         []LandlockRule
+	// ConnectTCP are the TCP ports connect(2) may reach (with HandledNet's
+	// connect right: every other port is denied).
+	ConnectTCP []uint16
 }
 
 // LandlockRule grants Access beneath Path; an Optional path that does not
@@ -127,6 +130,10 @@ func (p *Prog) addSeccomp(prog []byte) {
 	p.Call("seccomp(SECCOMP_SET_MODE_FILTER)", unix.SYS_SECCOMP, Val(seccompSetModeFilter), Val(0), Val(p.Buf(fprog)))
 }
 
+// landlockRuleNetPort is LANDLOCK_RULE_NET_PORT (x/sys/unix names only the
+// path rule).
+const landlockRuleNetPort = 2
+
 // addLandlock builds the ruleset and restricts the child with it. Each
 // rule's O_PATH descriptor goes into its struct landlock_path_beneath_attr
 // (packed: u64 allowed_access, s32 parent_fd) by a store step, and is
@@ -162,6 +169,13 @@ func (p *Prog) addLandlock(l *Landlock) {
 		} else {
 			rule()
 		}
+	}
+	for _, port := range l.ConnectTCP {
+		na := make([]byte, 16) // struct landlock_net_port_attr {u64 allowed_access; u64 port}
+		binary.NativeEndian.PutUint64(na[0:], unix.LANDLOCK_ACCESS_NET_CONNECT_TCP)
+		binary.NativeEndian.PutUint64(na[8:], uint64(port))
+		p.Call("landlock: build ruleset: allow connect to port "+strconv.Itoa(int(port)), unix.SYS_LANDLOCK_ADD_RULE, rs.Arg(),
+			Val(landlockRuleNetPort), Val(p.Buf(na)), Val(0))
 	}
 	p.Call("landlock: restrict self", unix.SYS_LANDLOCK_RESTRICT_SELF, rs.Arg(), Val(0))
 	p.Call("landlock: close the ruleset", syscall.SYS_CLOSE, rs.Arg())

@@ -55,6 +55,7 @@ type idleFrame struct {
 	tp       uintptr  // its thread pointer (adviseOutside)
 	marked   bool     // nofork and wipe were marked whole for the fork
 	name     [16]byte // its name until it runs (PR_SET_NAME keeps 15 bytes)
+	unshare  uintptr  // Attr.IdleUnshare
 }
 
 // Idle is a child forked ahead of its program: in its namespaces, its maps
@@ -99,7 +100,7 @@ func Prefork(p *Prog, a Attr) (*Idle, error) {
 	d := &idleFrame{sock: uintptr(pair[1]), opsBase: &p.ops[:1][0], fr: p.fr, nchunks: uintptr(len(p.chunks))}
 	d.iov.Base = (*byte)(unsafe.Pointer(&d.hdr))
 	d.msg.Iov, d.msg.Control = &d.iov, &d.cmsg[0]
-	d.start.pdeath = uintptr(a.Pdeathsig)
+	d.start.pdeath, d.unshare = uintptr(a.Pdeathsig), a.IdleUnshare
 	if a.Name != "" {
 		copy(d.name[:len(d.name)-1], a.Name)
 		d.start.name = &d.name[0]
@@ -262,6 +263,11 @@ func forkIdle(d *idleFrame, flags uintptr) (uintptr, syscall.Errno) {
 //go:nocheckptr
 func idleMain(d *idleFrame) {
 	childStart(&d.start)
+	if d.unshare != 0 {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_UNSHARE, d.unshare, 0, 0); e != 0 {
+			exit(125)
+		}
+	}
 	// Nothing but the socket, at 0, until the block's descriptors arrive.
 	if _, _, e := syscall.RawSyscall(syscall.SYS_DUP3, d.sock, 0, 0); e != 0 {
 		exit(125)

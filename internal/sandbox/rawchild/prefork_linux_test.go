@@ -99,3 +99,49 @@ func TestPreforkedChildCloseAndStale(t *testing.T) {
 		t.Errorf("the closed idle child: %v %v, want it killed", ws, err)
 	}
 }
+
+// An idle child makes its IdleUnshare namespaces while it waits: before its
+// program arrives its network and UTS namespaces are no longer the caller's
+// (without IdleUnshare they are), and its program runs in them.
+func TestPreforkedChildUnsharesWhileIdle(t *testing.T) {
+	ours, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, unshare := range []uintptr{0, syscall.CLONE_NEWNET | syscall.CLONE_NEWUTS} {
+		p := &Prog{}
+		p.Call("a first program", syscall.SYS_GETPID)
+		warm(t, p)
+		a := preforkAttr(t)
+		a.IdleUnshare = unshare
+		idle, err := Prefork(p, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var idleNet string
+		for range 200 { // until it has unshared (or, without, at once)
+			if idleNet, _ = os.Readlink("/proc/" + strconv.Itoa(idle.PID) + "/ns/net"); idleNet != ours || unshare == 0 {
+				break
+			}
+			syscall.Nanosleep(&syscall.Timespec{Nsec: 5e6}, nil)
+		}
+		p.Reset()
+		p.Call("getpid", syscall.SYS_GETPID)
+		statR, statW := pipe(t)
+		outR, outW := pipe(t)
+		null, _ := os.Open(os.DevNull)
+		if err := idle.Run(p, sh("readlink /proc/self/ns/net"), "", []FD{null, outW, outW, statW}); err != nil {
+			t.Fatal(err)
+		}
+		null.Close()
+		statW.Close()
+		outW.Close()
+		out, _ := io.ReadAll(outR)
+		c := child{pid: idle.PID, status: statR}
+		c.records(t)
+		c.wait(t)
+		if moved := idleNet != ours; moved != (unshare != 0) || string(out) != idleNet+"\n" {
+			t.Errorf("IdleUnshare %#x: the idle child's network namespace %s (ours %s), its program's %q", unshare, idleNet, ours, out)
+		}
+	}
+}

@@ -75,6 +75,7 @@ type Prog struct {
 	err    error
 	fr     *frame   // the child's frame, made once (newFrame)
 	dirs   []string // directories the root's steps make so far (mkdirs)
+	ovTag  uint32   // the tag of a root's overlay mounts (Root.OverlayTag)
 }
 
 // chunkSize is the arena's unit; a larger request gets a chunk of its own.

@@ -3,6 +3,7 @@
 package rawchild
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -554,5 +555,38 @@ func TestProgramWithNULIsRefused(t *testing.T) {
 	}
 	if spare[2] != "" || spare[3] != "" {
 		t.Errorf("the check wrote into the caller's arguments: %q", spare)
+	}
+}
+
+// A Direct program is the child itself once the steps have run: PID 1 of
+// its own PID namespace (no init beside it), its status one Started byte and
+// the exec's end of file; a failed exec is reported after that byte. Without
+// Direct an init is PID 1 and the program is not.
+func TestDirectProgramIsTheChild(t *testing.T) {
+	flags := userPID(t)
+	for _, direct := range []bool{false, true} {
+		prog := sh("echo $$")
+		prog.Direct = direct
+		c := start(t, &Prog{}, prog, flags, nil)
+		out, _ := io.ReadAll(c.stdout)
+		status, _ := io.ReadAll(c.status)
+		ws := c.wait(t)
+		if got := strings.TrimSpace(string(out)) == "1"; got != direct || !ws.Exited() || ws.ExitStatus() != 0 {
+			t.Errorf("direct %v: the program printed %q as its PID (%v)", direct, out, ws)
+		}
+		if direct && string(status) != string([]byte{KindStarted}) {
+			t.Errorf("direct: status %q, want the Started byte alone", status)
+		}
+	}
+	prog := Program{Path: "/nonexistent-codellm", Args: []string{"x"}, Direct: true}
+	c := start(t, &Prog{}, prog, flags, nil)
+	status, _ := io.ReadAll(c.status)
+	c.wait(t)
+	if len(status) < 2 || status[0] != KindStarted {
+		t.Fatalf("failed direct exec: status %q", status)
+	}
+	rec, err := ReadRecord(bytes.NewReader(status[1:]))
+	if err != nil || rec.Err() == nil || rec.Err().Errno != syscall.ENOENT {
+		t.Errorf("failed direct exec: record %+v (%v), want ENOENT", rec, err)
 	}
 }

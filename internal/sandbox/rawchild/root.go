@@ -43,6 +43,14 @@ type Root struct {
 	ProcMasked []string
 	// Links are symbolic links made in the root (after the binds).
 	Links []Link
+	// OverlayTag, when set, tags the overlays' mounts instead of the tag
+	// in force (Prog.Tag): their failure is the overlay mechanism's.
+	OverlayTag uint32
+	// InPlace are host directories overlaid on themselves in the child's
+	// mount namespace before the binds (see Bind.Overlay), so that binds of
+	// their entries show the overlay's: one overlay for /etc instead of one
+	// per entry.
+	InPlace []string
 	// Work, when set, is the block's workdir, added after /tmp (it may be
 	// below it).
 	Work *Work
@@ -55,9 +63,13 @@ type Root struct {
 // inodes, mode 0700, holding a copy of Copy, read from the directory open
 // at FromFD in the child.
 type Work struct {
-	Dir      string
-	TreeFD   int
-	ReadOnly bool // TreeFD: attached read-only
+	Dir    string
+	TreeFD int
+	// TreePath, instead of TreeFD, is a host path whose mount is cloned
+	// (open_tree) by the child before the staging tmpfs covers anything:
+	// a workdir the server could not clone itself (it is not root).
+	TreePath string
+	ReadOnly bool // TreeFD, TreePath: attached read-only
 	Size     int64
 	Inodes   int64
 	FromFD   int
@@ -94,10 +106,30 @@ type Bind struct {
 	// (OPEN_TREE_CLONE) made in the parent, as the server passes a block's
 	// workdir.
 	TreeFD int
-	// Early takes Source (open_tree, a recursive clone) before the root's
-	// tmpfs covers Staging, for a source below it; not with Optional.
+	// Early takes Source (open_tree, a recursive clone; with Overlay, an
+	// O_PATH descriptor) before the root's tmpfs covers Staging, for a
+	// source below it; not with Optional.
 	Early bool
+	// Overlay shows the directory Source through a read-only overlay of it
+	// instead of a bind: an overlay's socket inodes are its own, so a host
+	// Unix socket below Source refuses connect() (ECONNREFUSED) where a
+	// read-only bind would let it through. Its second lower layer is an
+	// empty directory of the root that /proc covers later (the kernel
+	// wants two lower layers without an upper one). NoExec adds noexec, as
+	// Source's own mount has it.
+	Overlay, NoExec bool
 }
+
+// emptyLayer is the overlays' second lower layer, relative to the staging
+// root (the working directory while the root is built): it shows in
+// mountinfo as "lowerdir=/usr:proc", naming nothing of the host beyond the
+// mount point. /proc is mounted on it after the last overlay.
+const emptyLayer = "proc"
+
+// earlyFD is where an Early overlay's source descriptor is placed, so that
+// its lower layer can be named /proc/self/fd/N by a step compiled before
+// the descriptor exists (plus the bind's index).
+const earlyFD = 100
 
 // Link is a symbolic link at Path (absolute, inside the root) to To.
 type Link struct{ Path, To string }
@@ -153,29 +185,27 @@ func (p *Prog) AddRoot(r Root) {
 		p.fail(errors.New("rawchild: root: the staging directory must be absolute"))
 		return
 	}
-	p.dirs = p.dirs[:0]
+	p.dirs, p.ovTag = p.dirs[:0], r.OverlayTag
 	p.Call("make every mount private", syscall.SYS_MOUNT, Val(0), Val(p.Str("/")), Val(0), Val(syscall.MS_REC|syscall.MS_PRIVATE), Val(0))
 	ok, fd := p.NewSlot(), p.NewSlot()
-	early := make([]Slot, len(r.Binds))
-	for i, b := range r.Binds {
-		if b.Early {
-			if b.Optional || b.TreeFD > 0 {
-				p.fail(errors.New("rawchild: root: the early bind of " + strconv.Quote(b.Source) + " cannot be optional or a tree"))
-				return
-			}
-			early[i] = p.CallSave("take "+b.Source, unix.SYS_OPEN_TREE, Int(unix.AT_FDCWD), Val(p.Str(b.Source)),
-				Val(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE))
-		}
+	early := p.takeEarly(r.Binds)
+	work := Slot(-1)
+	if w := r.Work; w != nil && w.TreePath != "" {
+		work = p.CallSave("take workdir "+w.TreePath, unix.SYS_OPEN_TREE, Int(unix.AT_FDCWD), Val(p.Str(w.TreePath)),
+			Val(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC))
 	}
 	opts := "mode=0755" + tmpfsSize(r.Size, r.Inodes)
 	p.Call("mount the root's tmpfs on "+r.Staging, syscall.SYS_MOUNT, Val(p.Str("codellm-root")), Val(p.Str(r.Staging)),
 		Val(p.Str("tmpfs")), Val(syscall.MS_NOSUID|syscall.MS_NODEV), Val(p.Str(opts)))
+	if len(r.InPlace) > 0 || slices.ContainsFunc(r.Binds, func(b Bind) bool { return b.Overlay }) {
+		p.addEmptyLayer(r)
+	}
 	for i, b := range r.Binds {
 		if !filepath.IsAbs(b.Target) || filepath.Clean(b.Target) != b.Target || b.Target == "/" {
 			p.fail(errors.New("rawchild: root: bind target " + strconv.Quote(b.Target) + " is not a clean absolute path below /"))
 			return
 		}
-		p.addBind(r.Staging, b, ok, fd, early[i])
+		p.addBind(r.Staging, b, ok, fd, early[i], earlyFD+i)
 	}
 	for _, l := range r.Links {
 		if !filepath.IsAbs(l.Path) || filepath.Clean(l.Path) != l.Path || l.Path == "/" {
@@ -198,7 +228,7 @@ func (p *Prog) AddRoot(r Root) {
 		p.addProc(r, ok)
 	}
 	if r.Work != nil {
-		p.addWork(r.Staging, r.Work)
+		p.addWork(r.Staging, r.Work, work)
 	}
 	dot := p.Str(".")
 	p.Call("chdir to the new root", syscall.SYS_CHDIR, Val(p.Str(r.Staging)))
@@ -213,11 +243,79 @@ func (p *Prog) AddRoot(r Root) {
 	p.Call("chdir to "+dir, syscall.SYS_CHDIR, Val(p.Str(dir)))
 }
 
+// takeEarly appends the steps that take every Early bind's source before
+// the staging tmpfs covers it, and returns their slots (by bind).
+func (p *Prog) takeEarly(binds []Bind) []Slot {
+	early := make([]Slot, len(binds))
+	for i, b := range binds {
+		if !b.Early {
+			continue
+		}
+		if b.Optional || b.TreeFD > 0 {
+			p.fail(errors.New("rawchild: root: the early bind of " + strconv.Quote(b.Source) + " cannot be optional or a tree"))
+			return early
+		}
+		if b.Overlay {
+			early[i] = p.CallSave("open "+b.Source, syscall.SYS_OPENAT, Int(unix.AT_FDCWD), Val(p.Str(b.Source)),
+				Val(unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC), Val(0))
+			p.Call("place "+b.Source, syscall.SYS_DUP3, early[i].Arg(), Val(uintptr(earlyFD+i)), Val(unix.O_CLOEXEC))
+			continue
+		}
+		early[i] = p.CallSave("take "+b.Source, unix.SYS_OPEN_TREE, Int(unix.AT_FDCWD), Val(p.Str(b.Source)),
+			Val(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE))
+	}
+	return early
+}
+
+// addEmptyLayer makes the overlays' empty layer in the staging root, which
+// becomes the working directory, then the in-place overlays.
+func (p *Prog) addEmptyLayer(r Root) {
+	p.Call("chdir to the staging root", syscall.SYS_CHDIR, Val(p.Str(r.Staging)))
+	at := r.Staging + "/" + emptyLayer
+	p.dirs = append(p.dirs, at)
+	p.Call("mkdir /"+emptyLayer, syscall.SYS_MKDIRAT, Int(unix.AT_FDCWD), Val(p.Str(at)), Val(0o555))
+	for _, d := range r.InPlace {
+		p.addOverlay(d, d, false)
+	}
+}
+
+// addOverlay mounts a read-only overlay of lower on at (a path the child
+// resolves; failures name src).
+func (p *Prog) addOverlay(src, at string, noexec bool) {
+	p.overlayTo(src, at, src, noexec, -1)
+}
+
+func (p *Prog) overlayTo(src, at, lower string, noexec bool, ok Slot) {
+	if old := p.tag; p.ovTag != 0 {
+		p.tag = p.ovTag
+		defer func() { p.tag = old }()
+	}
+	flags := uintptr(syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV)
+	if noexec {
+		flags |= syscall.MS_NOEXEC
+	}
+	args := []Arg{Val(p.Str("overlay")), Val(p.Str(at)), Val(p.Str("overlay")), Val(flags),
+		Val(p.Str("lowerdir=" + EscapeLayer(lower) + ":" + emptyLayer))}
+	what := "mount a read-only overlay of " + src
+	if ok >= 0 {
+		p.CallTo(what, ok, syscall.SYS_MOUNT, args...)
+		return
+	}
+	p.Call(what, syscall.SYS_MOUNT, args...)
+}
+
+// EscapeLayer escapes the characters overlayfs's option parser splits on
+// (',' between options, ':' between layers) and its escape character.
+func EscapeLayer(path string) string {
+	r := strings.NewReplacer(`\`, `\\`, ",", `\,`, ":", `\:`)
+	return r.Replace(path)
+}
+
 // addBind makes b's mount point and binds it (fd: a slot for a file's
-// mount point, reused by every bind; tree: an Early bind's taken tree); ok
-// is the slot that tells a
-// missing optional source from a bound one.
-func (p *Prog) addBind(staging string, b Bind, ok, fd, tree Slot) {
+// mount point, reused by every bind; tree: an Early bind's taken tree, or
+// with Overlay its source placed at descriptor placed); ok is the slot that
+// tells a missing optional source from a bound one.
+func (p *Prog) addBind(staging string, b Bind, ok, fd, tree Slot, placed int) {
 	at := staging + b.Target
 	if b.File {
 		// mknodat, not open and close: one step. Nothing but these steps made
@@ -230,6 +328,16 @@ func (p *Prog) addBind(staging string, b Bind, ok, fd, tree Slot) {
 		p.mkdirs(staging, b.Target)
 	}
 	switch {
+	case b.Overlay:
+		lower := b.Source
+		if b.Early {
+			lower = "/proc/self/fd/" + strconv.Itoa(placed)
+		}
+		p.overlayTo(b.Source, at, lower, b.NoExec, ok)
+		if b.Optional {
+			p.Allow(syscall.ENOENT)
+		}
+		return
 	case b.TreeFD > 0:
 		p.CallTo("attach tree "+strconv.Itoa(b.TreeFD)+" on "+b.Target, ok, unix.SYS_MOVE_MOUNT, Val(uintptr(b.TreeFD)),
 			Val(p.Str("")), Int(unix.AT_FDCWD), Val(p.Str(at)), Val(unix.MOVE_MOUNT_F_EMPTY_PATH))
@@ -346,15 +454,19 @@ func tmpfsSize(size, inodes int64) string {
 // following any symbolic link, so a link swapped in since the caller
 // listed the directory is refused, and sent in one sendfile(2) whose count
 // must be the size the caller saw).
-func (p *Prog) addWork(staging string, w *Work) {
+func (p *Prog) addWork(staging string, w *Work, tree Slot) {
 	if !filepath.IsAbs(w.Dir) || filepath.Clean(w.Dir) != w.Dir {
 		p.fail(errors.New("rawchild: root: workdir " + strconv.Quote(w.Dir) + " is not a clean absolute path"))
 		return
 	}
 	at := staging + w.Dir
 	p.mkdirs(staging, w.Dir)
-	if w.TreeFD > 0 {
-		p.Call("attach workdir", unix.SYS_MOVE_MOUNT, Val(uintptr(w.TreeFD)), Val(p.Str("")), Int(unix.AT_FDCWD), Val(p.Str(at)),
+	if w.TreeFD > 0 || tree >= 0 {
+		from := Val(uintptr(w.TreeFD))
+		if tree >= 0 {
+			from = tree.Arg()
+		}
+		p.Call("attach workdir", unix.SYS_MOVE_MOUNT, from, Val(p.Str("")), Int(unix.AT_FDCWD), Val(p.Str(at)),
 			Val(unix.MOVE_MOUNT_F_EMPTY_PATH))
 		set := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
 		if w.ReadOnly {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/codellm/codellm/internal/testhelp"
 	"golang.org/x/sys/unix"
 )
 
@@ -298,5 +299,67 @@ func TestEarlyBindReachesASourceBelowStaging(t *testing.T) {
 		if !early && (len(recs) == 0 || recs[0].Kind != KindFailed || !strings.Contains(recs[0].What, "bind "+staging+"/shared")) {
 			t.Errorf("not early: records %+v, want the bind refused (its source covered)", recs)
 		}
+	}
+}
+
+// Differential: a host Unix socket below a directory shown through a bind
+// answers connect(); through an Overlay it refuses (ECONNREFUSED), while the
+// directory's files read the same. An Early overlay reaches a source below
+// the staging directory, and an in-place overlay serves the binds of its
+// entries.
+func TestOverlayRefusesHostSockets(t *testing.T) {
+	flags := userPID(t) | syscall.CLONE_NEWNS
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/f", []byte("file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", dir+"/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testhelp.AcceptAndClose(t, l)
+	probe := sh("cat /h/f; python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('/h/s')\" 2>&1 | tail -n1; echo done")
+	for _, c := range []struct {
+		name string
+		root func(staging string) Root
+		want string
+	}{
+		{"bind", func(st string) Root {
+			return Root{Staging: st, Binds: append(systemBinds(), Bind{Source: dir, Target: "/h"})}
+		}, "file\ndone\n"},
+		{"overlay", func(st string) Root {
+			return Root{Staging: st, Binds: append(systemBinds(), Bind{Source: dir, Target: "/h", Overlay: true})}
+		}, "file\nConnectionRefusedError: [Errno 111] Connection refused\ndone\n"},
+		{"in place", func(st string) Root {
+			return Root{Staging: st, InPlace: []string{dir}, Binds: append(systemBinds(), Bind{Source: dir, Target: "/h"})}
+		}, "file\nConnectionRefusedError: [Errno 111] Connection refused\ndone\n"},
+	} {
+		p := &Prog{}
+		p.AddRoot(c.root(t.TempDir()))
+		got, _ := start(t, p, probe, flags, nil).result(t, p)
+		if got != c.want {
+			t.Errorf("%s: the program printed %q, want %q", c.name, got, c.want)
+		}
+	}
+	staging := t.TempDir()
+	if err := os.MkdirAll(staging+"/below", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(staging+"/below/f", []byte("below\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &Prog{}
+	p.AddRoot(Root{Staging: staging, Binds: append(systemBinds(), Bind{Source: staging + "/below", Target: "/h", Overlay: true, Early: true})})
+	if got, _ := start(t, p, sh("cat /h/f; (echo x > /h/g) 2>&- || echo ro"), flags, nil).result(t, p); got != "below\nro\n" {
+		t.Errorf("early overlay: the program printed %q", got)
+	}
+}
+
+func TestEscapeLayer(t *testing.T) {
+	if got := EscapeLayer(`/a,b:c\d`); got != `/a\,b\:c\\d` {
+		t.Errorf("EscapeLayer = %q", got)
 	}
 }

@@ -32,6 +32,27 @@ type Program struct {
 	Path string
 	Args []string
 	Env  []string
+	// Hold, when set, is the signal that makes the init end everything
+	// else in its namespace at once (as the kernel would at its death) and
+	// that it therefore catches; and once the program is over and reported,
+	// the init does not exit but holds the namespace, its private mounts
+	// included, until it is killed: whoever started it reads what the
+	// program left (through /proc/<init>/root) first.
+	Hold syscall.Signal
+	// Direct makes the child exec the program itself once its steps have
+	// run, instead of staying its init: after one Started byte (KindStarted,
+	// nothing more) on its status descriptor, which the exec closes. The
+	// program is then its PID namespace's init, or without one, a process
+	// like any other. A failed exec is reported after the Started byte.
+	Direct bool
+	// Feed, when set, is a stream the init feeds for the block's life
+	// (forked before the program, so its PID is part of a pinned sequence).
+	Feed *Feed
+	// PinPID, when set, is the program's PID in its namespace (see pinPID).
+	PinPID int
+	// InitTag is the tag of the init's own failures (the feeder's fork, the
+	// PID pin), as Prog.Tag is a step's.
+	InitTag uint32
 }
 
 // Attr is how the child is cloned and wired.
@@ -77,6 +98,12 @@ type Attr struct {
 	// open_tree, say); the init closes them once the steps have run, and
 	// the program never has them.
 	Extra []FD
+	// IdleUnshare, for Prefork only, are namespaces (CLONE_NEWNS, NEWNET,
+	// NEWIPC, NEWUTS) the idle child unshares while it waits, right after
+	// its maps: their making then is off the program's path too (a child
+	// that cannot is gone, and Run fails). Its program must not unshare them
+	// again.
+	IdleUnshare uintptr
 }
 
 // FD is a descriptor the child gets: an *os.File, or a bare number the
@@ -89,30 +116,36 @@ const maxFiles = 16
 
 // frame is everything the child reads, prepared before the fork.
 type frame struct {
-	ops      *op
-	nops     uintptr
-	slots    [maxSlots]uintptr
-	path     *byte
-	argv     **byte
-	envv     **byte
-	fds      [maxFiles]uintptr // stdin, stdout, stderr, status, then Extra, as the caller has them
-	nfds     uintptr
-	high     uintptr // above every one of fds and every place they go to
-	syncR    uintptr // with a user namespace: the child waits for its maps on it
-	syncW    uintptr
-	synced   bool
-	pdeath   uintptr
-	drop     [maxDrop]memRange // what the child lets go of before its steps (dropShared)
-	ndrop    uintptr
-	later    [maxDrop]memRange // and once its program runs: the Prog's memory
-	nlater   uintptr
-	pageMask uintptr
-	tp       uintptr          // the forking thread's thread pointer, the child's too (adviseOutside)
-	marked   bool             // every range of drop was marked MADV_DONTFORK for the fork
-	name     *byte            // PR_SET_NAME, or nil
-	npath    uintptr          // len of *path, for an exec failure's record
-	rec      [failHeader]byte // the record being written
-	execErr  uintptr          // the program's failed exec, stored by it (it shares the init's memory until then)
+	ops       *op
+	nops      uintptr
+	slots     [maxSlots]uintptr
+	path      *byte
+	argv      **byte
+	envv      **byte
+	fds       [maxFiles]uintptr // stdin, stdout, stderr, status, then Extra, as the caller has them
+	nfds      uintptr
+	high      uintptr // above every one of fds and every place they go to
+	syncR     uintptr // with a user namespace: the child waits for its maps on it
+	syncW     uintptr
+	synced    bool
+	pdeath    uintptr
+	drop      [maxDrop]memRange // what the child lets go of before its steps (dropShared)
+	ndrop     uintptr
+	later     [maxDrop]memRange // and once its program runs: the Prog's memory
+	nlater    uintptr
+	pageMask  uintptr
+	tp        uintptr          // the forking thread's thread pointer, the child's too (adviseOutside)
+	marked    bool             // every range of drop was marked MADV_DONTFORK for the fork
+	name      *byte            // PR_SET_NAME, or nil
+	npath     uintptr          // len of *path, for an exec failure's record
+	rec       [failHeader]byte // the record being written
+	execErr   uintptr          // the program's failed exec, stored by it (it shares the init's memory until then)
+	hold      uintptr          // Program.Hold
+	direct    bool             // Program.Direct
+	feedFD    uintptr          // Program.Feed's FD (0: no feeder)
+	feedState [16]uint32       // and its state
+	pinPID    uintptr          // Program.PinPID
+	initTag   uint32           // Program.InitTag
 }
 
 // Start forks the child, which runs p and then starts prog as its init.
@@ -224,7 +257,15 @@ func newFrame(p *Prog, prog Program, files []FD, pdeath syscall.Signal, name str
 		p.fr = new(frame)
 	}
 	f := p.fr
-	*f = frame{nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath)}
+	*f = frame{nops: uintptr(len(p.ops)), high: uintptr(max(4, len(files))), pdeath: uintptr(pdeath), hold: uintptr(prog.Hold),
+		direct: prog.Direct}
+	if fd := prog.Feed; fd != nil {
+		if fd.FD < 4 {
+			return nil, fmt.Errorf("rawchild: the feed's descriptor %d is one of the program's", fd.FD)
+		}
+		f.feedFD, f.feedState = uintptr(fd.FD), fd.State
+	}
+	f.pinPID, f.initTag = uintptr(max(prog.PinPID, 0)), prog.InitTag
 	f.path = p.cstr(prog.Path)
 	f.npath = uintptr(min(len(prog.Path), maxWhat))
 	f.argv, f.envv = p.cstrs(prog.Args), p.cstrs(prog.Env)
@@ -427,9 +468,31 @@ func childRun(f *frame) {
 	placeFiles(f)
 	runSteps(f)
 	// The steps' own descriptors go before the program starts: the init
-	// keeps only its status.
-	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, ^uintptr(0), 0)
+	// keeps only its status (and a feed's FIFO, until the feeder has it).
+	if fd := f.feedFD; fd != 0 {
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, fd-1, 0)
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, fd+1, ^uintptr(0), 0)
+	} else {
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 4, ^uintptr(0), 0)
+	}
+	if f.direct {
+		execDirect(f)
+	}
 	runInit(f)
+}
+
+// execDirect becomes the program (Program.Direct); it returns only to exit.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func execDirect(f *frame) {
+	f.rec[0] = KindStarted
+	syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&f.rec[0])), 1)
+	_, _, e := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(f.path)), uintptr(unsafe.Pointer(f.argv)),
+		uintptr(unsafe.Pointer(f.envv)))
+	reportFailed(f, uint32(f.nops), uint32(e), 0, f.path, f.npath)
+	exit(127)
 }
 
 // placeFiles moves the descriptors to 0, 1, ... (3, the status, and the
@@ -556,6 +619,15 @@ func vforkExec(path, argv, envv, errp uintptr) (pid, errno uintptr)
 //go:norace
 //go:nocheckptr
 func runInit(f *frame) {
+	if f.hold != 0 {
+		catch(f.hold)
+	}
+	if f.feedFD != 0 {
+		startFeeder(f)
+	}
+	if f.pinPID > 2 {
+		pinPID(f)
+	}
 	pid, e := vforkExec(uintptr(unsafe.Pointer(f.path)), uintptr(unsafe.Pointer(f.argv)),
 		uintptr(unsafe.Pointer(f.envv)), uintptr(unsafe.Pointer(&f.execErr)))
 	if e != 0 {
@@ -566,7 +638,7 @@ func runInit(f *frame) {
 		// vfork: the program's exec failed before this resumed. It has
 		// exited (127); reap it and end as the Go helper does.
 		reportFailed(f, uint32(f.nops), uint32(f.execErr), 0, f.path, f.npath)
-		reapUntil(pid)
+		reapUntil(pid, false)
 		exit(127)
 	}
 	// The init gives up the program's descriptors before it says Started:
@@ -577,7 +649,7 @@ func runInit(f *frame) {
 	}
 	report(&f.rec, KindStarted, uint32(pid))
 	dropShared(&f.later, f.nlater, f.pageMask, f.tp)
-	ws := reapUntil(pid)
+	ws := reapUntil(pid, f.hold != 0)
 	self, _, _ := syscall.RawSyscall(syscall.SYS_GETPID, 0, 0, 0)
 	if self == 1 {
 		// kill(-1) from a namespace's init spares only the init. Never from
@@ -592,6 +664,10 @@ func runInit(f *frame) {
 		}
 	}
 	report(&f.rec, KindWaited, ws)
+	for f.hold != 0 {
+		// Holds until killed; the signal it catches only interrupts this.
+		syscall.RawSyscall6(syscall.SYS_PPOLL, 0, 0, 0, 0, 0, 0)
+	}
 	st := syscall.WaitStatus(ws)
 	if st.Signaled() {
 		exit(128 + uintptr(st&0x7f))
@@ -599,23 +675,48 @@ func runInit(f *frame) {
 	exit(uintptr(ws>>8) & 0xff)
 }
 
-// reapUntil reaps every child until pid has ended and returns its status.
+// reapUntil reaps every child until pid has ended and returns its status;
+// with hold, a wait the hold signal interrupts ends every other process of
+// the namespace first.
 //
 //go:nosplit
 //go:norace
 //go:nocheckptr
-func reapUntil(pid uintptr) uint32 {
+func reapUntil(pid uintptr, hold bool) uint32 {
 	for {
 		var st int32
 		r, _, e := syscall.RawSyscall6(syscall.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(&st)), 0, 0, 0, 0)
 		if e == 0 && r == pid {
 			return uint32(st)
 		}
+		if e == syscall.EINTR && hold {
+			// The hold signal (nothing else is caught): end the namespace but the init.
+			syscall.RawSyscall(syscall.SYS_KILL, ^uintptr(0), uintptr(syscall.SIGKILL), 0)
+		}
 		if e != 0 && e != syscall.EINTR {
 			return 127 << 8 // ECHILD cannot happen while pid is unreaped; never spin
 		}
 	}
 }
+
+// catch gives sig a handler that does nothing (nopSignalAddrs), without
+// SA_RESTART: it interrupts the init's wait. A PID-namespace init receives
+// from outside its namespace only the signals it catches (and SIGKILL), and
+// from inside none it does not; the program's exec resets it to the default.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func catch(sig uintptr) {
+	h, r := nopSignalAddrs()
+	const saRestorer = 0x04000000
+	act := kernelSigaction{handler: h, flags: saRestorer, restorer: r, mask: ^uintptr(0)}
+	syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+}
+
+func nopSignalHandler()
+func sigReturn()
+func nopSignalAddrs() (handler, restorer uintptr)
 
 // report writes a Started or Waited record: kind, then a (little-endian;
 // amd64 and arm64 only).

@@ -49,3 +49,23 @@ exit:
 	MOVQ	$231, AX	// SYS_exit_group
 	SYSCALL
 	JMP	exit
+
+// nopSignalHandler is a signal handler that does nothing (catch): the
+// kernel calls it with the C ABI and returns to sigReturn, whose address it
+// pushed (SA_RESTORER).
+TEXT ·nopSignalHandler(SB),NOSPLIT|NOFRAME,$0-0
+	RET
+
+// sigReturn is the handler's restorer: rt_sigreturn(2).
+TEXT ·sigReturn(SB),NOSPLIT|NOFRAME,$0-0
+	MOVQ	$15, AX		// SYS_rt_sigreturn
+	SYSCALL
+	INT	$3 // not reached
+
+// func nopSignalAddrs() (handler, restorer uintptr)
+TEXT ·nopSignalAddrs(SB),NOSPLIT,$0-16
+	LEAQ	·nopSignalHandler(SB), AX
+	MOVQ	AX, handler+0(FP)
+	LEAQ	·sigReturn(SB), AX
+	MOVQ	AX, restorer+8(FP)
+	RET

@@ -53,3 +53,23 @@ TEXT ·threadPointer(SB),NOSPLIT,$0-8
 	MRS	TPIDR_EL0, R0
 	MOVD	R0, ret+0(FP)
 	RET
+
+// nopSignalHandler is a signal handler that does nothing (catch): the
+// kernel calls it with the link register set to sigReturn (SA_RESTORER),
+// and it returns there at once.
+TEXT ·nopSignalHandler(SB),NOSPLIT|NOFRAME,$0-0
+	RET
+
+// sigReturn is the handler's restorer: rt_sigreturn(2).
+TEXT ·sigReturn(SB),NOSPLIT|NOFRAME,$0-0
+	MOVD	$139, R8	// SYS_rt_sigreturn
+	SVC
+	BRK // not reached
+
+// func nopSignalAddrs() (handler, restorer uintptr)
+TEXT ·nopSignalAddrs(SB),NOSPLIT,$0-16
+	MOVD	$·nopSignalHandler(SB), R0
+	MOVD	R0, handler+0(FP)
+	MOVD	$·sigReturn(SB), R0
+	MOVD	R0, restorer+8(FP)
+	RET

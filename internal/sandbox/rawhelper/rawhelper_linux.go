@@ -35,6 +35,30 @@ type Host struct {
 	// Dir is the workdir's descriptor in the compiling process, listed for
 	// a private copy (hook.Spec.Persist false); the helper gets it as DirFD.
 	Dir int
+	// Unshare are the namespaces (CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWIPC,
+	// CLONE_NEWUTS) the helper makes itself, first thing after it joined its
+	// cgroup, rather than its clone (AtClone): so the spawner's loop, which
+	// clones one helper at a time, does not pay for them.
+	Unshare uintptr
+}
+
+// AtClone are the namespaces the raw helper's clone itself must make: the
+// user namespace its maps are written for (by the forking process) and the
+// PID namespace it is the init of. Every other one it unshares itself
+// (Host.Unshare).
+const AtClone = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID
+
+// unshareSteps are the namespaces a helper may unshare itself, each with
+// the mechanism its failure names.
+var unshareSteps = []struct {
+	flag uintptr
+	mech uint32
+	what string
+}{
+	{syscall.CLONE_NEWNS, hook.MMountNS, "unshare mount namespace"},
+	{syscall.CLONE_NEWNET, hook.MNetNS, "unshare network namespace"},
+	{syscall.CLONE_NEWIPC, hook.MIPCNS, "unshare IPC namespace"},
+	{syscall.CLONE_NEWUTS, hook.MUTSNS, "unshare UTS namespace"},
 }
 
 // FallbackError says why a spec needs the Go helper. Nothing was started.
@@ -56,30 +80,66 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 	if err := supported(sp); err != nil {
 		return rawchild.Program{}, err
 	}
-	has := func(m uint32) bool { return sp.Mech&m == m }
+	if err := namespaces(p, sp, h); err != nil {
+		return rawchild.Program{}, err
+	}
 	p.Tag(hook.MHelper)
-	// Non-dumpable first: while the helper holds capabilities in its
-	// namespace nothing there may ptrace it or read its memory.
+	p.Call("setresgid", syscall.SYS_SETRESGID, rawchild.Int(h.GID), rawchild.Int(h.GID), rawchild.Int(h.GID))
+	p.Call("setresuid", syscall.SYS_SETRESUID, rawchild.Int(h.UID), rawchild.Int(h.UID), rawchild.Int(h.UID))
+	feed, err := world(p, sp, h)
+	if err != nil {
+		return rawchild.Program{}, err
+	}
+	lockdown(p, sp)
+	prog := rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env, Direct: !sp.Init, InitTag: hook.MHelper}
+	if sp.Hold {
+		prog.Hold = hook.HoldSignal
+	}
+	if feed != nil {
+		prog.Feed, prog.PinPID = feed, hook.ProgramPID
+	}
+	return prog, nil
+}
+
+// namespaces appends the helper's first steps: non-dumpable (while it holds
+// capabilities in its namespace nothing there may ptrace it or read its
+// memory), its own session, the cgroup join, the namespaces it makes itself,
+// and a deterministic block's time namespace.
+func namespaces(p *rawchild.Prog, sp *hook.Spec, h Host) error {
+	p.Tag(hook.MHelper)
 	p.Call("set non-dumpable", syscall.SYS_PRCTL, rawchild.Val(syscall.PR_SET_DUMPABLE), rawchild.Val(0))
 	p.Call("setsid", syscall.SYS_SETSID)
 	if len(h.CgroupFiles) > 0 {
 		joinCgroup(p, h.CgroupFiles)
 	}
-	if has(hook.MCgroupNS) {
+	if err := unshare(p, h.Unshare); err != nil {
+		return err
+	}
+	if sp.Mech&hook.MCgroupNS != 0 {
 		p.Tag(hook.MCgroupNS)
 		p.Call("unshare cgroup namespace", syscall.SYS_UNSHARE, rawchild.Val(syscall.CLONE_NEWCGROUP))
 	}
-	p.Tag(hook.MHelper)
-	p.Call("setresgid", syscall.SYS_SETRESGID, rawchild.Int(h.GID), rawchild.Int(h.GID), rawchild.Int(h.GID))
-	p.Call("setresuid", syscall.SYS_SETRESUID, rawchild.Int(h.UID), rawchild.Int(h.UID), rawchild.Int(h.UID))
+	if len(sp.Determ) > 0 {
+		return timeNamespace(p)
+	}
+	return nil
+}
+
+// world appends what the program will see, built while the helper still has
+// its capabilities in the namespace: the private root (or the workdir), the
+// host name, a deterministic block's seeded random stream (returned for the
+// init), the egress listener.
+func world(p *rawchild.Prog, sp *hook.Spec, h Host) (*rawchild.Feed, error) {
+	has := func(m uint32) bool { return sp.Mech&m == m }
 	if has(hook.MRootFS) {
 		r, err := root(sp, h)
 		if err != nil {
-			return rawchild.Program{}, err
+			return nil, err
 		}
 		p.Tag(hook.MRootFS)
 		p.AddRoot(r)
 	} else {
+		p.Tag(hook.MHelper)
 		p.Call("chdir to workdir "+sp.Dir, syscall.SYS_FCHDIR, rawchild.Val(DirFD))
 	}
 	if has(hook.MUTSNS) {
@@ -88,29 +148,45 @@ func Compile(p *rawchild.Prog, sp *hook.Spec, h Host) (rawchild.Program, error) 
 		p.Call("sethostname", syscall.SYS_SETHOSTNAME, rawchild.Val(p.Buf(host)), rawchild.Val(uintptr(len(host))))
 		p.Call("setdomainname", syscall.SYS_SETDOMAINNAME, rawchild.Val(p.Str("(none)")), rawchild.Val(6))
 	}
-	lockdown(p, sp)
-	return rawchild.Program{Path: sp.Path, Args: sp.Args, Env: sp.Env}, nil
+	var feed *rawchild.Feed
+	if len(sp.Determ) > 0 {
+		var err error
+		if feed, err = seeded(p, sp); err != nil {
+			return nil, err
+		}
+	}
+	if sp.Egress {
+		egress(p)
+	}
+	return feed, nil
 }
 
-// supported refuses what only the Go helper does: the trial spawn, an
-// init that holds its namespace, egress, deterministic blocks, a program
-// run as PID 1 or without its own user and PID namespaces, a persistent
-// workdir opened by path.
+// supported refuses what only the Go helper does: the trial spawn, a block
+// without its own user namespace.
 func supported(sp *hook.Spec) error {
-	need := hook.MHelper | hook.MUserNS | hook.MPIDNS
+	need := hook.MHelper | hook.MUserNS
 	switch {
 	case sp.ProbeOnly || sp.ProbeSocket != "":
 		return fallback("the trial spawn")
-	case !sp.Init || sp.Mech&need != need:
-		return fallback("the block has no init in its own user and PID namespaces")
-	case sp.Hold:
-		return fallback("the block's namespace is held for a collect")
-	case sp.Egress:
-		return fallback("egress")
-	case len(sp.Determ) > 0 || len(sp.FakeTimeRC) > 0:
-		return fallback("a deterministic block")
-	case sp.Persist && !sp.DirIsTree:
-		return fallback("a persistent workdir opened by path")
+	case sp.Mech&need != need:
+		return fallback("the block has no user namespace of its own")
+	}
+	return nil
+}
+
+// unshare appends one unshare per namespace of flags, so that a failure
+// names its namespace.
+func unshare(p *rawchild.Prog, flags uintptr) error {
+	left := flags
+	for _, u := range unshareSteps {
+		if flags&u.flag != 0 {
+			p.Tag(u.mech)
+			p.Call(u.what, syscall.SYS_UNSHARE, rawchild.Val(u.flag))
+			left &^= u.flag
+		}
+	}
+	if left != 0 {
+		return fmt.Errorf("rawhelper: cannot unshare namespaces %#x in the helper", left)
 	}
 	return nil
 }
@@ -132,43 +208,27 @@ func joinCgroup(p *rawchild.Prog, files []string) {
 }
 
 // root is the block's private root as package hook builds it: the system
-// directories and /etc entries mirrored (through the spawner's overlays
-// with hook.MOverlay), the generated /etc files, the shared dir, /dev,
-// /proc (host files masked), /tmp, and the workdir.
+// directories and /etc entries mirrored (with hook.MOverlay through
+// read-only overlays: the spawner's, made once, or the block's own), the
+// generated /etc files, the shared dir, /dev, /proc (host files masked),
+// /tmp, and the workdir.
 func root(sp *hook.Spec, h Host) (rawchild.Root, error) {
 	r := rawchild.Root{Staging: sp.Staging, Size: 1 << 20, Inodes: 4096, Proc: true, ProcMasked: hook.ProcMasked,
-		DevNodes: sp.DevNodes, TmpSize: sp.TmpSize, TmpInodes: hook.TmpfsInodes(sp.TmpSize), Dir: sp.Dir}
-	overlaid := func(d string) bool {
-		for _, o := range h.Overlaid {
-			if d == o || strings.HasPrefix(d, o+"/") {
-				return true
-			}
-		}
-		return false
-	}
-	// mirror adds src as Mirror does, from one lstat that also refuses a
-	// directory the Go helper would overlay itself.
-	mirror := func(src string, dirsOnly, add bool) error {
-		var st unix.Stat_t
-		err := unix.Lstat(src, &st)
-		if sp.Mech&hook.MOverlay != 0 && err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !overlaid(src) {
-			return fallback("%s is not overlaid by the spawner", src)
-		}
-		if !add {
-			return nil
-		}
-		return r.MirrorStat(src, src, dirsOnly, &st, err)
-	}
+		DevNodes: sp.DevNodes, TmpSize: sp.TmpSize, TmpInodes: hook.TmpfsInodes(sp.TmpSize), Dir: sp.Dir, OverlayTag: hook.MOverlay}
+	m := &mirrors{r: &r, overlay: sp.Mech&hook.MOverlay != 0, inPlace: h.Overlaid, mounts: sp.HostMounts}
 	for _, d := range sp.SystemDirs {
-		if err := mirror(d, true, true); err != nil {
+		if err := m.mirror(d, d, true); err != nil {
 			return r, err
 		}
 	}
-	if err := mirror("/etc", false, false); err != nil { // its entries are bound, not /etc itself
-		return r, err
+	if m.overlay && !m.overlaid("/etc") && !m.hasBelow("/etc") && isDir("/etc") {
+		// One overlay serves every entry (a block's end waits for a grace
+		// period per overlay), made on /etc itself in the helper's namespace.
+		r.InPlace = append(r.InPlace, "/etc")
+		m.inPlace = append(m.inPlace, "/etc")
 	}
 	for _, e := range sp.EtcEntries {
-		if err := mirror("/etc/"+e, false, true); err != nil {
+		if err := m.mirror("/etc/"+e, "/etc/"+e, false); err != nil {
 			return r, err
 		}
 	}
@@ -178,10 +238,18 @@ func root(sp *hook.Spec, h Host) (rawchild.Root, error) {
 	}{{"passwd", sp.Passwd}, {"group", sp.Group}, {"hosts", sp.Hosts}, {"hostname", sp.Hostname}} {
 		r.Files = append(r.Files, rawchild.File{Path: "/etc/" + f.name, Data: f.data, Mode: 0o644})
 	}
+	if len(sp.FakeTimeRC) > 0 {
+		// libfaketime's fallback where bash's own getenv hides FAKETIME (see package hook's writeFakeTimeRC).
+		r.Files = append(r.Files, rawchild.File{Path: "/etc/faketimerc", Data: sp.FakeTimeRC, Mode: 0o444})
+	}
 	if sp.Shared != "" {
-		if err := shared(&r, sp, overlaid); err != nil {
-			return r, err
+		// Taken before the staging tmpfs covers it, should it be below (a work dir under /tmp).
+		b := rawchild.Bind{Source: sp.Shared, Target: hook.SharedMount, Early: true}
+		if m.overlay && !m.overlaid(sp.Shared) {
+			b.Overlay, b.NoExec = true, noexec(sp.Shared)
 		}
+		r.Binds = append(r.Binds, b)
+		r.Links = append(r.Links, rawchild.Link{Path: "/node_modules", To: hook.SharedMount + "/node"})
 	}
 	w, err := workdir(sp, h)
 	if err != nil {
@@ -191,16 +259,88 @@ func root(sp *hook.Spec, h Host) (rawchild.Root, error) {
 	return r, nil
 }
 
-// shared binds the shared dir read-only at hook.SharedMount, with the
-// /node_modules link ESM resolution walks up to.
-func shared(r *rawchild.Root, sp *hook.Spec, overlaid func(string) bool) error {
-	if sp.Mech&hook.MOverlay != 0 && !overlaid(sp.Shared) {
-		return fallback("the shared dir is not overlaid by the spawner")
+// maxSplit bounds the entries a root mirrors one by one because host mounts
+// lie below their directory (each a mount and a root-tmpfs inode), as
+// package hook's does.
+const maxSplit = 1024
+
+// mirrors adds host paths to a root as package hook's sysTree does:
+// directories through overlays unless the spawner overlaid them in place
+// (or binds without hook.MOverlay), split entry by entry where host mounts
+// lie below them (an overlay refuses a lower layer with mounts below it).
+type mirrors struct {
+	r       *rawchild.Root
+	overlay bool
+	inPlace []string // directories overlaid in place: bound, not overlaid again
+	mounts  []string // host mount points below the mirrored directories (hook.Spec.HostMounts)
+	split   int
+}
+
+func (m *mirrors) mirror(src, dst string, dirsOnly bool) error {
+	var st unix.Stat_t
+	err := unix.Lstat(src, &st)
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || !m.overlay || m.overlaid(src) {
+		return m.r.MirrorStat(src, dst, dirsOnly, &st, err)
 	}
-	// Taken before the staging tmpfs covers it, should it be below (a work dir under /tmp).
-	r.Binds = append(r.Binds, rawchild.Bind{Source: sp.Shared, Target: hook.SharedMount, Early: true})
-	r.Links = append(r.Links, rawchild.Link{Path: "/node_modules", To: hook.SharedMount + "/node"})
+	if m.hasBelow(src) {
+		return m.splitDir(src, dst)
+	}
+	m.r.Binds = append(m.r.Binds, rawchild.Bind{Source: src, Target: dst, Overlay: true, NoExec: noexec(src)})
 	return nil
+}
+
+// splitDir mirrors the entries of src one by one into dst.
+func (m *mirrors) splitDir(src, dst string) error {
+	d, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("rawhelper: list %s: %w", src, err)
+	}
+	names, err := readNames(d)
+	unix.Close(d)
+	if err != nil {
+		return fmt.Errorf("rawhelper: list %s: %w", src, err)
+	}
+	if m.split += len(names); m.split > maxSplit {
+		return fallback("host mounts below %s leave more than %d entries to mirror one by one", src, maxSplit)
+	}
+	for _, n := range names {
+		if err := m.mirror(src+"/"+n, dst+"/"+n, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// overlaid reports whether src is a directory overlaid in place or below one.
+func (m *mirrors) overlaid(src string) bool {
+	for _, d := range m.inPlace {
+		if src == d || strings.HasPrefix(src, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// hasBelow reports whether a host mount lies below directory src.
+func (m *mirrors) hasBelow(src string) bool {
+	for _, mp := range m.mounts {
+		if strings.HasPrefix(mp, src+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func isDir(p string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// noexec reports whether the mount holding p is noexec (an overlay of it
+// must be too: it is a mount of its own).
+func noexec(p string) bool {
+	var fs unix.Statfs_t
+	return unix.Statfs(p, &fs) == nil && fs.Flags&unix.ST_NOEXEC != 0
 }
 
 // Bounds of a workdir the raw helper copies; a larger one gets the Go
@@ -213,8 +353,14 @@ const (
 // workdir is the block's workdir: the server's detached tree (persistent),
 // or a tmpfs with a copy of the directory h.Dir.
 func workdir(sp *hook.Spec, h Host) (*rawchild.Work, error) {
-	if sp.Persist {
+	if sp.Persist && sp.DirIsTree {
 		return &rawchild.Work{Dir: sp.Dir, TreeFD: DirFD, ReadOnly: sp.ReadOnly}, nil
+	}
+	if sp.Persist {
+		// The server is not root and could not clone the workdir's mount: the
+		// helper does, by path, in its namespace (its uid, the server's, can
+		// traverse the parents).
+		return &rawchild.Work{Dir: sp.Dir, TreePath: sp.HostDir, ReadOnly: sp.ReadOnly}, nil
 	}
 	size := sp.WorkdirSize()
 	w := &rawchild.Work{Dir: sp.Dir, Size: size, Inodes: hook.TmpfsInodes(size), FromFD: DirFD}
@@ -335,6 +481,9 @@ func lockdown(p *rawchild.Prog, sp *hook.Spec) {
 		ll := &rawchild.Landlock{ABI: int(sp.LandlockABI), HandledFS: sp.HandledFS, HandledNet: sp.HandledNet, Scoped: sp.Scoped}
 		for _, r := range sp.Rules {
 			ll.Rules = append(ll.Rules, rawchild.LandlockRule{Path: r.Path, Access: r.Access, Optional: r.Optional})
+		}
+		if sp.Egress && sp.HandledNet&unix.LANDLOCK_ACCESS_NET_CONNECT_TCP != 0 {
+			ll.ConnectTCP = []uint16{hook.EgressPort} // the egress listener, and nothing else
 		}
 		p.AddLockdown(rawchild.Lockdown{Landlock: ll})
 	}

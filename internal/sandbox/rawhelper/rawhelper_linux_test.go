@@ -69,6 +69,12 @@ func TestCompiledBlockRuns(t *testing.T) {
 // what the program printed; a failed step fails the test.
 func run(t *testing.T, p *rawchild.Prog, prog rawchild.Program, dir *os.File) string {
 	t.Helper()
+	return runCloned(t, p, prog, dir, syscall.CLONE_NEWUSER|syscall.CLONE_NEWPID|syscall.CLONE_NEWNS|syscall.CLONE_NEWUTS)
+}
+
+// runCloned is run with the clone's namespaces given.
+func runCloned(t *testing.T, p *rawchild.Prog, prog rawchild.Program, dir *os.File, cloneflags uintptr) string {
+	t.Helper()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +91,7 @@ func run(t *testing.T, p *rawchild.Prog, prog rawchild.Program, dir *os.File) st
 	}
 	defer null.Close()
 	pid, err := rawchild.Start(p, prog, rawchild.Attr{
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS,
+		Cloneflags: cloneflags,
 		UIDMap:     "1000 " + strconv.Itoa(os.Getuid()) + " 1", GIDMap: "1000 " + strconv.Itoa(os.Getgid()) + " 1",
 		Pdeathsig: syscall.SIGKILL, Stdin: null, Stdout: outW, Stderr: outW, Status: statW, Extra: []rawchild.FD{dir}})
 	outW.Close()
@@ -112,6 +118,51 @@ func run(t *testing.T, p *rawchild.Prog, prog rawchild.Program, dir *os.File) st
 	return string(out)
 }
 
+// A helper cloned with only the user and PID namespaces (AtClone) makes
+// the others itself (Host.Unshare): its mount, network, IPC and UTS
+// namespaces are not the caller's; without Unshare its network and IPC
+// namespaces are.
+func TestHelperUnsharesTheOtherNamespaces(t *testing.T) {
+	userNamespaces(t)
+	dir := t.TempDir()
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	kinds := []string{"mnt", "net", "ipc", "uts"}
+	var ours []string
+	for _, k := range kinds {
+		l, err := os.Readlink("/proc/self/ns/" + k)
+		if err != nil {
+			t.Skip(err)
+		}
+		ours = append(ours, l)
+	}
+	sp := blockSpec(dir)
+	sp.Mech &^= hook.MRootFS | hook.MUTSNS // the namespaces alone, read through the host's /proc
+	sp.Args = []string{"sh", "-c", "for k in mnt net ipc uts; do readlink /proc/self/ns/$k; done"}
+	for _, unshare := range []uintptr{0, syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS} {
+		p := &rawchild.Prog{}
+		prog, err := Compile(p, sp, Host{UID: 1000, GID: 1000, Dir: int(d.Fd()), Unshare: unshare})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Fields(runCloned(t, p, prog, d, AtClone))
+		if len(got) != len(kinds) {
+			t.Fatalf("unshare %#x: the block printed %q", unshare, got)
+		}
+		for i, k := range kinds {
+			if same := got[i] == ours[i]; same != (unshare == 0) {
+				t.Errorf("unshare %#x: the block's %s namespace %s, ours %s", unshare, k, got[i], ours[i])
+			}
+		}
+	}
+	if _, err := Compile(&rawchild.Prog{}, sp, Host{Dir: int(d.Fd()), Unshare: syscall.CLONE_NEWTIME}); err == nil {
+		t.Error("a namespace the helper cannot unshare itself was compiled")
+	}
+}
+
 // Every spec the raw helper does not serve is refused before anything
 // starts, with a reason; the common block is not.
 func TestFallbacks(t *testing.T) {
@@ -123,15 +174,9 @@ func TestFallbacks(t *testing.T) {
 	defer d.Close()
 	h := Host{UID: 1000, GID: 1000, Dir: int(d.Fd())}
 	for name, change := range map[string]func(*hook.Spec){
-		"probe":       func(sp *hook.Spec) { sp.ProbeOnly = true },
-		"no init":     func(sp *hook.Spec) { sp.Init = false },
-		"no pid ns":   func(sp *hook.Spec) { sp.Mech &^= hook.MPIDNS },
-		"hold":        func(sp *hook.Spec) { sp.Hold = true },
-		"egress":      func(sp *hook.Spec) { sp.Egress = true },
-		"determ":      func(sp *hook.Spec) { sp.Determ = make([]byte, 32) },
-		"persist":     func(sp *hook.Spec) { sp.Persist = true },
-		"not overlay": func(sp *hook.Spec) { sp.Mech |= hook.MOverlay }, // the spawner overlaid nothing
-		"big copy":    func(sp *hook.Spec) { sp.WorkSize = 4096 },
+		"probe":      func(sp *hook.Spec) { sp.ProbeOnly = true },
+		"no user ns": func(sp *hook.Spec) { sp.Mech &^= hook.MUserNS },
+		"big copy":   func(sp *hook.Spec) { sp.WorkSize = 4096 },
 	} {
 		if name == "big copy" {
 			if err := os.WriteFile(dir+"/big", make([]byte, 4096), 0o644); err != nil {

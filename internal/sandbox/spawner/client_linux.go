@@ -41,6 +41,31 @@ type Spawner struct {
 	conn  *net.UnixConn // nil once closed or failed
 	proc  *os.Process
 	hello Hello
+	stats Stats
+}
+
+// Stats are a spawner's counters since it started: how many requests it
+// answered, how long callers held it for their round trips (request sent to
+// reply read, waits to be woken included) and how long its own loop worked
+// on them. Whichever is longer bounds the requests one spawner serves a
+// second.
+type Stats struct {
+	Requests int64
+	Held     time.Duration
+	Busy     time.Duration
+}
+
+// Add sums two spawners' counters.
+func (s Stats) Add(o Stats) Stats {
+	return Stats{Requests: s.Requests + o.Requests, Held: s.Held + o.Held, Busy: s.Busy + o.Busy}
+}
+
+// Stats returns the spawner's counters (those it had when it was closed,
+// once closed).
+func (s *Spawner) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
 }
 
 // helloTimeout bounds the wait for a new spawner's first message (its
@@ -163,12 +188,13 @@ var ErrFallback = errors.New("spawner: the raw helper does not serve this block"
 
 // SpawnRaw clones the raw helper (package rawhelper) for the block raw
 // describes, with files stdin, stdout, stderr, the status pipe and the
-// workdir, and the namespaces, maps, parent-death signal and cgroup of
+// workdir (and a block with egress, its end of the listener's socket
+// pair), and the namespaces, maps, parent-death signal and cgroup of
 // sys; its other attributes are the raw helper's own business. Errors as
 // Spawn's, and ErrFallback.
 func (s *Spawner) SpawnRaw(raw *Raw, files []*os.File, sys *syscall.SysProcAttr) (*os.Process, error) {
-	if len(files) != RawFiles {
-		return nil, fmt.Errorf("%w: a raw request needs %d descriptors", ErrUnsupported, RawFiles)
+	if len(files) != RawFiles && len(files) != RawFiles+1 {
+		return nil, fmt.Errorf("%w: a raw request needs %d descriptors (one more with egress)", ErrUnsupported, RawFiles)
 	}
 	req, err := request(nil, files, sys)
 	if err != nil {
@@ -202,7 +228,11 @@ func (s *Spawner) send(req Request, files []*os.File, sys *syscall.SysProcAttr) 
 	if s.conn == nil {
 		return nil, ErrClosed
 	}
+	t0 := time.Now()
 	reply, err := s.roundTrip(payload, unix.UnixRights(fds...))
+	s.stats.Requests++
+	s.stats.Held += time.Since(t0)
+	s.stats.Busy = max(s.stats.Busy, reply.Busy)
 	runtime.KeepAlive(files)
 	if err != nil {
 		s.stopLocked()

@@ -29,37 +29,46 @@ var prog rawchild.Prog
 const rawName = "codellm-raw"
 
 // spawnRaw compiles the raw request's spec and forks the raw helper, the
-// server's child (CLONE_PARENT). fds are stdin, stdout, stderr, the
-// status pipe and the workdir, then the cgroup's when req.CgroupFD.
+// server's child (CLONE_PARENT), or hands it to the helper forked ahead.
+// fds are stdin, stdout, stderr, the status pipe and the workdir (and the
+// egress socket), then the cgroup's when req.CgroupFD.
 func spawnRaw(req *Request, fds []int) Reply {
-	if req.Files != RawFiles {
-		return Reply{Errno: int(syscall.EINVAL), Error: "spawner: a raw request carries " + strconv.Itoa(RawFiles) + " descriptors"}
+	if req.Files != RawFiles && req.Files != RawFiles+1 {
+		return Reply{Errno: int(syscall.EINVAL), Error: "spawner: a raw request carries " + strconv.Itoa(RawFiles) + " descriptors, or one more for egress"}
 	}
 	sp, err := hook.Decode(req.Raw.Spec)
 	if err != nil {
 		return Reply{Errno: int(syscall.EINVAL), Error: "spawner: bad raw spec: " + err.Error()}
 	}
-	program, err := rawhelper.Compile(&prog, sp, rawhelper.Host{Overlaid: overlaid, CgroupFiles: req.Raw.CgroupFiles,
-		UID: req.Raw.UID, GID: req.Raw.GID, Dir: fds[4]})
-	if fe, ok := err.(*rawhelper.FallbackError); ok {
-		return Reply{Fallback: fe.Reason}
+	// The clone makes the user and PID namespaces; the helper unshares the
+	// rest itself, off this loop (the network namespace alone was a quarter
+	// of the spawner's CPU, and its clone sleeps on kernel locks meanwhile),
+	// and the helper forked ahead has done so while it waited.
+	a := rawchild.Attr{Name: rawName, Cloneflags: req.Cloneflags & rawhelper.AtClone, Pdeathsig: req.Pdeathsig, Parent: true,
+		UIDMap: idMap(req.UIDMappings), GIDMap: idMap(req.GIDMappings), IdleUnshare: req.Cloneflags &^ rawhelper.AtClone,
+		Stdin: fd(fds[0]), Stdout: fd(fds[1]), Stderr: fd(fds[2]), Status: fd(fds[3])}
+	for _, x := range fds[4:req.Files] { // the workdir, and the egress socket (rawhelper.NetFD)
+		a.Extra = append(a.Extra, fd(x))
 	}
-	if err != nil {
-		return Reply{Errno: int(syscall.EINVAL), Error: err.Error()}
-	}
-	a := rawchild.Attr{Name: rawName, Cloneflags: req.Cloneflags, Pdeathsig: req.Pdeathsig, Parent: true,
-		UIDMap: idMap(req.UIDMappings), GIDMap: idMap(req.GIDMappings),
-		Stdin: fd(fds[0]), Stdout: fd(fds[1]), Stderr: fd(fds[2]), Status: fd(fds[3]), Extra: []rawchild.FD{fd(fds[4])}}
+	h := rawhelper.Host{Overlaid: overlaid, CgroupFiles: req.Raw.CgroupFiles, UID: req.Raw.UID, GID: req.Raw.GID, Dir: fds[4]}
+	var discarded []int
 	if req.CgroupFD {
 		a.UseCgroupFD, a.CgroupFD = true, fds[req.Files]
-	}
-	var discarded []int
-	if !req.CgroupFD {
-		pid, gone, ok := runIdle(a, program)
-		discarded = gone
-		if ok {
-			return Reply{PID: pid, Discarded: discarded}
+	} else if idle != nil {
+		pid, gone, ok, reply := runIdle(a, sp, h)
+		if ok || reply != nil {
+			if reply != nil {
+				return *reply
+			}
+			return Reply{PID: pid}
 		}
+		discarded = gone
+	}
+	h.Unshare = a.IdleUnshare
+	program, err := rawhelper.Compile(&prog, sp, h)
+	if reply := compileReply(err); reply != nil {
+		reply.Discarded = discarded
+		return *reply
 	}
 	pid, err := rawchild.Start(&prog, program, a)
 	if err != nil {
@@ -75,6 +84,17 @@ func spawnRaw(req *Request, fds []int) Reply {
 	return Reply{PID: pid, Discarded: discarded}
 }
 
+// compileReply is the reply for a compile that failed (nil when it did not).
+func compileReply(err error) *Reply {
+	if fe, ok := err.(*rawhelper.FallbackError); ok {
+		return &Reply{Fallback: fe.Reason}
+	}
+	if err != nil {
+		return &Reply{Errno: int(syscall.EINVAL), Error: err.Error()}
+	}
+	return nil
+}
+
 // The raw helper forked ahead (rawchild.Prefork): after each reply the
 // spawner forks one for a block like the last (its namespaces, maps and
 // parent-death signal), so that the next such block's clone is off the
@@ -87,26 +107,31 @@ var (
 )
 
 func attrKey(a rawchild.Attr) string {
-	return strconv.FormatUint(uint64(a.Cloneflags), 16) + "|" + strconv.Itoa(int(a.Pdeathsig)) + "|" + a.UIDMap + "|" + a.GIDMap
+	return strconv.FormatUint(uint64(a.Cloneflags), 16) + "|" + strconv.FormatUint(uint64(a.IdleUnshare), 16) + "|" +
+		strconv.Itoa(int(a.Pdeathsig)) + "|" + a.UIDMap + "|" + a.GIDMap
 }
 
-// runIdle hands the compiled block to the idle helper when it was forked
-// for a block like this one. gone lists an idle helper given up (killed; the
-// server reaps it).
-func runIdle(a rawchild.Attr, program rawchild.Program) (pid int, gone []int, ok bool) {
-	if idle == nil {
-		return 0, nil, false
-	}
+// runIdle hands the block to the idle helper when it was forked for a block
+// like this one, compiled without the namespaces it made while it waited.
+// gone lists an idle helper given up (killed; the server reaps it); reply
+// is set when the compile failed.
+func runIdle(a rawchild.Attr, sp *hook.Spec, h rawhelper.Host) (pid int, gone []int, ok bool, reply *Reply) {
 	it := idle
 	idle = nil
 	if idleKey == attrKey(a) {
+		program, err := rawhelper.Compile(&prog, sp, h)
+		if reply = compileReply(err); reply != nil {
+			it.Close()
+			reply.Discarded = []int{it.PID}
+			return 0, nil, false, reply
+		}
 		if err := it.Run(&prog, program, rawName, append([]rawchild.FD{a.Stdin, a.Stdout, a.Stderr, a.Status}, a.Extra...)); err == nil {
 			next = &a
-			return it.PID, nil, true
+			return it.PID, nil, true, nil
 		}
 	}
 	it.Close()
-	return 0, []int{it.PID}, false
+	return 0, []int{it.PID}, false, nil
 }
 
 // afterReply forks the idle helper the last block asked for (next), off

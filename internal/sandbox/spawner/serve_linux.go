@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -51,6 +52,10 @@ func serve(argv []string) {
 	}
 	buf := make([]byte, maxMessage)
 	oob := make([]byte, syscall.CmsgSpace(4*(maxFiles+1)))
+	// busy is the time this loop has worked on requests, from a request's
+	// arrival until it waits for the next one (the helper it forks ahead
+	// included): while it works the next block's request waits.
+	var busy time.Duration
 	for {
 		n, oobn, _, _, err := syscall.Recvmsg(sockFD, buf, oob, syscall.MSG_CMSG_CLOEXEC)
 		if err == syscall.EINTR {
@@ -60,17 +65,20 @@ func serve(argv []string) {
 			endIdle()
 			os.Exit(0) // the server closed its end (or is gone)
 		}
+		t0 := time.Now()
 		fds := receivedFDs(oob[:oobn])
 		reply := spawn(path, argv, buf[:n], fds)
 		for _, fd := range fds {
 			syscall.Close(fd)
 		}
+		reply.Busy = busy + time.Since(t0)
 		out, _ := json.Marshal(reply)
 		if err := syscall.Sendmsg(sockFD, out, nil, nil, 0); err != nil {
 			endIdle()
 			os.Exit(0)
 		}
 		afterReply()
+		busy += time.Since(t0)
 	}
 }
 

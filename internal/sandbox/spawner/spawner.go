@@ -23,9 +23,18 @@
 // A raw request ([Request].Raw) asks for the raw helper instead: the
 // spawner compiles the block's spec (package rawhelper) and forks a child
 // of its own that runs it without exec'ing anything (package rawchild),
-// or answers [Reply].Fallback for a block only the Go helper serves. After
-// each raw reply it forks the next such block's helper ahead (raw_linux.go),
-// an idle child named idleName that it kills when it ends.
+// or answers [Reply].Fallback for a block only the Go helper serves. It
+// clones that child with its user and PID namespaces only; the child makes
+// the rest itself, off the spawner's loop. After each raw reply without
+// clone3's cgroup placement (cgroup v1) it forks the next such block's
+// helper ahead (raw_linux.go), an idle child named idleName that makes its
+// namespaces while it waits and that the spawner kills when it ends.
+//
+// A spawner answers one request at a time: its loop is a serial section of
+// every block's start. Each [Reply] carries how long the loop has worked so
+// far ([Reply].Busy), and the client adds up how long callers held it
+// ([Spawner.Stats]); package sandbox runs several spawners, one more
+// whenever every running one is busy, and exports both as metrics.
 //
 // Started as root with directories to overlay ([Start]'s overlay), the
 // spawner first makes them read-only overlays in a mount namespace of its

@@ -2,7 +2,10 @@
 
 package spawner
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+)
 
 // Request asks for one helper: the fields of syscall.SysProcAttr the
 // sandbox uses. Files descriptors are attached to the message.
@@ -37,7 +40,9 @@ type Raw struct {
 	GID         int      `json:"gid"`
 }
 
-// RawFiles is how many descriptors a raw request carries (before the cgroup's).
+// RawFiles is how many descriptors a raw request carries (before the
+// cgroup's): one more for a block with egress, its end of the socket pair
+// it sends its listener on.
 const RawFiles = 5
 
 // Reply is the spawner's answer: the child's PID, or the errno and text of
@@ -52,4 +57,7 @@ type Reply struct {
 	// Discarded are idle raw helpers the spawner killed unused (children
 	// of the server, which reaps them).
 	Discarded []int `json:"discarded,omitempty"`
+	// Busy is how long the spawner has worked on requests so far, this one
+	// included (the helper it forks after a reply counts with the next).
+	Busy time.Duration `json:"busy_ns"`
 }
