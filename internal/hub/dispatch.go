@@ -310,18 +310,19 @@ func assignmentState(st *store.Settlement, err error) string {
 		return "withdrawn"
 	case errors.Is(err, bridge.ErrAssignmentExpired):
 		return "expired"
-	case errors.Is(err, bridge.ErrWorkerOffline):
+	case errors.Is(err, errOutcomeUnknown):
 		return "worker_offline"
 	}
 	return "failed"
 }
 
-// await waits for the settlement of a until its deadline (§7.3 step 4). A
-// client that goes away sets the cancellation mark; the wait then continues
-// so the worker's rejection is collected and the lock released.
+// await waits for the settlement of a until its deadline (§7.3 step 4). A client that goes away sets the
+// cancellation mark; the wait then continues so the worker's rejection is collected and the lock released.
+// Once the worker may have started the run (it acknowledged it) the request never ends in a status that
+// invites a retry: a run that cannot be accounted for is errOutcomeUnknown, never a 503 or a second run.
 func (h *Hub) await(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
 	bg := context.WithoutCancel(ctx)
-	wctx := ctx
+	clientGone, closing := ctx.Done(), (<-chan struct{})(h.closing)
 	for {
 		ch := h.changes()
 		var st *store.Settlement
@@ -340,34 +341,51 @@ func (h *Hub) await(ctx context.Context, a *store.Assignment) (*store.Settlement
 		if st != nil || !time.Now().Before(a.ExpiresAt) {
 			return h.complete(bg, a)
 		}
-		if !ws.Online || (ws.Registration != nil && ws.Registration.IncarnationID != a.IncarnationID) {
-			// The worker crashed or was replaced: take back work it never
-			// acknowledged; otherwise fail now rather than at the deadline.
-			if err := h.store.Withdraw(bg, a.WorkerID, a.ID); err == nil {
-				h.notify()
-				return nil, errReassign
-			}
-			if st, _ := h.store.Settlement(bg, a.WorkerID, a.ID); st != nil {
-				return h.complete(bg, a)
-			}
-			_, _ = h.store.Complete(bg, a.WorkerID, a.ID)
-			h.notify()
-			return nil, bridge.ErrWorkerOffline
+		if ws != nil && (!ws.Online || (ws.Registration != nil && ws.Registration.IncarnationID != a.IncarnationID)) {
+			return h.lost(bg, a)
 		}
-		if !h.wait(wctx, ch, a.ExpiresAt) {
-			select {
-			case <-h.closing:
-				_ = h.store.Cancel(bg, a.WorkerID, a.ID)
-				_, _ = h.store.Complete(bg, a.WorkerID, a.ID)
-				h.notify()
-				return nil, errUnavailable("Hub is shutting down")
-			default:
-			}
+		t := time.NewTimer(min(h.cfg.PollInterval, time.Until(a.ExpiresAt)))
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-clientGone:
 			// Client disconnected (§13.4): cancel, keep collecting.
 			_ = h.store.Cancel(bg, a.WorkerID, a.ID)
-			wctx = bg
+			clientGone = nil
+		case <-closing:
+			// Shutting down: work not yet acknowledged is taken back (503, nothing ran); a run under way is
+			// waited for within the drain's grace.
+			closing = nil
+			if h.store.Withdraw(bg, a.WorkerID, a.ID) == nil {
+				t.Stop()
+				h.notify()
+				return nil, errUnavailable("Hub is shutting down")
+			}
 		}
+		t.Stop()
 	}
+}
+
+// errOutcomeUnknown: the worker acknowledged the assignment (so it may have run) and then went silent past
+// its registration, or the store could not tell how it ended. The request fails without being run again
+// (502 outcome_unknown) — a 503 or 429 would tell the client that nothing ran.
+var errOutcomeUnknown = errors.New("hub: the run's outcome is unknown")
+
+// lost ends an assignment whose worker vanished (its registration lapsed, or another incarnation took
+// over): work it never acknowledged is taken back and may go to another worker (errReassign); work it
+// acknowledged ends with its settlement if one arrived meanwhile, else failed with an unknown outcome. Its
+// lock stays until deadline + grace, so the worker, should it come back, is not given more work while it
+// may still be running this.
+func (h *Hub) lost(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
+	if err := h.store.Withdraw(ctx, a.WorkerID, a.ID); err == nil {
+		h.notify()
+		return nil, errReassign
+	}
+	st, err := h.complete(ctx, a)
+	if st != nil {
+		return st, err
+	}
+	return nil, errOutcomeUnknown
 }
 
 func (h *Hub) complete(ctx context.Context, a *store.Assignment) (st *store.Settlement, err error) {
@@ -378,6 +396,10 @@ func (h *Hub) complete(ctx context.Context, a *store.Assignment) (st *store.Sett
 		return err
 	})
 	h.notify() // the lock may be free now
+	if errors.Is(err, store.ErrUnavailable) {
+		// The worker may have run it; the store cannot say. Not a 503: a retry would run it again.
+		return nil, errOutcomeUnknown
+	}
 	return st, err
 }
 
@@ -402,6 +424,9 @@ func mapDispatchError(err error) *clientError {
 		return ce
 	}
 	switch {
+	case errors.Is(err, errOutcomeUnknown):
+		return &clientError{status: http.StatusBadGateway, code: "outcome_unknown", message: "The worker stopped answering after it started the run " +
+			"(or the hub's store could not say how it ended); it may have run, so it was not run again"}
 	case errors.Is(err, store.ErrUnavailable):
 		return errStoreUnavailable()
 	case errors.Is(err, bridge.ErrAssignmentExpired):

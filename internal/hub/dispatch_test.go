@@ -267,8 +267,10 @@ func TestClientDisconnectCancels(t *testing.T) {
 	}
 }
 
-// The hub notices a crashed worker through registration expiry: work it never
-// acknowledged moves to another worker; acknowledged work fails with 503.
+// The hub notices a crashed worker through registration expiry: work it never acknowledged moves to
+// another worker. Work it acknowledged may have run (a worker stopped or cut off past its registration,
+// issue 36): it is never sent to another worker, and the client is told the outcome is unknown (502), not
+// a 503 or 429 that would make it retry and run the code a second time.
 func TestCrashedWorker(t *testing.T) {
 	h := newTestHub(t, nil, boltstore.WithLeaseTTL(time.Second))
 	crash := newWorker(t, h, "a-crash")
@@ -277,7 +279,14 @@ func TestCrashedWorker(t *testing.T) {
 	good.pair(h)
 	good.mustRegister()
 	crash.mustRegister() // registered, then never polls again
-	stop := good.serve(func(x *bridge.Assignment) bridge.Settlement { return runnerReply(x, good.incarnation) })
+	var goodRan sync.Map
+	serve := func() func() {
+		return good.serve(func(x *bridge.Assignment) bridge.Settlement {
+			goodRan.Store(x.AssignmentID, true)
+			return runnerReply(x, good.incarnation)
+		})
+	}
+	stop := serve()
 
 	start := time.Now()
 	r := h.client(t, "/v1/exec", `{"lang":"py","code":"moved"}`, map[string]string{"X-Codellm-Timeout-Ms": "10000"})
@@ -288,18 +297,38 @@ func TestCrashedWorker(t *testing.T) {
 		t.Fatalf("reassignment took %v", time.Since(start))
 	}
 	stop()
+	waitOffline(t, h, good.id)
+	goodRan.Clear()
 
-	// Crash after ack: the client hears 503 well before its deadline.
+	// Crash after ack, with another worker ready to take work: the run is not repeated there.
 	crash.mustRegister()
-	resp := asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"x"}`, map[string]string{"X-Codellm-Worker-Id": crash.id, "X-Codellm-Timeout-Ms": "20000"})
+	resp := asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"x"}`, map[string]string{"X-Codellm-Timeout-Ms": "20000"})
 	a := crash.mustLease()
 	if r := crash.ack(a); r.status != 200 {
 		t.Fatal(r.status)
 	}
+	stop = serve()
+	defer stop()
 	start = time.Now()
 	r = recv(t, resp)
-	if r.status != 503 || r.header.Get("Retry-After") != "5" || time.Since(start) > 10*time.Second {
+	if r.status != 502 || !bytes.Contains(r.body, []byte(`"error":"outcome_unknown"`)) || r.header.Get("Retry-After") != "" ||
+		time.Since(start) > 10*time.Second {
 		t.Fatalf("crash after ack: %d %s after %v", r.status, r.body, time.Since(start))
+	}
+	goodRan.Range(func(k, _ any) bool { t.Errorf("another worker ran %v after the first acknowledged the request", k); return true })
+}
+
+// waitOffline waits until the worker's registration has lapsed.
+func waitOffline(t *testing.T, h *testHub, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := h.store.Worker(context.Background(), id)
+		if err == nil && !st.Online {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s still online", id)
+		}
 	}
 }
 
