@@ -315,7 +315,10 @@ func TestCrashedWorker(t *testing.T) {
 		time.Since(start) > 10*time.Second {
 		t.Fatalf("crash after ack: %d %s after %v", r.status, r.body, time.Since(start))
 	}
-	goodRan.Range(func(k, _ any) bool { t.Errorf("another worker ran %v after the first acknowledged the request", k); return true })
+	goodRan.Range(func(k, _ any) bool {
+		t.Errorf("another worker ran %v after the first acknowledged the request", k)
+		return true
+	})
 }
 
 // waitOffline waits until the worker's registration has lapsed.

@@ -158,6 +158,7 @@ type Hub struct {
 	largeBodies chan struct{}
 	health      storeHealth
 	idem        *idempotency.Guard // nil: the store has no Backend, or disabled
+	replica     *replicaRecords    // nil: the store has no Backend
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -183,6 +184,9 @@ func New(cfg Config, st Store) (*Hub, error) {
 	}
 	h.metrics = metrics.NewHub(h.onlineWorkers)
 	h.router = h.routes()
+	if bs, ok := st.(interface{ Backend() store.Backend }); ok {
+		h.replica = startReplica(bs.Backend(), h.closing)
+	}
 	h.setupIdempotency(st)
 	if o, ok := st.(interface{ ObserveErrors(func(string, error)) }); ok {
 		o.ObserveErrors(h.storeFailed)
@@ -230,11 +234,14 @@ func (h *Hub) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	h.metrics.Handler().ServeHTTP(w, r)
 }
 
-// Close wakes every waiting request: lease polls answer empty and waiting
-// clients get 503. Call it before http.Server.Shutdown so Shutdown does not
-// sit out a 30 s long poll. The hub starts no goroutines of its own.
+// Close wakes every waiting request: lease polls answer empty, queued clients get 503, and runs already
+// handed to a worker are waited for within the caller's drain. Call it before http.Server.Shutdown so
+// Shutdown does not sit out a 30 s long poll. It stops the replica's heartbeat and waits for it.
 func (h *Hub) Close() {
 	h.closeOnce.Do(func() { close(h.closing) })
+	if h.replica != nil {
+		<-h.replica.done
+	}
 }
 
 // notify wakes everyone waiting for a state change.

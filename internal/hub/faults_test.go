@@ -1,0 +1,131 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/codellm/codellm/internal/bridge"
+)
+
+// procWorker is a test worker paired with a hub process through its admin route.
+func procWorker(t *testing.T, base, id string) *testWorker {
+	t.Helper()
+	pub, priv, _ := bridge.GenerateKey()
+	pubPEM, _ := bridge.MarshalPublicKeyPEM(pub)
+	w := &testWorker{t: t, base: base, id: id, priv: priv, pubPEM: pubPEM, incarnation: bridge.NewID(),
+		caps: bridge.Capabilities{SandboxProfile: "codellm-embedded", Runtimes: []string{"python"}}}
+	b, _ := bridge.Marshal(bridge.CreatePairingRequest{WorkerID: id})
+	req, _ := http.NewRequest(http.MethodPost, base+"/bridge/pairings", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	r := doHTTP(t, req)
+	var pr bridge.CreatePairingResponse
+	if r.status != 200 || json.Unmarshal(r.body, &pr) != nil {
+		t.Fatalf("create pairing: %d %s", r.status, r.body)
+	}
+	r = w.redeem(pr.Code, pubPEM)
+	var cr bridge.CredentialResponse
+	if r.status != 200 || json.Unmarshal(r.body, &cr) != nil {
+		t.Fatalf("redeem: %d %s", r.status, r.body)
+	}
+	w.credential = cr.Credential
+	return w
+}
+
+// keyedExec posts /v1/exec with an Idempotency-Key; a transport error (the hub was killed) is status -1.
+func keyedExec(ctx context.Context, url, code, key string) reply {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/exec", strings.NewReader(`{"lang":"py","code":"`+code+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", apiKey)
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return reply{status: -1, body: []byte(err.Error())}
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	return reply{resp.StatusCode, buf.Bytes(), resp.Header}
+}
+
+// Issue 35 item 14: a hub on the embedded store is killed (SIGKILL) while a worker runs a request that
+// carries an Idempotency-Key; the client's retry, to the restarted hub, must not run the code again.
+// The claim survives in the bbolt file and its holder (the killed process) is gone, so the retry is told
+// the outcome is unknown (502 outcome_unknown) and the worker never receives the request a second time.
+// Before the fix the claim lived in memory only and the retry ran the code again.
+func TestIdempotencyAcrossHubKill(t *testing.T) {
+	storePath := filepath.Join(t.TempDir(), "hub", "bridge.db")
+	env := []string{"CODELLM_HUB_ADMIN_TOKEN=" + adminToken}
+	p := startHubProcess(t, env, "--listen", "127.0.0.1:0", "--api-key", apiKey, "--store", storePath)
+	w := procWorker(t, p.url+"/v1", "kill:vm")
+	var runs atomic.Int64
+	w.mustRegister()
+
+	first := make(chan reply, 1)
+	go func() { first <- keyedExec(context.Background(), p.url, "once", "kill-key-1") }()
+	a := w.mustLease()
+	if r := w.ack(a); r.status != 200 {
+		t.Fatalf("ack: %d %s", r.status, r.body)
+	}
+	runs.Add(1) // the worker now runs it
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.wait(t)
+	if r := <-first; r.status != -1 {
+		t.Fatalf("the killed hub answered: %d %s", r.status, r.body)
+	}
+
+	p2 := startHubProcess(t, env, "--listen", "127.0.0.1:0", "--api-key", apiKey, "--store", storePath)
+	w.base = p2.url + "/v1"
+	stop := w.serve(func(x *bridge.Assignment) bridge.Settlement {
+		runs.Add(1)
+		return runnerReply(x, w.incarnation)
+	})
+	defer stop()
+	for range 2 {
+		r := keyedExec(context.Background(), p2.url, "once", "kill-key-1")
+		if r.status != 502 || !strings.Contains(string(r.body), `"error":"outcome_unknown"`) {
+			t.Fatalf("retry after the kill: %d %s (runs %d)", r.status, r.body, runs.Load())
+		}
+	}
+	// The hub and the worker still work: a new key runs once.
+	if r := keyedExec(context.Background(), p2.url, "fresh", "kill-key-2"); r.status != 200 || !strings.Contains(string(r.body), "ran:fresh") {
+		t.Fatalf("new key: %d %s", r.status, r.body)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("the worker ran %d requests, want 2 (the killed one once, the new one)", n)
+	}
+}
+
+// A claim is bound by its request's deadline plus the grace, not by the longest deadline: a repeat of a
+// request whose run outlived that bound (its holder hung) is answered 502 outcome_unknown at once.
+func TestIdempotencyClaimBound(t *testing.T) {
+	h := newTestHub(t, nil)
+	is := h.idem.Store.(*backendIdem)
+	ctx := context.Background()
+	if e, err := is.Claim(ctx, "bound", "fp", 2*time.Second); e != nil || err != nil {
+		t.Fatalf("claim: %v %v", e, err)
+	}
+	if e, err := is.Claim(ctx, "bound", "fp", time.Minute); err != nil || e == nil || e.Done {
+		t.Fatalf("a live claim: %+v %v", e, err)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	e, err := is.Claim(ctx, "bound", "fp", time.Minute)
+	if err != nil || e == nil || !e.Done || e.Response == nil || !e.Response.Lost {
+		t.Fatalf("a claim past its bound: %+v %v", e, err)
+	}
+	if err := is.Release(ctx, "bound"); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := is.Claim(ctx, "bound", "fp", time.Minute); e == nil || !e.Done {
+		t.Fatalf("releasing a claim past its bound freed the key: %+v", e)
+	}
+}
