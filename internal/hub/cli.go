@@ -108,6 +108,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	if err != nil {
 		return fail("%v", err)
 	}
+	defer h.Close()
 	defer watchFeed(ctx, feed, h)()
 	if err := serveHTTP(ctx, h, listenAddr, tlsCert, tlsKey, stderr); err != nil {
 		return fail("%v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/httpserve"
+	"github.com/codellm/codellm/internal/hub/store"
 	"github.com/codellm/codellm/internal/openai"
 )
 
@@ -190,7 +191,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, h.fail(err))
 		return
 	}
-	h.rememberSession(d.sessionID, key.TenantID, out)
+	h.rememberSession(context.WithoutCancel(r.Context()), d.sessionID, key.TenantID, out)
 	if h.cfg.Files != nil {
 		// Other hub replicas learn the session (and its owner) from the shared file store.
 		if err := h.cfg.Files.Touch(context.WithoutCancel(r.Context()), key.TenantID, d.sessionID); err != nil {
@@ -207,29 +208,50 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 	writeValue(w, http.StatusOK, h.execReply(r.Context(), key, d.sessionID, out.result))
 }
 
-// execSession resolves the request's session_id (this replica's memory first, then the shared file
-// store, which knows sessions other replicas created) or mints a new one.
+// execSession resolves the request's session_id (the store's session record, which every replica shares,
+// then the shared file store, which knows sessions created by an upload) or mints a new one.
 func (h *Hub) execSession(ctx context.Context, d *dispatchReq, sid string) *clientError {
 	if sid == "" {
 		d.sessionID = newSessionID()
 		return nil
 	}
 	d.sessionID = sid
-	h.mu.Lock()
-	s, ok := h.sessions[sid]
-	if ok && s.tenant == d.caller.TenantID {
-		d.affinity, d.stateful = s.workerID, s.stateful
+	s, err := h.store.Session(ctx, sid)
+	if err != nil {
+		return h.fail(err)
 	}
-	h.mu.Unlock()
-	if ok && s.tenant == d.caller.TenantID {
+	if s != nil {
+		if s.TenantID != d.caller.TenantID {
+			return &clientError{status: http.StatusNotFound, code: "session_not_found"}
+		}
+		d.affinity, d.stateful = s.WorkerID, s.Stateful
+		if s.Stateful {
+			return h.sessionWorker(ctx, s)
+		}
 		return nil
 	}
-	if !ok && h.cfg.Files != nil {
+	if h.cfg.Files != nil {
 		if owner, err := h.cfg.Files.Owner(ctx, sid); err == nil && owner == d.caller.TenantID {
 			return nil
 		}
 	}
 	return &clientError{status: http.StatusNotFound, code: "session_not_found"}
+}
+
+// sessionWorker refuses a stateful session whose files are gone: another incarnation of its worker
+// registered since it last ran (the session's runner went with the previous process), so continuing it
+// would silently run in an empty workspace. A worker that is merely offline may come back: dispatch
+// answers 503 worker_unavailable.
+func (h *Hub) sessionWorker(ctx context.Context, s *store.Session) *clientError {
+	st, err := h.store.Worker(ctx, s.WorkerID)
+	if err != nil {
+		return h.fail(err)
+	}
+	if st.Registration != nil && s.IncarnationID != "" && st.Registration.IncarnationID != s.IncarnationID {
+		return &clientError{status: http.StatusConflict, code: "session_lost", message: "The session's worker " + s.WorkerID +
+			" restarted since the session last ran, and its files were held by the previous worker process; start a new session (omit session_id)"}
+	}
+	return nil
 }
 
 // execBody builds the runner request of §13.1. run_timeout leaves the hub time to collect the result
@@ -326,20 +348,13 @@ func rejectionError(out *outcome) *clientError {
 	return &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg}
 }
 
-func (h *Hub) rememberSession(sid, tenant string, out *outcome) {
-	now := time.Now()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	// Sweep idle sessions at most once a minute, not on every request.
-	if now.Sub(h.sessionSweep) > time.Minute {
-		h.sessionSweep = now
-		for k, s := range h.sessions {
-			if now.Sub(s.lastUsed) > sessionIdle {
-				delete(h.sessions, k)
-			}
-		}
+// rememberSession records the session's worker in the store, for every replica. The run already
+// happened, so a store failure here is logged, not answered.
+func (h *Hub) rememberSession(ctx context.Context, sid, tenant string, out *outcome) {
+	err := h.store.BindSession(ctx, store.Session{ID: sid, TenantID: tenant, WorkerID: out.workerID, IncarnationID: out.incarnation, Stateful: out.stateful})
+	if err != nil {
+		h.cfg.Logger.Warn("store: recording the session's worker failed", "session", sid, "err", err)
 	}
-	h.sessions[sid] = &session{tenant: tenant, workerID: out.workerID, stateful: out.stateful, lastUsed: now}
 }
 
 // bodyError distinguishes an oversized client body from an unreadable one.

@@ -12,17 +12,6 @@ import (
 	"github.com/codellm/codellm/internal/hub/store"
 )
 
-// session remembers which worker ran a /v1/exec session (affinity, §13.1).
-type session struct {
-	tenant   string
-	workerID string
-	stateful bool
-	lastUsed time.Time
-}
-
-// sessionIdle is how long an unused exec session is remembered.
-const sessionIdle = 24 * time.Hour
-
 // waiter is one client request queued because every eligible worker was busy.
 type waiter struct{ tenant string }
 
@@ -60,13 +49,14 @@ type dispatchReq struct {
 
 // outcome is a settled assignment.
 type outcome struct {
-	workerID string
-	caps     bridge.Capabilities
-	stateful bool
-	status   string
-	result   *bridge.Object
-	errMsg   string
-	errCode  string // workspace rejections (§9.9)
+	workerID    string
+	incarnation string // the worker process that ran it
+	caps        bridge.Capabilities
+	stateful    bool
+	status      string
+	result      *bridge.Object
+	errMsg      string
+	errCode     string // workspace rejections (§9.9)
 }
 
 // admits applies §13.3's binding rule.
@@ -212,7 +202,7 @@ outer:
 				}
 			}
 			if d.stateful {
-				return nil, errUnavailable("The session's worker is not available")
+				return nil, errUnavailable("The session's worker " + d.affinity + " is not available; a stateful session's files live on it and cannot move to another worker")
 			}
 			return nil, errUnavailable("No eligible worker is online")
 		}
@@ -253,6 +243,9 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 		WorkerID: c.WorkerID, AssignmentID: bridge.NewID(), ExpiresAt: d.deadline,
 		ExecutionKind: d.kind, Request: d.request,
 	}
+	if h.replica != nil {
+		p.Dispatcher = h.replica.id
+	}
 	p.LeaseToken = bridge.NewSecret()
 	p.LeaseTokenHash = bridge.HashSecret(p.LeaseToken)
 	if stateful {
@@ -284,7 +277,7 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 	if perr != nil {
 		return nil, bridge.ErrResultInvalid
 	}
-	out := &outcome{workerID: c.WorkerID, caps: c.Registration.Capabilities, stateful: stateful, status: st.Status}
+	out := &outcome{workerID: c.WorkerID, incarnation: a.IncarnationID, caps: c.Registration.Capabilities, stateful: stateful, status: st.Status}
 	if st.Status == bridge.StatusFulfilled {
 		v, _ := o.Get("result")
 		res, ok := v.(*bridge.Object)

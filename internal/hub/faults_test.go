@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/store"
 )
 
 // procWorker is a test worker paired with a hub process through its admin route.
@@ -85,6 +87,7 @@ func TestIdempotencyAcrossHubKill(t *testing.T) {
 
 	p2 := startHubProcess(t, env, "--listen", "127.0.0.1:0", "--api-key", apiKey, "--store", storePath)
 	w.base = p2.url + "/v1"
+	w.mustRegister()
 	stop := w.serve(func(x *bridge.Assignment) bridge.Settlement {
 		runs.Add(1)
 		return runnerReply(x, w.incarnation)
@@ -127,5 +130,140 @@ func TestIdempotencyClaimBound(t *testing.T) {
 	}
 	if e, _ := is.Claim(ctx, "bound", "fp", time.Minute); e == nil || !e.Done {
 		t.Fatalf("releasing a claim past its bound freed the key: %+v", e)
+	}
+}
+
+// execOn posts /v1/exec to a hub root URL with extra headers; a transport error is status -1.
+func execOn(url, body string, hdr map[string]string) reply {
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/exec", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", apiKey)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return reply{status: -1, body: []byte(err.Error())}
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	return reply{resp.StatusCode, buf.Bytes(), resp.Header}
+}
+
+// A stateful session continues on its worker after the hub (embedded store) is killed and restarted:
+// the session → worker record is in the bbolt file. Before, the restarted hub knew the session only from
+// the file store and sent it, without affinity, to whichever stateful worker came first — a run in an
+// empty workspace. Once the session's worker registers as another incarnation, the session is refused
+// as lost (409 session_lost), never run elsewhere.
+func TestSessionSurvivesHubRestart(t *testing.T) {
+	storePath := filepath.Join(t.TempDir(), "hub", "bridge.db")
+	env := []string{"CODELLM_HUB_ADMIN_TOKEN=" + adminToken}
+	p := startHubProcess(t, env, "--listen", "127.0.0.1:0", "--api-key", apiKey, "--store", storePath)
+	own := procWorker(t, p.url+"/v1", "z-state")
+	other := procWorker(t, p.url+"/v1", "a-other")
+	for _, w := range []*testWorker{own, other} {
+		w.caps.StatefulWorkspace = true
+		w.mustRegister()
+	}
+	first := make(chan reply, 1)
+	go func() {
+		first <- execOn(p.url, `{"lang":"py","code":"x=1"}`, map[string]string{"X-Codellm-Worker-Id": own.id})
+	}()
+	a := own.mustLease()
+	own.ack(a)
+	own.settle(a, runnerReply(a, own.incarnation))
+	r := <-first
+	var out struct {
+		SessionID string `json:"session_id"`
+	}
+	if r.status != 200 || json.Unmarshal(r.body, &out) != nil || a.RuntimeSessionID != out.SessionID {
+		t.Fatalf("first run: %d %s", r.status, r.body)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.wait(t)
+
+	p2 := startHubProcess(t, env, "--listen", "127.0.0.1:0", "--api-key", apiKey, "--store", storePath)
+	for _, w := range []*testWorker{own, other} {
+		w.base = p2.url + "/v1"
+		w.mustRegister()
+	}
+	var otherRan atomic.Int64
+	stop := other.serve(func(x *bridge.Assignment) bridge.Settlement {
+		otherRan.Add(1)
+		return runnerReply(x, other.incarnation)
+	})
+	defer stop()
+	sess := `{"lang":"py","code":"print(x)","session_id":"` + out.SessionID + `"}`
+	second := make(chan reply, 1)
+	go func() { second <- execOn(p2.url, sess, nil) }()
+	b := own.mustLease()
+	if b.RuntimeSessionID != out.SessionID {
+		t.Fatalf("runtimeSessionId %q, want %q", b.RuntimeSessionID, out.SessionID)
+	}
+	own.ack(b)
+	own.settle(b, runnerReply(b, own.incarnation))
+	if r := <-second; r.status != 200 || !strings.Contains(string(r.body), out.SessionID) {
+		t.Fatalf("session after the restart: %d %s", r.status, r.body)
+	}
+	// The worker restarts: its session's files are gone with the old process.
+	own.incarnation = bridge.NewID()
+	own.mustRegister()
+	if r := execOn(p2.url, sess, nil); r.status != 409 || !strings.Contains(string(r.body), `"error":"session_lost"`) {
+		t.Fatalf("session after its worker restarted: %d %s", r.status, r.body)
+	}
+	// `codellm worker reset-workspace` acknowledges the loss: the session continues, empty, on the new
+	// incarnation.
+	if r := own.send(context.Background(), bridge.PathReset(own.id), bridge.ResetRequest{ProtocolVersion: 1, IncarnationID: own.incarnation,
+		RuntimeSessionID: out.SessionID, ConfirmDiscarded: true}); r.status != 200 {
+		t.Fatalf("reset: %d %s", r.status, r.body)
+	}
+	third := make(chan reply, 1)
+	go func() { third <- execOn(p2.url, sess, nil) }()
+	c := own.mustLease()
+	own.ack(c)
+	own.settle(c, runnerReply(c, own.incarnation))
+	if r := <-third; r.status != 200 || c.RuntimeSessionID != out.SessionID {
+		t.Fatalf("session after the reset: %d %s", r.status, r.body)
+	}
+	if n := otherRan.Load(); n != 0 {
+		t.Fatalf("the other stateful worker ran %d of the session's requests", n)
+	}
+}
+
+// Work a dead replica dispatched and nobody waits for any more is ended by the other replicas' sweep: a
+// queued assignment is dropped before any worker runs it, and the worker it locked is free again.
+// ("ghost" stands for a replica killed right after its Enqueue: its heartbeat is gone.)
+func TestSweepEndsDeadReplicasWork(t *testing.T) {
+	h := newTestHub(t, func(c *Config) { c.replicaBeat = 50 * time.Millisecond })
+	w := newWorker(t, h, "sweep-vm")
+	w.pair(h)
+	w.mustRegister()
+	ctx := context.Background()
+	b := h.store.Backend()
+	if err := b.Update(ctx, func(tx store.Txn) error { tx.SetAdd(replicasSet, "ghost"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	a, err := h.store.Enqueue(ctx, store.EnqueueParams{WorkerID: w.id, AssignmentID: bridge.NewID(), LeaseTokenHash: "h",
+		ExpiresAt: time.Now().Add(time.Minute), ExecutionKind: bridge.KindSandbox, Request: []byte(`{"body":{},"headers":{}}`), Dispatcher: "ghost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := h.store.Worker(ctx, w.id)
+		if err == nil && !st.Busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead replica's assignment still locks the worker")
+		}
+	}
+	if r, got := w.lease(ctx, 100); r.status != 200 || got != nil {
+		t.Fatalf("the dead replica's assignment %s was delivered: %d %+v", a.ID, r.status, got)
+	}
+	if m, _ := b.Members(ctx, replicasSet); slices.Contains(m, "ghost") {
+		t.Fatal("the swept replica is still listed")
 	}
 }

@@ -80,6 +80,10 @@ type Config struct {
 	// 10000 and 64 MiB; the oldest finished go first).
 	IdempotencyMaxEntries    int
 	IdempotencyMaxTotalBytes int64
+
+	// replicaBeat is how often this replica renews its heartbeat and sweeps dead replicas (default 5 s;
+	// tests shorten it).
+	replicaBeat time.Duration
 }
 
 func (c *Config) defaults() {
@@ -102,6 +106,7 @@ func (c *Config) defaults() {
 	def(&c.MaxTimeout, 600*time.Second)
 	def(&c.QueueTimeout, 30*time.Second)
 	def(&c.PollInterval, 50*time.Millisecond)
+	def(&c.replicaBeat, defaultReplicaBeat)
 	if c.IdempotencyTTL == 0 {
 		c.IdempotencyTTL = 10 * time.Minute
 	}
@@ -143,10 +148,7 @@ type Hub struct {
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every state change
 	lastUsed map[string]time.Time
-	sessions map[string]*session
-	// sessionSweep is when idle sessions were last collected.
-	sessionSweep time.Time
-	queues       map[string][]*waiter // tenant → FIFO of waiting client requests
+	queues   map[string][]*waiter // tenant → FIFO of waiting client requests
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -180,12 +182,15 @@ func New(cfg Config, st Store) (*Hub, error) {
 	}
 	h := &Hub{
 		cfg: cfg, store: st, changed: make(chan struct{}), lastUsed: map[string]time.Time{},
-		sessions: map[string]*session{}, queues: map[string][]*waiter{}, closing: make(chan struct{}),
+		queues: map[string][]*waiter{}, closing: make(chan struct{}),
 	}
 	h.metrics = metrics.NewHub(h.onlineWorkers)
 	h.router = h.routes()
 	if bs, ok := st.(interface{ Backend() store.Backend }); ok {
-		h.replica = startReplica(bs.Backend(), h.closing)
+		h.replica = startReplica(st, bs.Backend(), cfg.replicaBeat, h.closing, func(dead string, n int) {
+			h.cfg.Logger.Warn("ended the assignments of a hub replica that stopped", "replica", dead, "assignments", n)
+			h.notify()
+		})
 	}
 	h.setupIdempotency(st)
 	if o, ok := st.(interface{ ObserveErrors(func(string, error)) }); ok {

@@ -43,6 +43,7 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 			ID: ep.AssignmentID, WorkerID: ep.WorkerID, IncarnationID: inc, Generation: gen,
 			LeaseToken: ep.LeaseToken, LeaseTokenHash: ep.LeaseTokenHash, IdentityID: t.reg.IdentityID, ExpiresAt: ep.ExpiresAt,
 			RuntimeSessionID: ep.RuntimeSessionID, ExecutionKind: ep.ExecutionKind, Request: slices.Clone(ep.Request),
+			Dispatcher: ep.Dispatcher,
 		}
 		gc := ep.ExpiresAt.Add(p.grace)
 		t.lock, t.lockDirty = &lockRec{AssignmentID: a.ID, IncarnationID: inc, Until: gc}, true
@@ -50,6 +51,9 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 		t.qDirty = true
 		t.putAsg(&asgRec{A: a, GCAt: gc})
 		t.putUntil(ownerKey(a.ID), []byte(ep.WorkerID), gc)
+		if a.Dispatcher != "" {
+			t.tx.SetAdd(dispatchedSet(a.Dispatcher), a.WorkerID+" "+a.ID)
+		}
 		t.tx.Publish()
 		out = a
 		return nil
@@ -261,6 +265,9 @@ func (p *Protocol) ResetWorkspace(ctx context.Context, workerID, incarnationID, 
 		if t.lock != nil {
 			return bridge.ErrWorkerBusy
 		}
+		if err := t.rebindSession(runtimeSessionID, incarnationID); err != nil {
+			return err
+		}
 		k := sessionKey(runtimeSessionID)
 		if _, ok := t.rec.WorkspaceFences[k]; !ok {
 			return nil
@@ -270,6 +277,26 @@ func (p *Protocol) ResetWorkspace(ctx context.Context, workerID, incarnationID, 
 		t.tx.Publish()
 		return nil
 	})
+}
+
+// rebindSession: after a reset the session's (now empty) workspace belongs to the incarnation that reset
+// it, so an exec session of this worker continues there instead of being refused as lost.
+func (t *wtx) rebindSession(sid, inc string) error {
+	k := sessionRecKey(sid)
+	vals, err := t.tx.Get(k)
+	if err != nil {
+		return Abort(err)
+	}
+	s, err := decode[Session](vals[0], "session")
+	if err != nil {
+		return Abort(err)
+	}
+	if s == nil || s.WorkerID != t.w || s.IncarnationID == inc {
+		return nil
+	}
+	s.IncarnationID, s.LastUsed = inc, t.now
+	t.tx.Put(k, encode(s), Durable, t.now.Add(SessionIdle))
+	return nil
 }
 
 // isProtocolErr reports whether err is one of the bridge sentinels (a rule

@@ -89,6 +89,9 @@ func lockKey(w string) string    { return wkey(w, "lock") }
 func queueKey(w string) string   { return wkey(w, "q") }
 func asgKey(w, id string) string { return wkey(w, "a:"+id) }
 func ownerKey(id string) string  { return "asg:" + id }
+
+// dispatchedSet lists the assignments a hub replica waits for, as "<workerID> <assignmentID>".
+func dispatchedSet(replica string) string { return "rep:" + replica + ":asg" }
 func codeKey(h string) string    { return "code:" + h }
 
 // WorkersSet is the set of workers that registered (candidates for Workers).
@@ -124,7 +127,9 @@ type asgRec struct {
 	Finished   bool       `json:"finished,omitempty"`
 	// Completed: the dispatcher collected the settlement (Complete answers
 	// the same again, so a retried Complete does not lose it).
-	Completed  bool        `json:"completed,omitempty"`
+	Completed bool `json:"completed,omitempty"`
+	// Committed: a fulfilled stateful settlement cleared the workspace fence when it was stored.
+	Committed  bool        `json:"committed,omitempty"`
 	Settlement *Settlement `json:"settlement,omitempty"`
 	GCAt       time.Time   `json:"gcAt"`
 }
@@ -279,9 +284,17 @@ func (t *wtx) putAsg(a *asgRec) {
 	t.asgDirty[a.A.ID] = true
 }
 
+// undispatch takes the assignment off its dispatcher's list: nobody waits for it any more.
+func (t *wtx) undispatch(a *asgRec) {
+	if a.A.Dispatcher != "" {
+		t.tx.SetRemove(dispatchedSet(a.A.Dispatcher), a.A.WorkerID+" "+a.A.ID)
+	}
+}
+
 // dropAsg deletes an assignment and every reference to it.
 func (t *wtx) dropAsg(id string) {
 	if a := t.asgs[id]; a != nil {
+		t.undispatch(a)
 		t.unqueue(a.A.IncarnationID, id)
 		if t.q.Claims[a.A.IncarnationID] == id {
 			delete(t.q.Claims, a.A.IncarnationID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/codellm/codellm/internal/bridge"
 )
@@ -39,8 +40,11 @@ func (p *Protocol) Settle(ctx context.Context, sp SettleParams) error {
 		} else if err != nil {
 			return err
 		}
-		if sid := a.A.RuntimeSessionID; sid != "" && sp.Status == bridge.StatusRejected {
-			t.clearFenceIfNamed(&a.A)
+		// The workspace's state is known once the settlement is stored: a rejection discards the run, a
+		// fulfilled result commits it (§7.3 step 6, done here rather than by the dispatcher, so that a
+		// dispatcher that died does not leave the session quarantined).
+		if a.A.RuntimeSessionID != "" {
+			a.Committed = t.clearFenceIfNamed(&a.A) && sp.Status == bridge.StatusFulfilled
 		}
 		a.Settlement = &Settlement{Status: sp.Status, Canonical: slices.Clone(sp.Canonical)}
 		if t.q.Claims[sp.IncarnationID] == a.A.ID {
@@ -49,10 +53,9 @@ func (p *Protocol) Settle(ctx context.Context, sp SettleParams) error {
 		}
 		a.Acked = false
 		t.putAsg(a)
-		if a.Finished {
-			// The dispatcher gave up already; a late settlement frees the worker.
-			t.releaseLock(a.A.ID)
-		}
+		// The run is over: the worker is free now, whether or not its dispatcher is still there to
+		// collect the result.
+		t.releaseLock(a.A.ID)
 		t.tx.Publish()
 		return nil
 	})
@@ -115,6 +118,7 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 		inc = a.A.IncarnationID
 		a.Finished = true
 		t.putAsg(a)
+		t.undispatch(a)
 		t.unqueue(inc, assignmentID)
 		t.tx.Publish()
 		if a.Settlement != nil {
@@ -154,7 +158,9 @@ func (t *wtx) completeSettled(a *asgRec, out **Settlement, commitsSession *bool)
 	st := *a.Settlement
 	*out = &st
 	t.releaseLock(a.A.ID)
-	if st.Status == bridge.StatusFulfilled && a.A.RuntimeSessionID != "" {
+	t.undispatch(a)
+	if st.Status == bridge.StatusFulfilled && a.A.RuntimeSessionID != "" && !a.Committed {
+		// Settled before settlements committed sessions themselves.
 		*commitsSession = true
 		if !t.clearFenceIfNamed(&a.A) {
 			return bridge.ErrWorkspaceQuarantined
@@ -162,4 +168,29 @@ func (t *wtx) completeSettled(a *asgRec, out **Settlement, commitsSession *bool)
 	}
 	a.Completed = true
 	return nil
+}
+
+// Abandon implements Store.
+func (p *Protocol) Abandon(ctx context.Context, dispatcher string) (int, error) {
+	members, err := p.members(ctx, "abandon", dispatchedSet(dispatcher))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range members {
+		w, id, ok := strings.Cut(m, " ")
+		if !ok {
+			continue
+		}
+		_, err := p.Complete(ctx, w, id)
+		if err != nil && !isProtocolErr(err) {
+			return n, err
+		}
+		// Complete took it off the list; an assignment whose record expired meanwhile is taken off here.
+		if err := p.b.Update(ctx, func(tx Txn) error { tx.SetRemove(dispatchedSet(dispatcher), m); return nil }); err != nil {
+			return n, p.observe("abandon", err)
+		}
+		n++
+	}
+	return n, nil
 }

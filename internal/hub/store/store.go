@@ -112,6 +112,9 @@ type EnqueueParams struct {
 	RuntimeSessionID string
 	ExecutionKind    string
 	Request          []byte // canonical JSON of the assignment request
+	// Dispatcher is the hub replica waiting for the result. While it waits the assignment is listed
+	// under it, so that when it dies another replica can end what it left (Abandon).
+	Dispatcher string
 }
 
 // Assignment is a stored assignment as the lease returns it (the token itself
@@ -128,6 +131,7 @@ type Assignment struct {
 	RuntimeSessionID string
 	ExecutionKind    string
 	Request          []byte
+	Dispatcher       string
 }
 
 // AckParams is one acknowledgement.
@@ -206,6 +210,14 @@ type Store interface {
 	Withdraw(ctx context.Context, workerID, assignmentID string) error
 	// ResetWorkspace clears a runtime session's workspace fence (§3.7).
 	ResetWorkspace(ctx context.Context, workerID, incarnationID, runtimeSessionID string) error
+	// Session returns an exec session (nil when unknown or expired); BindSession records which worker
+	// ran it (session.go). Every replica and a restarted hub see the same sessions.
+	Session(ctx context.Context, sid string) (*Session, error)
+	BindSession(ctx context.Context, s Session) error
+	// Abandon ends every assignment dispatcher (a hub replica found dead) was still waiting for, as if
+	// its client had gone away (Complete): work never acknowledged is dropped so that it does not run
+	// for nobody, acknowledged work is cancelled. It returns how many it ended.
+	Abandon(ctx context.Context, dispatcher string) (int, error)
 
 	// Epoch is the identity of the stored data (Backend.Epoch): the hub
 	// learns it at start and detects a store that lost its state.

@@ -35,6 +35,8 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("Expiry", func(t *testing.T) { testExpiry(t, newStore) })
 	t.Run("StatefulFence", func(t *testing.T) { testStatefulFence(t, newStore) })
 	t.Run("WithdrawAndRegistrationExpiry", func(t *testing.T) { testWithdraw(t, newStore) })
+	t.Run("SettleFreesWorker", func(t *testing.T) { testSettleFrees(t, newStore) })
+	t.Run("AbandonDeadDispatcher", func(t *testing.T) { testAbandon(t, newStore) })
 }
 
 var ctx = context.Background()
@@ -526,4 +528,86 @@ func testWithdraw(t *testing.T, f Factory) {
 	want(t, ack(s, b), nil)
 	want(t, s.Withdraw(ctx, worker, b.ID), bridge.ErrAssignmentFenced)
 	want(t, s.Withdraw(ctx, worker, a.ID), bridge.ErrAssignmentNotFound)
+}
+
+// testSettleFrees: a stored settlement frees the worker and commits a stateful session at once, without
+// waiting for its dispatcher's Complete (a dispatcher that died must not strand either).
+func testSettleFrees(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(true, false))
+	want(t, err, nil)
+	a, err := enqueue(t, s, bridge.NewID(), "sess-f", time.Minute)
+	want(t, err, nil)
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, a), nil)
+	want(t, settle(s, a, auth, bridge.StatusFulfilled, `{"ok":1}`), nil)
+	if st, _ := s.Worker(ctx, worker); st.Busy {
+		t.Fatal("the worker is still locked after its settlement was stored")
+	}
+	b, err := enqueue(t, s, bridge.NewID(), "sess-f", time.Minute)
+	want(t, err, nil) // the session was committed by the settlement
+	// The first dispatcher collects its result later, unchanged.
+	fin, err := s.Complete(ctx, worker, a.ID)
+	if err != nil || string(fin.Canonical) != `{"ok":1}` {
+		t.Fatalf("complete after the next dispatch: %v %v", fin, err)
+	}
+	if st, _ := s.Worker(ctx, worker); !st.Busy {
+		t.Fatal("completing the first assignment released the second one's lock")
+	}
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, b), nil)
+}
+
+// testAbandon: the assignments a dead dispatcher waited for are ended by Abandon: never-acknowledged work
+// is dropped (it never runs), acknowledged work is cancelled and keeps the worker until it settles,
+// settled work is completed; other dispatchers' work is untouched.
+func testAbandon(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(false, false))
+	want(t, err, nil)
+	dispatchBy := func(d string) *store.Assignment {
+		a, err := s.Enqueue(ctx, store.EnqueueParams{WorkerID: worker, AssignmentID: bridge.NewID(), LeaseTokenHash: bridge.HashSecret(token),
+			ExpiresAt: time.Now().Add(time.Minute), ExecutionKind: bridge.KindSandbox, Request: []byte(`{}`), Dispatcher: d})
+		want(t, err, nil)
+		return a
+	}
+	abandon := func(d string, wantN int) {
+		t.Helper()
+		if n, err := s.Abandon(ctx, d); err != nil || n != wantN {
+			t.Fatalf("abandon %s: %d %v, want %d", d, n, err, wantN)
+		}
+	}
+	// Queued, never leased: dropped; the worker is free.
+	a := dispatchBy("dead-1")
+	abandon("live", 0)
+	abandon("dead-1", 1)
+	if l, err := s.Lease(ctx, worker, incA, auth.IdentityID); err != nil || l != nil {
+		t.Fatalf("abandoned work was leased: %+v %v", l, err)
+	}
+	want(t, ack(s, a), bridge.ErrAssignmentFenced)
+	// Acknowledged: cancelled, the worker stays busy until its settlement.
+	b := dispatchBy("dead-2")
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, b), nil)
+	abandon("dead-2", 1)
+	abandon("dead-2", 0)
+	if c, _ := s.Cancelled(ctx, worker, incA, b.ID); !c {
+		t.Fatal("abandoned running work not cancelled")
+	}
+	if st, _ := s.Worker(ctx, worker); !st.Busy {
+		t.Fatal("abandoned running work released the worker before settling")
+	}
+	want(t, settle(s, b, auth, bridge.StatusRejected, `{"r":1}`), nil)
+	if st, _ := s.Worker(ctx, worker); st.Busy {
+		t.Fatal("the late settlement did not free the worker")
+	}
+	// Settled, never collected: completed.
+	c := dispatchBy("dead-3")
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, c), nil)
+	want(t, settle(s, c, auth, bridge.StatusFulfilled, `{"c":1}`), nil)
+	abandon("dead-3", 1)
+	abandon("dead-3", 0)
 }
