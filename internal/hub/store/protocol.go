@@ -92,7 +92,7 @@ func ownerKey(id string) string  { return "asg:" + id }
 
 // dispatchedSet lists the assignments a hub replica waits for, as "<workerID> <assignmentID>".
 func dispatchedSet(replica string) string { return "rep:" + replica + ":asg" }
-func codeKey(h string) string    { return "code:" + h }
+func codeKey(h string) string             { return "code:" + h }
 
 // WorkersSet is the set of workers that registered (candidates for Workers).
 const WorkersSet = "workers"
