@@ -89,10 +89,10 @@ func lockKey(w string) string    { return wkey(w, "lock") }
 func queueKey(w string) string   { return wkey(w, "q") }
 func asgKey(w, id string) string { return wkey(w, "a:"+id) }
 func ownerKey(id string) string  { return "asg:" + id }
+func codeKey(h string) string    { return "code:" + h }
 
 // dispatchedSet lists the assignments a hub replica waits for, as "<workerID> <assignmentID>".
 func dispatchedSet(replica string) string { return "rep:" + replica + ":asg" }
-func codeKey(h string) string             { return "code:" + h }
 
 // WorkersSet is the set of workers that registered (candidates for Workers).
 const WorkersSet = "workers"
