@@ -233,6 +233,20 @@ outer:
 	}
 }
 
+// unenqueue settles an Enqueue whose outcome the store did not report (its reply was lost): the
+// assignment may exist, and a worker may lease it as soon as the store answers again. It is withdrawn,
+// retried until the deadline; only then is the outage answered as one (503, nothing ran). One a worker
+// acknowledged meanwhile may run, and one the store never confirmed gone may still: outcome unknown.
+func (h *Hub) unenqueue(ctx context.Context, p store.EnqueueParams, cause error) error {
+	bg := context.WithoutCancel(ctx)
+	err := h.retryStore(p.ExpiresAt, func() error { return h.store.Withdraw(bg, p.WorkerID, p.AssignmentID) })
+	if err == nil || errors.Is(err, bridge.ErrAssignmentNotFound) {
+		h.notify()
+		return cause
+	}
+	return errOutcomeUnknown
+}
+
 // errReassign means the chosen worker vanished before acknowledging the
 // assignment, which was withdrawn and may go elsewhere.
 var errReassign = errors.New("hub: assignment withdrawn for reassignment")
@@ -252,15 +266,10 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 		p.RuntimeSessionID = d.sessionID
 	}
 	a, err := h.store.Enqueue(ctx, p)
+	if errors.Is(err, store.ErrUnavailable) {
+		return nil, h.unenqueue(ctx, p, err)
+	}
 	if err != nil {
-		if errors.Is(err, store.ErrUnavailable) {
-			// The enqueue may have been stored with its reply lost: take
-			// it back if the store answers now, so the worker is not left
-			// locked by work nobody waits for.
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = h.store.Withdraw(wctx, p.WorkerID, p.AssignmentID)
-			cancel()
-		}
 		return nil, err
 	}
 	h.metrics.Assignments.WithLabelValues("enqueued").Inc()

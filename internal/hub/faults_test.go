@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,7 +16,9 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/boltstore"
 	"github.com/codellm/codellm/internal/hub/store"
+	"github.com/codellm/codellm/internal/hub/storetest"
 )
 
 // procWorker is a test worker paired with a hub process through its admin route.
@@ -265,5 +269,65 @@ func TestSweepEndsDeadReplicasWork(t *testing.T) {
 	}
 	if m, _ := b.Members(ctx, replicasSet); slices.Contains(m, "ghost") {
 		t.Fatal("the swept replica is still listed")
+	}
+}
+
+// lostEnqueue stores an Enqueue and then reports a store failure, as when Redis applied the transaction
+// and the connection broke before its reply; the store then stays down for a while.
+type lostEnqueue struct {
+	*store.Protocol
+	fb   *storetest.FaultBackend
+	down time.Duration
+}
+
+func (l *lostEnqueue) Enqueue(ctx context.Context, p store.EnqueueParams) (*store.Assignment, error) {
+	if _, err := l.Protocol.Enqueue(ctx, p); err != nil {
+		return nil, err
+	}
+	l.fb.SetDown(true)
+	time.AfterFunc(l.down, func() { l.fb.SetDown(false) })
+	return nil, store.Unavailable(errors.New("reply lost"))
+}
+
+// An enqueue whose reply was lost in a store outage may have been stored, and a worker may lease it when
+// the store returns. The client is answered 503 (nothing ran) only once the hub took it back; if the
+// worker acknowledged it first, the answer is 502 outcome_unknown. Before, the hub gave up withdrawing
+// after a second, answered 503, and the worker ran the request after the outage anyway.
+func TestLostEnqueueReplyDuringOutage(t *testing.T) {
+	bs, err := boltstore.Open(filepath.Join(t.TempDir(), "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := storetest.NewFaultBackend(bs.Backend())
+	st := &lostEnqueue{Protocol: store.NewProtocol(fb, store.Options{}), fb: fb, down: 1500 * time.Millisecond}
+	h, err := New(Config{AdminToken: adminToken, ClientKeys: []ClientKey{{Key: apiKey, TenantID: "default"}}, PollInterval: 20 * time.Millisecond}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer func() { h.Close(); srv.Close(); _ = st.Close() }()
+	th := &testHub{Hub: h, srv: srv, base: srv.URL + "/v1", store: bs}
+	w := newWorker(t, th, "lost-vm")
+	w.pair(th)
+	w.mustRegister()
+
+	resp := asyncClient(t, th, "/v1/exec", `{"lang":"py","code":"x"}`, nil)
+	acked := make(chan bool, 1)
+	go func() {
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if r, a := w.lease(context.Background(), 0); r.status == 200 && a != nil {
+				acked <- w.ack(a).status == 200
+				return
+			}
+		}
+		acked <- false
+	}()
+	r := recv(t, resp)
+	ran := <-acked
+	switch {
+	case ran && r.status != 502:
+		t.Fatalf("the worker ran the request, and the client was told %d %s", r.status, r.body)
+	case !ran && (r.status != 503 || !strings.Contains(string(r.body), "store_unavailable")):
+		t.Fatalf("nothing ran, and the client was told %d %s", r.status, r.body)
 	}
 }
