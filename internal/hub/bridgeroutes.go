@@ -23,7 +23,21 @@ var (
 	errPairingStatic = bridge.Errorf(http.StatusConflict, "Paired worker authentication is disabled")
 	errNotFound      = bridge.Errorf(http.StatusNotFound, "Not found")
 	errMethod        = bridge.Errorf(http.StatusMethodNotAllowed, "Method not allowed")
+	errConnLimit     = bridge.Errorf(http.StatusServiceUnavailable, "The hub has as many connections of this kind open as it allows; retry later")
 )
+
+// admitBridge gives the connection of a bridge request that passed the header checks its place: worker
+// routes among the worker connections, admin routes among the client ones. Redeem (unauthenticated, its
+// code is in the body) stays pending.
+func (h *Hub) admitBridge(r *http.Request, rt route) bool {
+	switch rt.name {
+	case "redeem":
+		return true
+	case "pairings", "revoke", "status":
+		return h.conns.admit(r, connClient)
+	}
+	return h.conns.admit(r, connWorker)
+}
 
 // route is a parsed bridge path.
 type route struct {
@@ -101,6 +115,12 @@ func (h *Hub) serveBridge(w http.ResponseWriter, r *http.Request, rest string) {
 	// 32 MiB, and reading it first let anonymous connections cost the hub that much memory each.
 	if err := h.preauth(r, rt); err != nil {
 		h.writeBridgeError(w, rt, err)
+		return
+	}
+	if !h.admitBridge(r, rt) {
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Connection", "close")
+		bridge.WriteError(w, errConnLimit)
 		return
 	}
 	limit := h.cfg.MaxBody

@@ -194,15 +194,21 @@ func serveHTTP(ctx context.Context, h *Hub, addr, cert, key string, stderr io.Wr
 	fmt.Fprintf(stderr, "codellm hub: listening on %s://%s\n", scheme, ln.Addr())
 	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// Header, body and idle timeouts and a connection cap (httpguard); settle bodies of up to 32 MiB get
-	// two minutes to arrive.
-	err = httpserve.Serve(sigCtx, ln, h, httpserve.Options{Limits: httpguard.Limits{Body: 2 * time.Minute},
-		CertFile: cert, KeyFile: key, Draining: h.Close, Grace: 10 * time.Second})
+	err = httpserve.Serve(sigCtx, ln, h, h.serveOptions(cert, key))
 	h.Close()
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("serve: %v", err)
 	}
 	return nil
+}
+
+// serveOptions are the listener's: header, body and idle timeouts; a connection cap that is the sum of the
+// kinds' caps, each kind held to its own by the hub (conns.go); settle bodies of up to 32 MiB get two
+// minutes to arrive.
+func (h *Hub) serveOptions(cert, key string) httpserve.Options {
+	return httpserve.Options{Limits: httpguard.Limits{Body: 2 * time.Minute, MaxConns: h.conns.total()},
+		CertFile: cert, KeyFile: key, Draining: h.Close, Grace: 10 * time.Second,
+		ConnContext: h.conns.connContext, ConnState: h.conns.connState}
 }
 
 // openFiles opens the file store that goes with the state store: its index in the hub's own store

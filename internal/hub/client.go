@@ -20,11 +20,14 @@ import (
 // ChatRuntimeLabel is the capability label of workers that serve chat (§13.2).
 const ChatRuntimeLabel = "codellm.openai.chat.v1"
 
-// clientRefusals are how one client route answers a wrong method and a missing or unknown key, each in
-// the route's own envelope.
+// clientRefusals are how one client route answers a wrong method, a missing or unknown key and a full
+// client connection cap, each in the route's own envelope.
 type clientRefusals struct {
-	method, auth func(w http.ResponseWriter)
+	method, auth, limit func(w http.ResponseWriter)
 }
+
+// connLimitMessage explains a 503 connection_limit.
+const connLimitMessage = "The hub has as many client connections open as it allows; retry later"
 
 // Each client route's refusals, as they have always been answered.
 var (
@@ -36,6 +39,9 @@ var (
 		auth: func(w http.ResponseWriter) {
 			writeExecError(w, &clientError{status: http.StatusUnauthorized, code: "unauthorized", message: "Missing or invalid API key"})
 		},
+		limit: func(w http.ResponseWriter) {
+			writeExecError(w, &clientError{status: http.StatusServiceUnavailable, code: "connection_limit", message: connLimitMessage, retryAfter: 1})
+		},
 	}
 	chatRefusals = clientRefusals{
 		method: func(w http.ResponseWriter) {
@@ -43,6 +49,9 @@ var (
 		},
 		auth: func(w http.ResponseWriter) {
 			writeChatError(w, &clientError{status: http.StatusUnauthorized, code: "invalid_api_key", message: "Missing or invalid API key"})
+		},
+		limit: func(w http.ResponseWriter) {
+			writeChatError(w, &clientError{status: http.StatusServiceUnavailable, code: "connection_limit", message: connLimitMessage, retryAfter: 1})
 		},
 	}
 	toolRefusals = clientRefusals{
@@ -53,11 +62,14 @@ var (
 		auth: func(w http.ResponseWriter) {
 			writeToolError(w, http.StatusUnauthorized, "Missing or invalid API key", "", 0)
 		},
+		limit: func(w http.ResponseWriter) {
+			writeToolError(w, http.StatusServiceUnavailable, connLimitMessage, "", 1)
+		},
 	}
 )
 
 // clientRoute is the client routes' authentication middleware (§13): the route's one method first, then
-// a client API key; serve gets the caller the key identifies.
+// a client API key, then a place among the client connections; serve gets the caller the key identifies.
 func (h *Hub) clientRoute(method string, refuse clientRefusals, serve func(w http.ResponseWriter, r *http.Request, key *ClientKey)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method {
@@ -67,6 +79,11 @@ func (h *Hub) clientRoute(method string, refuse clientRefusals, serve func(w htt
 		key := h.clientKey(r)
 		if key == nil {
 			refuse.auth(w)
+			return
+		}
+		if !h.conns.admit(r, connClient) {
+			w.Header().Set("Connection", "close")
+			refuse.limit(w)
 			return
 		}
 		serve(w, r, key)

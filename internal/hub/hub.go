@@ -10,6 +10,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -80,6 +81,12 @@ type Config struct {
 	// 10000 and 64 MiB; the oldest finished go first).
 	IdempotencyMaxEntries    int
 	IdempotencyMaxTotalBytes int64
+	// MaxWorkerConnections and MaxClientConnections cap the connections of each kind of authenticated
+	// caller, MaxPendingConnections those that have not authenticated yet (conns.go; defaults 4096, 1024
+	// and 256). They apply when the hub serves through serveHTTP (codellm hub serve).
+	MaxWorkerConnections  int
+	MaxClientConnections  int
+	MaxPendingConnections int
 
 	// replicaBeat is how often this replica renews its heartbeat and sweeps dead replicas (default 5 s;
 	// tests shorten it).
@@ -122,6 +129,14 @@ func (c *Config) defaults() {
 	if c.QueueMax <= 0 {
 		c.QueueMax = 100
 	}
+	for _, v := range []struct {
+		p   *int
+		def int
+	}{{&c.MaxWorkerConnections, 4096}, {&c.MaxClientConnections, 1024}, {&c.MaxPendingConnections, 256}} {
+		if *v.p <= 0 {
+			*v.p = v.def
+		}
+	}
 	if c.MaxBody <= 0 {
 		c.MaxBody = 1 << 20
 	}
@@ -161,6 +176,7 @@ type Hub struct {
 	health      storeHealth
 	idem        *idempotency.Guard // nil: the store has no Backend, or disabled
 	replica     *replicaRecords    // nil: the store has no Backend
+	conns       *conns
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -184,6 +200,7 @@ func New(cfg Config, st Store) (*Hub, error) {
 		cfg: cfg, store: st, changed: make(chan struct{}), lastUsed: map[string]time.Time{},
 		queues: map[string][]*waiter{}, closing: make(chan struct{}),
 	}
+	h.conns = newConns(cfg.MaxPendingConnections, cfg.MaxWorkerConnections, cfg.MaxClientConnections)
 	h.metrics = metrics.NewHub(h.onlineWorkers)
 	h.router = h.routes()
 	if bs, ok := st.(interface{ Backend() store.Backend }); ok {
@@ -236,6 +253,11 @@ func (h *Hub) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		bridge.WriteError(w, err)
 		return
 	}
+	if !h.conns.admit(r, connClient) {
+		w.Header().Set("Connection", "close")
+		bridge.WriteError(w, errConnLimit)
+		return
+	}
 	h.metrics.Handler().ServeHTTP(w, r)
 }
 
@@ -283,8 +305,64 @@ func (h *Hub) wait(ctx context.Context, ch <-chan struct{}, until time.Time) boo
 	return true
 }
 
-// ServeHTTP routes every request.
-func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.router.ServeHTTP(w, r) }
+// ServeHTTP routes every request. A response written before its request's body was read to the end
+// closes the connection: every refusal (no or a wrong credential, a full cap, an unknown route) is
+// answered at once instead of after net/http drained a body that a hostile client may trickle for the
+// whole body timeout.
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		b := &eofBody{ReadCloser: r.Body}
+		r.Body = b
+		w = &closeUnread{ResponseWriter: w, body: b}
+	}
+	h.router.ServeHTTP(w, r)
+}
+
+// eofBody notes whether a request body was read to its end.
+type eofBody struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+// closeUnread adds "Connection: close" to a response whose request body is unread.
+type closeUnread struct {
+	http.ResponseWriter
+	body  *eofBody
+	wrote bool
+}
+
+func (c *closeUnread) WriteHeader(code int) {
+	if !c.wrote {
+		c.wrote = true
+		if !c.body.eof {
+			c.ResponseWriter.Header().Set("Connection", "close")
+		}
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *closeUnread) Write(p []byte) (int, error) {
+	if !c.wrote {
+		c.WriteHeader(http.StatusOK)
+	}
+	return c.ResponseWriter.Write(p)
+}
+
+func (c *closeUnread) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *closeUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // routes builds the hub's router. Every route checks its own method (each answers 405 in its own
 // envelope) and works on the raw request path (bridge.RequestPath), which is what bridge signatures
