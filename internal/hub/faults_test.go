@@ -46,19 +46,8 @@ func procWorker(t *testing.T, base, id string) *testWorker {
 }
 
 // keyedExec posts /v1/exec with an Idempotency-Key; a transport error (the hub was killed) is status -1.
-func keyedExec(ctx context.Context, url, code, key string) reply {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/exec", strings.NewReader(`{"lang":"py","code":"`+code+`"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-API-Key", apiKey)
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return reply{status: -1, body: []byte(err.Error())}
-	}
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	_, _ = buf.ReadFrom(resp.Body)
-	return reply{resp.StatusCode, buf.Bytes(), resp.Header}
+func keyedExec(url, code, key string) reply {
+	return execOn(url, `{"lang":"py","code":"`+code+`"}`, map[string]string{"Idempotency-Key": key})
 }
 
 // Issue 35 item 14: a hub on the embedded store is killed (SIGKILL) while a worker runs a request that
@@ -75,7 +64,7 @@ func TestIdempotencyAcrossHubKill(t *testing.T) {
 	w.mustRegister()
 
 	first := make(chan reply, 1)
-	go func() { first <- keyedExec(context.Background(), p.url, "once", "kill-key-1") }()
+	go func() { first <- keyedExec(p.url, "once", "kill-key-1") }()
 	a := w.mustLease()
 	if r := w.ack(a); r.status != 200 {
 		t.Fatalf("ack: %d %s", r.status, r.body)
@@ -98,13 +87,13 @@ func TestIdempotencyAcrossHubKill(t *testing.T) {
 	})
 	defer stop()
 	for range 2 {
-		r := keyedExec(context.Background(), p2.url, "once", "kill-key-1")
+		r := keyedExec(p2.url, "once", "kill-key-1")
 		if r.status != 502 || !strings.Contains(string(r.body), `"error":"outcome_unknown"`) {
 			t.Fatalf("retry after the kill: %d %s (runs %d)", r.status, r.body, runs.Load())
 		}
 	}
 	// The hub and the worker still work: a new key runs once.
-	if r := keyedExec(context.Background(), p2.url, "fresh", "kill-key-2"); r.status != 200 || !strings.Contains(string(r.body), "ran:fresh") {
+	if r := keyedExec(p2.url, "fresh", "kill-key-2"); r.status != 200 || !strings.Contains(string(r.body), "ran:fresh") {
 		t.Fatalf("new key: %d %s", r.status, r.body)
 	}
 	if n := runs.Load(); n != 2 {
