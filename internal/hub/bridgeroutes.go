@@ -279,7 +279,6 @@ func (h *Hub) serveAdmin(w http.ResponseWriter, r *http.Request, rt route, raw [
 		if err := h.store.Revoke(ctx, rt.workerID); err != nil {
 			return err
 		}
-		h.notify()
 		h.cfg.Logger.Info("worker revoked", "worker", rt.workerID)
 		writeValue(w, http.StatusOK, bridge.RevokeResponse{ProtocolVersion: 1, Revoked: true})
 	case "status":
@@ -459,7 +458,6 @@ func (h *Hub) handleReady(w http.ResponseWriter, c *workerCall) error {
 	if err := h.store.Ready(c.ctx, c.workerID, req.IncarnationID, req.RegistrationGeneration); err != nil {
 		return err
 	}
-	h.notify()
 	writeValue(w, http.StatusOK, bridge.ReadyResponse{ProtocolVersion: 1, Ready: true})
 	return nil
 }
@@ -509,7 +507,6 @@ func (h *Hub) handleSettle(w http.ResponseWriter, c *workerCall) error {
 		Status: req.Status, Canonical: c.canonical}); err != nil {
 		return err
 	}
-	h.notify()
 	writeValue(w, http.StatusOK, bridge.AcceptedResponse{ProtocolVersion: 1, Accepted: true})
 	return nil
 }
@@ -564,7 +561,6 @@ func (h *Hub) handleRegister(w http.ResponseWriter, r *http.Request, o *bridge.O
 	if err != nil {
 		return err
 	}
-	h.notify()
 	resp := bridge.RegisterResponse{
 		ProtocolVersion: 1, WorkerID: req.WorkerID, IncarnationID: req.IncarnationID,
 		RegistrationGeneration: reg.Generation, RegisteredAt: bridge.FormatTime(reg.RegisteredAt),
@@ -588,15 +584,18 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 	until := start.Add(time.Duration(waitMs) * time.Millisecond)
 	ctx := r.Context()
 	for {
-		ch := h.changes()
+		// Watch before reading, so that work queued after the read wakes this poll.
+		ch, release := h.waits.watch(store.TopicWorker(workerID))
 		a, err := h.store.Lease(ctx, workerID, req.IncarnationID, au.auth.IdentityID)
 		if err != nil {
+			release()
 			if errors.Is(err, context.Canceled) {
 				return nil // the worker went away; its claim is redelivered
 			}
 			return err
 		}
 		if a != nil {
+			release()
 			body, err := bridge.RawFromJSON(a.Request)
 			if err != nil {
 				return err
@@ -615,7 +614,9 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 			writeValue(w, http.StatusOK, resp)
 			return nil
 		}
-		if !time.Now().Before(until) || !h.wait(ctx, ch, until) {
+		woke := time.Now().Before(until) && h.sleep(ctx, ch, min(h.cfg.PollInterval, time.Until(until)))
+		release()
+		if !woke {
 			break
 		}
 	}

@@ -315,10 +315,10 @@ func isRedisURL(s string) bool {
 	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://")
 }
 
-// Notify wakes every waiting request (lease polls, queued clients) to
-// re-read the store. The hub calls it itself after its own changes; a shared
-// store's change feed calls it for changes made by other replicas.
-func (h *Hub) Notify() { h.notify() }
+// Notify wakes the requests waiting on topic (store.TopicWorker, …; "" wakes all) to re-read the store.
+// A shared store's change feed calls it for the commits of other replicas; this replica's own are told
+// through the backend's listener.
+func (h *Hub) Notify(topic string) { h.waits.wake(topic) }
 
 func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {
 	fs := newFlagSet("hub "+cmd, stderr)

@@ -157,7 +157,7 @@ func (h *Hub) leaveQueue(w *waiter) {
 		h.queues[w.tenant] = q
 	}
 	h.mu.Unlock()
-	h.notify() // the next waiter may now be at the head
+	h.waits.wake(store.TopicFree) // the next waiter may now be at the head
 }
 
 // atHead reports whether w may try to dispatch (FIFO per tenant).
@@ -181,56 +181,70 @@ func (h *Hub) dispatch(ctx context.Context, d *dispatchReq) (*outcome, error) {
 	if d.deadline.Before(queueUntil) {
 		queueUntil = d.deadline
 	}
-outer:
 	for {
-		ch := h.changes()
-		cands, err := h.eligible(ctx, d)
-		if err != nil {
-			return nil, err
-		}
-		if len(cands) == 0 {
-			if d.pinned != "" {
-				// A pinned worker that is up but whose binding refuses this
-				// caller is a 403, not an outage (§13.5).
-				if st, err := h.store.Worker(ctx, d.pinned); err == nil && st.Ready {
-					if !h.admits(st.Binding, d.caller) {
-						return nil, bridge.ErrWorkerUnauthorized
-					}
-					if d.accept != nil && !d.accept(&st.Registration.Capabilities) {
-						return nil, bridge.ErrWorkerMismatch
-					}
-				}
-			}
-			if d.stateful {
-				return nil, errUnavailable("The session's worker " + d.affinity + " is not available; a stateful session's files live on it and cannot move to another worker")
-			}
-			return nil, errUnavailable("No eligible worker is online")
-		}
-		if w == nil || h.atHead(w) {
-			for _, c := range cands {
-				out, err := h.tryWorker(ctx, d, c)
-				if errors.Is(err, bridge.ErrWorkerBusy) || errors.Is(err, bridge.ErrWorkerOffline) {
-					continue
-				}
-				if errors.Is(err, errReassign) {
-					continue outer // re-read the worker list from the top
-				}
-				return out, err
-			}
-		}
-		if w == nil {
-			var ok bool
-			if w, ok = h.joinQueue(d.caller.TenantID); !ok {
-				return nil, rateLimited(h.cfg.QueueTimeout)
-			}
-		}
-		if !time.Now().Before(queueUntil) {
-			return nil, rateLimited(h.cfg.QueueTimeout)
-		}
-		if !h.wait(ctx, ch, queueUntil) {
-			return nil, errUnavailable("Request abandoned")
+		out, err, again := h.dispatchOnce(ctx, d, &w, queueUntil)
+		if !again {
+			return out, err
 		}
 	}
+}
+
+// dispatchOnce makes one attempt: it tries the eligible workers (the request's turn come: first in its
+// tenant's queue), queues the request, and waits for capacity; again means try once more.
+func (h *Hub) dispatchOnce(ctx context.Context, d *dispatchReq, w **waiter, queueUntil time.Time) (out *outcome, err error, again bool) {
+	ch, release := h.waits.watch(store.TopicFree)
+	defer release()
+	cands, err := h.eligible(ctx, d)
+	if err != nil {
+		return nil, err, false
+	}
+	if len(cands) == 0 {
+		return nil, h.noWorker(ctx, d), false
+	}
+	if *w == nil || h.atHead(*w) {
+		for _, c := range cands {
+			out, err := h.tryWorker(ctx, d, c)
+			if errors.Is(err, bridge.ErrWorkerBusy) || errors.Is(err, bridge.ErrWorkerOffline) {
+				continue
+			}
+			if errors.Is(err, errReassign) {
+				return nil, nil, true // re-read the worker list from the top
+			}
+			return out, err, false
+		}
+	}
+	if *w == nil {
+		var ok bool
+		if *w, ok = h.joinQueue(d.caller.TenantID); !ok {
+			return nil, rateLimited(h.cfg.QueueTimeout), false
+		}
+	}
+	if !time.Now().Before(queueUntil) {
+		return nil, rateLimited(h.cfg.QueueTimeout), false
+	}
+	if !h.sleep(ctx, ch, min(h.cfg.PollInterval, time.Until(queueUntil))) {
+		return nil, errUnavailable("Request abandoned"), false
+	}
+	return nil, nil, true
+}
+
+// noWorker is the answer when no worker is eligible at all (503), or when the one pinned refuses.
+func (h *Hub) noWorker(ctx context.Context, d *dispatchReq) error {
+	if d.pinned != "" {
+		// A pinned worker that is up but whose binding refuses this caller is a 403, not an outage (§13.5).
+		if st, err := h.store.Worker(ctx, d.pinned); err == nil && st.Ready {
+			if !h.admits(st.Binding, d.caller) {
+				return bridge.ErrWorkerUnauthorized
+			}
+			if d.accept != nil && !d.accept(&st.Registration.Capabilities) {
+				return bridge.ErrWorkerMismatch
+			}
+		}
+	}
+	if d.stateful {
+		return errUnavailable("The session's worker " + d.affinity + " is not available; a stateful session's files live on it and cannot move to another worker")
+	}
+	return errUnavailable("No eligible worker is online")
 }
 
 // unenqueue settles an Enqueue whose outcome the store did not report (its reply was lost): the
@@ -241,7 +255,6 @@ func (h *Hub) unenqueue(ctx context.Context, p store.EnqueueParams, cause error)
 	bg := context.WithoutCancel(ctx)
 	err := h.retryStore(p.ExpiresAt, func() error { return h.store.Withdraw(bg, p.WorkerID, p.AssignmentID) })
 	if err == nil || errors.Is(err, bridge.ErrAssignmentNotFound) {
-		h.notify()
 		return cause
 	}
 	return errOutcomeUnknown
@@ -276,7 +289,6 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 	h.mu.Lock()
 	h.lastUsed[c.WorkerID] = time.Now()
 	h.mu.Unlock()
-	h.notify() // wake the worker's lease poll
 	st, err := h.await(ctx, a)
 	h.metrics.Assignments.WithLabelValues(assignmentState(st, err)).Inc()
 	if err != nil {
@@ -323,49 +335,65 @@ func assignmentState(st *store.Settlement, err error) string {
 // Once the worker may have started the run (it acknowledged it) the request never ends in a status that
 // invites a retry: a run that cannot be accounted for is errOutcomeUnknown, never a 503 or a second run.
 func (h *Hub) await(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
+	w := &awaiting{a: a, clientGone: ctx.Done(), closing: h.closing}
 	bg := context.WithoutCancel(ctx)
-	clientGone, closing := ctx.Done(), (<-chan struct{})(h.closing)
 	for {
-		ch := h.changes()
-		var st *store.Settlement
-		var ws *store.WorkerState
-		// A store outage shorter than the deadline loses nothing: keep
-		// asking until the assignment's deadline.
-		err := h.retryStore(a.ExpiresAt, func() (err error) {
-			if st, err = h.store.Settlement(bg, a.WorkerID, a.ID); err == nil && st == nil {
-				ws, err = h.store.Worker(bg, a.WorkerID)
-			}
-			return err
-		})
-		if err != nil && !errors.Is(err, store.ErrUnavailable) {
-			return nil, err
+		if st, err, done := h.awaitOnce(bg, w); done {
+			return st, err
 		}
-		if st != nil || !time.Now().Before(a.ExpiresAt) {
-			return h.complete(bg, a)
-		}
-		if ws != nil && (!ws.Online || (ws.Registration != nil && ws.Registration.IncarnationID != a.IncarnationID)) {
-			return h.lost(bg, a)
-		}
-		t := time.NewTimer(min(h.cfg.PollInterval, time.Until(a.ExpiresAt)))
-		select {
-		case <-ch:
-		case <-t.C:
-		case <-clientGone:
-			// Client disconnected (§13.4): cancel, keep collecting.
-			_ = h.store.Cancel(bg, a.WorkerID, a.ID)
-			clientGone = nil
-		case <-closing:
-			// Shutting down: work not yet acknowledged is taken back (503, nothing ran); a run under way is
-			// waited for within the drain's grace.
-			closing = nil
-			if h.store.Withdraw(bg, a.WorkerID, a.ID) == nil {
-				t.Stop()
-				h.notify()
-				return nil, errUnavailable("Hub is shutting down")
-			}
-		}
-		t.Stop()
 	}
+}
+
+// awaiting is one dispatcher's wait for its settlement.
+type awaiting struct {
+	a                   *store.Assignment
+	clientGone, closing <-chan struct{} // nil once handled
+}
+
+// awaitOnce reads the assignment's state once and sleeps until its settlement is notified, the backstop,
+// the client going away or the hub closing; done says the wait is over.
+func (h *Hub) awaitOnce(ctx context.Context, w *awaiting) (*store.Settlement, error, bool) {
+	a := w.a
+	ch, release := h.waits.watch(store.TopicAssignment(a.ID))
+	defer release()
+	var st *store.Settlement
+	var ws *store.WorkerState
+	// A store outage shorter than the deadline loses nothing: keep asking until the assignment's deadline.
+	err := h.retryStore(a.ExpiresAt, func() (err error) {
+		if st, err = h.store.Settlement(ctx, a.WorkerID, a.ID); err == nil && st == nil {
+			ws, err = h.store.Worker(ctx, a.WorkerID)
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, store.ErrUnavailable) {
+		return nil, err, true
+	}
+	if st != nil || !time.Now().Before(a.ExpiresAt) {
+		st, err := h.complete(ctx, a)
+		return st, err, true
+	}
+	if ws != nil && (!ws.Online || (ws.Registration != nil && ws.Registration.IncarnationID != a.IncarnationID)) {
+		st, err := h.lost(ctx, a)
+		return st, err, true
+	}
+	t := time.NewTimer(min(h.cfg.PollInterval, time.Until(a.ExpiresAt)))
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-w.clientGone:
+		// Client disconnected (§13.4): cancel, keep collecting.
+		_ = h.store.Cancel(ctx, a.WorkerID, a.ID)
+		w.clientGone = nil
+	case <-w.closing:
+		// Shutting down: work not yet acknowledged is taken back (503, nothing ran); a run under way is
+		// waited for within the drain's grace.
+		w.closing = nil
+		if h.store.Withdraw(ctx, a.WorkerID, a.ID) == nil {
+			return nil, errUnavailable("Hub is shutting down"), true
+		}
+	}
+	return nil, nil, false
 }
 
 // errOutcomeUnknown: the worker acknowledged the assignment (so it may have run) and then went silent past
@@ -380,7 +408,6 @@ var errOutcomeUnknown = errors.New("hub: the run's outcome is unknown")
 // may still be running this.
 func (h *Hub) lost(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
 	if err := h.store.Withdraw(ctx, a.WorkerID, a.ID); err == nil {
-		h.notify()
 		return nil, errReassign
 	}
 	st, err := h.complete(ctx, a)
@@ -397,7 +424,6 @@ func (h *Hub) complete(ctx context.Context, a *store.Assignment) (st *store.Sett
 		st, err = h.store.Complete(ctx, a.WorkerID, a.ID)
 		return err
 	})
-	h.notify() // the lock may be free now
 	if errors.Is(err, store.ErrUnavailable) {
 		// The worker may have run it; the store cannot say. Not a 503: a retry would run it again.
 		return nil, errOutcomeUnknown

@@ -68,8 +68,10 @@ type Config struct {
 	Files             filestore.Store
 	FileLimits        filestore.Limits
 	MaxExecInputBytes int64 // input files of one /v1/exec together; default 10 MiB
-	// PollInterval is how often waiting requests re-read the store when no
-	// in-process notification wakes them (≤ 100 ms per §3.5).
+	// PollInterval is how often a waiter (a lease poll, a dispatcher, a
+	// queued client) re-reads the store when no notification woke it: a
+	// backstop for a notification a shared store's feed lost (default 5 s;
+	// waiters are woken by their own topic, waits.go).
 	PollInterval time.Duration
 	Logger       *slog.Logger // nil: discard
 	// IdempotencyTTL is how long a /v1/exec or chat response to an Idempotency-Key (or a Stainless client
@@ -112,7 +114,7 @@ func (c *Config) defaults() {
 	def(&c.ChatTimeout, 120*time.Second)
 	def(&c.MaxTimeout, 600*time.Second)
 	def(&c.QueueTimeout, 30*time.Second)
-	def(&c.PollInterval, 50*time.Millisecond)
+	def(&c.PollInterval, 5*time.Second)
 	def(&c.replicaBeat, defaultReplicaBeat)
 	if c.IdempotencyTTL == 0 {
 		c.IdempotencyTTL = 10 * time.Minute
@@ -161,7 +163,7 @@ type Hub struct {
 	store Store
 
 	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced on every state change
+	waits    *waits
 	lastUsed map[string]time.Time
 	queues   map[string][]*waiter // tenant → FIFO of waiting client requests
 
@@ -197,16 +199,16 @@ func New(cfg Config, st Store) (*Hub, error) {
 		}
 	}
 	h := &Hub{
-		cfg: cfg, store: st, changed: make(chan struct{}), lastUsed: map[string]time.Time{},
+		cfg: cfg, store: st, waits: newWaits(), lastUsed: map[string]time.Time{},
 		queues: map[string][]*waiter{}, closing: make(chan struct{}),
 	}
 	h.conns = newConns(cfg.MaxPendingConnections, cfg.MaxWorkerConnections, cfg.MaxClientConnections)
 	h.metrics = metrics.NewHub(h.onlineWorkers)
 	h.router = h.routes()
 	if bs, ok := st.(interface{ Backend() store.Backend }); ok {
+		bs.Backend().OnNotify(h.waits.wake)
 		h.replica = startReplica(st, bs.Backend(), cfg.replicaBeat, h.closing, func(dead string, n int) {
 			h.cfg.Logger.Warn("ended the assignments of a hub replica that stopped", "replica", dead, "assignments", n)
-			h.notify()
 		})
 	}
 	h.setupIdempotency(st)
@@ -271,28 +273,10 @@ func (h *Hub) Close() {
 	}
 }
 
-// notify wakes everyone waiting for a state change.
-func (h *Hub) notify() {
-	h.mu.Lock()
-	close(h.changed)
-	h.changed = make(chan struct{})
-	h.mu.Unlock()
-}
-
-func (h *Hub) changes() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.changed
-}
-
-// wait blocks until a state change, the poll interval, ctx or the deadline.
-// It reports false when the caller should stop (ctx done or hub closing).
-func (h *Hub) wait(ctx context.Context, ch <-chan struct{}, until time.Time) bool {
-	d := min(h.cfg.PollInterval, time.Until(until))
-	if d < 0 {
-		d = 0
-	}
-	t := time.NewTimer(d)
+// sleep waits for ch (a watched topic), d (the backstop), ctx or the hub's closing. It reports false when
+// the caller should stop (ctx done or hub closing).
+func (h *Hub) sleep(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(max(d, 0))
 	defer t.Stop()
 	select {
 	case <-ch:

@@ -78,8 +78,8 @@ type backendIdem struct {
 	maxEntries int
 	maxTotal   int64
 	lastTrim   time.Time
-	trimEvery  time.Duration          // at most one trim per interval per replica (1 s)
-	changes    func() <-chan struct{} // the hub's change notification (local, or other replicas' Publish)
+	trimEvery  time.Duration                                // at most one trim per interval per replica (1 s)
+	watch      func(topic string) (<-chan struct{}, func()) // the hub's wake-up board (waits)
 	poll       time.Duration
 	maxBytes   int
 	onEvent    func(string)
@@ -89,11 +89,14 @@ type backendIdem struct {
 	held       map[string]string // key → holder token of the claims this replica holds
 }
 
-func newBackendIdem(b store.Backend, changes func() <-chan struct{}, poll time.Duration, maxBytes int, onEvent func(string)) *backendIdem {
-	return &backendIdem{b: b, trimEvery: time.Second, maxEntries: 10000, maxTotal: 64 << 20, changes: changes, poll: min(poll, time.Second), maxBytes: maxBytes, onEvent: onEvent, held: map[string]string{}}
+func newBackendIdem(b store.Backend, watch func(string) (<-chan struct{}, func()), poll time.Duration, maxBytes int, onEvent func(string)) *backendIdem {
+	return &backendIdem{b: b, trimEvery: time.Second, maxEntries: 10000, maxTotal: 64 << 20, watch: watch, poll: min(poll, time.Second), maxBytes: maxBytes, onEvent: onEvent, held: map[string]string{}}
 }
 
 func idemKey(key string) string { return "idem:" + key }
+
+// idemTopic is notified when key's claim is finished or released.
+func idemTopic(key string) string { return "idem:" + key }
 
 func decodeIdem(raw []byte) (*idemRecord, error) {
 	var rec idemRecord
@@ -170,7 +173,7 @@ func (s *backendIdem) Finish(ctx context.Context, key string, resp *idempotency.
 		b, _ := json.Marshal(rec)
 		tx.Put(idemKey(key), b, store.Durable, tx.Now().Add(ttl))
 		tx.SetAdd(idemIndex, fmt.Sprintf("%d|%d|%s", tx.Now().UnixNano(), len(b), key))
-		tx.Publish() // wake the waiters on every replica
+		tx.Notify(idemTopic(key)) // wake its waiters on every replica
 		return nil
 	})
 	if err == nil {
@@ -262,40 +265,50 @@ func (s *backendIdem) Release(ctx context.Context, key string) error {
 		if rec, err := decodeIdem(got[0]); err == nil && rec.Holder == holder && !rec.Done &&
 			(rec.ClaimUntil.IsZero() || tx.Now().Before(rec.ClaimUntil)) {
 			tx.Delete(idemKey(key))
-			tx.Publish()
+			tx.Notify(idemTopic(key))
 		}
 		return nil
 	})
 }
 
-// Wait implements idempotency.Store: it re-reads the record when the hub hears of a change (Finish and
-// Release publish one) and at least every poll interval (at most a second).
+// Wait implements idempotency.Store: it re-reads the record when its finish or release is notified (on
+// any replica) and at least every poll interval (at most a second: the claim's holder may die).
 func (s *backendIdem) Wait(ctx context.Context, key string) (*idempotency.Entry, error) {
-	t := time.NewTicker(s.poll)
-	defer t.Stop()
 	for {
-		changed := s.changes() // before the read, so that a change after it is not missed
-		got, err := s.b.Read(ctx, idemKey(key))
-		if err != nil {
-			return nil, errors.Join(idempotency.ErrUnavailable, err)
-		}
-		if got[0] == nil {
-			return nil, nil
-		}
-		rec, err := decodeIdem(got[0])
-		if err != nil {
-			return nil, err
-		}
-		if e, err := s.settled(ctx, rec); err != nil || e.Done {
+		e, done, err := s.waitOnce(ctx, key)
+		if done || err != nil {
 			return e, err
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-changed:
-		case <-t.C:
-		}
 	}
+}
+
+// waitOnce reads key's record and sleeps until it changes, the poll interval or ctx.
+func (s *backendIdem) waitOnce(ctx context.Context, key string) (*idempotency.Entry, bool, error) {
+	changed, release := s.watch(idemTopic(key)) // before the read, so that a change after it is not missed
+	defer release()
+	got, err := s.b.Read(ctx, idemKey(key))
+	if err != nil {
+		return nil, true, errors.Join(idempotency.ErrUnavailable, err)
+	}
+	if got[0] == nil {
+		return nil, true, nil
+	}
+	rec, err := decodeIdem(got[0])
+	if err != nil {
+		return nil, true, err
+	}
+	if e, err := s.settled(ctx, rec); err != nil || e.Done {
+		return e, true, err
+	}
+	t := time.NewTimer(s.poll)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, true, ctx.Err()
+	case <-changed:
+	case <-t.C:
+	}
+	return nil, false, nil
 }
 
 // setupIdempotency builds the guard of /v1/exec and the chat route when the store exposes its Backend.
@@ -305,7 +318,7 @@ func (h *Hub) setupIdempotency(st Store) {
 		return
 	}
 	event := func(e string) { h.metrics.Idempotency.WithLabelValues(e).Inc() }
-	is := newBackendIdem(bs.Backend(), h.changes, h.cfg.PollInterval, int(h.cfg.IdempotencyMaxBytes), event)
+	is := newBackendIdem(bs.Backend(), h.waits.watch, h.cfg.PollInterval, int(h.cfg.IdempotencyMaxBytes), event)
 	is.maxEntries, is.maxTotal = h.cfg.IdempotencyMaxEntries, h.cfg.IdempotencyMaxTotalBytes
 	is.ttl, is.replica = h.cfg.IdempotencyTTL, h.replica
 	h.idem = &idempotency.Guard{

@@ -54,7 +54,7 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 		if a.Dispatcher != "" {
 			t.tx.SetAdd(dispatchedSet(a.Dispatcher), a.WorkerID+" "+a.ID)
 		}
-		t.tx.Publish()
+		t.tx.Notify(TopicWorker(ep.WorkerID))
 		out = a
 		return nil
 	})
@@ -251,7 +251,6 @@ func (p *Protocol) Withdraw(ctx context.Context, workerID, assignmentID string) 
 		t.clearFenceIfNamed(&a.A)
 		t.releaseLock(assignmentID)
 		t.dropAsg(assignmentID)
-		t.tx.Publish()
 		return nil
 	})
 }
@@ -274,7 +273,6 @@ func (p *Protocol) ResetWorkspace(ctx context.Context, workerID, incarnationID, 
 		}
 		delete(t.rec.WorkspaceFences, k)
 		t.recDirty = true
-		t.tx.Publish()
 		return nil
 	})
 }

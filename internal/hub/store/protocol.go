@@ -318,9 +318,11 @@ func (t *wtx) unqueue(inc, id string) {
 	t.qDirty = true
 }
 
+// releaseLock frees the worker of assignmentID; queued clients are told.
 func (t *wtx) releaseLock(assignmentID string) {
 	if t.lock != nil && t.lock.AssignmentID == assignmentID {
 		t.lock, t.lockDirty = nil, true
+		t.tx.Notify(TopicFree)
 	}
 }
 
@@ -439,7 +441,7 @@ func (p *Protocol) quarantine(ctx context.Context, w, inc string) {
 		t.recDirty = true
 		if t.reg != nil && t.reg.IncarnationID == inc {
 			t.reg, t.regDirty = nil, true
-			t.tx.Publish()
+			t.tx.Notify(TopicWorker(w))
 		}
 		return nil
 	})

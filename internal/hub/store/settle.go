@@ -56,7 +56,7 @@ func (p *Protocol) Settle(ctx context.Context, sp SettleParams) error {
 		// The run is over: the worker is free now, whether or not its dispatcher is still there to
 		// collect the result.
 		t.releaseLock(a.A.ID)
-		t.tx.Publish()
+		t.tx.Notify(TopicAssignment(a.A.ID))
 		return nil
 	})
 }
@@ -120,7 +120,6 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 		t.putAsg(a)
 		t.undispatch(a)
 		t.unqueue(inc, assignmentID)
-		t.tx.Publish()
 		if a.Settlement != nil {
 			return t.completeSettled(a, &out, &commitsSession)
 		}

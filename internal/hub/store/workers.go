@@ -37,7 +37,10 @@ func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registrati
 		if rec.RegOwner != inc {
 			t.takeOver(inc)
 		}
-		// 5. Store the registration.
+		// 5. Store the registration. A worker that was not registered is dispatchable now (or once ready).
+		if t.reg == nil || t.reg.IncarnationID != inc {
+			t.tx.Notify(TopicFree)
+		}
 		t.reg = &Registration{
 			WorkerID: rp.WorkerID, IncarnationID: inc, Generation: rec.RegGeneration, RegisteredAt: t.now,
 			ExpiresAt: t.now.Add(p.leaseTTL), LeaseTTL: p.leaseTTL, Capabilities: rp.Capabilities,
@@ -83,7 +86,7 @@ func (t *wtx) takeOver(inc string) {
 	if t.ready != "" {
 		t.ready, t.readyDirty = "", true
 	}
-	t.tx.Publish()
+	t.tx.Notify(TopicWorker(t.w))
 }
 
 // Ready implements Store (§3.4).
@@ -99,7 +102,7 @@ func (p *Protocol) Ready(ctx context.Context, workerID, incarnationID string, ge
 			return bridge.ErrWorkerFenced
 		}
 		t.ready, t.readyDirty = readyMark(incarnationID, gen), true
-		t.tx.Publish()
+		t.tx.Notify(TopicFree)
 		return nil
 	})
 }
