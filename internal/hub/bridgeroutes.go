@@ -556,7 +556,7 @@ func (h *Hub) handleRegister(w http.ResponseWriter, r *http.Request, o *bridge.O
 	}
 	reg, err := h.store.Register(r.Context(), store.RegisterParams{
 		WorkerID: req.WorkerID, IncarnationID: req.IncarnationID, Capabilities: req.Capabilities,
-		CapabilitiesJSON: capsJSON, Auth: au.auth,
+		CapabilitiesJSON: capsJSON, Auth: au.auth, Slots: req.Capabilities.WorkspaceLeaseSlots,
 	})
 	if err != nil {
 		return err
@@ -565,6 +565,9 @@ func (h *Hub) handleRegister(w http.ResponseWriter, r *http.Request, o *bridge.O
 		ProtocolVersion: 1, WorkerID: req.WorkerID, IncarnationID: req.IncarnationID,
 		RegistrationGeneration: reg.Generation, RegisteredAt: bridge.FormatTime(reg.RegisteredAt),
 		LeaseTTLMs: reg.LeaseTTL.Milliseconds(),
+	}
+	if req.Capabilities.WorkspaceLeaseSlots > 0 {
+		resp.WorkspaceLeaseSlots = reg.Slots // the receipt a worker needs before leasing in parallel
 	}
 	resp.FillSupported()
 	writeValue(w, http.StatusOK, resp)
@@ -583,10 +586,14 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 	}
 	until := start.Add(time.Duration(waitMs) * time.Millisecond)
 	ctx := r.Context()
+	slot := -1
+	if req.WorkspaceLeaseSlot != nil {
+		slot = int(*req.WorkspaceLeaseSlot)
+	}
 	for {
 		// Watch before reading, so that work queued after the read wakes this poll.
 		ch, release := h.waits.watch(store.TopicWorker(workerID))
-		a, err := h.store.Lease(ctx, workerID, req.IncarnationID, au.auth.IdentityID)
+		a, err := h.store.LeaseSlot(ctx, workerID, req.IncarnationID, au.auth.IdentityID, slot)
 		if err != nil {
 			release()
 			if errors.Is(err, context.Canceled) {
@@ -608,6 +615,9 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 			}}
 			if a.ExecutionKind != "" && a.ExecutionKind != bridge.KindSandbox {
 				resp.Assignment.ExecutionKind = a.ExecutionKind
+			}
+			if slot >= 0 {
+				resp.Assignment.WorkspaceLeaseSlot = &slot
 			}
 			resp.ServerElapsedMs = time.Since(start).Milliseconds()
 			h.metrics.LeaseWait.WithLabelValues("assignment").Observe(time.Since(start).Seconds())

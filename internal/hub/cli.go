@@ -318,7 +318,12 @@ func isRedisURL(s string) bool {
 // Notify wakes the requests waiting on topic (store.TopicWorker, …; "" wakes all) to re-read the store.
 // A shared store's change feed calls it for the commits of other replicas; this replica's own are told
 // through the backend's listener.
-func (h *Hub) Notify(topic string) { h.waits.wake(topic) }
+func (h *Hub) Notify(topic string) {
+	if topic == store.TopicPools || topic == "" {
+		h.pools.invalidate()
+	}
+	h.waits.wake(topic)
+}
 
 func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {
 	fs := newFlagSet("hub "+cmd, stderr)

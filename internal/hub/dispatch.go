@@ -2,18 +2,18 @@ package hub
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/store"
 )
-
-// waiter is one client request queued because every eligible worker was busy.
-type waiter struct{ tenant string }
 
 // clientError is a client-facing failure, rendered by the exec or chat
 // handler in its own envelope.
@@ -80,172 +80,201 @@ func (h *Hub) admits(b *bridge.Binding, k *ClientKey) bool {
 	return false
 }
 
-// eligible lists the workers that may take d, idle ones first, least
-// recently used first.
-func (h *Hub) eligible(ctx context.Context, d *dispatchReq) ([]store.WorkerState, error) {
-	all, err := h.store.Workers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []store.WorkerState
-	for _, st := range all {
-		if !st.Ready || st.Registration == nil || !h.admits(st.Binding, d.caller) {
-			continue
-		}
-		caps := &st.Registration.Capabilities
-		if d.runtimeLabel != "" && !caps.HasRuntime(d.runtimeLabel) {
-			continue
-		}
-		if d.pinned != "" && st.WorkerID != d.pinned {
-			continue
-		}
-		if d.stateful && (st.WorkerID != d.affinity || !caps.StatefulWorkspace) {
-			continue
-		}
-		if d.accept != nil && !d.accept(caps) {
-			continue
-		}
-		out = append(out, st)
-	}
-	if d.model != "" {
-		label := "model:" + d.model
-		if slices.ContainsFunc(out, func(s store.WorkerState) bool { return s.Registration.Capabilities.HasRuntime(label) }) {
-			out = slices.DeleteFunc(out, func(s store.WorkerState) bool { return !s.Registration.Capabilities.HasRuntime(label) })
-		}
-	}
-	h.mu.Lock()
-	used := func(id string) time.Time { return h.lastUsed[id] }
-	slices.SortStableFunc(out, func(a, b store.WorkerState) int {
-		if a.Busy != b.Busy {
-			if a.Busy {
-				return 1
-			}
-			return -1
-		}
-		if a.WorkerID == d.affinity && b.WorkerID != d.affinity {
-			return -1
-		}
-		if b.WorkerID == d.affinity && a.WorkerID != d.affinity {
-			return 1
-		}
-		return used(a.WorkerID).Compare(used(b.WorkerID))
-	})
-	h.mu.Unlock()
-	return out, nil
-}
-
-func (h *Hub) joinQueue(tenant string) (*waiter, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.queues[tenant]) >= h.cfg.QueueMax {
-		return nil, false
-	}
-	w := &waiter{tenant: tenant}
-	h.queues[tenant] = append(h.queues[tenant], w)
-	return w, true
-}
-
-func (h *Hub) leaveQueue(w *waiter) {
-	if w == nil {
-		return
-	}
-	h.mu.Lock()
-	q := slices.DeleteFunc(h.queues[w.tenant], func(x *waiter) bool { return x == w })
-	if len(q) == 0 {
-		delete(h.queues, w.tenant)
-	} else {
-		h.queues[w.tenant] = q
-	}
-	h.mu.Unlock()
-	h.waits.wake(store.TopicFree) // the next waiter may now be at the head
-}
-
-// atHead reports whether w may try to dispatch (FIFO per tenant).
-func (h *Hub) atHead(w *waiter) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q := h.queues[w.tenant]
-	return len(q) > 0 && q[0] == w
-}
-
 func rateLimited(wait time.Duration) *clientError {
 	secs := max(1, int(wait.Seconds()+0.999))
 	return &clientError{status: http.StatusTooManyRequests, code: "rate_limited", message: "All eligible workers are busy", retryAfter: secs}
 }
 
-// dispatch runs d on one worker and returns its settlement (§7.3, §13.3–§13.5).
+// plan is where a request may run: one worker (pinned, or the stateful session's), or any worker of the
+// eligible pools.
+type plan struct {
+	target string
+	caps   bridge.Capabilities // the target's
+	pools  []string
+	// catalog is the pool copy the plan was made from (for the pools' capabilities).
+	catalog []store.Pool
+}
+
+// sig names the plan for the queue: requests with the same plan are interchangeable, so they wait in
+// one FIFO (per tenant), and a request never waits behind one that needs other workers.
+func (p *plan) sig() string {
+	if p.target != "" {
+		return "w:" + p.target
+	}
+	h := sha256.Sum256([]byte(strings.Join(p.pools, ",")))
+	return hex.EncodeToString(h[:8])
+}
+
+// makePlan finds where d may run, or answers why nowhere: 503 when no worker could ever take it, 403 or
+// 503 for a pinned worker that refuses it (§13.5).
+func (h *Hub) makePlan(ctx context.Context, d *dispatchReq) (*plan, error) {
+	if t := d.target(); t != "" {
+		st, err := h.store.Worker(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if !st.Ready || st.Registration == nil || (d.stateful && !st.Registration.Capabilities.StatefulWorkspace) {
+			return nil, h.noWorker(d)
+		}
+		caps := &st.Registration.Capabilities
+		if !h.admits(st.Binding, d.caller) {
+			return nil, bridge.ErrWorkerUnauthorized
+		}
+		if (d.accept != nil && !d.accept(caps)) || (d.runtimeLabel != "" && !caps.HasRuntime(d.runtimeLabel)) {
+			return nil, bridge.ErrWorkerMismatch
+		}
+		return &plan{target: t, caps: *caps}, nil
+	}
+	for fresh := false; ; fresh = true {
+		catalog, err := h.pools.get(ctx, h.store)
+		if err != nil {
+			return nil, err
+		}
+		p := &plan{pools: h.eligiblePools(catalog, d), catalog: catalog}
+		if len(p.pools) > 0 {
+			return p, nil
+		}
+		if fresh {
+			return nil, h.noWorker(d)
+		}
+		// Before refusing, make sure of it: the copy may predate the worker that would take d.
+		h.pools.invalidate()
+	}
+}
+
+// target is the one worker d must run on, if any.
+func (d *dispatchReq) target() string {
+	if d.pinned != "" {
+		return d.pinned
+	}
+	if d.stateful {
+		return d.affinity
+	}
+	return ""
+}
+
+// online reports whether any worker of the plan is registered (else waiting is pointless: 503).
+func (h *Hub) online(ctx context.Context, p *plan) (bool, error) {
+	if p.target != "" {
+		st, err := h.store.Worker(ctx, p.target)
+		return err == nil && st.Ready, err
+	}
+	for _, pl := range p.pools {
+		n, err := h.store.Online(ctx, pl)
+		if err != nil || n > 0 {
+			return n > 0, err
+		}
+	}
+	return false, nil
+}
+
+// dispatch runs d on one worker and returns its settlement (§7.3, §13.3–§13.5). A request that finds no
+// free worker waits in its tenant's queue in the store (queue.go): first come, first served across every
+// replica, woken when capacity is freed, answered 429 at the queue timeout or when the queue is full.
 func (h *Hub) dispatch(ctx context.Context, d *dispatchReq) (*outcome, error) {
-	var w *waiter
-	defer func() { h.leaveQueue(w) }()
+	p, err := h.makePlan(ctx, d)
+	if err != nil {
+		return nil, err
+	}
 	queueUntil := time.Now().Add(h.cfg.QueueTimeout)
 	if d.deadline.Before(queueUntil) {
 		queueUntil = d.deadline
 	}
+	tk := h.newTicket(d.caller.TenantID, p.sig(), queueUntil)
+	defer tk.leave(context.WithoutCancel(ctx))
 	for {
-		out, err, again := h.dispatchOnce(ctx, d, &w, queueUntil)
+		out, err, again := h.dispatchOnce(ctx, d, p, tk)
 		if !again {
 			return out, err
 		}
 	}
 }
 
-// dispatchOnce makes one attempt: it tries the eligible workers (the request's turn come: first in its
-// tenant's queue), queues the request, and waits for capacity; again means try once more.
-func (h *Hub) dispatchOnce(ctx context.Context, d *dispatchReq, w **waiter, queueUntil time.Time) (out *outcome, err error, again bool) {
-	ch, release := h.waits.watch(store.TopicFree)
-	defer release()
-	cands, err := h.eligible(ctx, d)
+// dispatchOnce makes one attempt: when the request's turn has come (the queue is empty, or it is first
+// in it) it takes a free worker; otherwise it joins the queue and sleeps until capacity is freed or its
+// turn comes. again means: attempt once more.
+func (h *Hub) dispatchOnce(ctx context.Context, d *dispatchReq, p *plan, tk *ticket) (out *outcome, err error, again bool) {
+	free, releaseFree := h.waits.watch(store.TopicFree)
+	defer releaseFree()
+	turn, releaseTurn := h.waits.watch(tk.topic())
+	defer releaseTurn()
+	first, err := tk.first(ctx)
 	if err != nil {
 		return nil, err, false
 	}
-	if len(cands) == 0 {
-		return nil, h.noWorker(ctx, d), false
-	}
-	if *w == nil || h.atHead(*w) {
-		for _, c := range cands {
-			out, err := h.tryWorker(ctx, d, c)
-			if errors.Is(err, bridge.ErrWorkerBusy) || errors.Is(err, bridge.ErrWorkerOffline) {
-				continue
-			}
-			if errors.Is(err, errReassign) {
-				return nil, nil, true // re-read the worker list from the top
-			}
+	if first {
+		out, err := h.take(ctx, d, p)
+		if out != nil || (err != nil && !errors.Is(err, errReassign)) {
 			return out, err, false
 		}
-	}
-	if *w == nil {
-		var ok bool
-		if *w, ok = h.joinQueue(d.caller.TenantID); !ok {
-			return nil, rateLimited(h.cfg.QueueTimeout), false
+		if errors.Is(err, errReassign) {
+			return nil, nil, true
+		}
+		if up, err := h.online(ctx, p); err != nil || !up {
+			return nil, errors.Join(err, h.noWorker(d)), false
 		}
 	}
-	if !time.Now().Before(queueUntil) {
+	if !tk.joined {
+		if full, err := tk.join(ctx, h.cfg.QueueMax); err != nil || full {
+			return nil, errors.Join(err, rateLimited(h.cfg.QueueTimeout)), false
+		}
+	}
+	if !time.Now().Before(tk.until) {
 		return nil, rateLimited(h.cfg.QueueTimeout), false
 	}
-	if !h.sleep(ctx, ch, min(h.cfg.PollInterval, time.Until(queueUntil))) {
+	backstop := h.cfg.PollInterval
+	if first {
+		backstop = min(backstop, time.Second) // the head asks again often: a lost wake-up costs little
+	}
+	wake := free
+	if !first {
+		wake = nil // only the head competes for freed capacity; the others wait for their turn
+	}
+	if !h.sleep2(ctx, wake, turn, min(backstop, time.Until(tk.until))) {
 		return nil, errUnavailable("Request abandoned"), false
 	}
 	return nil, nil, true
 }
 
-// noWorker is the answer when no worker is eligible at all (503), or when the one pinned refuses.
-func (h *Hub) noWorker(ctx context.Context, d *dispatchReq) error {
-	if d.pinned != "" {
-		// A pinned worker that is up but whose binding refuses this caller is a 403, not an outage (§13.5).
-		if st, err := h.store.Worker(ctx, d.pinned); err == nil && st.Ready {
-			if !h.admits(st.Binding, d.caller) {
-				return bridge.ErrWorkerUnauthorized
-			}
-			if d.accept != nil && !d.accept(&st.Registration.Capabilities) {
-				return bridge.ErrWorkerMismatch
-			}
-		}
-	}
+// noWorker is the answer when no worker could take d at all.
+func (h *Hub) noWorker(d *dispatchReq) error {
 	if d.stateful {
 		return errUnavailable("The session's worker " + d.affinity + " is not available; a stateful session's files live on it and cannot move to another worker")
 	}
 	return errUnavailable("No eligible worker is online")
 }
+
+// take hands d to a worker with a free slot: its target, or the longest idle worker of an eligible pool.
+// (nil, nil): none is free now.
+func (h *Hub) take(ctx context.Context, d *dispatchReq, p *plan) (*outcome, error) {
+	if p.target != "" {
+		out, err := h.tryWorker(ctx, d, p.target, p.caps)
+		if errors.Is(err, bridge.ErrWorkerBusy) {
+			return nil, nil
+		}
+		return out, err
+	}
+	for _, pl := range p.pools {
+		for range maxTakes {
+			w, ok, err := h.store.TakeIdle(ctx, pl)
+			if err != nil || !ok {
+				if err != nil {
+					return nil, err
+				}
+				break
+			}
+			out, err := h.tryWorker(ctx, d, w, h.poolCaps(p.catalog, pl))
+			if errors.Is(err, bridge.ErrWorkerBusy) || errors.Is(err, bridge.ErrWorkerOffline) || errors.Is(err, bridge.ErrWorkerMismatch) {
+				continue // a stale idle entry: the worker lapsed or filled up meanwhile
+			}
+			return out, err
+		}
+	}
+	return nil, nil
+}
+
+// maxTakes bounds how many stale idle entries one attempt skips per pool.
+const maxTakes = 16
 
 // unenqueue settles an Enqueue whose outcome the store did not report (its reply was lost): the
 // assignment may exist, and a worker may lease it as soon as the store answers again. It is withdrawn,
@@ -264,10 +293,11 @@ func (h *Hub) unenqueue(ctx context.Context, p store.EnqueueParams, cause error)
 // assignment, which was withdrawn and may go elsewhere.
 var errReassign = errors.New("hub: assignment withdrawn for reassignment")
 
-func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState) (*outcome, error) {
-	stateful := c.Registration.Capabilities.StatefulWorkspace && d.sessionID != ""
+// tryWorker enqueues d on worker w (with capabilities caps) and waits for its settlement.
+func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, w string, caps bridge.Capabilities) (*outcome, error) {
+	stateful := caps.StatefulWorkspace && d.sessionID != ""
 	p := store.EnqueueParams{
-		WorkerID: c.WorkerID, AssignmentID: bridge.NewID(), ExpiresAt: d.deadline,
+		WorkerID: w, AssignmentID: bridge.NewID(), ExpiresAt: d.deadline,
 		ExecutionKind: d.kind, Request: d.request,
 	}
 	if h.replica != nil {
@@ -286,9 +316,6 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 		return nil, err
 	}
 	h.metrics.Assignments.WithLabelValues("enqueued").Inc()
-	h.mu.Lock()
-	h.lastUsed[c.WorkerID] = time.Now()
-	h.mu.Unlock()
 	st, err := h.await(ctx, a)
 	h.metrics.Assignments.WithLabelValues(assignmentState(st, err)).Inc()
 	if err != nil {
@@ -298,7 +325,7 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 	if perr != nil {
 		return nil, bridge.ErrResultInvalid
 	}
-	out := &outcome{workerID: c.WorkerID, incarnation: a.IncarnationID, caps: c.Registration.Capabilities, stateful: stateful, status: st.Status}
+	out := &outcome{workerID: w, incarnation: a.IncarnationID, caps: caps, stateful: stateful, status: st.Status}
 	if st.Status == bridge.StatusFulfilled {
 		v, _ := o.Get("result")
 		res, ok := v.(*bridge.Object)

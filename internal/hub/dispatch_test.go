@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -357,10 +358,7 @@ func TestOverload(t *testing.T) {
 	go func() { defer wg.Done(); queued = h.client(t, "/v1/exec", `{"lang":"py","code":"q"}`, nil) }()
 	// Wait until the second request sits in the queue.
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		h.mu.Lock()
-		n := len(h.queues["default"])
-		h.mu.Unlock()
-		if n == 1 {
+		if waitingExecs(t, h) == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -411,5 +409,79 @@ func TestClientBodyLimit(t *testing.T) {
 	r := h.client(t, "/v1/exec", `{"lang":"py","code":"`+strings.Repeat("x", 2048)+`"}`, nil)
 	if r.status != 413 || !bytes.Contains(r.body, []byte("request_too_large")) {
 		t.Fatalf("%d %s", r.status, r.body)
+	}
+}
+
+// waitingExecs counts the plain /v1/exec requests of tenant "default" waiting in the store's queue.
+func waitingExecs(t *testing.T, h *testHub) int {
+	t.Helper()
+	ctx := context.Background()
+	p, err := h.makePlan(ctx, &dispatchReq{caller: &ClientKey{TenantID: "default"}, kind: bridge.KindSandbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := h.store.Backend().ZCount(ctx, queueKey("default", p.sig()), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A worker that asks for lease slots (LibreChat's workspaceLeaseSlots) gets the grant in its registration
+// reply, holds that many assignments at once, one per slot (each echoing its slot), and a request beyond
+// them waits for a slot to be settled.
+func TestLeaseSlots(t *testing.T) {
+	h := newTestHub(t, nil)
+	w := newWorker(t, h, "slots-vm")
+	w.caps.WorkspaceLeaseSlots = 3
+	w.pair(h)
+	if rr := w.mustRegister(); rr.WorkspaceLeaseSlots != 3 {
+		t.Fatalf("granted %d slots", rr.WorkspaceLeaseSlots)
+	}
+	var resps []<-chan reply
+	for i := range 4 {
+		resps = append(resps, asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"s`+strconv.Itoa(i)+`"}`, nil))
+	}
+	leaseSlot := func(slot int) *bridge.Assignment {
+		t.Helper()
+		wait, s := 2000.0, float64(slot)
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+			r := w.send(context.Background(), bridge.PathLease(w.id), bridge.LeaseRequest{ProtocolVersion: 1, WaitMs: &wait,
+				IncarnationID: w.incarnation, WorkspaceLeaseSlot: &s})
+			var lr bridge.LeaseResponse
+			if r.status != 200 || json.Unmarshal(r.body, &lr) != nil {
+				t.Fatalf("lease slot %d: %d %s", slot, r.status, r.body)
+			}
+			if lr.Assignment != nil {
+				if lr.Assignment.WorkspaceLeaseSlot == nil || *lr.Assignment.WorkspaceLeaseSlot != slot {
+					t.Fatalf("slot %d leased %+v", slot, lr.Assignment.WorkspaceLeaseSlot)
+				}
+				return lr.Assignment
+			}
+		}
+		t.Fatalf("nothing for slot %d", slot)
+		return nil
+	}
+	var held []*bridge.Assignment
+	for slot := range 3 {
+		a := leaseSlot(slot)
+		if r := w.ack(a); r.status != 200 {
+			t.Fatalf("ack slot %d: %d %s", slot, r.status, r.body)
+		}
+		held = append(held, a)
+	}
+	if n := waitingExecs(t, h); n != 1 {
+		t.Fatalf("%d requests wait, want the fourth", n)
+	}
+	w.settle(held[0], runnerReply(held[0], w.incarnation))
+	fourth := leaseSlot(0)
+	for _, a := range append(held[1:], fourth) {
+		w.ack(a)
+		w.settle(a, runnerReply(a, w.incarnation))
+	}
+	for i, ch := range resps {
+		if r := recv(t, ch); r.status != 200 || !bytes.Contains(r.body, []byte("ran:s")) {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
 	}
 }

@@ -207,12 +207,14 @@ func TestSessionSurvivesHubRestart(t *testing.T) {
 	if r := execOn(p2.url, sess, nil); r.status != 409 || !strings.Contains(string(r.body), `"error":"session_lost"`) {
 		t.Fatalf("session after its worker restarted: %d %s", r.status, r.body)
 	}
-	// `codellm worker reset-workspace` acknowledges the loss: the session continues, empty, on the new
-	// incarnation.
+	// `codellm worker reset-workspace` (an incarnation of its own) acknowledges the loss: the session
+	// continues, empty, on the worker's next incarnation.
 	if r := own.send(context.Background(), bridge.PathReset(own.id), bridge.ResetRequest{ProtocolVersion: 1, IncarnationID: own.incarnation,
 		RuntimeSessionID: out.SessionID, ConfirmDiscarded: true}); r.status != 200 {
 		t.Fatalf("reset: %d %s", r.status, r.body)
 	}
+	own.incarnation = bridge.NewID()
+	own.mustRegister()
 	third := make(chan reply, 1)
 	go func() { third <- execOn(p2.url, sess, nil) }()
 	c := own.mustLease()

@@ -162,10 +162,8 @@ type Hub struct {
 	cfg   Config
 	store Store
 
-	mu       sync.Mutex
-	waits    *waits
-	lastUsed map[string]time.Time
-	queues   map[string][]*waiter // tenant → FIFO of waiting client requests
+	waits *waits
+	pools poolCatalog
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -199,18 +197,19 @@ func New(cfg Config, st Store) (*Hub, error) {
 		}
 	}
 	h := &Hub{
-		cfg: cfg, store: st, waits: newWaits(), lastUsed: map[string]time.Time{},
-		queues: map[string][]*waiter{}, closing: make(chan struct{}),
+		cfg: cfg, store: st, waits: newWaits(), closing: make(chan struct{}),
 	}
 	h.conns = newConns(cfg.MaxPendingConnections, cfg.MaxWorkerConnections, cfg.MaxClientConnections)
 	h.metrics = metrics.NewHub(h.onlineWorkers)
 	h.router = h.routes()
-	if bs, ok := st.(interface{ Backend() store.Backend }); ok {
-		bs.Backend().OnNotify(h.waits.wake)
-		h.replica = startReplica(st, bs.Backend(), cfg.replicaBeat, h.closing, func(dead string, n int) {
-			h.cfg.Logger.Warn("ended the assignments of a hub replica that stopped", "replica", dead, "assignments", n)
-		})
+	bs, ok := st.(interface{ Backend() store.Backend })
+	if !ok {
+		return nil, errors.Join(ErrConfig, errors.New("the hub store exposes no record backend"))
 	}
+	bs.Backend().OnNotify(h.Notify)
+	h.replica = startReplica(st, bs.Backend(), cfg.replicaBeat, h.closing, func(dead string, n int) {
+		h.cfg.Logger.Warn("ended the assignments of a hub replica that stopped", "replica", dead, "assignments", n)
+	})
 	h.setupIdempotency(st)
 	if o, ok := st.(interface{ ObserveErrors(func(string, error)) }); ok {
 		o.ObserveErrors(h.storeFailed)
@@ -276,10 +275,16 @@ func (h *Hub) Close() {
 // sleep waits for ch (a watched topic), d (the backstop), ctx or the hub's closing. It reports false when
 // the caller should stop (ctx done or hub closing).
 func (h *Hub) sleep(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
+	return h.sleep2(ctx, ch, nil, d)
+}
+
+// sleep2 is sleep on either of two topics (nil: none).
+func (h *Hub) sleep2(ctx context.Context, a, b <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(max(d, 0))
 	defer t.Stop()
 	select {
-	case <-ch:
+	case <-a:
+	case <-b:
 	case <-t.C:
 	case <-ctx.Done():
 		return false

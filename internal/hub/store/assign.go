@@ -22,7 +22,7 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 		if ep.RuntimeSessionID != "" && rec.WorkspaceFences[sessionKey(ep.RuntimeSessionID)] != "" {
 			return bridge.ErrWorkspaceQuarantined
 		}
-		if t.lock != nil {
+		if t.busy() {
 			return bridge.ErrWorkerBusy
 		}
 		if dup, err := t.tx.Get(ownerKey(ep.AssignmentID)); err != nil {
@@ -46,7 +46,7 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 			Dispatcher: ep.Dispatcher,
 		}
 		gc := ep.ExpiresAt.Add(p.grace)
-		t.lock, t.lockDirty = &lockRec{AssignmentID: a.ID, IncarnationID: inc, Until: gc}, true
+		t.occupy(a.ID, inc, gc)
 		t.q.Queues[inc] = append(t.q.Queues[inc], a.ID)
 		t.qDirty = true
 		t.putAsg(&asgRec{A: a, GCAt: gc})
@@ -82,9 +82,13 @@ func (t *wtx) nextGeneration() int64 {
 
 // Lease implements Store (§7.3 lease).
 func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityID string) (*Assignment, error) {
-	// Fast path for the common empty poll (every waiting worker, every poll
-	// tick, on every replica): one read instead of a transaction.
-	if empty, err := p.leaseEmpty(ctx, workerID, incarnationID); err != nil || empty {
+	return p.LeaseSlot(ctx, workerID, incarnationID, identityID, -1)
+}
+
+// LeaseSlot implements Store: Lease for one slot (slot < 0: a lease without one).
+func (p *Protocol) LeaseSlot(ctx context.Context, workerID, incarnationID, identityID string, slot int) (*Assignment, error) {
+	// Fast path for the common empty poll: one read instead of a transaction.
+	if empty, err := p.leaseEmpty(ctx, workerID, incarnationID, slot); err != nil || empty {
 		return nil, err
 	}
 	var out *Assignment
@@ -94,8 +98,12 @@ func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityI
 		if _, f := rec.Fenced[incarnationID]; f || (rec.RegOwner != "" && rec.RegOwner != incarnationID) {
 			return bridge.ErrWorkerFenced
 		}
+		if slot >= t.capacity() && slot > 0 {
+			return bridge.Errorf(400, "Workspace lease slot exceeds negotiated capacity")
+		}
+		ck := claimKey(incarnationID, slot)
 		for {
-			id, ok := t.claim(incarnationID)
+			id, ok := t.claim(incarnationID, ck)
 			if !ok {
 				return nil
 			}
@@ -105,12 +113,12 @@ func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityI
 			}
 			if a == nil || a.A.WorkerID != workerID || a.A.IncarnationID != incarnationID ||
 				(identityID != "" && a.A.IdentityID != identityID) || a.Finished || a.Settlement != nil {
-				delete(t.q.Claims, incarnationID)
+				delete(t.q.Claims, ck)
 				t.qDirty = true
 				continue
 			}
 			if !t.now.Before(a.A.ExpiresAt) {
-				delete(t.q.Claims, incarnationID)
+				delete(t.q.Claims, ck)
 				t.qDirty = true
 				if !a.Acked {
 					t.clearFenceIfNamed(&a.A)
@@ -118,6 +126,7 @@ func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityI
 				continue
 			}
 			o := a.A
+			o.Slot = slot
 			out = &o
 			return nil
 		}
@@ -128,10 +137,9 @@ func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityI
 	return out, nil
 }
 
-// claim returns the incarnation's claimed assignment, or claims the next
-// queued one.
-func (t *wtx) claim(inc string) (string, bool) {
-	if id, claimed := t.q.Claims[inc]; claimed {
+// claim returns the assignment claim ck holds, or claims the incarnation's next queued one for it.
+func (t *wtx) claim(inc, ck string) (string, bool) {
+	if id, claimed := t.q.Claims[ck]; claimed {
 		return id, true
 	}
 	q := t.q.Queues[inc]
@@ -143,14 +151,14 @@ func (t *wtx) claim(inc string) (string, bool) {
 	} else {
 		t.q.Queues[inc] = q[1:]
 	}
-	t.q.Claims[inc] = q[0]
+	t.q.Claims[ck] = q[0]
 	t.qDirty = true
 	return q[0], true
 }
 
-// leaseEmpty reports, from one snapshot, that the incarnation has neither a
-// claim nor queued work; fencing is checked on the same snapshot.
-func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID string) (bool, error) {
+// leaseEmpty reports, from one snapshot, that the incarnation's slot has neither a claim nor queued work;
+// fencing is checked on the same snapshot.
+func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID string, slot int) (bool, error) {
 	vals, err := p.read(ctx, "lease", recKey(workerID), queueKey(workerID))
 	if err != nil {
 		return false, err
@@ -168,7 +176,7 @@ func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID strin
 	if err != nil || q == nil {
 		return err == nil, err
 	}
-	_, claimed := q.Claims[incarnationID]
+	_, claimed := q.Claims[claimKey(incarnationID, slot)]
 	return !claimed && len(q.Queues[incarnationID]) == 0, nil
 }
 
@@ -180,7 +188,7 @@ func (p *Protocol) Ack(ctx context.Context, ap AckParams) error {
 			return err
 		}
 		if a == nil || a.Finished || a.A.IncarnationID != ap.IncarnationID || t.rec.RegOwner != ap.IncarnationID ||
-			a.A.Generation != ap.Generation || a.A.LeaseTokenHash != ap.LeaseTokenHash || t.q.Claims[ap.IncarnationID] != ap.AssignmentID {
+			a.A.Generation != ap.Generation || a.A.LeaseTokenHash != ap.LeaseTokenHash || !t.claimedBy(ap.IncarnationID, ap.AssignmentID) {
 			return bridge.ErrAssignmentFenced
 		}
 		if !a.Acked {
@@ -261,10 +269,10 @@ func (p *Protocol) ResetWorkspace(ctx context.Context, workerID, incarnationID, 
 		if _, f := t.rec.Fenced[incarnationID]; f || t.rec.RegOwner != incarnationID {
 			return bridge.ErrWorkerFenced
 		}
-		if t.lock != nil {
+		if len(t.slots.Active) > 0 {
 			return bridge.ErrWorkerBusy
 		}
-		if err := t.rebindSession(runtimeSessionID, incarnationID); err != nil {
+		if err := t.rebindSession(runtimeSessionID); err != nil {
 			return err
 		}
 		k := sessionKey(runtimeSessionID)
@@ -277,9 +285,10 @@ func (p *Protocol) ResetWorkspace(ctx context.Context, workerID, incarnationID, 
 	})
 }
 
-// rebindSession: after a reset the session's (now empty) workspace belongs to the incarnation that reset
-// it, so an exec session of this worker continues there instead of being refused as lost.
-func (t *wtx) rebindSession(sid, inc string) error {
+// rebindSession: a reset acknowledges that the session's files are gone, so the session continues, empty,
+// on whichever incarnation of this worker runs it next (`codellm worker reset-workspace` registers an
+// incarnation of its own, and the worker it resets starts as another one) instead of being refused as lost.
+func (t *wtx) rebindSession(sid string) error {
 	k := sessionRecKey(sid)
 	vals, err := t.tx.Get(k)
 	if err != nil {
@@ -289,10 +298,10 @@ func (t *wtx) rebindSession(sid, inc string) error {
 	if err != nil {
 		return Abort(err)
 	}
-	if s == nil || s.WorkerID != t.w || s.IncarnationID == inc {
+	if s == nil || s.WorkerID != t.w || s.IncarnationID == "" {
 		return nil
 	}
-	s.IncarnationID, s.LastUsed = inc, t.now
+	s.IncarnationID, s.LastUsed = "", t.now
 	t.tx.Put(k, encode(s), Durable, t.now.Add(SessionIdle))
 	return nil
 }

@@ -71,6 +71,10 @@ func TopicAssignment(id string) string { return "a:" + id }
 // released, or a worker registered or confirmed readiness.
 const TopicFree = "free"
 
+// TopicPools is notified when a registration created or joined a pool (the
+// hubs' pool catalogs are refreshed).
+const TopicPools = "pools"
+
 // Txn is one transaction of Backend.Update.
 type Txn interface {
 	// Get reads records (nil for an absent or expired one) and watches

@@ -101,12 +101,6 @@ func sessionKey(sid string) string { return bridge.HashSecret(sid) }
 
 func readyMark(inc string, gen int64) string { return inc + ":" + strconv.FormatInt(gen, 10) }
 
-type lockRec struct {
-	AssignmentID  string    `json:"assignmentId"`
-	IncarnationID string    `json:"incarnationId"`
-	Until         time.Time `json:"until"`
-}
-
 // queueRec holds one worker's per-incarnation queues and claims, and the
 // last assignment generation issued (up to the persisted ceiling in the
 // worker record). Entries whose assignment record expired are pruned when met.
@@ -164,12 +158,14 @@ type wtx struct {
 	rec   *WorkerRecord
 	reg   *Registration
 	ready string
-	lock  *lockRec
+	slots *slotsRec
 	q     *queueRec
 	asgs  map[string]*asgRec
+	// prevPool is the pool of the registration as read (its sets are left if the worker moves).
+	prevPool string
 
-	recDirty, regDirty, readyDirty, lockDirty, qDirty bool
-	asgDirty                                          map[string]bool
+	recDirty, regDirty, readyDirty, slotsDirty, qDirty bool
+	asgDirty                                           map[string]bool
 }
 
 // worker reads one worker's records into a wtx.
@@ -188,10 +184,15 @@ func (p *Protocol) worker(tx Txn, w string) (*wtx, error) {
 	if t.reg, err = decode[Registration](vals[1], "registration"); err != nil {
 		return nil, err
 	}
+	if t.reg != nil {
+		t.prevPool = t.reg.Pool
+	}
 	t.ready = string(vals[2])
-	if t.lock, err = decode[lockRec](vals[3], "lock"); err != nil {
+	slots, err := decode[slotsRec](vals[3], "slots")
+	if err != nil {
 		return nil, err
 	}
+	t.slots = loadSlots(slots, t.now)
 	if t.q, err = decode[queueRec](vals[4], "queues"); err != nil {
 		return nil, err
 	}
@@ -296,9 +297,7 @@ func (t *wtx) dropAsg(id string) {
 	if a := t.asgs[id]; a != nil {
 		t.undispatch(a)
 		t.unqueue(a.A.IncarnationID, id)
-		if t.q.Claims[a.A.IncarnationID] == id {
-			delete(t.q.Claims, a.A.IncarnationID)
-		}
+		t.dropClaims(id)
 	}
 	t.asgs[id] = nil
 	t.asgDirty[id] = true
@@ -316,14 +315,6 @@ func (t *wtx) unqueue(inc, id string) {
 		delete(t.q.Queues, inc)
 	}
 	t.qDirty = true
-}
-
-// releaseLock frees the worker of assignmentID; queued clients are told.
-func (t *wtx) releaseLock(assignmentID string) {
-	if t.lock != nil && t.lock.AssignmentID == assignmentID {
-		t.lock, t.lockDirty = nil, true
-		t.tx.Notify(TopicFree)
-	}
 }
 
 // putUntil writes v expiring at until, or deletes the key when that moment
@@ -355,12 +346,11 @@ func (t *wtx) flush() {
 			t.tx.Put(readyKey(t.w), []byte(t.ready), Volatile, t.now.Add(ReadyTTL(t.p.leaseTTL)))
 		}
 	}
-	if t.lockDirty {
-		if t.lock == nil {
-			t.tx.Delete(lockKey(t.w))
-		} else {
-			t.putUntil(lockKey(t.w), encode(t.lock), t.lock.Until)
-		}
+	if t.slotsDirty {
+		t.putSlots()
+	}
+	if t.regDirty || t.readyDirty || t.slotsDirty {
+		t.syncPools()
 	}
 	if t.qDirty {
 		if len(t.q.Queues) == 0 && len(t.q.Claims) == 0 && t.q.Issued == 0 {

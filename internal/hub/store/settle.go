@@ -47,10 +47,7 @@ func (p *Protocol) Settle(ctx context.Context, sp SettleParams) error {
 			a.Committed = t.clearFenceIfNamed(&a.A) && sp.Status == bridge.StatusFulfilled
 		}
 		a.Settlement = &Settlement{Status: sp.Status, Canonical: slices.Clone(sp.Canonical)}
-		if t.q.Claims[sp.IncarnationID] == a.A.ID {
-			delete(t.q.Claims, sp.IncarnationID)
-			t.qDirty = true
-		}
+		t.dropClaims(a.A.ID)
 		a.Acked = false
 		t.putAsg(a)
 		// The run is over: the worker is free now, whether or not its dispatcher is still there to
@@ -125,9 +122,8 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 		}
 		// Expired without a settlement.
 		a.Cancelled = true
-		if t.q.Claims[inc] == assignmentID && !a.Acked {
-			delete(t.q.Claims, inc)
-			t.qDirty = true
+		if !a.Acked {
+			t.dropClaims(assignmentID)
 		}
 		if a.Acked {
 			// Acked but never settled: the worker may still be running it,

@@ -73,6 +73,9 @@ type RegisterParams struct {
 	// returned verbatim by Status.
 	CapabilitiesJSON []byte
 	Auth             Auth
+	// Slots is how many lease slots the worker asked for (capabilities.workspaceLeaseSlots; 0: none);
+	// it is granted up to MaxSlots.
+	Slots int
 }
 
 // Registration is the result of Register and part of WorkerState.
@@ -87,6 +90,9 @@ type Registration struct {
 	CapabilitiesJSON []byte
 	IdentityID       string
 	Binding          *bridge.Binding
+	// Slots is the granted lease slot count (≥ 1); Pool names the worker's pool (slots.go).
+	Slots int    `json:"slots,omitempty"`
+	Pool  string `json:"pool,omitempty"`
 }
 
 // WorkerState is a snapshot used by status and worker selection.
@@ -94,7 +100,8 @@ type WorkerState struct {
 	WorkerID     string
 	Online       bool
 	Ready        bool
-	Busy         bool // the worker lock is held
+	Busy         bool // every lease slot is taken (one slot: the worker lock is held)
+	Active       int  // assignments holding a slot
 	Registration *Registration
 	// Binding of the paired identity (nil when unbound or static).
 	Binding *bridge.Binding
@@ -132,6 +139,8 @@ type Assignment struct {
 	ExecutionKind    string
 	Request          []byte
 	Dispatcher       string
+	// Slot is the lease slot that leased it (-1: a lease without a slot); set by Lease, not stored.
+	Slot int `json:"-"`
 }
 
 // AckParams is one acknowledgement.
@@ -190,8 +199,16 @@ type Store interface {
 
 	Enqueue(ctx context.Context, p EnqueueParams) (*Assignment, error)
 	// Lease returns the incarnation's claimed or next queued assignment, or
-	// nil when there is none. It never blocks.
+	// nil when there is none. It never blocks. LeaseSlot does the same for
+	// one lease slot (slot ≥ 0) of a worker granted several.
 	Lease(ctx context.Context, workerID, incarnationID, identityID string) (*Assignment, error)
+	LeaseSlot(ctx context.Context, workerID, incarnationID, identityID string, slot int) (*Assignment, error)
+	// Pools lists the pools of workers (slots.go); TakeIdle takes a pool's
+	// longest-idle worker out of its idle set (the caller then enqueues on
+	// it); Online counts a pool's registered workers.
+	Pools(ctx context.Context) ([]Pool, error)
+	TakeIdle(ctx context.Context, pool string) (string, bool, error)
+	Online(ctx context.Context, pool string) (int, error)
 	Ack(ctx context.Context, p AckParams) error
 	// Cancelled answers the worker's cancellation poll (§3.6).
 	Cancelled(ctx context.Context, workerID, incarnationID, assignmentID string) (bool, error)

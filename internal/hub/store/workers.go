@@ -28,8 +28,8 @@ func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registrati
 			return err
 		}
 		// 3. One active incarnation.
-		if t.lock != nil {
-			if (t.reg != nil && t.reg.IncarnationID != inc) || (t.reg == nil && t.lock.IncarnationID != inc) {
+		if len(t.slots.Active) > 0 {
+			if (t.reg != nil && t.reg.IncarnationID != inc) || (t.reg == nil && t.heldByOther(inc)) {
 				return bridge.ErrWorkerBusy
 			}
 		}
@@ -38,13 +38,15 @@ func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registrati
 			t.takeOver(inc)
 		}
 		// 5. Store the registration. A worker that was not registered is dispatchable now (or once ready).
-		if t.reg == nil || t.reg.IncarnationID != inc {
-			t.tx.Notify(TopicFree)
+		pool := poolID(rp.Auth.Binding, rp.CapabilitiesJSON)
+		if t.reg == nil || t.reg.IncarnationID != inc || t.reg.Pool != pool {
+			t.joinPool(pool, rp)
 		}
 		t.reg = &Registration{
 			WorkerID: rp.WorkerID, IncarnationID: inc, Generation: rec.RegGeneration, RegisteredAt: t.now,
 			ExpiresAt: t.now.Add(p.leaseTTL), LeaseTTL: p.leaseTTL, Capabilities: rp.Capabilities,
 			CapabilitiesJSON: slices.Clone(rp.CapabilitiesJSON), IdentityID: rp.Auth.IdentityID, Binding: rp.Auth.Binding,
+			Slots: min(max(rp.Slots, 1), MaxSlots), Pool: pool,
 		}
 		t.regDirty = true
 		// The index only lists candidates; Workers checks each registration.
@@ -56,6 +58,15 @@ func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registrati
 		return nil, err
 	}
 	return &out, nil
+}
+
+// joinPool records the pool a (new or changed) registration belongs to, and tells the hubs (their pool
+// catalogs, and clients queued for capacity).
+func (t *wtx) joinPool(pool string, rp RegisterParams) {
+	t.tx.Put(poolKey(pool), encode(Pool{Binding: rp.Auth.Binding, Capabilities: rp.Capabilities}), Volatile, time.Time{})
+	t.tx.SetAdd(poolsSet, pool)
+	t.tx.Notify(TopicPools)
+	t.tx.Notify(TopicFree)
 }
 
 // takeOver makes inc the registration owner: the previous owner is fenced,
@@ -140,7 +151,16 @@ func (p *Protocol) states(ctx context.Context, ids []string) ([]WorkerState, err
 		if reg != nil && p.locallyQuarantined(w, reg.IncarnationID) {
 			reg = nil
 		}
-		st := WorkerState{WorkerID: w, Online: reg != nil, Ready: isReady(reg, string(v[2])), Busy: v[3] != nil, Registration: reg}
+		slots, err := decode[slotsRec](v[3], "slots")
+		if err != nil {
+			return nil, err
+		}
+		active, capacity := len(loadSlots(slots, p.b.Now()).Active), 1
+		if reg != nil && reg.Slots > 1 {
+			capacity = reg.Slots
+		}
+		st := WorkerState{WorkerID: w, Online: reg != nil, Ready: isReady(reg, string(v[2])), Busy: active >= capacity,
+			Active: active, Registration: reg}
 		if rec != nil {
 			st.Binding = rec.Binding
 		}

@@ -29,10 +29,7 @@ func RunBackend(t *testing.T, newBackend BackendFactory) {
 // never hands one member to two callers, and writes applied only with their transaction.
 func testSortedSets(t *testing.T, b store.Backend) {
 	t.Cleanup(func() { _ = b.Close() })
-	z := func(fn func(tx store.Txn)) {
-		t.Helper()
-		want(t, b.Update(ctx, func(tx store.Txn) error { fn(tx); return nil }), nil)
-	}
+	z := func(fn func(tx store.Txn)) { t.Helper(); write(t, b, fn) }
 	z(func(tx store.Txn) {
 		tx.ZAdd("t:z", "c", 3, false)
 		tx.ZAdd("t:z", "b", 1, false)
@@ -83,9 +80,13 @@ func testSortedSets(t *testing.T, b store.Backend) {
 	if m, _, _ := b.ZFirst(ctx, "t:b"); m != "7" {
 		t.Fatalf("an aborted transaction's ZAdd was applied (first %q)", m)
 	}
-	// Concurrent pops hand out each member once.
+	testConcurrentPops(t, b)
+}
+
+// testConcurrentPops: concurrent pops hand out each member once.
+func testConcurrentPops(t *testing.T, b store.Backend) {
 	const n = 50
-	z(func(tx store.Txn) {
+	write(t, b, func(tx store.Txn) {
 		for i := range n {
 			tx.ZAdd("t:p", strconv.Itoa(i), float64(i), false)
 		}
@@ -117,6 +118,12 @@ func testSortedSets(t *testing.T, b store.Backend) {
 			t.Fatalf("member %s popped %d times", m, c)
 		}
 	}
+}
+
+// write commits the writes fn makes.
+func write(t *testing.T, b store.Backend, fn func(tx store.Txn)) {
+	t.Helper()
+	want(t, b.Update(ctx, func(tx store.Txn) error { fn(tx); return nil }), nil)
 }
 
 func put(t *testing.T, b store.Backend, key, val string, class store.Class, exp time.Time) {

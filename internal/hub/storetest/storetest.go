@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("WithdrawAndRegistrationExpiry", func(t *testing.T) { testWithdraw(t, newStore) })
 	t.Run("SettleFreesWorker", func(t *testing.T) { testSettleFrees(t, newStore) })
 	t.Run("AbandonDeadDispatcher", func(t *testing.T) { testAbandon(t, newStore) })
+	t.Run("SlotsAndPools", func(t *testing.T) { testSlotsAndPools(t, newStore) })
 }
 
 var ctx = context.Background()
@@ -610,4 +611,71 @@ func testAbandon(t *testing.T, f Factory) {
 	want(t, settle(s, c, auth, bridge.StatusFulfilled, `{"c":1}`), nil)
 	abandon("dead-3", 1)
 	abandon("dead-3", 0)
+}
+
+// testSlotsAndPools: a worker granted K lease slots holds K assignments at once, each slot leasing (and on a
+// lost reply re-leasing) its own; its pool lists it as online, and as idle exactly while it has a free
+// slot, longest idle first; TakeIdle hands it out once.
+func testSlotsAndPools(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	c := caps(false, false)
+	b, _ := bridge.Marshal(c)
+	reg, err := s.Register(ctx, store.RegisterParams{WorkerID: worker, IncarnationID: incA, Capabilities: c, CapabilitiesJSON: b, Auth: auth, Slots: 3})
+	want(t, err, nil)
+	if reg.Slots != 3 || reg.Pool == "" {
+		t.Fatalf("registration %+v", reg)
+	}
+	pools, err := s.Pools(ctx)
+	want(t, err, nil)
+	if len(pools) != 1 || pools[0].ID != reg.Pool || !pools[0].Capabilities.HasRuntime("python") {
+		t.Fatalf("pools %+v", pools)
+	}
+	if n, err := s.Online(ctx, reg.Pool); err != nil || n != 1 {
+		t.Fatalf("online %d %v", n, err)
+	}
+	take := func(wantOK bool) {
+		t.Helper()
+		w, ok, err := s.TakeIdle(ctx, reg.Pool)
+		if err != nil || ok != wantOK || (ok && w != worker) {
+			t.Fatalf("take idle: %q %v %v, want %v", w, ok, err, wantOK)
+		}
+	}
+	var as []*store.Assignment
+	for range 3 {
+		take(true)
+		take(false) // taken: out of the idle set until its enqueue puts it back
+		a, err := enqueue(t, s, bridge.NewID(), "", time.Minute)
+		want(t, err, nil)
+		as = append(as, a)
+	}
+	take(false) // every slot taken
+	_, err = enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, bridge.ErrWorkerBusy)
+	if st, _ := s.Worker(ctx, worker); !st.Busy || st.Active != 3 {
+		t.Fatalf("state %+v", st)
+	}
+	got := map[string]int{}
+	for slot := range 3 {
+		l, err := s.LeaseSlot(ctx, worker, incA, auth.IdentityID, slot)
+		want(t, err, nil)
+		again, err := s.LeaseSlot(ctx, worker, incA, auth.IdentityID, slot) // a lost reply: the same one
+		want(t, err, nil)
+		if l == nil || again == nil || l.ID != again.ID || l.Slot != slot {
+			t.Fatalf("slot %d: %+v / %+v", slot, l, again)
+		}
+		got[l.ID] = slot
+		want(t, ack(s, l), nil)
+	}
+	if len(got) != 3 {
+		t.Fatalf("slots leased %v", got)
+	}
+	if l, err := s.LeaseSlot(ctx, worker, incA, auth.IdentityID, 3); err == nil && l != nil {
+		t.Fatalf("a slot beyond the grant leased %+v", l)
+	}
+	want(t, settle(s, as[1], auth, bridge.StatusRejected, `{"r":1}`), nil)
+	take(true) // a free slot again
+	if st, _ := s.Worker(ctx, worker); st.Busy || st.Active != 2 {
+		t.Fatalf("state after one settlement %+v", st)
+	}
 }
