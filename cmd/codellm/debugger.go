@@ -36,7 +36,7 @@ func registerDebugFlags(fs *flag.FlagSet) *debugFlags {
 
 // startDebugger validates --debug-listen and starts the step debugger's listener. It returns a function
 // that stops the listener and waits for it (nil when the debugger is off); ctx ending stops it too.
-func startDebugger(ctx context.Context, f *debugFlags, srv *server.Server, log *slog.Logger) (func(), error) {
+func startDebugger(ctx context.Context, f *debugFlags, sealPath string, srv *server.Server, log *slog.Logger) (func(), error) {
 	if f.listen == "" {
 		return nil, nil
 	}
@@ -54,6 +54,7 @@ func startDebugger(ctx context.Context, f *debugFlags, srv *server.Server, log *
 		MaxSessions: f.maxSessions,
 		SessionTTL:  f.sessionTTL,
 		Logger:      log,
+		SealPath:    sealPath,
 	})
 	if err != nil {
 		return nil, err

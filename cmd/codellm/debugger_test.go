@@ -52,7 +52,7 @@ func TestStartDebugger(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	wait, err := startDebugger(context.Background(), &debugFlags{listen: "127.0.0.1:0", maxSessions: 2, sessionTTL: time.Minute}, srv, log)
+	wait, err := startDebugger(context.Background(), &debugFlags{listen: "127.0.0.1:0", maxSessions: 2, sessionTTL: time.Minute}, "", srv, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestStartDebugger(t *testing.T) {
 		t.Fatal("the debugger still answers after stopping")
 	}
 	// Without --debug-listen nothing starts.
-	if off, err := startDebugger(context.Background(), registerDebugFlags(newFlagSet("x", "x", io.Discard)), srv, log); off != nil || err != nil {
+	if off, err := startDebugger(context.Background(), registerDebugFlags(newFlagSet("x", "x", io.Discard)), "", srv, log); off != nil || err != nil {
 		t.Fatalf("empty --debug-listen: started %v, err %v", off != nil, err)
 	}
 }

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/codellm/codellm/internal/config"
 	"github.com/codellm/codellm/internal/engine"
+	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/listen"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
@@ -33,13 +36,16 @@ type serveFlags struct {
 	rcfg          runner.Config // the session settings; the rest is filled from the engine's
 	workspaceSize bool          // --runner-workspace-size was given
 	route         workspaceRoute
+	metricsListen string // --metrics-listen ("": off)
+	metricsGiven  bool   // --metrics-listen was given (not the default)
+	cookieLane    bool   // trip2g's --trip2g-url was given: accepted so its command lines start, ignored
 }
 
 func (s *serveFlags) bind(v *config.Values) {
 	c := &s.cfg
 	c.Listen, c.APIKey, c.TLSCert, c.TLSKey = v.String("listen"), v.String("api-key"), v.String("tls-cert"), v.String("tls-key")
 	c.ClientCA, c.InsecurePublic, c.DebugExtension = v.String("client-ca"), v.Bool("insecure-public"), v.Bool("debug-extension")
-	c.AllowedHosts, c.AllowedOrigins = v.List("allowed-hosts"), v.List("allowed-origins")
+	c.AllowedHosts, c.AllowedOrigins, c.SealPath = v.List("allowed-hosts"), v.List("allowed-origins"), v.String("seal-path")
 	c.Limits.MaxConns, c.Limits.Body, c.Limits.Idle = v.Int("max-connections"), v.Duration("body-timeout"), v.Duration("idle-timeout")
 	s.maxBody = v.Size("max-body-bytes")
 	s.idem = idempotencyFlags{ttl: v.Duration("idempotency-ttl"), maxEntries: v.Int("idempotency-max-entries"), maxBytes: v.Size("idempotency-max-bytes")}
@@ -48,6 +54,8 @@ func (s *serveFlags) bind(v *config.Values) {
 		WorkspaceSize: v.Size("runner-workspace-size")}
 	s.route = workspaceRoute{v.Bool("external-workspace"), v.String("external-workspace-root"), v.String("external-workspace-token")}
 	s.workspaceSize = v.IsSet("runner-workspace-size") // the default may fall back to 0 (runner below)
+	s.metricsListen, s.metricsGiven = v.String("metrics-listen"), v.IsSet("metrics-listen")
+	s.cookieLane = v.IsSet("trip2g-url")
 }
 
 // serveFlagSet is serve's FlagSet: the execution, serve and debugger tables.
@@ -123,6 +131,10 @@ func (s *serveFlags) server(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandb
 	if err := checkAPIKeyLength(cfg.APIKey, cfg.Listen, log); err != nil {
 		return nil, err
 	}
+	if s.cookieLane {
+		// Ignoring it is safe: it configured an extra way in (trip2g's admin cookie), which codellm lacks.
+		log.Warn("--trip2g-url (CODELLM_TRIP2G_URL) is trip2g's browser cookie lane, which codellm does not have: ignored; requests authenticate with the API key or a client certificate")
+	}
 	cfg.MaxBodyBytes = s.maxBody
 	cfg.Logger = log
 	cfg.Version = version
@@ -156,7 +168,13 @@ func (s *serveFlags) runner(ef *execFlags, ecfg engine.Config, sb *sandbox.Sandb
 func (s *serveFlags) serve(srv *server.Server, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	dbg, err := startDebugger(ctx, s.dbg, srv, log)
+	stopMetrics, err := s.startMetrics(srv, log)
+	if err != nil {
+		return err
+	}
+	// The metrics listener outlives the main one's drain, so that a scrape or a probe sees it.
+	defer stopMetrics()
+	dbg, err := startDebugger(ctx, s.dbg, s.cfg.SealPath, srv, log)
 	if err != nil {
 		return err
 	}
@@ -167,6 +185,47 @@ func (s *serveFlags) serve(srv *server.Server, log *slog.Logger) error {
 		dbg()
 	}
 	return err
+}
+
+// startMetrics serves --metrics-listen (server.MetricsListener) until the returned function, which stops
+// it and waits. A non-loopback address without authentication is an error. An address the operator gave
+// that cannot be bound is an error too; the default one only a warning, so that a second codellm on the
+// host (or a test) still starts: it then has no internal listener, which the log says.
+func (s *serveFlags) startMetrics(srv *server.Server, log *slog.Logger) (func(), error) {
+	if s.metricsListen == "" {
+		return func() {}, nil
+	}
+	if s.metricsListen == s.cfg.Listen {
+		if s.metricsGiven {
+			return nil, fmt.Errorf("--metrics-listen and --listen are both %s: give the metrics listener its own address", s.cfg.Listen)
+		}
+		log.Warn("metrics listener not started: --listen took its default address (set --metrics-listen)", "metrics_listen", s.metricsListen)
+		return func() {}, nil
+	}
+	ml, err := srv.MetricsListener(s.metricsListen)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", ml.Addr)
+	if err != nil {
+		if s.metricsGiven {
+			return nil, fmt.Errorf("--metrics-listen: %w", err)
+		}
+		log.Warn("metrics listener not started: its default address is taken (set --metrics-listen, or empty to turn it off)",
+			"metrics_listen", ml.Addr, "err", err.Error())
+		return func() {}, nil
+	}
+	log.Info("metrics listener serving /metrics, /debug/pprof/ and probes", "metrics_listen", ln.Addr().String(),
+		"loopback", listen.IsLoopback(ml.Addr))
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := ml.Serve(ctx, ln, httpserve.Options{Log: log, Grace: time.Second}); err != nil {
+			log.Error("metrics listener stopped", "err", err)
+		}
+	}()
+	return func() { stop(); <-done }, nil
 }
 
 // minAPIKeyLength is trip2g's floor for an API key: it guards code execution, so a guessable key guards

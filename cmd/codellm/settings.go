@@ -17,6 +17,8 @@ import (
 	"github.com/codellm/codellm/internal/hub"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/sealform"
+	"github.com/codellm/codellm/internal/server"
 	"github.com/codellm/codellm/internal/workspace"
 )
 
@@ -28,6 +30,7 @@ var (
 	trip2gAddr      = config.Alias{Flag: "addr", Env: "CODELLM_ADDR", Family: "trip2g"}
 	trip2gMaxStdout = config.Alias{Flag: "max-stdout-bytes", Env: "CODELLM_MAX_STDOUT_BYTES", Family: "trip2g", Unset: "0"} // its 0: its default, also ours
 	trip2gNetwork   = config.Alias{Flag: "sandbox-network", Env: "CODELLM_SANDBOX_NETWORK", Family: "trip2g"}
+	trip2gMetrics   = config.Alias{Flag: "metrics-addr", Env: "CODELLM_METRICS_ADDR", Family: "trip2g"}
 )
 
 func sizeDefault(n int64) string { return bytesize.Format(n) }
@@ -90,6 +93,12 @@ func serveSettings() []config.Setting {
 		{Name: "client-ca", Kind: config.String, Usage: "CA file: require client certificates signed by it (mutual TLS)"},
 		{Name: "insecure-public", Kind: config.Bool, Usage: "allow a non-loopback listener without authentication (logged as a warning)"},
 		{Name: "debug-extension", Kind: config.Bool, Usage: "honour the x_codellm_debug request field (exposes block output to callers)"},
+		{Name: "metrics-listen", Kind: config.String, Default: server.DefaultMetricsListen, EmptyIsValue: true, Aliases: []config.Alias{trip2gMetrics},
+			Usage: "address of the internal listener: GET /metrics without the API key, pprof and probes (loopback: open; otherwise it needs --api-key or --client-ca; empty: off)"},
+		{Name: "trip2g-url", Kind: config.String,
+			Usage: "trip2g's browser cookie lane (its delegated-admin check): codellm has none, so the value is accepted, logged and ignored; requests authenticate with the API key or a client certificate"},
+		{Name: "seal-path", Kind: config.String, Default: sealform.DefaultPath, Check: sealform.CheckPath,
+			Usage: "path of the sealing form, on the main listener (behind its authentication) and on --debug-listen (trip2g's CODELLM_SEAL_PATH)"},
 		{Name: "max-body-bytes", Kind: config.Size, Default: sizeDefault(10 << 20), Usage: "maximum request body"},
 		{Name: "idempotency-ttl", Kind: config.Duration, Default: durDefault(10 * time.Minute), Usage: "how long a response to an Idempotency-Key (or a Stainless client retry) is replayed; 0 disables the rule"},
 		{Name: "idempotency-max-entries", Kind: config.Int, Default: "10000", Usage: "recorded responses kept at most (oldest out first)"},

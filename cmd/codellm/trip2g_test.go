@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,6 +95,7 @@ func trip2gEnv(t *testing.T, addr string) []string {
 		"CODELLM_EXPOSE_ENV_PREFIX=KRISP_",
 		"CODELLM_INTERPRETERS=" + registry,
 		"SEAL_KEY=" + sealTestKey,
+		"CODELLM_TRIP2G_URL=http://127.0.0.1:8081", // its cookie lane: accepted, ignored
 		"KRISP_TOKEN=krisp-env-token", "KRISP_BASE_URL=https://api.krisp.ai", "GH_TOKEN=gh-token", "UNRELATED=nope",
 	}
 }
@@ -108,7 +111,28 @@ fleetkit.emit([
     fleetkit.note("transcripts/%s.md" % meeting.id, {"title": meeting.title, "source": cfg.krisp_base_url,
                   "created_at": "2026-01-15T10:00:00+00:00"}, "# " + meeting.title + "\n"),
     fleetkit.patch("index.md", "<!-- next -->", "<!-- next -->\n- [[transcripts/%s]]" % meeting.id),
-], "auth=%s env=%s missing=%s" % (bag["secrets"]["krisp_token"] == "krisp-sealed-token", env, cfg.nope))
+], "auth=%s sealed=%s env=%s missing=%s,%s" % (fleetkit.secrets().krisp_token == "krisp-sealed-token",
+    cfg.krisp_token.startswith("sealed:v1:"), env, cfg.nope, fleetkit.secrets().nope))
+` + "```\n"
+
+// trip2gNodeRole is the node twin of trip2gRole's secret handling: fleetkit.secrets() holds the opened
+// value, fleetkit.frontmatter() still the ciphertext, and neither raises for a missing key.
+const trip2gNodeRole = "```js\n" + `const fleetkit = require('fleetkit');
+const sec = fleetkit.secrets(), cfg = fleetkit.frontmatter();
+fleetkit.emit([], 'auth=' + (sec.krisp_token === 'krisp-sealed-token') + ' sealed=' + cfg.krisp_token.startsWith('sealed:v1:') +
+  ' missing=' + sec.nope + ' keys=' + Object.keys(sec).join(','));
+` + "```\n"
+
+// trip2gFailingMiddle is a role whose middle block fails after its downstream, the last block, has
+// already exited 0 (it closes its stdout first).
+const trip2gFailingMiddle = "```bash\necho payload\n```\n```python\n" + `import os, sys, time
+sys.stdout.write(sys.stdin.read())
+sys.stdout.flush()
+os.close(1)  # the last block reads EOF and finishes while this one is still running
+time.sleep(0.3)
+sys.exit("upload failed")
+` + "```\n```python\n" + `import fleetkit, sys
+fleetkit.emit([fleetkit.write("out.md", sys.stdin.read())], "done")
 ` + "```\n"
 
 // trip2gBlob is "krisp-sealed-token" sealed under sealTestKey outside Go (Python's cryptography AESGCM,
@@ -147,10 +171,16 @@ func TestTrip2gRoleThroughTheRealBinary(t *testing.T) {
 	want := []string{
 		`write_note {"path":"transcripts/q1.md","content":"---\ntitle: 'Q1: planning'\nsource: https://api.krisp.ai\ncreated_at: '2026-01-15T10:00:00+00:00'\n---\n# Q1: planning\n"}`,
 		`patch_note {"path":"index.md","find":"\u003c!-- next --\u003e","replace":"\u003c!-- next --\u003e\n- [[transcripts/q1]]"}`,
-		`finish {"answer":"auth=True env=KRISP_TOKEN missing=None"}`,
+		`finish {"answer":"auth=True sealed=True env=KRISP_TOKEN missing=None,None"}`,
 	}
 	if fmt.Sprint(calls) != fmt.Sprint(want) && fmt.Sprint(calls) != strings.NewReplacer(`\u003c`, "<", `\u003e`, ">").Replace(fmt.Sprint(want)) {
 		t.Fatalf("tool calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
+	}
+
+	// fleetkit.secrets() in node: the opened fields only, the ciphertext left in the frontmatter.
+	_, calls, msg = s.chat(t, trip2gNodeRole, trip2gBag(t))
+	if fmt.Sprint(calls) != `[finish {"answer":"auth=true sealed=true missing=undefined keys=krisp_token"}]` {
+		t.Fatalf("node secrets(): %v %s", calls, msg)
 	}
 
 	// Without its declaration the same role sees the operator's whole exposure — and never UNRELATED.
@@ -167,6 +197,17 @@ func TestTrip2gRoleThroughTheRealBinary(t *testing.T) {
 	status, _, msg = s.chat(t, trip2gRole, bag)
 	if status != 422 || !strings.HasPrefix(msg, `unseal_error: unseal failed for "krisp_token"`) {
 		t.Fatalf("bad blob: %d %s", status, msg)
+	}
+
+	// A middle block that fails after the last block already exited 0 is 422 naming it, as on trip2g: its
+	// writes are not applied. Only SIGPIPE excuses an upstream block (yes | head).
+	status, _, msg = s.chat(t, trip2gFailingMiddle, trip2gBag(t))
+	if status != 422 || msg != "nonzero_exit: block 2/3: non-zero exit (code 1): upload failed" {
+		t.Fatalf("failing middle block: %d %s", status, msg)
+	}
+	status, calls, msg = s.chat(t, "```bash\nyes\n```\n```bash\nhead -c 3\n```\n```python\nimport fleetkit, sys\nfleetkit.emit([], sys.stdin.read())\n```\n", nil)
+	if status != 200 || fmt.Sprint(calls) != `[finish {"answer":"y\ny"}]` {
+		t.Fatalf("yes | head: %d %v %s", status, calls, msg)
 	}
 
 	// CODELLM_MAX_STDOUT_BYTES took effect: 64 KiB of stdout from the last block is output_limit.
@@ -269,9 +310,20 @@ func TestTrip2gSettingsAliases(t *testing.T) {
 		t.Fatalf("no warning about the differing alias:\n%s", s.logs.String())
 	}
 	// trip2g's binary has no serve subcommand: a command line that starts with a flag serves.
-	s2 := serveWith(t, alias, []string{"CODELLM_API_KEY=short-key"}, "-addr", alias)
+	s2 := serveWith(t, alias, []string{"CODELLM_API_KEY=short-key"}, "-addr", alias, "-trip2g-url", "http://127.0.0.1:8081")
 	if !strings.Contains(s2.logs.String(), "shorter than 32") {
 		t.Fatalf("no warning about a short key on loopback:\n%s", s2.logs.String())
+	}
+	// trip2g's cookie lane setting starts the server and is said to be ignored; it opens no way in.
+	if !strings.Contains(s2.logs.String(), "--trip2g-url (CODELLM_TRIP2G_URL) is trip2g's browser cookie lane") {
+		t.Fatalf("no word about the ignored -trip2g-url:\n%s", s2.logs.String())
+	}
+	req, _ := http.NewRequest(http.MethodGet, s2.base+"/v1/models", nil)
+	req.Header.Set("Cookie", "session=admin")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("a cookie instead of the key: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	_, stderr, code := runBin(t, "", []string{"CODELLM_API_KEY=short-key"}, "-sandbox", "off", "-addr", "0.0.0.0:0")
 	if code != 1 || !strings.Contains(stderr, "needs at least 32") {
@@ -288,4 +340,185 @@ func nodeDetectsESM(t *testing.T) bool {
 	var major, minor int
 	fmt.Sscanf(strings.TrimSpace(string(out)), "v%d.%d", &major, &minor)
 	return major > 22 || major == 22 && minor >= 7 || major == 20 && minor >= 19
+}
+
+// trip2g's internal listener (its PR #306) through the real binary: CODELLM_METRICS_ADDR serves /metrics
+// without the API key, pprof and the probes; pprof is nowhere on the main listener; a public address
+// without authentication, or an address given but taken, stops serve before it serves anything; and
+// without the setting the listener is on at trip2g's default address.
+func TestTrip2gMetricsListenerThroughTheRealBinary(t *testing.T) {
+	requireNative(t)
+	addr, maddr := freeAddr(t), freeAddr(t)
+	s := serveWith(t, addr, append(trip2gEnv(t, addr), "CODELLM_METRICS_ADDR="+maddr))
+	if status, _, msg := s.chat(t, "```bash\necho '{\"answer\":\"x\"}'\n```\n", nil); status != 200 {
+		t.Fatalf("chat: %d %s", status, msg)
+	}
+	metricsBase := "http://" + maddr
+	for path, want := range map[string]string{"/metrics": `codellm_http_requests_total{code="",route="chat",status="200"} 1`,
+		"/debug/pprof/cmdline": binary(t), "/healthz": "ok", "/livez": "alive", "/readyz": `"ready":true`} {
+		if status, body := testhelp.GetBearer(t, metricsBase+path, ""); status != 200 || !strings.Contains(body, want) {
+			t.Errorf("metrics listener %s without a key: %d %.300q", path, status, body)
+		}
+	}
+	if status, _ := testhelp.GetBearer(t, s.base+"/debug/pprof/cmdline", trip2gKey); status != 404 {
+		t.Errorf("main listener pprof: %d, want 404", status)
+	}
+	if status, _ := testhelp.GetBearer(t, s.base+"/metrics", ""); status != 401 {
+		t.Errorf("main listener /metrics without the key: %d, want 401", status)
+	}
+
+	// A public metrics address needs the main listener's authentication; without it serve refuses.
+	_, stderr, code := runBin(t, "", []string{"CODELLM_API_KEY=", "CODELLM_METRICS_ADDR=0.0.0.0:0"}, "-sandbox", "off", "-addr", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "refusing to serve the metrics listener on non-loopback address") {
+		t.Fatalf("public metrics address without authentication: exit %d: %s", code, stderr)
+	}
+	// The metrics listener needs an address of its own.
+	_, stderr, code = runBin(t, "", []string{"CODELLM_METRICS_ADDR=127.0.0.1:1"}, "-sandbox", "off", "-addr", "127.0.0.1:1")
+	if code != 1 || !strings.Contains(stderr, "--metrics-listen and --listen are both 127.0.0.1:1") {
+		t.Fatalf("metrics address = listen address: exit %d: %s", code, stderr)
+	}
+	// An address the operator gave must bind.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	_, stderr, code = runBin(t, "", []string{"CODELLM_METRICS_ADDR=" + taken.Addr().String()}, "-sandbox", "off", "-addr", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "--metrics-listen: listen tcp") {
+		t.Fatalf("metrics address taken: exit %d: %s", code, stderr)
+	}
+
+	// Without the setting it is on, at trip2g's default; when another process holds that port, serve
+	// says so and serves without it.
+	other := freeAddr(t)
+	d := serveWith(t, other, []string{"CODELLM_LISTEN=" + other}, "serve")
+	switch logs := d.logs.String(); {
+	case strings.Contains(logs, "metrics_listen=127.0.0.1:18087") && strings.Contains(logs, "metrics listener serving"):
+		if status, body := testhelp.GetBearer(t, "http://127.0.0.1:18087/livez", ""); status != 200 || body != "alive" {
+			t.Errorf("default metrics listener: %d %q", status, body)
+		}
+	case strings.Contains(logs, "metrics listener not started: its default address is taken") &&
+		strings.Contains(logs, "metrics_listen=127.0.0.1:18087"):
+		t.Log("127.0.0.1:18087 is held by another process here; serve started without its metrics listener, as it should")
+	default:
+		t.Errorf("no sign of the default metrics listener in the log:\n%s", logs)
+	}
+}
+
+// postSeal posts the sealing form's JSON to url (with the bearer key when key is set) and returns the
+// status and the blob.
+func postSeal(t *testing.T, url, key, value string) (int, string) {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]string{"env_key": "SEAL_KEY", "value": value})
+	hdr := map[string]string{}
+	if key != "" {
+		hdr["Authorization"] = "Bearer " + key
+	}
+	status, _, body := testhelp.PostJSON(t, url, raw, hdr)
+	var out struct{ Sealed string }
+	json.Unmarshal(body, &out)
+	return status, out.Sealed
+}
+
+// trip2g's CODELLM_SEAL_PATH (its PR #322) through the real binary: the form moves to that path on the
+// main listener (behind the API key, as trip2g gates it) and on the debug listener; a blob sealed there
+// opens in a role through fleetkit.secrets(); a path codellm serves itself is refused at startup.
+func TestTrip2gSealPathThroughTheRealBinary(t *testing.T) {
+	requireNative(t)
+	addr, dbg := freeAddr(t), freeAddr(t)
+	s := serveWith(t, addr, append(trip2gEnv(t, addr), "CODELLM_SEAL_PATH=/ops/seal", "CODELLM_DEBUG_LISTEN="+dbg, "CODELLM_METRICS_ADDR="))
+	if status, body := testhelp.GetBearer(t, s.base+"/ops/seal", trip2gKey); status != 200 || !strings.Contains(body, `name="value"`) {
+		t.Fatalf("main listener form: %d %.200q", status, body)
+	}
+	if status, _ := testhelp.GetBearer(t, s.base+"/ops/seal", ""); status != 401 {
+		t.Fatalf("main listener form without the key: %d, want 401", status)
+	}
+	if status, _ := testhelp.GetBearer(t, s.base+"/_system/codellm/seal", trip2gKey); status != 404 {
+		t.Fatalf("the default path after moving it: %d, want 404", status)
+	}
+	status, blob := postSeal(t, s.base+"/ops/seal", trip2gKey, "krisp-sealed-token")
+	if status != 200 || !strings.HasPrefix(blob, seal.Prefix) {
+		t.Fatalf("main listener seal: %d %q", status, blob)
+	}
+	if status, body := testhelp.GetBearer(t, "http://"+dbg+"/ops/seal", ""); status != 200 || !strings.Contains(body, `name="value"`) {
+		t.Fatalf("debug listener form: %d %.200q", status, body)
+	}
+	status, dblob := postSeal(t, "http://"+dbg+"/ops/seal", "", "krisp-sealed-token")
+	if got, err := seal.Open(sealTestKey, dblob); status != 200 || err != nil || got != "krisp-sealed-token" {
+		t.Fatalf("debug listener seal: %d %q %v", status, got, err)
+	}
+	// What the form sealed is what a role opens.
+	bag := trip2gBag(t)
+	bag["frontmatter"].(map[string]any)["krisp_token"] = blob
+	status, calls, msg := s.chat(t, trip2gNodeRole, bag)
+	if status != 200 || len(calls) != 1 || !strings.Contains(calls[0], "auth=true sealed=true") {
+		t.Fatalf("role with the form's blob: %d %v %s", status, calls, msg)
+	}
+
+	_, stderr, code := runBin(t, "", []string{"CODELLM_SEAL_PATH=/v1/seal"}, "-sandbox", "off", "-addr", "127.0.0.1:0")
+	if code != 2 || !strings.Contains(stderr, `CODELLM_SEAL_PATH="/v1/seal" (--seal-path): /v1/seal is served by codellm itself`) {
+		t.Fatalf("a seal path codellm serves: exit %d: %s", code, stderr)
+	}
+}
+
+// trip2g's metric names through the real binary: after the runs a trip2g dashboard watches (a role
+// writing and patching, a failing block, a retried call, a refused key), its scrape of
+// CODELLM_METRICS_ADDR finds every one of trip2g's series, with trip2g's labels and the values the runs
+// gave them.
+func TestTrip2gMetricNamesThroughTheRealBinary(t *testing.T) {
+	requireNative(t)
+	addr, maddr := freeAddr(t), freeAddr(t)
+	s := serveWith(t, addr, append(trip2gEnv(t, addr), "CODELLM_METRICS_ADDR="+maddr))
+	if status, calls, msg := s.chat(t, trip2gRole, trip2gBag(t)); status != 200 || len(calls) != 3 {
+		t.Fatalf("role: %d %v %s", status, calls, msg)
+	}
+	if status, _, _ := s.chat(t, trip2gFailingMiddle, nil); status != 422 {
+		t.Fatalf("failing role: %d", status)
+	}
+	body := map[string]any{"model": "codellm", "messages": []map[string]string{{"role": "user", "content": "```bash\necho '{\"answer\":\"once\"}'\n```"}}}
+	hdr := map[string]string{"Authorization": "Bearer " + trip2gKey, "Idempotency-Key": "trip2g-retry-1"}
+	for i := 0; i < 2; i++ {
+		if status, _, raw := postRaw(t, s.base+"/v1/chat/completions", body, hdr); status != 200 {
+			t.Fatalf("keyed call %d: %d %s", i, status, raw)
+		}
+	}
+	if status, _ := testhelp.GetBearer(t, s.base+"/v1/models", "not-the-key"); status != 401 {
+		t.Fatalf("wrong key: %d", status)
+	}
+	status, scrape := testhelp.GetBearer(t, "http://"+maddr+"/metrics", "")
+	if status != 200 {
+		t.Fatalf("scrape: %d", status)
+	}
+	for _, want := range []string{
+		`codellm_requests_total{endpoint="chat_completions",status="200"} 3`,
+		`codellm_requests_total{endpoint="chat_completions",status="422"} 1`,
+		`codellm_request_duration_seconds_count{endpoint="chat_completions"} 4`,
+		`codellm_requests_in_flight 0`,
+		`codellm_auth_total{lane="apikey",result="allowed"} 4`,
+		`codellm_auth_total{lane="apikey",result="denied"} 1`,
+		`codellm_exec_errors_total{kind="nonzero_exit"} 1`,
+		`codellm_exec_replays_total 1`,
+		`codellm_blocks_total{outcome="ok",program="python"} 2`, // the role, the failing role's last block
+		`codellm_blocks_total{outcome="nonzero_exit",program="python"} 1`,
+		`codellm_blocks_total{outcome="ok",program="bash"} 2`,
+		`codellm_block_exit_codes_total{exit_code="1",program="python"} 1`,
+		`codellm_block_duration_seconds_count{program="python"} 3`,
+		`codellm_block_max_rss_bytes_count{program="python"} 3`,
+		`codellm_block_stdout_bytes_count{program="python"} 2`,
+		`codellm_request_blocks_count 3`,
+		`codellm_changes_total{kind="write"} 1`,
+		`codellm_changes_total{kind="patch"} 1`,
+		`codellm_config_info{allowed_programs="bash,node,python",sandbox_mode="native",sandbox_network="false"} 1`,
+		// codellm_block_stdout_truncated_total and codellm_sandbox_fallbacks_total appear with their first
+		// event (an output_limit run; a besteffort run): internal/server's TestDocumentedMetricsExposed.
+	} {
+		if !strings.Contains(scrape, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scrape:\n%s", strings.Join(slices.DeleteFunc(strings.Split(scrape, "\n"), func(l string) bool {
+			return !strings.HasPrefix(l, "codellm_")
+		}), "\n"))
+	}
 }

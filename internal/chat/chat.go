@@ -34,6 +34,9 @@ type Config struct {
 	DebugExtension bool             // honour x_codellm_debug (§13)
 	MaxBodyBytes   int64            // default 10 MiB
 	RetryAfter     time.Duration    // Retry-After on 429 (default 5 s)
+	// Fallback names the mechanisms a besteffort sandbox runs every block without ("a,b"; "" when none
+	// or another mode): trip2g's codellm_sandbox_fallbacks_total{reason} counts each block run so.
+	Fallback string
 }
 
 // Service answers chat requests. It is safe for concurrent use.
@@ -182,6 +185,7 @@ func (s *Service) run(w http.ResponseWriter, ctx context.Context, f *Facts, req 
 	}
 	RedactResult(res, secrets)
 	s.observeRun(res, info, f)
+	s.observeTrip2g(res)
 	s.answer(w, ctx, f, req, created, res, secrets, tap)
 }
 
@@ -207,12 +211,14 @@ func (s *Service) answer(w http.ResponseWriter, ctx context.Context, f *Facts, r
 		s.failExtra(w, f, e, extra)
 		return
 	}
+	s.countChanges(calls)
 	s.reply(w, f, req, created, calls, extra)
 }
 
 // Fail records e's code and writes its envelope (nothing for 499: nobody is there to answer).
 func (s *Service) Fail(w http.ResponseWriter, f *Facts, e *openai.Error) {
 	f.Code = e.Code
+	s.countExecError(e.Status, e.Code)
 	if e.Status == 499 {
 		return
 	}
@@ -225,6 +231,7 @@ func (s *Service) failExtra(w http.ResponseWriter, f *Facts, e *openai.Error, ex
 		return
 	}
 	f.Code = e.Code
+	s.countExecError(e.Status, e.Code)
 	// The debug object rides beside the envelope (§13): {"error":{…},"x_codellm_debug":{…}}.
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(e.Body(), &env); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/listen"
+	"github.com/codellm/codellm/internal/sealform"
 )
 
 // Defaults of §14.3.
@@ -61,6 +62,8 @@ type Config struct {
 	MaxBodyBytes int64         // request body cap (default 10 MiB, as the chat endpoint)
 	KillGrace    time.Duration // added to the run timeout when draining at shutdown (default 5s)
 	Logger       *slog.Logger
+	// SealPath is where the sealing form is served (--seal-path; default sealform.DefaultPath, trip2g's).
+	SealPath string
 }
 
 // Debugger serves the debug surface. Create it with New.
@@ -96,6 +99,12 @@ func New(cfg Config) (*Debugger, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.SealPath == "" {
+		cfg.SealPath = sealform.DefaultPath
+	}
+	if err := sealform.CheckPath(cfg.SealPath); err != nil {
+		return nil, fmt.Errorf("--seal-path: %w", err)
 	}
 	d := &Debugger{cfg: cfg, eng: cfg.Engine, log: cfg.Logger,
 		sessions: &store{m: map[string]*Session{}, max: cfg.MaxSessions, ttl: cfg.SessionTTL}}

@@ -47,6 +47,7 @@ type envOpts struct {
 	ttl         time.Duration
 	maxBody     int64
 	slots       *slots.Pool
+	sealPath    string
 }
 
 // newEngine builds a production-shaped engine whose work root is checked for leftovers at cleanup.
@@ -94,7 +95,7 @@ func startDebugger(t testing.TB, o envOpts) *dbgServer {
 	t.Helper()
 	eng := newEngine(t, o)
 	d, err := debugger.New(debugger.Config{Engine: eng, MaxSessions: o.maxSessions, SessionTTL: o.ttl,
-		MaxBodyBytes: o.maxBody, KillGrace: time.Second})
+		MaxBodyBytes: o.maxBody, KillGrace: time.Second, SealPath: o.sealPath})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/codellm/codellm/internal/httpguard"
 	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/openai"
+	"github.com/codellm/codellm/internal/sealform"
 )
 
 // routes registers every endpoint on the router; the session routes carry their id in the path.
@@ -32,8 +33,6 @@ func (d *Debugger) routes() *httpserve.Router {
 		"POST /debug/blocks":              d.handleBlocks,
 		"POST /debug/run-block":           d.handleRunBlock,
 		"POST /debug/sessions":            d.handleCreate,
-		"GET " + SealPath:                 d.handleSeal,
-		"POST " + SealPath:                d.handleSeal,
 		"GET /debug/sessions/{id}":        d.handleGet,
 		"DELETE /debug/sessions/{id}":     d.handleDelete,
 		"POST /debug/sessions/{id}/step":  d.handleStep,
@@ -41,6 +40,10 @@ func (d *Debugger) routes() *httpserve.Router {
 		"POST /debug/sessions/{id}/reset": d.handleReset,
 	} {
 		rt.Handle(pattern, d.route(h))
+	}
+	seal := sealform.Handler(func(w http.ResponseWriter, _ *http.Request, e *openai.Error) { fail(w, e) })
+	for _, m := range []string{"GET ", "POST "} {
+		rt.Handle(m+d.cfg.SealPath, d.route(func(w http.ResponseWriter, r *http.Request, _ string) { seal.ServeHTTP(w, r) }))
 	}
 	return rt
 }

@@ -31,7 +31,7 @@ import (
 var kit embed.FS
 
 // API is the surface role notes call; both languages export exactly these names (trip2g pins the same list).
-var API = []string{"render", "note", "write", "patch", "emit", "bag", "frontmatter", "note_frontmatter", "parse_frontmatter"}
+var API = []string{"render", "note", "write", "patch", "emit", "bag", "frontmatter", "secrets", "note_frontmatter", "parse_frontmatter"}
 
 // files returns the embedded tree as relative path → content.
 func files() map[string][]byte {

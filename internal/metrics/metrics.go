@@ -26,6 +26,7 @@ type Service struct {
 	ReexecutionGuard prometheus.Counter
 	Egress           *Egress
 	Idempotency      *prometheus.CounterVec // event
+	Trip2g           *Trip2g                // trip2g's names for the same events (trip2g.go)
 }
 
 // Egress counts the egress proxy's decisions and traffic; it satisfies
@@ -117,6 +118,7 @@ func NewService(inFlight func() float64) *Service {
 	r.MustRegister(m.HTTPRequests, m.RunDuration, m.SandboxSetup, m.RunBlocks, m.Kills, m.QueueWait,
 		m.RunsInFlight, m.ReexecutionGuard, m.Egress.Connections, m.Egress.Traffic, m.Idempotency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Trip2g = registerTrip2g(r)
 	// Pre-create the kill reasons so that a scrape shows every documented series from the start.
 	for _, reason := range KillReasons {
 		m.Kills.WithLabelValues(reason)

@@ -23,14 +23,23 @@
 // blocks the kill grace before they are killed as excused; at the deadline everything still running is
 // killed and the run returns no later than deadline + kill grace whatever the processes do.
 //
-// "Exited non-zero after its downstream had terminated ok or excused" (§5.3) matters because in native
-// mode a block is PID 1 of its namespace, which ignores SIGPIPE: `yes` exits 1 with EPIPE instead of
-// dying of SIGPIPE. Two reapers racing cannot tell which block ended first, so the pipeline makes it a
-// fact it observes: the parent holds its copy of each block's stdin until it has processed that block's
-// exit, so an edge only breaks (the upstream's next write fails) after codellm has seen the downstream
-// end; at that moment it notes whether the upstream was still running (/proc: not exiting, not a
-// zombie). Only such an upstream can be excused for a non-zero exit; one that had already exited on its
-// own failed, however the reaps were ordered.
+// Only SIGPIPE excuses a block's own end (narrower than openai-contract §5.3, which also excused any
+// non-zero exit after the downstream ended, and so let a failing middle block pass unseen): an
+// upstream that dies of SIGPIPE, or a shell block that exits 128+SIGPIPE because its command did, lost
+// its reader and is excused; any other non-zero exit is a failure and names the block, even when the last
+// block had already exited 0 (a middle block that fails after its downstream finished is not masked).
+// Programs that ignore SIGPIPE (python, node) exit non-zero on EPIPE instead and so fail the run when
+// their reader stops early, unless they restore SIGPIPE or handle EPIPE themselves
+// (docs/role-authors.md). The exception is an upstream whose downstream failed first: it ended as a
+// consequence of that failure, which is the one reported (outcome cancelled).
+//
+// Telling "its reader was gone" apart from "it had already ended on its own" takes care: two reapers
+// racing cannot tell which block ended first, so the pipeline makes it a fact it observes: the parent
+// holds its copy of each block's stdin until it has processed that block's exit, so an edge only breaks
+// (the upstream's next write fails) after codellm has seen the downstream end; at that moment it notes
+// whether the upstream was still running (/proc: not exiting, not a zombie). Only such an upstream's exit
+// can be the consequence of the break; one that had already exited on its own failed (or, exiting 0,
+// succeeded), however the reaps were ordered.
 //
 // # Taps
 //

@@ -208,7 +208,8 @@ func TestThreeBlocksStream(t *testing.T) {
 	})
 }
 
-// G15: an upstream that loses its reader is excused, whether it dies of SIGPIPE or exits non-zero.
+// G15: an upstream that loses its reader is excused when it dies of SIGPIPE (or, as a shell, reports its
+// command's SIGPIPE death as exit 141); any other exit of its own is a failure.
 func TestEarlyExitDownstreamExcusesUpstream(t *testing.T) {
 	forModes(t, func(t *testing.T, h *harness) {
 		res := h.run(t, context.Background(), Request{Steps: []Step{
@@ -221,17 +222,49 @@ func TestEarlyExitDownstreamExcusesUpstream(t *testing.T) {
 		if got := string(res.Stdout); got != `{"answer":"y,y,y"}` {
 			t.Fatalf("stdout = %q", got)
 		}
+		if c := res.Blocks[0].ExitCode; c == nil || *c != shellSIGPIPE {
+			t.Fatalf("bash's yes: exit %v signal %q, want exit 141", c, res.Blocks[0].Signal)
+		}
 
-		// Python ignores SIGPIPE: it exits 1 with BrokenPipeError, after its reader finished.
+		// Python ignores SIGPIPE: it exits 1 with BrokenPipeError after its reader finished. Nothing tells
+		// that apart from a failure of its own, so it fails the run...
+		const writer = "import sys\nfor _ in range(32):\n    sys.stdout.write('x' * 65536)\n"
+		res = h.run(t, context.Background(), Request{Steps: []Step{py(t, writer), sh(t, `head -c 10`)}})
+		if res.Err == nil || res.Err.Code != CodeNonzeroExit || !strings.HasPrefix(res.Err.Message, "block 1/2: non-zero exit (code ") ||
+			!strings.Contains(res.Err.Message, "BrokenPipeError") {
+			t.Fatalf("error %+v, outcomes %v", res.Err, outcomes(res))
+		}
+		wantOutcomes(t, res, OutcomeFailed, OutcomeOK)
+
+		// ...unless it restores SIGPIPE, as the role authors' guide says: then it dies of it, like yes.
 		res = h.run(t, context.Background(), Request{Steps: []Step{
-			py(t, "import sys\nfor _ in range(32):\n    sys.stdout.write('x' * 65536)\n"),
+			py(t, "import signal\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"+writer),
 			sh(t, `head -c 10`),
 		}})
 		wantOK(t, res)
 		wantOutcomes(t, res, OutcomeExcused, OutcomeOK)
-		if got := string(res.Stdout); got != "xxxxxxxxxx" {
-			t.Fatalf("stdout = %q", got)
+		if got := string(res.Stdout); got != "xxxxxxxxxx" || res.Blocks[0].Signal != "SIGPIPE" {
+			t.Fatalf("stdout = %q, upstream signal %q", got, res.Blocks[0].Signal)
 		}
+	})
+}
+
+// A middle block that fails after the last block has already exited 0 fails the run (it was excused, and
+// the run answered 200, before only SIGPIPE could excuse an upstream block).
+func TestMiddleBlockFailingAfterTheLastIsNotMasked(t *testing.T) {
+	forModes(t, func(t *testing.T, h *harness) {
+		res := h.run(t, context.Background(), Request{Steps: []Step{
+			sh(t, `echo payload`),
+			sh(t, `cat; exec 1>&-; sleep 0.3; echo 'upload failed' >&2; exit 3`),
+			sh(t, `cat >/dev/null; echo '{"answer":"done"}'`),
+		}})
+		wantErr(t, res, CodeNonzeroExit, "block 2/3: non-zero exit (code 3): upload failed")
+		wantOutcomes(t, res, OutcomeOK, OutcomeFailed, OutcomeOK)
+
+		// The last block's own SIGPIPE (from a pipe of its own: codellm never stops reading first) is a
+		// failure too, not an excuse.
+		res = h.run(t, context.Background(), Request{Steps: []Step{sh(t, `echo '{"answer":"x"}'; kill -PIPE $$`)}})
+		wantErr(t, res, CodeNonzeroExit, "block 1/1: killed by signal SIGPIPE")
 	})
 }
 

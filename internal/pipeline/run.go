@@ -41,7 +41,8 @@ type block struct {
 	res        sandbox.Result
 	killReason Outcome // set when codellm decided to kill the block, before it was reaped
 	// readerGoneWhileAlive: when its downstream was reaped (and so its pipe broken), this block was still
-	// running, so a later non-zero exit may be the EPIPE the downstream's end caused.
+	// running, so a later SIGPIPE-coded exit, or any exit after the downstream failed, may be the
+	// consequence of the downstream's end.
 	readerGoneWhileAlive bool
 	outcome              Outcome // "" until decided
 }
@@ -524,8 +525,10 @@ func (r *run) classify(b *block, lastDrained bool) (o Outcome, ok bool) {
 	if b.res.Signal == 0 && b.res.ExitCode == 0 {
 		return OutcomeOK, true
 	}
-	if b.res.Signal == syscall.SIGPIPE {
-		// It can only have lost its reader; the reader's outcome decides the run.
+	upstream := b.idx < r.n-1
+	if upstream && b.res.Signal == syscall.SIGPIPE {
+		// It can only have lost its reader; the reader's outcome decides the run. The last block's reader
+		// is codellm, which never leaves first: a SIGPIPE there came from a pipe of the block's own.
 		return OutcomeExcused, true
 	}
 	if b.res.Signal == 0 && b.readerGoneWhileAlive {
@@ -533,7 +536,14 @@ func (r *run) classify(b *block, lastDrained bool) (o Outcome, ok bool) {
 		case "":
 			return "", false
 		case OutcomeOK, OutcomeExcused:
-			return OutcomeExcused, true
+			// Only SIGPIPE excuses: the block was still running when its reader finished, but nothing says
+			// its exit came from the broken pipe rather than a failure of its own, which must not be
+			// masked by a downstream that did not wait for it. A shell reports its command's SIGPIPE death
+			// as exit status 128+SIGPIPE; that is the same case.
+			if b.res.ExitCode == shellSIGPIPE {
+				return OutcomeExcused, true
+			}
+			return OutcomeFailed, true
 		default:
 			// Its downstream failed (or was killed) first: the upstream ended as a consequence,
 			// exactly as if codellm had killed it when the downstream failed.
@@ -542,6 +552,10 @@ func (r *run) classify(b *block, lastDrained bool) (o Outcome, ok bool) {
 	}
 	return OutcomeFailed, true
 }
+
+// shellSIGPIPE is the exit status a shell (bash, sh) reports when the command it waited for died of
+// SIGPIPE: `yes` as the last command of a bash block that lost its reader.
+const shellSIGPIPE = 128 + int(syscall.SIGPIPE)
 
 // releaseStdin breaks the edge into b now that b has been reaped, noting whether its upstream was still
 // running at that moment (then, and only then, can an upstream exit be the consequence of the break).

@@ -457,7 +457,11 @@ func TestPipelines(t *testing.T) {
 			block("python", "import sys, json; print(json.dumps({'answer': sys.stdin.read()}))"), 200, "", "ABC"},
 		{"G15 yes|head", block("bash", "yes") + block("bash", "head -c 5") +
 			block("python", "import sys, json; print(json.dumps({'answer': sys.stdin.read()}))"), 200, "", "y\ny\ny"},
-		{"G15 python 2MB into head", block("python", "import sys\nsys.stdout.write('x'*2000000)") + block("bash", "head -c 10 >/dev/null; echo '{\"answer\":\"h\"}'"), 200, "", "h"},
+		// Only SIGPIPE excuses an upstream: python ignores it and exits 1 on EPIPE, which fails the
+		// run unless the block restores SIGPIPE (docs/role-authors.md).
+		{"G15 python 2MB into head", block("python", "import sys\nsys.stdout.write('x'*2000000)") + block("bash", "head -c 10 >/dev/null; echo '{\"answer\":\"h\"}'"), 422, "nonzero_exit", "block 1/2: non-zero exit (code "},
+		{"G15 python 2MB into head, SIGPIPE restored", block("python", "import signal, sys\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\nsys.stdout.write('x'*2000000)") + block("bash", "head -c 10 >/dev/null; echo '{\"answer\":\"h\"}'"), 200, "", "h"},
+		{"masked middle failure", block("bash", "echo a") + block("bash", "cat; exec 1>&-; sleep 0.3; echo 'upload failed' >&2; exit 3") + block("bash", `echo '{"answer":"x"}'`), 422, "nonzero_exit", "block 2/3: non-zero exit (code 3): upload failed"},
 		{"G16 flood into failing downstream", block("python", "import sys\nsys.stdout.write('x'*2000000)") + block("bash", "exit 3"), 422, "nonzero_exit", "block 2/2: non-zero exit (code 3)"},
 		{"G17 failing middle", block("bash", "echo a") + block("bash", "echo boom >&2; exit 1") + block("bash", "cat"), 422, "nonzero_exit", "block 2/3: non-zero exit (code 1): boom"},
 		{"G18 sleeper cancelled", block("bash", "sleep 600") + block("bash", "exit 4"), 422, "nonzero_exit", "block 2/2: non-zero exit (code 4)"},

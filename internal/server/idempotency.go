@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/http"
 
+	"github.com/codellm/codellm/internal/idempotency"
 	"github.com/codellm/codellm/internal/openai"
 )
 
@@ -24,7 +25,12 @@ func (s *Server) setupIdempotency() {
 	if g.MaxBody <= 0 {
 		g.MaxBody = s.cfg.MaxBodyBytes
 	}
-	g.OnEvent = func(e string) { s.metrics.Idempotency.WithLabelValues(e).Inc() }
+	g.OnEvent = func(e string) {
+		s.metrics.Idempotency.WithLabelValues(e).Inc()
+		if e == idempotency.EventReplayed || e == idempotency.EventAttached {
+			s.metrics.Trip2g.ExecReplays.Inc() // trip2g's name: answered without running again
+		}
+	}
 }
 
 // idempotent puts h behind the guard when it is configured and the route runs code.

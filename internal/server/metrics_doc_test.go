@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/codellm/codellm/internal/server"
+	"github.com/codellm/codellm/internal/testhelp"
 )
 
 // documentedMetric is one row of the metrics tables in docs/operator.md.
@@ -93,7 +96,7 @@ func TestDocumentedMetricsExposed(t *testing.T) {
 	// internal/worker) and the hub's are their own.
 	var service []documentedMetric
 	for _, d := range docs {
-		if strings.HasPrefix(d.section, "5.1 ") {
+		if strings.HasPrefix(d.section, "5.1 ") || strings.HasPrefix(d.section, "5.1.1 ") {
 			service = append(service, d)
 		}
 	}
@@ -101,10 +104,17 @@ func TestDocumentedMetricsExposed(t *testing.T) {
 		t.Fatalf("docs/operator.md lists %d service metrics; the contract (§1.3) names 8", len(service))
 	}
 
-	ts := startServer(t, options{})
+	ts := startServer(t, options{cfg: func(c *server.Config) { c.APIKey = "metrics-doc-key-0123456789abcdefghij" }})
 	status, _, body := ts.post(t, "/v1/chat/completions", chat(block("bash", "echo '{\"answer\":\"ok\"}'")))
 	if status != 200 {
 		t.Fatalf("chat: %d %s", status, body)
+	}
+	// An authentication refusal and a last block over the output cap, for the series that need them.
+	if status, _ := testhelp.GetBearer(t, ts.URL+"/v1/models", "wrong-key"); status != 401 {
+		t.Fatalf("wrong key: %d", status)
+	}
+	if status, _, body := ts.post(t, "/v1/chat/completions", chat(block("bash", "head -c 2000000 /dev/zero"))); status != 422 {
+		t.Fatalf("output limit: %d %s", status, body)
 	}
 	status, _, body = ts.get(t, "/metrics")
 	if status != 200 {
@@ -112,6 +122,9 @@ func TestDocumentedMetricsExposed(t *testing.T) {
 	}
 	types, labels := exposition(string(body))
 	for _, d := range service {
+		if d.name == "codellm_sandbox_fallbacks_total" && types[d.name] == "" && ts.srv.Readiness().Sandbox != "besteffort" {
+			continue // counts besteffort runs without every mechanism: no series in another mode
+		}
 		if got := types[d.name]; got != d.typ {
 			t.Errorf("%s: exposed as %q, documented as %q", d.name, got, d.typ)
 			continue
@@ -129,15 +142,32 @@ func TestDocumentedMetricsExposed(t *testing.T) {
 			t.Errorf("%s is exposed but not documented in docs/operator.md", name)
 		}
 	}
-	// The run was observed, not just registered: one block, one setup time, one run duration.
+	// The runs were observed, not just registered: one block each, their setup times and durations, under
+	// codellm's names and trip2g's.
 	for _, want := range []string{
-		"codellm_sandbox_setup_seconds_count 1\n",
-		"codellm_run_blocks_count 1\n",
+		"codellm_sandbox_setup_seconds_count 2\n",
+		"codellm_run_blocks_count 2\n",
 		`codellm_run_duration_seconds_count{outcome="ok"} 1` + "\n",
 		`codellm_http_requests_total{code="",route="chat",status="200"} 1` + "\n",
+		`codellm_requests_total{endpoint="chat_completions",status="200"} 1` + "\n",
+		`codellm_requests_total{endpoint="chat_completions",status="422"} 1` + "\n",
+		`codellm_request_duration_seconds_count{endpoint="chat_completions"} 2` + "\n",
+		"codellm_requests_in_flight 0\n",
+		`codellm_auth_total{lane="apikey",result="allowed"} 3` + "\n", // two chats and this scrape
+		`codellm_auth_total{lane="apikey",result="denied"} 1` + "\n",
+		`codellm_blocks_total{outcome="ok",program="bash"} 1` + "\n",
+		`codellm_blocks_total{outcome="output_limit",program="bash"} 1` + "\n",
+		`codellm_block_exit_codes_total{exit_code="0",program="bash"} 1` + "\n",
+		`codellm_block_stdout_truncated_total{program="bash"} 1` + "\n",
+		`codellm_block_stdout_bytes_count{program="bash"} 2` + "\n",
+		`codellm_exec_errors_total{kind="output_limit"} 1` + "\n",
+		`codellm_exec_errors_total{kind="nonzero_exit"} 0` + "\n",
+		"codellm_request_blocks_count 2\n",
+		`codellm_changes_total{kind="write"} 0` + "\n",
+		`codellm_config_info{allowed_programs="`,
 	} {
 		if !strings.Contains(string(body), want) {
-			t.Errorf("/metrics after one run lacks %q:\n%s", want, grepLines(string(body), "codellm_"))
+			t.Errorf("/metrics after the runs lacks %q:\n%s", want, grepLines(string(body), "codellm_"))
 		}
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/pipeline"
 	"github.com/codellm/codellm/internal/sandbox"
+	"github.com/codellm/codellm/internal/sealform"
 )
 
 // Config holds the service's own settings; execution settings live in engine.Config.
@@ -55,6 +56,9 @@ type Config struct {
 	// Idempotency, when set, makes the code-running routes honour Idempotency-Key and Stainless retries
 	// (see internal/idempotency); the server fills in its Credential, Detach, MaxBody and OnEvent.
 	Idempotency *idempotency.Guard
+	// SealPath is where the sealing form is served behind the listener's authentication (--seal-path,
+	// trip2g's CODELLM_SEAL_PATH; default sealform.DefaultPath).
+	SealPath string
 }
 
 // Server is one codellm service instance.
@@ -115,6 +119,12 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	if err := listen.CheckPublic(cfg.Listen, cfg.APIKey != "" || cfg.ClientCA != "", cfg.InsecurePublic); err != nil {
 		return nil, err
 	}
+	if cfg.SealPath == "" {
+		cfg.SealPath = sealform.DefaultPath
+	}
+	if err := sealform.CheckPath(cfg.SealPath); err != nil {
+		return nil, fmt.Errorf("--seal-path: %w", err)
+	}
 	s := &Server{cfg: cfg, sb: sb, programs: ecfg.Programs, log: cfg.Logger,
 		guard: httpguard.ForListener(cfg.Listen, cfg.AllowedHosts, cfg.AllowedOrigins)}
 	s.check.Store(&selfCheck{reason: "startup self-check has not finished"})
@@ -127,7 +137,7 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 		s.metrics = metrics.NewService(func() float64 { return 0 })
 	}
 	s.chat = chat.New(chat.Config{Engine: s.eng, Metrics: s.metrics, Logger: s.log, DebugExtension: cfg.DebugExtension,
-		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter})
+		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, Fallback: s.publishPosture()})
 	s.setupIdempotency()
 	s.router = httpserve.NewRouter(s.notFound, s.methodNotAllowed)
 	for pattern, rh := range map[string]routeHandler{
@@ -140,6 +150,13 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 		"GET /metrics":              {"metrics", true, s.handleMetrics},
 	} {
 		s.router.Handle(pattern, s.route(rh))
+	}
+	// trip2g serves its sealing form on its main listener behind its authentication; so does codellm.
+	seal := sealform.Handler(func(w http.ResponseWriter, r *http.Request, e *openai.Error) { s.fail(w, reqLogOf(r), e) })
+	for _, m := range []string{"GET ", "POST "} {
+		s.router.Handle(m+cfg.SealPath, s.route(routeHandler{"seal", true, func(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+			seal.ServeHTTP(w, r)
+		}}))
 	}
 	s.guarded = httpserve.Guard(s.guard, s.probeExempt, s.refuse, s.router)
 	s.handler = httpserve.WithRequestID(http.HandlerFunc(s.serveHTTP))
@@ -172,8 +189,9 @@ func (s *Server) route(rh routeHandler) http.Handler {
 	h := s.idempotent(rh.name, rh.h)
 	var inner http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w, r, reqLogOf(r)) })
 	if rh.auth {
-		inner = httpserve.Auth(httpserve.BearerKey(s.cfg.APIKey), s.unauthorized, inner)
+		inner = httpserve.Auth(s.authCheck(), s.unauthorized, inner)
 	}
+	inner = s.inFlight(rh.name, inner)
 	inner = httpserve.JSONBodies(s.refuse, inner)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reqLogOf(r).route = rh.name
@@ -223,6 +241,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		rl.status = sw.Status
 		s.metrics.HTTPRequests.WithLabelValues(rl.route, fmt.Sprint(rl.status), rl.Code).Inc()
+		if ep := trip2gEndpoint(rl.route, r.Method); ep != "" {
+			s.metrics.Trip2g.Request(ep, rl.status, time.Since(start))
+		}
 		s.logRequest(r, rl, time.Since(start))
 	}()
 	s.guarded.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqLogKey{}, rl)))

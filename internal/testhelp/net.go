@@ -2,6 +2,7 @@ package testhelp
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"net/http"
 	"testing"
@@ -34,6 +35,26 @@ func PostJSON(t testing.TB, url string, body []byte, hdr map[string]string) (int
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
+	return roundTrip(t, req)
+}
+
+// GetBearer GETs url, with "Authorization: Bearer <key>" when key is not empty, and returns the status and
+// the whole body. A failed round trip fails the test.
+func GetBearer(t testing.TB, url, key string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	status, _, body := roundTrip(t, req)
+	return status, string(body)
+}
+
+func roundTrip(t testing.TB, req *http.Request) (int, http.Header, []byte) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -44,4 +65,24 @@ func PostJSON(t testing.TB, url string, body []byte, hdr map[string]string) (int
 		t.Fatal(err)
 	}
 	return resp.StatusCode, resp.Header, raw.Bytes()
+}
+
+// ServeLoopback runs serve on a fresh loopback listener until the test ends, then cancels its context
+// and waits for it (a serve error fails the test), and returns the listener's address.
+func ServeLoopback(t testing.TB, serve func(ctx context.Context, ln net.Listener) error) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serving %s: %v", ln.Addr(), err)
+		}
+	})
+	return ln.Addr().String()
 }

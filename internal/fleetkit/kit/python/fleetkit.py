@@ -24,6 +24,7 @@ __all__ = [
     "emit",
     "bag",
     "frontmatter",
+    "secrets",
     "note_frontmatter",
     "parse_frontmatter",
 ]
@@ -76,6 +77,16 @@ def bag():
 def frontmatter():
     """The role note's own frontmatter (its configuration); values arrive as strings."""
     return Frontmatter(bag().get("frontmatter") or {})
+
+
+def secrets():
+    """The fields codellm unsealed for this run (the bag's unseal list), by frontmatter field name.
+
+    Kept apart from frontmatter(), which still holds the ciphertext: the frontmatter is what a role dumps
+    while debugging, and this way that dump does not carry the plaintext. Missing keys read as None;
+    empty outside a delivery or when the role unseals nothing.
+    """
+    return Frontmatter(bag().get("secrets") or {})
 
 
 def parse_frontmatter(content):

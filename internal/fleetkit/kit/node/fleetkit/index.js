@@ -49,6 +49,12 @@ function frontmatter() {
   return bag().frontmatter || {};
 }
 
+// The fields codellm unsealed for this run, by frontmatter field name; frontmatter() keeps the ciphertext,
+// so dumping the role's configuration does not dump the plaintext. {} outside a delivery.
+function secrets() {
+  return bag().secrets || {};
+}
+
 function parse_frontmatter(content) {
   if (!content.startsWith('---\n')) return {};
   const end = content.indexOf('\n---', 3);
@@ -70,5 +76,5 @@ function note_frontmatter(path) {
 
 module.exports = {
   render, note, write, patch, emit, bag,
-  frontmatter, note_frontmatter, parse_frontmatter,
+  frontmatter, secrets, note_frontmatter, parse_frontmatter,
 };
