@@ -586,14 +586,14 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 	}
 	until := start.Add(time.Duration(waitMs) * time.Millisecond)
 	ctx := r.Context()
-	slot := -1
+	lp := store.LeaseParams{WorkerID: workerID, IncarnationID: req.IncarnationID, IdentityID: au.auth.IdentityID, Slot: -1}
 	if req.WorkspaceLeaseSlot != nil {
-		slot = int(*req.WorkspaceLeaseSlot)
+		lp.Slot = int(*req.WorkspaceLeaseSlot)
 	}
 	for {
 		// Watch before reading, so that work queued after the read wakes this poll.
 		ch, release := h.waits.watch(store.TopicWorker(workerID))
-		a, err := h.store.LeaseSlot(ctx, workerID, req.IncarnationID, au.auth.IdentityID, slot)
+		a, err := h.store.LeaseSlot(ctx, lp)
 		if err != nil {
 			release()
 			if errors.Is(err, context.Canceled) {
@@ -616,8 +616,8 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 			if a.ExecutionKind != "" && a.ExecutionKind != bridge.KindSandbox {
 				resp.Assignment.ExecutionKind = a.ExecutionKind
 			}
-			if slot >= 0 {
-				resp.Assignment.WorkspaceLeaseSlot = &slot
+			if lp.Slot >= 0 {
+				resp.Assignment.WorkspaceLeaseSlot = &lp.Slot
 			}
 			resp.ServerElapsedMs = time.Since(start).Milliseconds()
 			h.metrics.LeaseWait.WithLabelValues("assignment").Observe(time.Since(start).Seconds())
@@ -628,6 +628,12 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 		release()
 		if !woke {
 			break
+		}
+		select {
+		case <-ch:
+			lp.Woken = true // work was queued: go straight to the transaction
+		default:
+			lp.Woken = false
 		}
 	}
 	h.metrics.LeaseWait.WithLabelValues("empty").Observe(time.Since(start).Seconds())

@@ -208,8 +208,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, h.fail(err))
 		return
 	}
-	h.rememberSession(context.WithoutCancel(r.Context()), d.sessionID, key.TenantID, out)
-	if h.cfg.Files != nil {
+	if h.cfg.Files != nil && (req.SessionID != "" || len(req.Files) > 0) {
 		// Other hub replicas learn the session (and its owner) from the shared file store.
 		if err := h.cfg.Files.Touch(context.WithoutCancel(r.Context()), key.TenantID, d.sessionID); err != nil {
 			h.cfg.Logger.Warn("file store: touch session failed", "session", d.sessionID, "err", err)
@@ -230,6 +229,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 func (h *Hub) execSession(ctx context.Context, d *dispatchReq, sid string) *clientError {
 	if sid == "" {
 		d.sessionID = newSessionID()
+		d.session = &store.Session{ID: d.sessionID, TenantID: d.caller.TenantID}
 		return nil
 	}
 	d.sessionID = sid
@@ -241,6 +241,10 @@ func (h *Hub) execSession(ctx context.Context, d *dispatchReq, sid string) *clie
 		if s.TenantID != d.caller.TenantID {
 			return &clientError{status: http.StatusNotFound, code: "session_not_found"}
 		}
+		if time.Since(s.LastUsed) > store.SessionRefresh || s.IncarnationID == "" {
+			// Due for a refresh, or reset: this run records it again (with the incarnation that runs it).
+			d.session = &store.Session{ID: sid, TenantID: s.TenantID}
+		}
 		d.affinity, d.stateful = s.WorkerID, s.Stateful
 		if s.Stateful {
 			return h.sessionWorker(ctx, s)
@@ -248,7 +252,9 @@ func (h *Hub) execSession(ctx context.Context, d *dispatchReq, sid string) *clie
 		return nil
 	}
 	if h.cfg.Files != nil {
+		// A session an upload created: from this run on, a session of the store too.
 		if owner, err := h.cfg.Files.Owner(ctx, sid); err == nil && owner == d.caller.TenantID {
+			d.session = &store.Session{ID: sid, TenantID: owner}
 			return nil
 		}
 	}
@@ -363,15 +369,6 @@ func rejectionError(out *outcome) *clientError {
 		return &clientError{status: http.StatusBadRequest, code: "invalid_request", message: out.errMsg}
 	}
 	return &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg}
-}
-
-// rememberSession records the session's worker in the store, for every replica. The run already
-// happened, so a store failure here is logged, not answered.
-func (h *Hub) rememberSession(ctx context.Context, sid, tenant string, out *outcome) {
-	err := h.store.BindSession(ctx, store.Session{ID: sid, TenantID: tenant, WorkerID: out.workerID, IncarnationID: out.incarnation, Stateful: out.stateful})
-	if err != nil {
-		h.cfg.Logger.Warn("store: recording the session's worker failed", "session", sid, "err", err)
-	}
 }
 
 // bodyError distinguishes an oversized client body from an unreadable one.

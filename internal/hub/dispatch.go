@@ -32,10 +32,13 @@ func errUnavailable(msg string) *clientError {
 
 // dispatchReq is one client request to run on some worker.
 type dispatchReq struct {
-	caller       *ClientKey
-	kind         string
-	request      []byte // canonical {body, headers}
-	sessionID    string // exec session: becomes runtimeSessionId on a stateful worker
+	caller    *ClientKey
+	kind      string
+	request   []byte // canonical {body, headers}
+	sessionID string // exec session: becomes runtimeSessionId on a stateful worker
+	// session is the exec session's record to write with the assignment: a new session, or one whose
+	// record is due for a refresh (store.SessionRefresh); nil: nothing to write.
+	session      *store.Session
 	affinity     string // worker that ran the session before
 	stateful     bool   // the session's state lives on affinity
 	pinned       string // X-Codellm-Worker-Id
@@ -49,14 +52,13 @@ type dispatchReq struct {
 
 // outcome is a settled assignment.
 type outcome struct {
-	workerID    string
-	incarnation string // the worker process that ran it
-	caps        bridge.Capabilities
-	stateful    bool
-	status      string
-	result      *bridge.Object
-	errMsg      string
-	errCode     string // workspace rejections (§9.9)
+	workerID string
+	caps     bridge.Capabilities
+	stateful bool
+	status   string
+	result   *bridge.Object
+	errMsg   string
+	errCode  string // workspace rejections (§9.9)
 }
 
 // admits applies §13.3's binding rule.
@@ -248,7 +250,7 @@ func (h *Hub) noWorker(d *dispatchReq) error {
 // (nil, nil): none is free now.
 func (h *Hub) take(ctx context.Context, d *dispatchReq, p *plan) (*outcome, error) {
 	if p.target != "" {
-		out, err := h.tryWorker(ctx, d, p.target, p.caps)
+		out, err := h.tryWorker(ctx, d, p.target, p.caps, false)
 		if errors.Is(err, bridge.ErrWorkerBusy) {
 			return nil, nil
 		}
@@ -263,7 +265,7 @@ func (h *Hub) take(ctx context.Context, d *dispatchReq, p *plan) (*outcome, erro
 				}
 				break
 			}
-			out, err := h.tryWorker(ctx, d, w, h.poolCaps(p.catalog, pl))
+			out, err := h.tryWorker(ctx, d, w, h.poolCaps(p.catalog, pl), true)
 			if errors.Is(err, bridge.ErrWorkerBusy) || errors.Is(err, bridge.ErrWorkerOffline) || errors.Is(err, bridge.ErrWorkerMismatch) {
 				continue // a stale idle entry: the worker lapsed or filled up meanwhile
 			}
@@ -293,8 +295,9 @@ func (h *Hub) unenqueue(ctx context.Context, p store.EnqueueParams, cause error)
 // assignment, which was withdrawn and may go elsewhere.
 var errReassign = errors.New("hub: assignment withdrawn for reassignment")
 
-// tryWorker enqueues d on worker w (with capabilities caps) and waits for its settlement.
-func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, w string, caps bridge.Capabilities) (*outcome, error) {
+// tryWorker enqueues d on worker w (with capabilities caps; fromIdle: taken from its pool's idle set) and
+// waits for its settlement.
+func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, w string, caps bridge.Capabilities, fromIdle bool) (*outcome, error) {
 	stateful := caps.StatefulWorkspace && d.sessionID != ""
 	p := store.EnqueueParams{
 		WorkerID: w, AssignmentID: bridge.NewID(), ExpiresAt: d.deadline,
@@ -308,6 +311,12 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, w string, caps brid
 	if stateful {
 		p.RuntimeSessionID = d.sessionID
 	}
+	if d.session != nil {
+		s := *d.session
+		s.Stateful = stateful
+		p.Session = &s
+	}
+	p.FromIdle = fromIdle
 	a, err := h.store.Enqueue(ctx, p)
 	if errors.Is(err, store.ErrUnavailable) {
 		return nil, h.unenqueue(ctx, p, err)
@@ -325,7 +334,7 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, w string, caps brid
 	if perr != nil {
 		return nil, bridge.ErrResultInvalid
 	}
-	out := &outcome{workerID: w, incarnation: a.IncarnationID, caps: caps, stateful: stateful, status: st.Status}
+	out := &outcome{workerID: w, caps: caps, stateful: stateful, status: st.Status}
 	if st.Status == bridge.StatusFulfilled {
 		v, _ := o.Get("result")
 		res, ok := v.(*bridge.Object)
@@ -362,7 +371,7 @@ func assignmentState(st *store.Settlement, err error) string {
 // Once the worker may have started the run (it acknowledged it) the request never ends in a status that
 // invites a retry: a run that cannot be accounted for is errOutcomeUnknown, never a 503 or a second run.
 func (h *Hub) await(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
-	w := &awaiting{a: a, clientGone: ctx.Done(), closing: h.closing}
+	w := &awaiting{a: a, clientGone: ctx.Done(), closing: h.closing, fresh: true}
 	bg := context.WithoutCancel(ctx)
 	for {
 		if st, err, done := h.awaitOnce(bg, w); done {
@@ -375,6 +384,9 @@ func (h *Hub) await(ctx context.Context, a *store.Assignment) (*store.Settlement
 type awaiting struct {
 	a                   *store.Assignment
 	clientGone, closing <-chan struct{} // nil once handled
+	// fresh: just enqueued (nothing to read yet); woken: its topic was notified (its settlement, or a
+	// wake-up of everything after the change feed lost messages).
+	fresh, woken bool
 }
 
 // awaitOnce reads the assignment's state once and sleeps until its settlement is notified, the backstop,
@@ -383,30 +395,44 @@ func (h *Hub) awaitOnce(ctx context.Context, w *awaiting) (*store.Settlement, er
 	a := w.a
 	ch, release := h.waits.watch(store.TopicAssignment(a.ID))
 	defer release()
-	var st *store.Settlement
-	var ws *store.WorkerState
-	// A store outage shorter than the deadline loses nothing: keep asking until the assignment's deadline.
-	err := h.retryStore(a.ExpiresAt, func() (err error) {
-		if st, err = h.store.Settlement(ctx, a.WorkerID, a.ID); err == nil && st == nil {
-			ws, err = h.store.Worker(ctx, a.WorkerID)
-		}
-		return err
-	})
-	if err != nil && !errors.Is(err, store.ErrUnavailable) {
-		return nil, err, true
-	}
-	if st != nil || !time.Now().Before(a.ExpiresAt) {
+	if !time.Now().Before(a.ExpiresAt) {
 		st, err := h.complete(ctx, a)
 		return st, err, true
 	}
-	if ws != nil && (!ws.Online || (ws.Registration != nil && ws.Registration.IncarnationID != a.IncarnationID)) {
-		st, err := h.lost(ctx, a)
-		return st, err, true
+	if w.woken {
+		if st, err := h.store.Settlement(ctx, a.WorkerID, a.ID); err == nil && st != nil {
+			st, err := h.complete(ctx, a)
+			return st, err, true
+		}
+	} else if !w.fresh {
+		// The backstop: a settlement whose notification was lost, or a worker that went away.
+		var st *store.Settlement
+		var ws *store.WorkerState
+		// A store outage shorter than the deadline loses nothing: keep asking until the deadline.
+		err := h.retryStore(a.ExpiresAt, func() (err error) {
+			if st, err = h.store.Settlement(ctx, a.WorkerID, a.ID); err == nil && st == nil {
+				ws, err = h.store.Worker(ctx, a.WorkerID)
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, store.ErrUnavailable) {
+			return nil, err, true
+		}
+		if st != nil {
+			st, err := h.complete(ctx, a)
+			return st, err, true
+		}
+		if ws != nil && (!ws.Online || (ws.Registration != nil && ws.Registration.IncarnationID != a.IncarnationID)) {
+			st, err := h.lost(ctx, a)
+			return st, err, true
+		}
 	}
+	w.fresh, w.woken = false, false
 	t := time.NewTimer(min(h.cfg.PollInterval, time.Until(a.ExpiresAt)))
 	defer t.Stop()
 	select {
 	case <-ch:
+		w.woken = true
 	case <-t.C:
 	case <-w.clientGone:
 		// Client disconnected (§13.4): cancel, keep collecting.

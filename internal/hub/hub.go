@@ -294,10 +294,11 @@ func (h *Hub) sleep2(ctx context.Context, a, b <-chan struct{}, d time.Duration)
 	return true
 }
 
-// ServeHTTP routes every request. A response written before its request's body was read to the end
-// closes the connection: every refusal (no or a wrong credential, a full cap, an unknown route) is
-// answered at once instead of after net/http drained a body that a hostile client may trickle for the
-// whole body timeout.
+// ServeHTTP routes every request. Before answering a request whose body was not read to the end — every
+// refusal: no or a wrong credential, a full cap, an unknown route — net/http reads up to 256 KiB of the
+// rest (to keep the connection), which a hostile client can stretch to the whole body timeout by
+// trickling it. The hub gives that read one second (unreadGrace): a body that arrives is drained as
+// before, a trickle gets its answer and the connection is closed.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		b := &eofBody{ReadCloser: r.Body}
@@ -321,7 +322,10 @@ func (b *eofBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// closeUnread adds "Connection: close" to a response whose request body is unread.
+// unreadGrace is how long net/http may read the unread rest of a body before the answer.
+const unreadGrace = time.Second
+
+// closeUnread bounds the read of an unread request body's rest to unreadGrace.
 type closeUnread struct {
 	http.ResponseWriter
 	body  *eofBody
@@ -332,7 +336,7 @@ func (c *closeUnread) WriteHeader(code int) {
 	if !c.wrote {
 		c.wrote = true
 		if !c.body.eof {
-			c.ResponseWriter.Header().Set("Connection", "close")
+			_ = http.NewResponseController(c.ResponseWriter).SetReadDeadline(time.Now().Add(unreadGrace))
 		}
 	}
 	c.ResponseWriter.WriteHeader(code)

@@ -112,7 +112,9 @@ func (silent) Printf(context.Context, string, ...any) {}
 // New wraps a client; the store owns it and closes it on Close.
 func New(ctx context.Context, rdb *redis.Client, opts ...Option) (*Store, error) {
 	quietPool()
-	c := config{prefix: DefaultPrefix}
+	// Generations are reserved in blocks, as the embedded store does: a dispatch then need not rewrite
+	// the worker's durable record.
+	c := config{prefix: DefaultPrefix, proto: store.Options{GenerationBlock: 1024}}
 	for _, o := range opts {
 		o(&c)
 	}

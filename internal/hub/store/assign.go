@@ -22,12 +22,11 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 		if ep.RuntimeSessionID != "" && rec.WorkspaceFences[sessionKey(ep.RuntimeSessionID)] != "" {
 			return bridge.ErrWorkspaceQuarantined
 		}
+		t.notIdle = ep.FromIdle
 		if t.busy() {
 			return bridge.ErrWorkerBusy
 		}
-		if dup, err := t.tx.Get(ownerKey(ep.AssignmentID)); err != nil {
-			return Abort(err)
-		} else if dup[0] != nil {
+		if t.pre[ownerKey(ep.AssignmentID)] != nil {
 			return bridge.ErrAssignmentInvalid
 		}
 		gen := t.nextGeneration()
@@ -54,10 +53,14 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 		if a.Dispatcher != "" {
 			t.tx.SetAdd(dispatchedSet(a.Dispatcher), a.WorkerID+" "+a.ID)
 		}
+		if s := ep.Session; s != nil {
+			s.WorkerID, s.IncarnationID, s.LastUsed = ep.WorkerID, inc, t.now
+			t.tx.Put(sessionRecKey(s.ID), encode(s), Durable, t.now.Add(SessionIdle))
+		}
 		t.tx.Notify(TopicWorker(ep.WorkerID))
 		out = a
 		return nil
-	})
+	}, ownerKey(ep.AssignmentID))
 	if err != nil {
 		return nil, err
 	}
@@ -82,14 +85,17 @@ func (t *wtx) nextGeneration() int64 {
 
 // Lease implements Store (§7.3 lease).
 func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityID string) (*Assignment, error) {
-	return p.LeaseSlot(ctx, workerID, incarnationID, identityID, -1)
+	return p.LeaseSlot(ctx, LeaseParams{WorkerID: workerID, IncarnationID: incarnationID, IdentityID: identityID, Slot: -1})
 }
 
 // LeaseSlot implements Store: Lease for one slot (slot < 0: a lease without one).
-func (p *Protocol) LeaseSlot(ctx context.Context, workerID, incarnationID, identityID string, slot int) (*Assignment, error) {
+func (p *Protocol) LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, error) {
+	workerID, incarnationID, identityID, slot := lp.WorkerID, lp.IncarnationID, lp.IdentityID, lp.Slot
 	// Fast path for the common empty poll: one read instead of a transaction.
-	if empty, err := p.leaseEmpty(ctx, workerID, incarnationID, slot); err != nil || empty {
-		return nil, err
+	if !lp.Woken {
+		if empty, err := p.leaseEmpty(ctx, workerID, incarnationID, slot); err != nil || empty {
+			return nil, err
+		}
 	}
 	var out *Assignment
 	err := p.update(ctx, "lease", workerID, func(t *wtx) error {
@@ -182,7 +188,7 @@ func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID strin
 
 // Ack implements Store (§3.6).
 func (p *Protocol) Ack(ctx context.Context, ap AckParams) error {
-	return p.update(ctx, "ack", ap.WorkerID, func(t *wtx) error {
+	return p.updateAsg(ctx, "ack", ap.WorkerID, ap.AssignmentID, func(t *wtx) error {
 		a, err := t.asg(ap.AssignmentID)
 		if err != nil {
 			return err
@@ -219,7 +225,7 @@ func (p *Protocol) Cancelled(ctx context.Context, workerID, incarnationID, assig
 
 // Cancel implements Store.
 func (p *Protocol) Cancel(ctx context.Context, workerID, assignmentID string) error {
-	return p.update(ctx, "cancel", workerID, func(t *wtx) error {
+	return p.updateAsg(ctx, "cancel", workerID, assignmentID, func(t *wtx) error {
 		a, err := t.asg(assignmentID)
 		if err != nil || a == nil || a.Cancelled {
 			return err
@@ -245,7 +251,7 @@ func (p *Protocol) Settlement(ctx context.Context, workerID, assignmentID string
 
 // Withdraw implements Store.
 func (p *Protocol) Withdraw(ctx context.Context, workerID, assignmentID string) error {
-	return p.update(ctx, "withdraw", workerID, func(t *wtx) error {
+	return p.updateAsg(ctx, "withdraw", workerID, assignmentID, func(t *wtx) error {
 		a, err := t.asg(assignmentID)
 		if err != nil {
 			return err

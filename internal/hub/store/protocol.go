@@ -163,18 +163,25 @@ type wtx struct {
 	asgs  map[string]*asgRec
 	// prevPool is the pool of the registration as read (its sets are left if the worker moves).
 	prevPool string
+	// pre holds records read with the worker's (update's extra keys), by key.
+	pre map[string][]byte
+	// notIdle: the worker is known to be out of its idle set (the dispatcher took it from there).
+	notIdle bool
 
 	recDirty, regDirty, readyDirty, slotsDirty, qDirty bool
 	asgDirty                                           map[string]bool
 }
 
-// worker reads one worker's records into a wtx.
-func (p *Protocol) worker(tx Txn, w string) (*wtx, error) {
-	vals, err := tx.Get(recKey(w), regKey(w), readyKey(w), lockKey(w), queueKey(w))
+// worker reads one worker's records into a wtx, with the extra keys in the same read (one round trip).
+func (p *Protocol) worker(tx Txn, w string, extra ...string) (*wtx, error) {
+	vals, err := tx.Get(append([]string{recKey(w), regKey(w), readyKey(w), lockKey(w), queueKey(w)}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
-	t := &wtx{p: p, tx: tx, w: w, now: tx.Now(), asgs: map[string]*asgRec{}, asgDirty: map[string]bool{}}
+	t := &wtx{p: p, tx: tx, w: w, now: tx.Now(), asgs: map[string]*asgRec{}, asgDirty: map[string]bool{}, pre: map[string][]byte{}}
+	for i, k := range extra {
+		t.pre[k] = vals[5+i]
+	}
 	if t.rec, err = decode[WorkerRecord](vals[0], "worker record"); err != nil {
 		return nil, err
 	}
@@ -211,9 +218,9 @@ func (p *Protocol) worker(tx Txn, w string) (*wtx, error) {
 // update runs fn as one transaction on worker w (operation op). Writes fn
 // made are stored even when it returns a protocol error; a read or decode
 // failure aborts.
-func (p *Protocol) update(ctx context.Context, op, w string, fn func(t *wtx) error) error {
+func (p *Protocol) update(ctx context.Context, op, w string, fn func(t *wtx) error, extra ...string) error {
 	err := p.b.Update(ctx, func(tx Txn) error {
-		t, err := p.worker(tx, w)
+		t, err := p.worker(tx, w, extra...)
 		if err != nil {
 			return Abort(err)
 		}
@@ -228,6 +235,11 @@ func (p *Protocol) update(ctx context.Context, op, w string, fn func(t *wtx) err
 	return p.observe(op, err)
 }
 
+// updateAsg is update with assignment id's record read together with the worker's.
+func (p *Protocol) updateAsg(ctx context.Context, op, w, id string, fn func(t *wtx) error) error {
+	return p.update(ctx, op, w, fn, asgKey(w, id))
+}
+
 // ObserveErrors registers fn to be told of every store operation: err is
 // the storage failure, or nil when the store answered (a protocol refusal
 // included). The hub counts failures by operation and notices recovery.
@@ -236,7 +248,8 @@ func (p *Protocol) ObserveErrors(fn func(op string, err error)) { p.onError.Stor
 // observe passes operation op's outcome to the observer.
 func (p *Protocol) observe(op string, err error) error {
 	if fn := p.onError.Load(); fn != nil {
-		if err == nil || isProtocolErr(err) {
+		var other *otherOwner
+		if err == nil || isProtocolErr(err) || errors.As(err, &other) {
 			(*fn)(op, nil)
 		} else {
 			(*fn)(op, err)
@@ -265,11 +278,15 @@ func (t *wtx) asg(id string) (*asgRec, error) {
 	if a, ok := t.asgs[id]; ok {
 		return a, nil
 	}
-	vals, err := t.tx.Get(asgKey(t.w, id))
-	if err != nil {
-		return nil, Abort(err)
+	raw, ok := t.pre[asgKey(t.w, id)]
+	if !ok {
+		vals, err := t.tx.Get(asgKey(t.w, id))
+		if err != nil {
+			return nil, Abort(err)
+		}
+		raw = vals[0]
 	}
-	a, err := decode[asgRec](vals[0], "assignment")
+	a, err := decode[asgRec](raw, "assignment")
 	if err != nil {
 		return nil, Abort(err)
 	}

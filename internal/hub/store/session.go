@@ -24,9 +24,9 @@ type Session struct {
 // SessionIdle is how long an unused session is remembered.
 const SessionIdle = 24 * time.Hour
 
-// sessionRefresh: a use rewrites an unchanged session record only when it is older than this, so that a
+// SessionRefresh: a use rewrites an unchanged session record only when it is older than this, so that a
 // busy session does not cost a durable write per request.
-const sessionRefresh = time.Hour
+const SessionRefresh = time.Hour
 
 // sessionRecKey is the session's record; the ID is hashed like workspace fences.
 func sessionRecKey(sid string) string { return "sess:" + sessionKey(sid) }
@@ -46,7 +46,8 @@ func (p *Protocol) Session(ctx context.Context, sid string) (*Session, error) {
 
 // BindSession records that s.WorkerID (incarnation s.IncarnationID) ran session s.ID for s.TenantID just
 // now. The record is Durable and lives SessionIdle from its last write; a use that changes nothing
-// rewrites it at most once per sessionRefresh.
+// rewrites it at most once per SessionRefresh. (Dispatch records a session with its assignment instead,
+// EnqueueParams.Session; this is for a caller that binds one by itself.)
 func (p *Protocol) BindSession(ctx context.Context, s Session) error {
 	return p.observe("bind_session", p.b.Update(ctx, func(tx Txn) error {
 		k := sessionRecKey(s.ID)
@@ -57,7 +58,7 @@ func (p *Protocol) BindSession(ctx context.Context, s Session) error {
 		now := tx.Now()
 		old, err := decode[Session](vals[0], "session")
 		if err == nil && old != nil && old.TenantID == s.TenantID && old.WorkerID == s.WorkerID &&
-			old.IncarnationID == s.IncarnationID && old.Stateful == s.Stateful && now.Sub(old.LastUsed) < sessionRefresh {
+			old.IncarnationID == s.IncarnationID && old.Stateful == s.Stateful && now.Sub(old.LastUsed) < SessionRefresh {
 			return nil
 		}
 		s.LastUsed = now

@@ -13,20 +13,33 @@ import (
 // resend of the same canonical bytes is an idempotent success, different
 // bytes are fenced.
 func (p *Protocol) Settle(ctx context.Context, sp SettleParams) error {
-	ok := ownerKey(sp.AssignmentID)
-	vals, err := p.read(ctx, "settle", ok)
-	if err != nil {
+	// The settling worker is nearly always the owner: read its records, the owner mark and the assignment
+	// in one step; only another worker's assignment takes a second read of the owner's.
+	err := p.settleOn(ctx, sp.WorkerID, sp)
+	var other *otherOwner
+	if !errors.As(err, &other) {
 		return err
 	}
-	owner := string(vals[0])
-	if owner == "" {
+	if other.owner == "" {
 		return bridge.ErrAssignmentNotFound
 	}
+	if err := p.settleOn(ctx, other.owner, sp); !errors.As(err, &other) {
+		return err
+	}
+	return bridge.ErrAssignmentNotFound // the owner changed meanwhile: the assignment is gone
+}
+
+// otherOwner aborts a settlement run on a worker that does not own the assignment.
+type otherOwner struct{ owner string }
+
+func (o *otherOwner) Error() string { return "assignment owned by " + o.owner }
+
+// settleOn applies the settlement as worker owner's transaction.
+func (p *Protocol) settleOn(ctx context.Context, owner string, sp SettleParams) error {
+	ok := ownerKey(sp.AssignmentID)
 	return p.update(ctx, "settle", owner, func(t *wtx) error {
-		if cur, err := t.tx.Get(ok); err != nil {
-			return Abort(err)
-		} else if string(cur[0]) != owner {
-			return bridge.ErrAssignmentNotFound
+		if cur := string(t.pre[ok]); cur != owner {
+			return Abort(&otherOwner{owner: cur})
 		}
 		a, err := t.asg(sp.AssignmentID)
 		if err != nil {
@@ -55,7 +68,7 @@ func (p *Protocol) Settle(ctx context.Context, sp SettleParams) error {
 		t.releaseLock(a.A.ID)
 		t.tx.Notify(TopicAssignment(a.A.ID))
 		return nil
-	})
+	}, ok, asgKey(owner, sp.AssignmentID))
 }
 
 // errAlreadySettled is settleChecks' verdict for an identical resend.
@@ -98,7 +111,7 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 	var out *Settlement
 	var commitsSession bool
 	var inc string
-	err := p.update(ctx, "complete", workerID, func(t *wtx) error {
+	err := p.updateAsg(ctx, "complete", workerID, assignmentID, func(t *wtx) error {
 		out, commitsSession = nil, false
 		a, err := t.asg(assignmentID)
 		if err != nil {
@@ -115,7 +128,6 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 		inc = a.A.IncarnationID
 		a.Finished = true
 		t.putAsg(a)
-		t.undispatch(a)
 		t.unqueue(inc, assignmentID)
 		if a.Settlement != nil {
 			return t.completeSettled(a, &out, &commitsSession)
@@ -128,6 +140,7 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 		if a.Acked {
 			// Acked but never settled: the worker may still be running it,
 			// so the fence and the lock stay until they expire.
+			t.undispatch(a)
 			return bridge.ErrAssignmentExpired
 		}
 		t.clearFenceIfNamed(&a.A)

@@ -183,7 +183,7 @@ func (t *wtx) syncPools() {
 	}
 	if t.isReady() && !t.busy() {
 		t.tx.ZAdd(idleKey(pool), t.w, ms(t.now), true)
-	} else {
+	} else if !t.notIdle {
 		t.tx.ZRem(idleKey(pool), t.w)
 	}
 }

@@ -122,6 +122,11 @@ type EnqueueParams struct {
 	// Dispatcher is the hub replica waiting for the result. While it waits the assignment is listed
 	// under it, so that when it dies another replica can end what it left (Abandon).
 	Dispatcher string
+	// FromIdle: the dispatcher took the worker out of its idle set (TakeIdle).
+	FromIdle bool
+	// Session, when set, is recorded as run by this worker (its WorkerID, IncarnationID and LastUsed are
+	// filled in), in the same step: a new exec session, or one whose record is stale or names another.
+	Session *Session
 }
 
 // Assignment is a stored assignment as the lease returns it (the token itself
@@ -141,6 +146,16 @@ type Assignment struct {
 	Dispatcher       string
 	// Slot is the lease slot that leased it (-1: a lease without a slot); set by Lease, not stored.
 	Slot int `json:"-"`
+}
+
+// LeaseParams is one lease.
+type LeaseParams struct {
+	WorkerID, IncarnationID, IdentityID string
+	// Slot is the lease slot (-1: a lease that names none).
+	Slot int
+	// Woken: work was just queued for the worker (its topic was notified), so the one-read check for the
+	// common empty poll is skipped.
+	Woken bool
 }
 
 // AckParams is one acknowledgement.
@@ -200,9 +215,9 @@ type Store interface {
 	Enqueue(ctx context.Context, p EnqueueParams) (*Assignment, error)
 	// Lease returns the incarnation's claimed or next queued assignment, or
 	// nil when there is none. It never blocks. LeaseSlot does the same for
-	// one lease slot (slot ≥ 0) of a worker granted several.
+	// one lease slot of a worker granted several, as LeaseParams say.
 	Lease(ctx context.Context, workerID, incarnationID, identityID string) (*Assignment, error)
-	LeaseSlot(ctx context.Context, workerID, incarnationID, identityID string, slot int) (*Assignment, error)
+	LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, error)
 	// Pools lists the pools of workers (slots.go); TakeIdle takes a pool's
 	// longest-idle worker out of its idle set (the caller then enqueues on
 	// it); Online counts a pool's registered workers.

@@ -39,6 +39,13 @@ func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registrati
 		}
 		// 5. Store the registration. A worker that was not registered is dispatchable now (or once ready).
 		pool := poolID(rp.Auth.Binding, rp.CapabilitiesJSON)
+		if t.unchanged(rp, pool) {
+			// A heartbeat in the first half of the registration's life that changes nothing writes
+			// nothing: the store pays one read for it (the next one renews).
+			out = *t.reg
+			out.RegisteredAt = t.now
+			return nil
+		}
 		if t.reg == nil || t.reg.IncarnationID != inc || t.reg.Pool != pool {
 			t.joinPool(pool, rp)
 		}
@@ -58,6 +65,14 @@ func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registrati
 		return nil, err
 	}
 	return &out, nil
+}
+
+// unchanged reports a registration identical to the stored one, which has more than half its life left.
+func (t *wtx) unchanged(rp RegisterParams, pool string) bool {
+	r := t.reg
+	return r != nil && r.IncarnationID == rp.IncarnationID && t.rec.RegOwner == rp.IncarnationID && r.Pool == pool &&
+		r.Slots == min(max(rp.Slots, 1), MaxSlots) && r.IdentityID == rp.Auth.IdentityID &&
+		string(r.CapabilitiesJSON) == string(rp.CapabilitiesJSON) && r.ExpiresAt.Sub(t.now) > t.p.leaseTTL/2
 }
 
 // joinPool records the pool a (new or changed) registration belongs to, and tells the hubs (their pool

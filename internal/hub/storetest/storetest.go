@@ -657,9 +657,11 @@ func testSlotsAndPools(t *testing.T, f Factory) {
 	}
 	got := map[string]int{}
 	for slot := range 3 {
-		l, err := s.LeaseSlot(ctx, worker, incA, auth.IdentityID, slot)
+		lp := store.LeaseParams{WorkerID: worker, IncarnationID: incA, IdentityID: auth.IdentityID, Slot: slot}
+		l, err := s.LeaseSlot(ctx, lp)
 		want(t, err, nil)
-		again, err := s.LeaseSlot(ctx, worker, incA, auth.IdentityID, slot) // a lost reply: the same one
+		lp.Woken = true
+		again, err := s.LeaseSlot(ctx, lp) // a lost reply: the same one
 		want(t, err, nil)
 		if l == nil || again == nil || l.ID != again.ID || l.Slot != slot {
 			t.Fatalf("slot %d: %+v / %+v", slot, l, again)
@@ -670,7 +672,7 @@ func testSlotsAndPools(t *testing.T, f Factory) {
 	if len(got) != 3 {
 		t.Fatalf("slots leased %v", got)
 	}
-	if l, err := s.LeaseSlot(ctx, worker, incA, auth.IdentityID, 3); err == nil && l != nil {
+	if l, err := s.LeaseSlot(ctx, store.LeaseParams{WorkerID: worker, IncarnationID: incA, IdentityID: auth.IdentityID, Slot: 3, Woken: true}); err == nil && l != nil {
 		t.Fatalf("a slot beyond the grant leased %+v", l)
 	}
 	want(t, settle(s, as[1], auth, bridge.StatusRejected, `{"r":1}`), nil)
