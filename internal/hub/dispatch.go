@@ -38,7 +38,10 @@ type dispatchReq struct {
 	sessionID string // exec session: becomes runtimeSessionId on a stateful worker
 	// session is the exec session's record to write with the assignment: a new session, or one whose
 	// record is due for a refresh (store.SessionRefresh); nil: nothing to write.
-	session      *store.Session
+	session *store.Session
+	// enqueued is told when the request was handed to a worker (it leaves its queue then, not when its
+	// run ends, so that the next waiting request may take the next free worker).
+	enqueued     func()
 	affinity     string // worker that ran the session before
 	stateful     bool   // the session's state lives on affinity
 	pinned       string // X-Codellm-Worker-Id
@@ -184,6 +187,7 @@ func (h *Hub) dispatch(ctx context.Context, d *dispatchReq) (*outcome, error) {
 	}
 	tk := h.newTicket(d.caller.TenantID, p.sig(), queueUntil)
 	defer tk.leave(context.WithoutCancel(ctx))
+	d.enqueued = func() { tk.leave(context.WithoutCancel(ctx)) }
 	for {
 		out, err, again := h.dispatchOnce(ctx, d, p, tk)
 		if !again {
@@ -325,6 +329,9 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, w string, caps brid
 		return nil, err
 	}
 	h.metrics.Assignments.WithLabelValues("enqueued").Inc()
+	if d.enqueued != nil {
+		d.enqueued()
+	}
 	st, err := h.await(ctx, a)
 	h.metrics.Assignments.WithLabelValues(assignmentState(st, err)).Inc()
 	if err != nil {

@@ -116,6 +116,7 @@ func (t *ticket) leave(ctx context.Context) {
 	if !t.joined {
 		return
 	}
+	t.joined = false
 	b := t.backend()
 	head, _, _ := b.ZFirst(ctx, t.key)
 	_ = b.Update(ctx, func(tx store.Txn) error {
