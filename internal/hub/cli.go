@@ -125,7 +125,7 @@ func watchFeed(ctx context.Context, feed *redisstore.Store, h *Hub) (stop func()
 	}
 	feedCtx, stopFeed := context.WithCancel(ctx)
 	feedDone := make(chan struct{})
-	go func() { defer close(feedDone); _ = feed.WatchChanges(feedCtx, h.Notify) }()
+	go func() { defer close(feedDone); _ = feed.WatchChanges(feedCtx, h.ReplicaID(), h.Notify) }()
 	return func() { stopFeed(); <-feedDone }
 }
 
@@ -314,6 +314,9 @@ func checkRedis(ctx context.Context, rs *redisstore.Store, allowEviction bool, s
 func isRedisURL(s string) bool {
 	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://")
 }
+
+// ReplicaID names this hub replica (the change feed's own channel is named after it).
+func (h *Hub) ReplicaID() string { return h.replica.id }
 
 // Notify wakes the requests waiting on topic (store.TopicWorker, …; "" wakes all) to re-read the store.
 // A shared store's change feed calls it for the commits of other replicas; this replica's own are told

@@ -234,6 +234,8 @@ type txn struct {
 	order  []string
 	sets   []func(p redis.Pipeliner)
 	topics []string
+	// at maps a topic to the one replica it is for (NotifyAt).
+	at     map[string]string
 	failed error
 }
 
@@ -291,6 +293,17 @@ func (t *txn) SetRemove(set, member string) {
 	t.sets = append(t.sets, func(p redis.Pipeliner) { p.SRem(t.ctx, k, member) })
 }
 
+// NotifyAt implements store.Txn: published on that replica's own channel.
+func (t *txn) NotifyAt(replica, topic string) {
+	if replica != "" {
+		if t.at == nil {
+			t.at = map[string]string{}
+		}
+		t.at[topic] = replica
+	}
+	t.Notify(topic)
+}
+
 func (t *txn) Notify(topic string) {
 	if !slices.Contains(t.topics, topic) {
 		t.topics = append(t.topics, topic)
@@ -322,7 +335,11 @@ func (t *txn) commit() error {
 			f(p)
 		}
 		for _, topic := range t.topics {
-			p.Publish(t.ctx, t.b.changesChannel(), t.b.origin+"\n"+topic)
+			ch := t.b.changesChannel()
+			if r := t.at[topic]; r != "" {
+				ch += ":" + r
+			}
+			p.Publish(t.ctx, ch, t.b.origin+"\n"+topic)
 		}
 		return nil
 	})

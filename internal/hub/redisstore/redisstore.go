@@ -134,12 +134,14 @@ func New(ctx context.Context, rdb *redis.Client, opts ...Option) (*Store, error)
 // function, so that a long poll on this replica answers at once when another replica queues its work.
 // Its own commits are not repeated (its listener was told at once). After a reconnect fn is called with
 // "" (everything), since messages sent meanwhile were lost.
-func (s *Store) WatchChanges(ctx context.Context, fn func(topic string)) error {
+//
+// replica is the hub replica's ID: topics meant for it alone (store.Txn.NotifyAt) come on its own channel.
+func (s *Store) WatchChanges(ctx context.Context, replica string, fn func(topic string)) error {
 	b := s.b
 	if b.closed.Load() {
 		return ErrClosed
 	}
-	ps := b.rdb.Subscribe(ctx, b.changesChannel())
+	ps := b.rdb.Subscribe(ctx, b.changesChannel(), b.changesChannel()+":"+replica)
 	// A blocked receive does not observe ctx; closing the subscription
 	// unblocks it.
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })

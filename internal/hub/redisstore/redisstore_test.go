@@ -315,7 +315,7 @@ func TestWatchChanges(t *testing.T) {
 	woke := make(chan string, 64)
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- a.WatchChanges(wctx, func(topic string) { woke <- topic }) }()
+	go func() { done <- a.WatchChanges(wctx, "replica-a", func(topic string) { woke <- topic }) }()
 	var local []string
 	var mu sync.Mutex
 	a.Backend().OnNotify(func(topic string) { mu.Lock(); local = append(local, topic); mu.Unlock() })
@@ -387,4 +387,76 @@ func TestWatchChanges(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("WatchChanges did not stop with its context")
 	}
+}
+
+// A settlement is announced on its dispatcher's own channel: that replica's feed hears it, another
+// replica's does not (it has nobody waiting for it), while broadcast topics reach both.
+func TestSettlementGoesToItsDispatcher(t *testing.T) {
+	ctx := context.Background()
+	prefix := freshPrefix()
+	open := func() *redisstore.Store {
+		s, err := redisstore.Open(ctx, needRedis(t), redisstore.WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b, w := open(), open(), open()
+	heard := map[string]chan string{"replica-a": make(chan string, 64), "replica-b": make(chan string, 64)}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for name, s := range map[string]*redisstore.Store{"replica-a": a, "replica-b": b} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.WatchChanges(wctx, name, func(topic string) { heard[name] <- topic }) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	auth := pairAndRegister(t, w)
+	// Both feeds are subscribed once both hear a broadcast.
+	for name := range heard {
+		for ok := false; !ok; {
+			if err := w.Ready(ctx, wid, incA, 1); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-heard[name]:
+				ok = true
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	asg, err := w.Enqueue(ctx, store.EnqueueParams{WorkerID: wid, AssignmentID: bridge.NewID(), LeaseTokenHash: "h",
+		ExpiresAt: time.Now().Add(time.Minute), Request: []byte(`{}`), Dispatcher: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Lease(ctx, wid, incA, auth.IdentityID); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Settle(ctx, store.SettleParams{WorkerID: wid, AssignmentID: asg.ID, IncarnationID: incA, Generation: asg.Generation,
+		LeaseTokenHash: "h", IdentityID: auth.IdentityID, Status: bridge.StatusRejected, Canonical: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	topic := store.TopicAssignment(asg.ID)
+	waitFor := func(name string, want bool) {
+		t.Helper()
+		for end := time.After(2 * time.Second); ; {
+			select {
+			case got := <-heard[name]:
+				if got == topic {
+					if !want {
+						t.Fatalf("%s heard %s", name, topic)
+					}
+					return
+				}
+			case <-end:
+				if want {
+					t.Fatalf("%s never heard %s", name, topic)
+				}
+				return
+			}
+		}
+	}
+	waitFor("replica-a", true)
+	waitFor("replica-b", false)
 }

@@ -48,7 +48,7 @@ func serveReplica(t *testing.T, st *redisstore.Store, cfg hub.Config, feed bool)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	if feed {
-		go func() { defer close(done); _ = st.WatchChanges(ctx, h.Notify) }()
+		go func() { defer close(done); _ = st.WatchChanges(ctx, h.ReplicaID(), h.Notify) }()
 	} else {
 		close(done)
 	}

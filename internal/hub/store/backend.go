@@ -98,6 +98,10 @@ type Txn interface {
 	// listener, and in every other hub replica of a shared backend through
 	// its change feed. Nothing is woken when the transaction does not commit.
 	Notify(topic string)
+	// NotifyAt is Notify for a topic only hub replica replica waits on (a
+	// dispatcher's assignment): a shared backend sends it to that replica
+	// alone ("" : to every replica).
+	NotifyAt(replica, topic string)
 	// Now is the transaction's clock reading.
 	Now() time.Time
 }

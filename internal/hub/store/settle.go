@@ -66,7 +66,7 @@ func (p *Protocol) settleOn(ctx context.Context, owner string, sp SettleParams) 
 		// The run is over: the worker is free now, whether or not its dispatcher is still there to
 		// collect the result.
 		t.releaseLock(a.A.ID)
-		t.tx.Notify(TopicAssignment(a.A.ID))
+		t.tx.NotifyAt(a.A.Dispatcher, TopicAssignment(a.A.ID))
 		return nil
 	}, ok, asgKey(owner, sp.AssignmentID))
 }
