@@ -404,6 +404,7 @@ func (t *txn) Put(key string, value []byte, class store.Class, expiresAt time.Ti
 func (t *txn) Delete(key string)            { t.writes[key] = nil }
 func (t *txn) SetAdd(set, member string)    { t.setOps = append(t.setOps, setOp{set, member, true}) }
 func (t *txn) SetRemove(set, member string) { t.setOps = append(t.setOps, setOp{set, member, false}) }
+
 // NotifyAt implements store.Txn: one process, so Notify.
 func (t *txn) NotifyAt(_, topic string) { t.Notify(topic) }
 
