@@ -12,6 +12,7 @@
 //     go run ./bench/hubload                                   # 100,300,1000 workers × 1,2,3 replicas
 //     go run ./bench/hubload --workers 100 --replicas 1 --quick
 //     go run ./bench/hubload --codellm /path/to/old/codellm    # measure another build
+//     go run ./bench/hubload --rate http://127.0.0.1:8090 --rate-api exec --rate-key K -c 16   # real sandboxes
 //
 // Every client checks it got its own answer; a wrong or missing one is counted and fails the run.
 package main
@@ -67,7 +68,18 @@ func main() {
 	flag.DurationVar(&p.overload, "overload", 20*time.Second, "overload phase length (0: skip)")
 	quick := flag.Bool("quick", false, "short windows: 5 s idle, 60 assignments, 8 s overload")
 	jsonOut := flag.String("json", "", "write the results as JSON to `FILE`")
+	var rp rateParams
+	flag.StringVar(&rp.url, "rate", "", "instead of the fleet: send one program to `URL` (a hub or a codellm serve) and report requests/s")
+	flag.StringVar(&rp.api, "rate-api", "exec", "exec (the hub's /v1/exec) or piston (serve's /api/v2/execute)")
+	flag.StringVar(&rp.key, "rate-key", "", "API key (sent as Authorization: Bearer)")
+	flag.StringVar(&rp.program, "rate-program", "print(1)", "the python program")
+	flag.IntVar(&rp.c, "c", 16, "--rate: concurrent clients")
+	flag.DurationVar(&rp.d, "d", 30*time.Second, "--rate: duration")
 	flag.Parse()
+	if rp.url != "" {
+		runRate(rp, *jsonOut)
+		return
+	}
 	if *quick {
 		p.idle, p.assignments, p.overload = 5*time.Second, 60, 8*time.Second
 	}
@@ -86,6 +98,22 @@ func main() {
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")
 		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
+			fail(err)
+		}
+	}
+}
+
+// runRate is the --rate mode.
+func runRate(rp rateParams, jsonOut string) {
+	res, err := rate(rp)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("%s c=%d: %.1f requests/s (%d ok, %d failed), latency p50 %.3f s, p90 %.3f s\n",
+		res.API, res.Clients, res.PerSecond, res.OK, res.Failed, res.P50, res.P90)
+	if jsonOut != "" {
+		b, _ := json.Marshal(res)
+		if err := os.WriteFile(jsonOut, b, 0o644); err != nil {
 			fail(err)
 		}
 	}
