@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("SettleFreesWorker", func(t *testing.T) { testSettleFrees(t, newStore) })
 	t.Run("AbandonDeadDispatcher", func(t *testing.T) { testAbandon(t, newStore) })
 	t.Run("SlotsAndPools", func(t *testing.T) { testSlotsAndPools(t, newStore) })
+	t.Run("Sessions", func(t *testing.T) { testSessions(t, newStore) })
 }
 
 var ctx = context.Background()
@@ -679,5 +680,37 @@ func testSlotsAndPools(t *testing.T, f Factory) {
 	take(true) // a free slot again
 	if st, _ := s.Worker(ctx, worker); st.Busy || st.Active != 2 {
 		t.Fatalf("state after one settlement %+v", st)
+	}
+}
+
+// testSessions: an exec session's record — bound directly or with its assignment — names its tenant,
+// worker and incarnation; a workspace reset clears the incarnation (the next run rebinds it).
+func testSessions(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	if got, err := s.Session(ctx, "nobody"); err != nil || got != nil {
+		t.Fatalf("unknown session: %+v %v", got, err)
+	}
+	want(t, s.BindSession(ctx, store.Session{ID: "s-1", TenantID: "acme", WorkerID: "w-1", IncarnationID: incB}), nil)
+	got, err := s.Session(ctx, "s-1")
+	if err != nil || got == nil || got.ID != "s-1" || got.TenantID != "acme" || got.WorkerID != "w-1" || got.IncarnationID != incB || got.LastUsed.IsZero() {
+		t.Fatalf("bound session: %+v %v", got, err)
+	}
+	auth := pair(t, s, worker)
+	_, err = register(t, s, incA, auth, caps(true, false))
+	want(t, err, nil)
+	a, err := s.Enqueue(ctx, store.EnqueueParams{WorkerID: worker, AssignmentID: bridge.NewID(), LeaseTokenHash: bridge.HashSecret(token),
+		ExpiresAt: time.Now().Add(time.Minute), RuntimeSessionID: "s-2", ExecutionKind: bridge.KindSandbox, Request: []byte(`{}`),
+		Session: &store.Session{ID: "s-2", TenantID: "acme", Stateful: true}})
+	want(t, err, nil)
+	got, err = s.Session(ctx, "s-2")
+	if err != nil || got == nil || got.WorkerID != worker || got.IncarnationID != incA || !got.Stateful {
+		t.Fatalf("session recorded with its assignment: %+v %v", got, err)
+	}
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, a), nil)
+	want(t, settle(s, a, auth, bridge.StatusRejected, `{"r":1}`), nil)
+	want(t, s.ResetWorkspace(ctx, worker, incA, "s-2"), nil)
+	if got, _ := s.Session(ctx, "s-2"); got == nil || got.IncarnationID != "" || got.WorkerID != worker {
+		t.Fatalf("session after a reset: %+v", got)
 	}
 }
