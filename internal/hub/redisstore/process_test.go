@@ -289,21 +289,7 @@ func TestReplicaKilledMidRun(t *testing.T) {
 	if r := w.register(ctx); r.status != 200 {
 		t.Fatalf("register: %d %s", r.status, r.body)
 	}
-	next := func() *bridge.Assignment {
-		t.Helper()
-		for ctx.Err() == nil {
-			if r := w.register(ctx); r.status != 200 {
-				t.Fatalf("register: %d %s", r.status, r.body)
-			}
-			if r, as := w.lease(ctx, 2000); r.status != 200 {
-				t.Fatalf("lease: %d %s", r.status, r.body)
-			} else if as != nil {
-				return as
-			}
-		}
-		t.Fatal("no assignment")
-		return nil
-	}
+	next := func() *bridge.Assignment { t.Helper(); return w.next(ctx, true) }
 	// A session created through A.
 	type result struct {
 		sid string

@@ -213,18 +213,7 @@ func TestQueueOrderAcrossReplicas(t *testing.T) {
 	if r := w.register(ctx); r.status != 200 {
 		t.Fatalf("register: %d %s", r.status, r.body)
 	}
-	next := func() *bridge.Assignment {
-		t.Helper()
-		for ctx.Err() == nil {
-			if r, as := w.lease(ctx, 2000); r.status != 200 {
-				t.Fatalf("lease: %d %s", r.status, r.body)
-			} else if as != nil {
-				return as
-			}
-		}
-		t.Fatal("no assignment")
-		return nil
-	}
+	next := func() *bridge.Assignment { t.Helper(); return w.next(ctx, false) }
 	done := make(chan reply, 11)
 	go func() { _, r := execOn(ctx, a.root, "hold"); done <- r }()
 	held := next()
