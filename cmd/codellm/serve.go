@@ -16,6 +16,7 @@ import (
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/httpserve"
 	"github.com/codellm/codellm/internal/listen"
+	"github.com/codellm/codellm/internal/responses"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/server"
@@ -49,6 +50,7 @@ func (s *serveFlags) bind(v *config.Values) {
 	c.Limits.MaxConns, c.Limits.Body, c.Limits.Idle = v.Int("max-connections"), v.Duration("body-timeout"), v.Duration("idle-timeout")
 	s.maxBody = v.Size("max-body-bytes")
 	s.idem = idempotencyFlags{ttl: v.Duration("idempotency-ttl"), maxEntries: v.Int("idempotency-max-entries"), maxBytes: v.Size("idempotency-max-bytes")}
+	c.Responses = responses.StoreConfig{TTL: v.Duration("responses-ttl"), MaxEntries: v.Int("responses-max-entries"), MaxBytes: v.Size("responses-max-bytes")}
 	s.rcfg = runner.Config{SessionTTL: v.Duration("runner-session-ttl"), MaxSessions: v.Int("runner-max-sessions"),
 		MaxSessionsPerOwner: v.Int("runner-max-sessions-per-credential"), EvictIdle: v.Duration("runner-session-evict-idle"),
 		WorkspaceSize: v.Size("runner-workspace-size")}

@@ -1,7 +1,8 @@
 // Package chat is codellm's chat processing core: it turns a chat completion (or a Responses request mapped
-// onto one) into its answer — read and decode the body, the re-execution guard, the finish tool, the bag and
-// its sealed secrets, plan, run through internal/engine, redact, parse the tool calls and encode the
-// completion, its stream or the OpenAI error envelope. The HTTP server and the worker's in-process chat
+// onto one, for internal/responses) into its answer — read and decode the body, the tool-choice rule, the
+// re-execution guard, the finish tool, the bag and its sealed secrets, plan, run through internal/engine,
+// redact, parse the tool calls (Answer) — and encodes a chat completion, its stream or the OpenAI error
+// envelope (Converse). The HTTP server and the worker's in-process chat
 // operation both call it, so the two can never disagree about a request. Listener concerns (the Host and
 // Origin rules, authentication, idempotency, request logging, draining) stay in internal/server.
 package chat
@@ -71,7 +72,8 @@ type Facts struct {
 	Run      time.Duration
 }
 
-// Decoder maps a request body onto a ChatRequest (openai.DecodeChatRequest, openai.DecodeResponsesRequest).
+// Decoder maps a chat-completions request body onto a ChatRequest (openai.DecodeChatRequest, or the tree
+// decoder of Handler).
 type Decoder func([]byte) (*openai.ChatRequest, *openai.Error)
 
 // Handler serves chat completions with nothing around them: the worker's in-process chat operation, whose
@@ -92,15 +94,9 @@ func (s *Service) Converse(w http.ResponseWriter, r *http.Request, f *Facts, dec
 	if f.ID == "" {
 		f.ID = openai.NewID()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.Fail(w, f, openai.NewError(http.StatusRequestEntityTooLarge, "request_too_large",
-				"request body exceeds %d bytes", s.cfg.MaxBodyBytes))
-			return
-		}
-		s.Fail(w, f, openai.NewError(http.StatusBadRequest, "invalid_json", "cannot read request body: %v", err))
+	body, oe := s.ReadBody(w, r)
+	if oe != nil {
+		s.Fail(w, f, oe)
 		return
 	}
 	req, oe := decode(body)
@@ -108,44 +104,100 @@ func (s *Service) Converse(w http.ResponseWriter, r *http.Request, f *Facts, dec
 		s.Fail(w, f, oe)
 		return
 	}
+	out := s.Answer(r.Context(), f, req)
+	for k, vs := range out.Header {
+		w.Header()[k] = vs
+	}
+	if out.Err != nil {
+		s.failExtra(w, f, out.Err, out.Reply.Extra)
+		return
+	}
+	s.reply(w, f, req, out.Reply)
+}
+
+// ReadBody reads a request body within the body limit: 413 request_too_large beyond it.
+func (s *Service) ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, *openai.Error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, openai.NewError(http.StatusRequestEntityTooLarge, "request_too_large",
+				"request body exceeds %d bytes", s.cfg.MaxBodyBytes)
+		}
+		return nil, openai.NewError(http.StatusBadRequest, "invalid_json", "cannot read request body: %v", err)
+	}
+	return body, nil
+}
+
+// Outcome is the answer to one request before it is encoded: Reply (its calls or the guard's text, and
+// the x_codellm_debug object in Reply.Extra), or Err with Reply.Extra still carrying the debug object.
+// Header holds the headers the answer adds (the determinism header). Err.Status 499 means the run was
+// cancelled and nobody is there to answer.
+type Outcome struct {
+	Reply  *openai.Reply
+	Err    *openai.Error
+	Header http.Header
+}
+
+// Answer is the core of §2.1 on a decoded request: the tool-choice rule, the re-execution guard, the
+// finish tool, then the run. It writes nothing; Facts are filled in as the request log wants them.
+func (s *Service) Answer(ctx context.Context, f *Facts, req *openai.ChatRequest) *Outcome {
+	if f.ID == "" {
+		f.ID = openai.NewID()
+	}
 	f.Model = req.Model
 	if f.Model == "" {
 		f.Model = "codellm"
 	}
-	created := time.Now().Unix()
-	if req.Guarded() {
+	out := &Outcome{Reply: &openai.Reply{ID: f.ID, Created: time.Now().Unix(), Model: f.Model}, Header: http.Header{}}
+	fail := func(e *openai.Error) *Outcome {
+		f.Code, out.Err = e.Code, e
+		s.countExecError(e.Status, e.Code) // once per answer, however it is written (envelope or response.failed)
+		return out
+	}
+	guarded := req.Guarded()
+	if e := req.ToolChoice.Check(guarded); e != nil {
+		return fail(e)
+	}
+	if guarded {
 		s.cfg.Metrics.ReexecutionGuard.Inc()
 		s.cfg.Logger.Warn("re-execution guard: the conversation was already answered; nothing runs", "id", f.ID)
-		calls := (&contract.Output{Answer: contract.GuardAnswer}).ToolCalls()
-		s.reply(w, f, req, created, calls, nil)
-		return
+		if req.ToolChoice.Requires() {
+			// The request insists on a tool call: the guard's finish, as a model bound to call a tool sends.
+			out.Reply.Calls = []openai.ToolCall{contract.FinishCall(req.GuardAnswer())}
+			return out
+		}
+		// A final assistant message, as a real model answers once its tools ran: every agent loop stops at
+		// it (a finish call again would keep them calling until their step cap, or without bound).
+		text := req.GuardAnswer()
+		out.Reply.Text = &text
+		return out
 	}
 	if err := contract.RequireFinish(req.Tools); err != nil {
-		s.Fail(w, f, apierror.Map(err, 0))
-		return
+		return fail(apierror.Map(err, 0))
 	}
-	s.run(w, r.Context(), f, req, created)
+	if e := s.run(ctx, f, req, out); e != nil {
+		return fail(e)
+	}
+	return out
 }
 
-// run opens the bag, plans and runs the blocks and answers with their tool calls.
-func (s *Service) run(w http.ResponseWriter, ctx context.Context, f *Facts, req *openai.ChatRequest, created int64) {
+// run opens the bag, plans and runs the blocks and puts their tool calls into out.
+func (s *Service) run(ctx context.Context, f *Facts, req *openai.ChatRequest, out *Outcome) *openai.Error {
 	eng := s.cfg.Engine
 	bag, oe := req.Bag()
 	if oe != nil {
-		s.Fail(w, f, oe)
-		return
+		return oe
 	}
 	// trip2g's sealed secrets: the bag's declared frontmatter fields open with codellm's own SEAL_KEY
 	// into bag.secrets before anything runs; from here on every error and debug byte is redacted.
 	bag, secrets, err := seal.Unseal(bag, os.Getenv, seal.ExposedIn(eng.Config().Exposed))
 	if err != nil {
-		s.Fail(w, f, apierror.Map(err, 0))
-		return
+		return apierror.Map(err, 0)
 	}
 	resolved, err := eng.Plan(req.Sources())
 	if err != nil {
-		s.Fail(w, f, apierror.Map(err, 0))
-		return
+		return apierror.Map(err, 0)
 	}
 	f.Blocks = len(resolved)
 	for _, rb := range resolved {
@@ -154,14 +206,12 @@ func (s *Service) run(w http.ResponseWriter, ctx context.Context, f *Facts, req 
 	s.cfg.Metrics.RunBlocks.Observe(float64(len(resolved)))
 	if req.NetworkAllow != nil {
 		if err := eng.CheckNetworkAllow(*req.NetworkAllow); err != nil {
-			s.Fail(w, f, openai.NewError(http.StatusBadRequest, "invalid_metadata", `field "metadata.network_allow": %v`, err))
-			return
+			return openai.NewError(http.StatusBadRequest, "invalid_metadata", `field "metadata.network_allow": %v`, err)
 		}
 	}
 	det, err := eng.Determinism(engine.DeterminismChoice(req.Determinism), bag)
 	if err != nil {
-		s.Fail(w, f, determinismError(err))
-		return
+		return determinismError(err)
 	}
 	tap := s.cfg.DebugExtension && req.Debug
 	res, info, err := eng.Run(ctx, engine.RunRequest{
@@ -176,49 +226,43 @@ func (s *Service) run(w http.ResponseWriter, ctx context.Context, f *Facts, req 
 	f.Queue = info.QueueWait
 	s.cfg.Metrics.QueueWait.Observe(info.QueueWait.Seconds())
 	if err != nil {
-		s.Fail(w, f, apierror.Map(err, s.cfg.RetryAfter))
-		return
+		return apierror.Map(err, s.cfg.RetryAfter)
 	}
 	f.Run = info.Duration
 	if det != nil {
-		w.Header().Set(engine.DeterminismHeader, engine.DeterminismHeaderValue(det))
+		out.Header.Set(engine.DeterminismHeader, engine.DeterminismHeaderValue(det))
 	}
 	RedactResult(res, secrets)
 	s.observeRun(res, info, f)
 	s.observeTrip2g(res)
-	s.answer(w, ctx, f, req, created, res, secrets, tap)
+	if tap {
+		out.Reply.Extra = map[string]any{"x_codellm_debug": DebugObject(res)}
+	}
+	return s.answer(ctx, req, res, secrets, out)
 }
 
-// answer encodes a finished run: its error, or the tool calls parsed from the last block's stdout.
-func (s *Service) answer(w http.ResponseWriter, ctx context.Context, f *Facts, req *openai.ChatRequest, created int64,
-	res *pipeline.Result, secrets []string, tap bool) {
-	var extra map[string]any
-	if tap {
-		extra = map[string]any{"x_codellm_debug": DebugObject(res)}
-	}
+// answer reads a finished run: its error, or the tool calls parsed from the last block's stdout.
+func (s *Service) answer(ctx context.Context, req *openai.ChatRequest, res *pipeline.Result, secrets []string, out *Outcome) *openai.Error {
 	if res.Err != nil {
 		if res.Err.Code == "cancelled" || ctx.Err() != nil {
-			f.Code = "cancelled"
-			return
+			return &openai.Error{Status: 499, Code: "cancelled", Message: "the run was cancelled"}
 		}
-		s.failExtra(w, f, apierror.Map(res.Err, 0), extra)
-		return
+		return apierror.Map(res.Err, 0)
 	}
 	calls, err := engine.Answer(res.Stdout, req.Tools)
 	if err != nil {
 		e := apierror.Map(err, 0)
 		e.Message = seal.Redact(e.Message, secrets) // bad_output quotes the stdout, which may print the bag
-		s.failExtra(w, f, e, extra)
-		return
+		return e
 	}
 	s.countChanges(calls)
-	s.reply(w, f, req, created, calls, extra)
+	out.Reply.Calls = calls
+	return nil
 }
 
 // Fail records e's code and writes its envelope (nothing for 499: nobody is there to answer).
 func (s *Service) Fail(w http.ResponseWriter, f *Facts, e *openai.Error) {
 	f.Code = e.Code
-	s.countExecError(e.Status, e.Code)
 	if e.Status == 499 {
 		return
 	}
@@ -226,12 +270,11 @@ func (s *Service) Fail(w http.ResponseWriter, f *Facts, e *openai.Error) {
 }
 
 func (s *Service) failExtra(w http.ResponseWriter, f *Facts, e *openai.Error, extra map[string]any) {
-	if extra == nil {
+	if extra == nil || e.Status == 499 {
 		s.Fail(w, f, e)
 		return
 	}
 	f.Code = e.Code
-	s.countExecError(e.Status, e.Code)
 	// The debug object rides beside the envelope (§13): {"error":{…},"x_codellm_debug":{…}}.
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(e.Body(), &env); err != nil {
@@ -250,43 +293,17 @@ func (s *Service) failExtra(w http.ResponseWriter, f *Facts, e *openai.Error, ex
 	openai.WriteJSON(w, e.Status, body)
 }
 
-func (s *Service) reply(w http.ResponseWriter, f *Facts, req *openai.ChatRequest, created int64,
-	calls []contract.ToolCall, extra map[string]any) {
-	calls = openai.WithCallIDs(calls) // unique per response: @openai/agents refuses a reused call id
-	if req.API == openai.APIResponses {
-		s.replyResponses(w, f, req, created, calls)
-		return
-	}
+// reply writes a chat completion (or its stream); tool calls get fresh ids first.
+func (s *Service) reply(w http.ResponseWriter, f *Facts, req *openai.ChatRequest, out *openai.Reply) {
+	out.Calls = openai.WithCallIDs(out.Calls) // unique per response: @openai/agents refuses a reused call id
 	if req.Stream {
-		if err := openai.WriteStream(w, f.ID, created, f.Model, calls, req.IncludeUsage, extra); err != nil {
+		if err := out.WriteStream(w, req.IncludeUsage); err != nil {
 			s.cfg.Logger.Debug("stream write failed", "id", f.ID, "err", err)
 		}
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(openai.Completion(f.ID, created, f.Model, calls, extra))
-}
-
-// replyResponses writes the calls as function_call output items.
-func (s *Service) replyResponses(w http.ResponseWriter, f *Facts, req *openai.ChatRequest, created int64, calls []contract.ToolCall) {
-	id := openai.ResponseID(f.ID)
-	if !req.Stream {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(openai.Response(id, created, req, calls))
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(openai.ResponseStream(id, created, req, calls)); err != nil {
-		s.cfg.Logger.Debug("stream write failed", "id", f.ID, "err", err)
-		return
-	}
-	if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		s.cfg.Logger.Debug("stream flush failed", "id", f.ID, "err", err)
-	}
+	w.Write(out.Completion())
 }
 
 // observeRun records metrics and log facts of a finished run.

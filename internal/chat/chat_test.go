@@ -3,6 +3,7 @@ package chat
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -35,17 +36,23 @@ func TestGuardAnswersWithoutRunning(t *testing.T) {
 	user := `{"role":"user","content":"` + block + block + `"}`
 	answered := `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"finish","arguments":"{}"}}]}`
 
+	// The reply is a final assistant message (no tool calls, finish_reason stop); its text is the answer
+	// of the run's finish call, or contract.GuardAnswer when the conversation holds none.
 	rec := post(s, `{"model":"m",`+tools+`,"messages":[`+user+`,`+answered+`]}`)
-	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "run already completed") {
+	want := `"message":{"role":"assistant","content":` + strconv.Quote(contract.GuardAnswer) + `},"finish_reason":"stop"`
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
 		t.Fatalf("guarded: %d %s", rec.Code, rec.Body)
 	}
-	if !strings.Contains(contract.GuardAnswer, "run already completed") {
-		t.Fatal("guard answer changed; update the test")
+	withAnswer := strings.Replace(answered, `"arguments":"{}"`, `"arguments":"{\"answer\":\"wrote 2 notes\"}"`, 1)
+	rec = post(s, `{"model":"m",`+tools+`,"stream":true,"messages":[`+user+`,`+withAnswer+`]}`)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"delta":{"content":"wrote 2 notes"}`) ||
+		!strings.Contains(rec.Body.String(), `"finish_reason":"stop"`) || strings.Contains(rec.Body.String(), "tool_calls") {
+		t.Fatalf("guarded stream: %d %s", rec.Code, rec.Body)
 	}
 	scrape := httptest.NewRecorder()
 	m.Handler().ServeHTTP(scrape, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	if !strings.Contains(scrape.Body.String(), "codellm_reexecution_guard_total 1\n") {
-		t.Fatalf("reexecution guard counter not 1:\n%s", scrape.Body)
+	if !strings.Contains(scrape.Body.String(), "codellm_reexecution_guard_total 2\n") {
+		t.Fatalf("reexecution guard counter not 2:\n%s", scrape.Body)
 	}
 
 	rec = post(s, `{"model":"m",`+tools+`,"messages":[`+user+`]}`)

@@ -13,7 +13,8 @@ import (
 	"unicode/utf8"
 )
 
-// GuardAnswer is the re-execution guard's finish answer (§2.5).
+// GuardAnswer is the re-execution guard's reply text (§2.5) when the conversation holds no finish answer
+// to repeat.
 const GuardAnswer = "codellm: run already completed; nothing was executed again"
 
 // Tool names codellm emits. fleet maps exactly these names; anything else would be denied silently.

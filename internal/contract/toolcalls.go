@@ -51,8 +51,8 @@ func (o *Output) ToolCalls() []ToolCall {
 	return calls
 }
 
-// FinishCall is a lone finish call with id call_0, e.g. the re-execution guard's reply (§2.5) built
-// from GuardAnswer.
+// FinishCall is a lone finish call with id call_0, e.g. the re-execution guard's reply (§2.5) to a
+// request whose tool_choice requires a call.
 func FinishCall(answer string) ToolCall {
 	return ToolCall{ID: "call_0", Name: ToolFinish, Arguments: compact(finishArgs{Answer: answer})}
 }

@@ -99,4 +99,14 @@ func TestContentTypeRule(t *testing.T) {
 	if ref := CheckContentType(httptest.NewRequest("GET", "/", nil)); ref != nil {
 		t.Errorf("GET: %+v", ref)
 	}
+	// A POST without a body and without a content type (the SDKs' responses.cancel) carries nothing to
+	// check; a body-less form post still names its type and is refused.
+	if ref := CheckContentType(httptest.NewRequest("POST", "/", nil)); ref != nil {
+		t.Errorf("body-less POST: %+v", ref)
+	}
+	form := httptest.NewRequest("POST", "/", nil)
+	form.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if ref := CheckContentType(form); ref == nil {
+		t.Error("body-less form POST passed")
+	}
 }

@@ -478,9 +478,9 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request, key *ClientKey)
 	writeSSE(w, out.result, req.IncludeUsage)
 }
 
-// writeSSE streams a worker's settled chat.completion with the service's encoder (openai.Stream, §10.3):
-// the same role chunk, per-call deltas with argument fragments, finish chunk, usage chunk when the client
-// asked for it, and [DONE]. A result that is not a chat.completion is the worker's fault: 502.
+// writeSSE streams a worker's settled chat.completion with the service's encoder (openai.Reply.Stream,
+// §10.3): the same role chunk, per-call deltas with argument fragments (or the guard's text), finish
+// chunk, usage chunk when the client asked for it, and [DONE]. A result that is not a chat.completion is the worker's fault: 502.
 func writeSSE(w http.ResponseWriter, result *bridge.Object, includeUsage bool) {
 	b, _ := bridge.Canonical(result)
 	c, err := openai.ParseCompletion(b)
@@ -488,5 +488,5 @@ func writeSSE(w http.ResponseWriter, result *bridge.Object, includeUsage bool) {
 		writeChatError(w, &clientError{status: http.StatusBadGateway, code: "execution_failed", message: "The worker's reply is not a chat.completion"})
 		return
 	}
-	_ = openai.WriteStream(w, c.ID, c.Created, c.Model, c.Calls, includeUsage, c.Extra)
+	_ = c.WriteStream(w, includeUsage) // tool calls, or the re-execution guard's final text
 }

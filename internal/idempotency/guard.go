@@ -88,7 +88,8 @@ func (g *Guard) Wrap(h http.Handler, fail ErrorWriter) http.Handler {
 }
 
 // serve claims skey, or replays / waits for its entry. follow says a held key means "this is a repeat"
-// (explicit keys and retries); a first attempt without a key that finds the key taken just runs.
+// (explicit keys and retries); a first attempt without a key that finds the key taken attaches to the
+// identical request still running, replays an answer whose client went away, and otherwise just runs.
 func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h http.Handler, fail ErrorWriter, skey, fp string, follow bool) {
 	ctx := r.Context()
 	for attempt := 0; ; attempt++ {
@@ -101,8 +102,8 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h http.Handler, fa
 			g.run(w, r, h, skey)
 			return
 		}
-		if !follow {
-			h.ServeHTTP(w, r) // a deliberate repeat of an identical body, not a retry: run it, unrecorded
+		if !follow && existing.Done && (existing.Response == nil || !existing.Response.Abandoned) {
+			h.ServeHTTP(w, r) // a deliberate repeat of an answered identical body, not a retry: run it, unrecorded
 			return
 		}
 		if existing.Fingerprint != fp {
@@ -157,7 +158,7 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, h http.Handler, skey
 		defer cancel()
 		rr = r.WithContext(ctx)
 	}
-	rec := &recorder{ResponseWriter: w}
+	rec := &recorder{ResponseWriter: w, client: r.Context()}
 	h.ServeHTTP(rec, rr)
 	// A store call must not be lost to the client going away.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
@@ -167,7 +168,7 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, h http.Handler, skey
 		_ = g.Store.Release(sctx, skey)
 		return
 	}
-	resp := &Response{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}
+	resp := &Response{Status: rec.status, Header: rec.header, Body: rec.body.Bytes(), Abandoned: rec.abandoned}
 	if err := g.Store.Finish(sctx, skey, resp, g.ttl()); err != nil {
 		_ = g.Store.Release(sctx, skey)
 		return
@@ -195,17 +196,21 @@ func replay(w http.ResponseWriter, resp *Response, fail ErrorWriter) {
 	_, _ = w.Write(resp.Body)
 }
 
-// recorder passes everything through and keeps a copy of the status, headers and body.
+// recorder passes everything through and keeps a copy of the status, headers and body. abandoned: the
+// client (whose request context is client) was gone when the answer began, or a write to it failed.
 type recorder struct {
 	http.ResponseWriter
-	status int
-	header http.Header
-	body   bytes.Buffer
+	client    context.Context
+	status    int
+	header    http.Header
+	body      bytes.Buffer
+	abandoned bool
 }
 
 func (rc *recorder) WriteHeader(code int) {
 	if rc.status == 0 {
 		rc.status = code
+		rc.abandoned = rc.client != nil && rc.client.Err() != nil
 		rc.header = rc.ResponseWriter.Header().Clone()
 		rc.header.Del("X-Request-Id") // each response has its own
 		rc.header.Del("Date")
@@ -220,6 +225,7 @@ func (rc *recorder) Write(b []byte) (int, error) {
 	rc.body.Write(b)
 	n, err := rc.ResponseWriter.Write(b)
 	if err != nil {
+		rc.abandoned = true
 		return len(b), nil // the client went away; the run's answer is still recorded for its retry
 	}
 	return n, nil

@@ -307,24 +307,7 @@ func TestStainlessRetry(t *testing.T) {
 func TestClientTimeoutRetryRunsOnce(t *testing.T) {
 	h := newHarness(t, MemoryConfig{}, nil)
 	h.app.release = make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+"/v1/x", strings.NewReader(`{}`))
-	req.Header.Set(HeaderRetryCount, "0")
-	errc := make(chan error, 1)
-	go func() {
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		errc <- err
-	}()
-	for h.app.runs.Load() != 1 {
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel() // the client's timeout
-	if err := <-errc; err == nil {
-		t.Fatal("the first attempt was not cancelled")
-	}
+	h.giveUp(t, `{}`, func() bool { return h.app.runs.Load() == 1 })
 	done := make(chan reply, 1)
 	go func() { done <- h.post(t, `{}`, HeaderRetryCount, "1") }()
 	for h.n(EventAttached) != 1 {
@@ -334,5 +317,64 @@ func TestClientTimeoutRetryRunsOnce(t *testing.T) {
 	r := <-done
 	if r.status != 200 || !r.replayed || !strings.Contains(r.body, `"run":1`) || h.app.runs.Load() != 1 {
 		t.Fatalf("retry %+v runs %d", r, h.app.runs.Load())
+	}
+}
+
+// LangChain retries around the SDK on its own timeout: every attempt says X-Stainless-Retry-Count: 0. An
+// attempt that finds the identical request still running attaches to it; one that comes after the run
+// finished for clients that had all gone away gets that answer. The code ran once.
+func TestFirstAttemptRetriesAttach(t *testing.T) {
+	h := newHarness(t, MemoryConfig{}, nil)
+	h.app.release = make(chan struct{})
+	released := false
+	t.Cleanup(func() { // before the server closes: a failed check must not leave a run waiting
+		if !released {
+			close(h.app.release)
+		}
+	})
+	h.giveUp(t, `{"q":1}`, func() bool { return h.app.runs.Load() == 1 })
+	h.giveUp(t, `{"q":1}`, func() bool { return h.n(EventAttached) == 1 }) // attached, not run
+	close(h.app.release)
+	released = true
+	poll(t, func() bool { return h.n(EventRecorded) == 1 })
+	third := h.post(t, `{"q":1}`, HeaderRetryCount, "0")
+	if third.status != 200 || !third.replayed || !strings.Contains(third.body, `"run":1`) || h.app.runs.Load() != 1 {
+		t.Fatalf("third attempt %+v, runs %d", third, h.app.runs.Load())
+	}
+	// Another credential's identical first attempt runs: the rule never crosses credentials.
+	if other := h.post(t, `{"q":1}`, HeaderRetryCount, "0", "Authorization", "Bearer b"); other.replayed || h.app.runs.Load() != 2 {
+		t.Fatalf("other credential %+v", other)
+	}
+}
+
+// giveUp sends body as a Stainless first attempt and cancels it (the client's own timeout) once ready
+// holds.
+func (h *harness) giveUp(t *testing.T, body string, ready func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+"/v1/x", strings.NewReader(body))
+	req.Header.Set(HeaderRetryCount, "0")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	poll(t, ready)
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the attempt was not cancelled")
+	}
+}
+
+// poll waits for cond; it detects hangs, it does not measure speed.
+func poll(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10 s")
+		}
 	}
 }

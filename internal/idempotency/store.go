@@ -4,8 +4,12 @@
 // waits for it and gets the same response; the same key with another body is refused with 400
 // idempotency_key_reused and runs nothing. Without a key, a request that says it is a client retry
 // (X-Stainless-Retry-Count ≥ 1, sent by the Stainless-generated SDKs) of an identical body from the same
-// credential attaches to or replays the earlier attempt. A response that says nothing ran (429, 503, or
-// no response because the run was cancelled) is never recorded, so the retry runs.
+// credential attaches to or replays the earlier attempt. A request that carries the header with a count of
+// 0 — a first attempt as far as the SDK knows, but also every attempt of a caller that retries around the
+// SDK, as LangChain does on its own timeout — attaches to an identical request of the same credential
+// that is still running, and replays one that finished within the TTL whose client went away before its
+// answer was written; any other identical request runs again. A response that says nothing ran (429, 503,
+// or no response because the run was cancelled) is never recorded, so the retry runs.
 //
 // The package holds the HTTP rule (Guard) and a bounded in-memory Store; the hub keeps its records in
 // its shared store behind the same Store interface so that replicas on one Redis agree.
@@ -19,14 +23,17 @@ import (
 )
 
 // Response is a recorded reply. TooLarge marks a reply that ran but was too large to keep: its repeats
-// are refused (409) rather than run again. Lost marks a claim whose holder died (a hub replica killed
-// mid-run) after the run may have started: its repeats get 502 outcome_unknown, never a second run.
+// are refused (409) rather than run again. Abandoned marks a reply whose client had gone away before it
+// was written: an identical first attempt of a Stainless client (LangChain's own retries) replays it
+// instead of running again. Lost marks a claim whose holder died (a hub replica killed mid-run) after the
+// run may have started: its repeats get 502 outcome_unknown, never a second run.
 type Response struct {
-	Status   int         `json:"status"`
-	Header   http.Header `json:"header,omitempty"`
-	Body     []byte      `json:"body,omitempty"`
-	TooLarge bool        `json:"too_large,omitempty"`
-	Lost     bool        `json:"lost,omitempty"`
+	Status    int         `json:"status"`
+	Header    http.Header `json:"header,omitempty"`
+	Body      []byte      `json:"body,omitempty"`
+	TooLarge  bool        `json:"too_large,omitempty"`
+	Abandoned bool        `json:"abandoned,omitempty"`
+	Lost      bool        `json:"lost,omitempty"`
 }
 
 // Entry is the state of a key: pending (a run holds the claim) or done with its Response.

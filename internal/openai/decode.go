@@ -16,6 +16,9 @@ type Reply struct {
 	Created int64
 	Model   string
 	Calls   []ToolCall
+	// Text, when set, makes the reply a final assistant message with this content and no tool calls
+	// (finish_reason "stop"): the re-execution guard's reply (§2.5).
+	Text *string
 	// Extra holds the top-level fields beyond the standard ones (x_codellm_debug, §13), each as its
 	// encoded JSON so member order survives the round trip.
 	Extra map[string]any
@@ -32,6 +35,7 @@ type wireCompletion struct {
 	Model   string `json:"model"`
 	Choices []struct {
 		Message struct {
+			Content   *string    `json:"content"`
 			ToolCalls []toolCall `json:"tool_calls"`
 		} `json:"message"`
 	} `json:"choices"`
@@ -52,6 +56,9 @@ func ParseCompletion(body []byte) (*Reply, error) {
 		return nil, fmt.Errorf("%w: object %q with %d choices", ErrNotCompletion, c.Object, len(c.Choices))
 	}
 	r := &Reply{ID: c.ID, Created: c.Created, Model: c.Model}
+	if msg := c.Choices[0].Message; msg.Content != nil && len(msg.ToolCalls) == 0 {
+		r.Text = msg.Content
+	}
 	for _, tc := range c.Choices[0].Message.ToolCalls {
 		r.Calls = append(r.Calls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 	}

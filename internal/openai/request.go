@@ -30,13 +30,16 @@ type ChatRequest struct {
 	IncludeUsage   bool // stream_options.include_usage
 	Messages       []Message
 	Tools          []string // offered function names; nil when tools is absent, null or empty
-	TimeoutSeconds int      // metadata.timeout_seconds; 0 when absent; at most MaxTimeoutSeconds
-	Debug          bool     // x_codellm_debug == true
+	ToolChoice     ToolChoice
+	TimeoutSeconds int  // metadata.timeout_seconds; 0 when absent; at most MaxTimeoutSeconds
+	Debug          bool // x_codellm_debug == true
 	// NetworkAllow is metadata.network_allow split at commas: a per-request egress list that may only narrow
 	// the operator's --network-allow; nil when absent.
 	NetworkAllow *[]string
 	API          string // "" for chat completions, APIResponses for POST /v1/responses
 	Instructions string // the Responses API's instructions (also the first, system, message)
+	// Response holds a Responses request's settings and input items (nil for chat completions).
+	Response *ResponseFields
 
 	// Determinism is metadata.deterministic, metadata.seed and metadata.now (issue 21).
 	Determinism Determinism
@@ -47,6 +50,9 @@ type Message struct {
 	Role, Name, Text string
 	HasToolCalls     bool // a non-empty tool_calls array
 	ToolResult       bool // a Responses function_call_output item
+	// FinishAnswer is the answer argument of a finish call among the message's tool calls (a Responses
+	// function_call item named finish); nil when there is none. The re-execution guard replies with it.
+	FinishAnswer *string
 }
 
 // DecodeChatRequest decodes and shape-checks a chat-completions body (§2.2, §2.6). Errors are 400:
@@ -83,6 +89,10 @@ func DecodeChatRequest(body []byte) (*ChatRequest, *Error) {
 	if r.Tools, e = decodeTools(top["tools"]); e != nil {
 		return nil, e
 	}
+	if r.ToolChoice, e = decodeToolChoice(top["tool_choice"], false); e != nil {
+		return nil, e
+	}
+	r.Tools = r.ToolChoice.restrict(r.Tools)
 	if r.Debug, e = optBool(top, "x_codellm_debug", "x_codellm_debug"); e != nil {
 		return nil, e
 	}
@@ -183,10 +193,40 @@ func decodeMessages(raw json.RawMessage) ([]Message, *Error) {
 				return nil, badMessages(`field "%s.tool_calls" must be an array or null, got %s`, field, kind(v))
 			}
 			m.HasToolCalls = len(calls) > 0
+			m.FinishAnswer = chatFinishAnswer(calls)
 		}
 		msgs[i] = m
 	}
 	return msgs, nil
+}
+
+// chatFinishAnswer returns the answer of the last finish call among chat tool_calls entries
+// ({function:{name:"finish", arguments:"{\"answer\":…}"}}); entries of another shape are skipped, not
+// refused: the calls are the client's record of an earlier reply, read only for the guard's answer.
+func chatFinishAnswer(calls []json.RawMessage) *string {
+	var answer *string
+	for _, c := range calls {
+		obj, _ := object(c)
+		fn, _ := object(obj["function"])
+		var name, args string
+		if str(fn["name"], &name) && name == contract.ToolFinish && str(fn["arguments"], &args) {
+			if a := finishArgument(args); a != nil {
+				answer = a
+			}
+		}
+	}
+	return answer
+}
+
+// finishArgument reads the answer out of a finish call's arguments; nil when they hold none.
+func finishArgument(args string) *string {
+	var v struct {
+		Answer *string `json:"answer"`
+	}
+	if json.Unmarshal([]byte(args), &v) != nil {
+		return nil
+	}
+	return v.Answer
 }
 
 // decodeContent concatenates the text parts of a content value: a string, null, or an array of parts
@@ -321,18 +361,39 @@ func decodeTimeout(raw json.RawMessage) (int, *Error) {
 // function_call_output (a client that keeps the calls server-side with previous_response_id sends only
 // the outputs).
 func (r *ChatRequest) Guarded() bool {
+	for _, m := range r.Messages[r.lastUser()+1:] {
+		if (m.Role == "assistant" && m.HasToolCalls) || m.ToolResult {
+			return true
+		}
+	}
+	return false
+}
+
+// GuardAnswer is the text of the re-execution guard's reply (§2.5): the answer of the last finish call
+// after the last user message — what the run being repeated answered — or, when the conversation holds
+// none (or an empty one), contract.GuardAnswer.
+func (r *ChatRequest) GuardAnswer() string {
+	answer := ""
+	for _, m := range r.Messages[r.lastUser()+1:] {
+		if m.FinishAnswer != nil {
+			answer = *m.FinishAnswer
+		}
+	}
+	if answer == "" {
+		return contract.GuardAnswer
+	}
+	return answer
+}
+
+// lastUser is the index of the last user message, -1 when there is none.
+func (r *ChatRequest) lastUser() int {
 	u := -1
 	for i, m := range r.Messages {
 		if m.Role == "user" {
 			u = i
 		}
 	}
-	for _, m := range r.Messages[u+1:] {
-		if (m.Role == "assistant" && m.HasToolCalls) || m.ToolResult {
-			return true
-		}
-	}
-	return false
+	return u
 }
 
 // Bag returns the delivery bag's bytes exactly as received — the text of the one message named

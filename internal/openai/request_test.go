@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codellm/codellm/internal/contract"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
@@ -42,11 +46,12 @@ type goldenRequest struct {
 }
 
 type goldenMessage struct {
-	Role         string `json:"role"`
-	Name         string `json:"name"`
-	Text         string `json:"text"`
-	HasToolCalls bool   `json:"has_tool_calls"`
-	ToolResult   bool   `json:"tool_result,omitempty"`
+	Role         string  `json:"role"`
+	Name         string  `json:"name"`
+	Text         string  `json:"text"`
+	HasToolCalls bool    `json:"has_tool_calls"`
+	ToolResult   bool    `json:"tool_result,omitempty"`
+	FinishAnswer *string `json:"finish_answer,omitempty"`
 }
 
 type goldenSource struct {
@@ -227,5 +232,78 @@ func TestTimeoutClamp(t *testing.T) {
 		if got := r.Timeout(limit); got != tc.want {
 			t.Errorf("Timeout(%d s) = %v, want %v", tc.seconds, got, tc.want)
 		}
+	}
+}
+
+// The guard's text is the answer of the last finish call after the last user message, in both APIs; a
+// conversation without one (or with an empty one) gets contract.GuardAnswer.
+func TestGuardAnswer(t *testing.T) {
+	finish := func(answer string) string {
+		return `{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"write_note","arguments":"{}"}},` +
+			`{"id":"d","type":"function","function":{"name":"finish","arguments":` + strconv.Quote(`{"answer":"`+answer+`"}`) + `}}]}`
+	}
+	for body, want := range map[string]string{
+		`{"messages":[{"role":"user","content":"x"},` + finish("done") + `,{"role":"tool","content":"ok"}]}`:                                   "done",
+		`{"messages":[` + finish("old") + `,{"role":"user","content":"x"},` + finish("new") + `]}`:                                             "new",
+		`{"messages":[{"role":"user","content":"x"},` + finish("") + `]}`:                                                                      contract.GuardAnswer,
+		`{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"function":{"name":"finish","arguments":"{"}}]}]}`:      contract.GuardAnswer,
+		`{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"function":{"name":"write_note","arguments":"{}"}}]}]}`: contract.GuardAnswer,
+	} {
+		r, e := DecodeChatRequest([]byte(body))
+		if e != nil || !r.Guarded() || r.GuardAnswer() != want {
+			t.Errorf("%s: %v guarded %v answer %q, want %q", body, e, r != nil && r.Guarded(), r.GuardAnswer(), want)
+		}
+	}
+	r, e := DecodeResponsesRequest([]byte(`{"input":[{"role":"user","content":"x"},` +
+		`{"type":"function_call","call_id":"c","name":"finish","arguments":"{\"answer\":\"wrote\"}"},{"type":"function_call_output","call_id":"c","output":"wrote"}]}`))
+	if e != nil || !r.Guarded() || r.GuardAnswer() != "wrote" {
+		t.Fatalf("responses: %v %+v", e, r)
+	}
+}
+
+// tool_choice: "auto" and "required" are honoured as they are; a forced finish is honoured, another
+// function refused; "none" only where the guard answers; allowed_tools narrows the offered tools; hosted
+// tool types are refused — in both APIs' shapes.
+func TestToolChoice(t *testing.T) {
+	chat := func(tc string) string {
+		return `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"write_note"}},` +
+			`{"type":"function","function":{"name":"finish"}}],"tool_choice":` + tc + `}`
+	}
+	for tc, want := range map[string]string{
+		`"auto"`: "auto ok", `"required"`: "required ok", `null`: "auto ok",
+		`{"type":"function","function":{"name":"finish"}}`:     "auto finish ok",
+		`{"type":"function","function":{"name":"write_note"}}`: "invalid_tool_choice",
+		`"none"`:                 "invalid_tool_choice",
+		`"sometimes"`:            "invalid_tool_choice",
+		`{"type":"file_search"}`: "invalid_tool_choice",
+		`{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"finish"}}]}}`: "required ok [finish]",
+	} {
+		r, e := DecodeChatRequest([]byte(chat(tc)))
+		got := ""
+		switch {
+		case e != nil:
+			got = e.Code
+		case r.ToolChoice.Check(false) != nil:
+			got = r.ToolChoice.Check(false).Code
+		default:
+			got = strings.Join(strings.Fields(r.ToolChoice.Mode+" "+r.ToolChoice.Function+" ok"), " ")
+			if r.ToolChoice.Allowed != nil {
+				got += " " + fmt.Sprint(r.Tools)
+			}
+		}
+		if got != want {
+			t.Errorf("tool_choice %s: %s, want %s", tc, got, want)
+		}
+	}
+	r, _ := DecodeChatRequest([]byte(chat(`"none"`)))
+	if r.ToolChoice.Check(true) != nil || r.ToolChoice.Requires() {
+		t.Error(`"none" must be honoured by the guard's text`)
+	}
+	r, e := DecodeResponsesRequest([]byte(`{"input":"x","tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"write_note"}]}}`))
+	if e != nil || fmt.Sprint(r.Tools) != "[write_note]" || r.ToolChoice.Requires() || string(r.ToolChoice.Raw) == "" {
+		t.Fatalf("%v %+v", e, r)
+	}
+	if _, e := DecodeResponsesRequest([]byte(`{"input":"x","tool_choice":{"type":"function","function":{"name":"finish"}}}`)); e == nil || e.Code != "invalid_tool_choice" {
+		t.Fatalf("a chat-shaped forced function on the Responses API: %+v", e)
 	}
 }

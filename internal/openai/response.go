@@ -56,9 +56,6 @@ func WithCallIDs(calls []ToolCall) []ToolCall {
 	return out
 }
 
-// GuardCalls is the re-execution guard's reply (§2.5): one finish with contract.GuardAnswer.
-func GuardCalls() []ToolCall { return []ToolCall{contract.FinishCall(contract.GuardAnswer)} }
-
 type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
@@ -76,12 +73,12 @@ type toolCall struct {
 	Function function `json:"function"`
 }
 
-// message.Content is always null: OpenAI sends null beside tool calls, and a "" makes the AI SDK emit an
-// empty text part.
+// message.Content is null beside tool calls, as OpenAI sends it (a "" makes the AI SDK emit an empty text
+// part); a final text message (the re-execution guard's) has content and no tool_calls member at all.
 type message struct {
 	Role      string     `json:"role"`
 	Content   *string    `json:"content"`
-	ToolCalls []toolCall `json:"tool_calls"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 type choice struct {
@@ -112,15 +109,27 @@ func echoModel(model string) string {
 // merged as top-level fields after the standard ones, in key order; keys that would shadow a standard
 // field are dropped.
 func Completion(id string, created int64, model string, calls []ToolCall, extra map[string]any) []byte {
-	tcs := make([]toolCall, len(calls))
-	for i, c := range calls {
-		tcs[i] = toolCall{ID: c.ID, Type: "function", Function: function{Name: c.Name, Arguments: c.Arguments}}
+	return (&Reply{ID: id, Created: created, Model: model, Calls: calls, Extra: extra}).Completion()
+}
+
+// Completion renders r as a chat.completion body: its tool calls with finish_reason "tool_calls", or,
+// when r.Text is set, a final assistant message with that content, no tool calls and finish_reason
+// "stop" (the re-execution guard's reply, §2.5).
+func (r *Reply) Completion() []byte {
+	msg, reason := message{Role: "assistant"}, "tool_calls"
+	if r.Text != nil {
+		msg.Content, reason = r.Text, "stop"
+	} else {
+		msg.ToolCalls = make([]toolCall, len(r.Calls))
+		for i, c := range r.Calls {
+			msg.ToolCalls[i] = toolCall{ID: c.ID, Type: "function", Function: function{Name: c.Name, Arguments: c.Arguments}}
+		}
 	}
 	body := marshal(completion{
-		ID: id, Object: "chat.completion", Created: created, Model: echoModel(model), SystemFingerprint: SystemFingerprint,
-		Choices: []choice{{Message: message{Role: "assistant", ToolCalls: tcs}, FinishReason: "tool_calls"}},
+		ID: r.ID, Object: "chat.completion", Created: r.Created, Model: echoModel(r.Model), SystemFingerprint: SystemFingerprint,
+		Choices: []choice{{Message: msg, FinishReason: reason}},
 	})
-	return mergeExtra(body, extra, completionKeys)
+	return mergeExtra(body, r.Extra, completionKeys)
 }
 
 var (
@@ -171,25 +180,32 @@ type streamFunction struct {
 
 type delta struct {
 	Role      string           `json:"role,omitempty"`
-	Content   json.RawMessage  `json:"content,omitempty"` // null in the role chunk, absent after it
+	Content   json.RawMessage  `json:"content,omitempty"` // the role chunk: null beside calls, "" before text
 	ToolCalls []streamToolCall `json:"tool_calls,omitempty"`
 }
 
+// chunkChoice carries logprobs: null on every chunk, as OpenAI's do (codellm has no token log
+// probabilities).
 type chunkChoice struct {
-	Index        int     `json:"index"`
-	Delta        delta   `json:"delta"`
-	FinishReason *string `json:"finish_reason"`
+	Index        int             `json:"index"`
+	Delta        delta           `json:"delta"`
+	Logprobs     json.RawMessage `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
 }
 
+// chunk.Usage is absent unless the request set stream_options.include_usage; then it is null on every
+// chunk but the last, which carries the usage (OpenAI's documented shape).
 type chunk struct {
-	ID                string        `json:"id"`
-	Object            string        `json:"object"`
-	Created           int64         `json:"created"`
-	Model             string        `json:"model"`
-	SystemFingerprint string        `json:"system_fingerprint"`
-	Choices           []chunkChoice `json:"choices"`
-	Usage             *usage        `json:"usage,omitempty"`
+	ID                string          `json:"id"`
+	Object            string          `json:"object"`
+	Created           int64           `json:"created"`
+	Model             string          `json:"model"`
+	SystemFingerprint string          `json:"system_fingerprint"`
+	Choices           []chunkChoice   `json:"choices"`
+	Usage             json.RawMessage `json:"usage,omitempty"`
 }
+
+var jsonNull = json.RawMessage("null")
 
 // FragmentBytes is the largest arguments fragment of one SSE chunk. JSON string escaping at most doubles
 // it (arguments are already JSON, so only '"', '\\' and U+2028/U+2029 grow), which keeps every SSE line far
@@ -227,44 +243,70 @@ func Fragments(s string, n int) []string {
 // when includeUsage, and "data: [DONE]". The run has completed before any byte is sent, so the whole body
 // is built at once.
 func Stream(id string, created int64, model string, calls []ToolCall, includeUsage bool, extra map[string]any) []byte {
-	model = echoModel(model)
+	return (&Reply{ID: id, Created: created, Model: model, Calls: calls, Extra: extra}).Stream(includeUsage)
+}
+
+// Stream renders r as Stream does; a text reply (r.Text set) streams as OpenAI streams text instead: the
+// role chunk with content "", the text in fragments of at most FragmentBytes, and finish_reason "stop".
+func (r *Reply) Stream(includeUsage bool) []byte {
 	var buf bytes.Buffer
 	event := func(data []byte) {
 		buf.WriteString("data: ")
 		buf.Write(data)
 		buf.WriteString("\n\n")
 	}
-	mk := func(choices []chunkChoice) chunk {
-		return chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
-			SystemFingerprint: SystemFingerprint, Choices: choices}
-	}
-	one := func(d delta) []chunkChoice { return []chunkChoice{{Delta: d}} }
-	event(marshal(mk(one(delta{Role: "assistant", Content: json.RawMessage("null")}))))
-	for k, c := range calls {
-		event(marshal(mk(one(delta{ToolCalls: []streamToolCall{{
-			Index: k, ID: c.ID, Type: "function", Function: streamFunction{Name: c.Name},
-		}}}))))
-		for _, frag := range Fragments(c.Arguments, FragmentBytes) {
-			if frag == "" {
-				continue
-			}
-			event(marshal(mk(one(delta{ToolCalls: []streamToolCall{{Index: k, Function: streamFunction{Arguments: frag}}}}))))
+	mk := func(d delta, reason *string) chunk {
+		c := chunk{ID: r.ID, Object: "chat.completion.chunk", Created: r.Created, Model: echoModel(r.Model),
+			SystemFingerprint: SystemFingerprint, Choices: []chunkChoice{{Delta: d, Logprobs: jsonNull, FinishReason: reason}}}
+		if includeUsage {
+			c.Usage = jsonNull
 		}
+		return c
 	}
 	reason := "tool_calls"
-	event(mergeExtra(marshal(mk([]chunkChoice{{Delta: delta{}, FinishReason: &reason}})), extra, chunkKeys))
+	if r.Text != nil {
+		reason = "stop"
+		event(marshal(mk(delta{Role: "assistant", Content: json.RawMessage(`""`)}, nil)))
+		for _, frag := range Fragments(*r.Text, FragmentBytes) {
+			if frag != "" {
+				event(marshal(mk(delta{Content: marshal(frag)}, nil)))
+			}
+		}
+	} else {
+		event(marshal(mk(delta{Role: "assistant", Content: jsonNull}, nil)))
+		streamCalls(r.Calls, func(d delta) { event(marshal(mk(d, nil))) })
+	}
+	event(mergeExtra(marshal(mk(delta{}, &reason)), r.Extra, chunkKeys))
 	if includeUsage {
-		u := mk([]chunkChoice{})
-		u.Usage = &usage{}
+		u := mk(delta{}, nil)
+		u.Choices, u.Usage = []chunkChoice{}, marshal(usage{})
 		event(marshal(u))
 	}
 	event([]byte("[DONE]"))
 	return buf.Bytes()
 }
 
+// streamCalls emits the deltas of calls: per call a head (id, type, name, empty arguments), then the
+// arguments in fragments of at most FragmentBytes.
+func streamCalls(calls []ToolCall, emit func(delta)) {
+	for k, c := range calls {
+		emit(delta{ToolCalls: []streamToolCall{{Index: k, ID: c.ID, Type: "function", Function: streamFunction{Name: c.Name}}}})
+		for _, frag := range Fragments(c.Arguments, FragmentBytes) {
+			if frag != "" {
+				emit(delta{ToolCalls: []streamToolCall{{Index: k, Function: streamFunction{Arguments: frag}}}})
+			}
+		}
+	}
+}
+
 // WriteStream writes the SSE reply of §10.3 with Content-Type text/event-stream and flushes it.
 func WriteStream(w http.ResponseWriter, id string, created int64, model string, calls []ToolCall, includeUsage bool, extra map[string]any) error {
-	body := Stream(id, created, model, calls, includeUsage, extra)
+	return (&Reply{ID: id, Created: created, Model: model, Calls: calls, Extra: extra}).WriteStream(w, includeUsage)
+}
+
+// WriteStream writes r's SSE reply (Reply.Stream) with Content-Type text/event-stream and flushes it.
+func (r *Reply) WriteStream(w http.ResponseWriter, includeUsage bool) error {
+	body := r.Stream(includeUsage)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")

@@ -98,12 +98,39 @@ func TestCompletionModelEcho(t *testing.T) {
 	}
 }
 
-func TestGuardCompletion(t *testing.T) {
-	got := Completion(specID, specCreated, "codellm", GuardCalls(), nil)
+// The re-execution guard's reply is a final assistant message: content, no tool_calls member,
+// finish_reason "stop" — streamed as OpenAI streams text, and parsed back (the hub re-encodes it).
+func TestTextReply(t *testing.T) {
+	text := "indexed 2 file(s) <&>"
+	r := &Reply{ID: specID, Created: specCreated, Model: "codellm", Text: &text}
+	got := r.Completion()
 	compareGolden(t, "testdata/responses/guard.completion.json", append(got, '\n'))
-	want := `{"id":"call_0","type":"function","function":{"name":"finish","arguments":"{\"answer\":\"codellm: run already completed; nothing was executed again\"}"}}`
-	if !bytes.Contains(got, []byte(`"tool_calls":[`+want+`]`)) {
-		t.Errorf("guard reply %s lacks the §2.5 call %s", got, want)
+	want := `"message":{"role":"assistant","content":"indexed 2 file(s) <&>"},"finish_reason":"stop"`
+	if !bytes.Contains(got, []byte(want)) || bytes.Contains(got, []byte("tool_calls")) {
+		t.Errorf("text reply %s lacks %s or has tool calls", got, want)
+	}
+	back, err := ParseCompletion(got)
+	if err != nil || back.Text == nil || *back.Text != text || len(back.Calls) != 0 || !bytes.Equal(back.Completion(), got) {
+		t.Fatalf("parsed back %+v, %v", back, err)
+	}
+	big := strings.Repeat("é€😀", 3000) // 27 KB: several content fragments
+	r.Text = &big
+	events := sseEvents(t, r.Stream(true))
+	chunks := parseChunks(t, events, "codellm")
+	if !strings.Contains(events[0], `"delta":{"role":"assistant","content":""}`) {
+		t.Errorf("role chunk: %s", events[0])
+	}
+	var rebuilt string
+	for i, c := range chunks[1 : len(chunks)-2] {
+		d := c.Choices[0].Delta
+		if d.Content == nil || len(d.ToolCalls) != 0 || c.Choices[0].FinishReason != nil || len(*d.Content) > FragmentBytes {
+			t.Fatalf("content chunk %d: %s", i+1, events[i+1])
+		}
+		rebuilt += *d.Content
+	}
+	fin := chunks[len(chunks)-2].Choices[0]
+	if rebuilt != big || len(chunks) < 5 || fin.FinishReason == nil || *fin.FinishReason != "stop" || events[len(events)-1] != "[DONE]" {
+		t.Fatalf("%d chunks rebuilt %d bytes of %d; finish %v", len(chunks), len(rebuilt), len(big), fin.FinishReason)
 	}
 }
 
@@ -275,6 +302,12 @@ func TestStreamParsedBack(t *testing.T) {
 				if i < len(chunks)-1 || !tc.includeUsage {
 					if c.Usage != nil {
 						t.Errorf("usage on chunk %d", i)
+					}
+					// OpenAI's shape: logprobs null on every choice; usage null on every chunk but the last
+					// when include_usage was asked for, absent otherwise.
+					if !strings.Contains(events[i], `"logprobs":null,"finish_reason"`) ||
+						strings.Contains(events[i], `"usage":null`) != tc.includeUsage {
+						t.Errorf("chunk %d lacks logprobs:null or has the wrong usage member: %s", i, events[i])
 					}
 				}
 			}

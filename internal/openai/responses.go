@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/codellm/codellm/internal/contract"
 )
 
 // The Responses API (POST /v1/responses): the default of the AI SDK's openai() provider and of
@@ -34,6 +36,9 @@ func DecodeResponsesRequest(body []byte) (*ChatRequest, *Error) {
 	}
 	r := &ChatRequest{API: APIResponses}
 	var e *Error
+	if r.Response, e = decodeResponseFields(top); e != nil {
+		return nil, e
+	}
 	if r.Model, e = optString(top, "model", "model"); e != nil {
 		return nil, e
 	}
@@ -51,12 +56,17 @@ func DecodeResponsesRequest(body []byte) (*ChatRequest, *Error) {
 		return nil, e
 	}
 	r.Messages = append(r.Messages, items...)
-	if len(r.Messages) == 0 {
+	if len(r.Messages) == 0 && r.Response.PreviousResponseID == "" {
 		return nil, badInput(`field "input" is missing or empty and there are no instructions; send the code as input or instructions`)
 	}
+	r.Response.Items = inputItems(top["input"])
 	if r.Tools, e = decodeResponseTools(top["tools"]); e != nil {
 		return nil, e
 	}
+	if r.ToolChoice, e = decodeToolChoice(top["tool_choice"], true); e != nil {
+		return nil, e
+	}
+	r.Tools = r.ToolChoice.restrict(r.Tools)
 	if e = decodeMetadata(top, r); e != nil {
 		return nil, e
 	}
@@ -93,7 +103,12 @@ func decodeInput(raw json.RawMessage) ([]Message, *Error) {
 		}
 		switch {
 		case typ == "function_call":
-			msgs = append(msgs, Message{Role: "assistant", HasToolCalls: true})
+			m := Message{Role: "assistant", HasToolCalls: true}
+			var name, args string
+			if str(obj["name"], &name) && name == contract.ToolFinish && str(obj["arguments"], &args) {
+				m.FinishAnswer = finishArgument(args)
+			}
+			msgs = append(msgs, m)
 		case typ == "function_call_output":
 			msgs = append(msgs, Message{Role: "tool", ToolResult: true})
 		case typ == "message" || (typ == "" && obj["role"] != nil):
@@ -178,6 +193,26 @@ type responseCall struct {
 	Status    string `json:"status"`
 }
 
+// responseMessage is an assistant message output item (the re-execution guard's final text).
+type responseMessage struct {
+	Type    string       `json:"type"`
+	ID      string       `json:"id"`
+	Status  string       `json:"status"`
+	Role    string       `json:"role"`
+	Content []outputText `json:"content"`
+}
+
+type outputText struct {
+	Type        string `json:"type"`
+	Text        string `json:"text"`
+	Annotations []any  `json:"annotations"`
+	Logprobs    []any  `json:"logprobs"`
+}
+
+func newOutputText(text string) outputText {
+	return outputText{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: []any{}}
+}
+
 type responseUsage struct {
 	InputTokens         int            `json:"input_tokens"`
 	InputTokensDetails  map[string]int `json:"input_tokens_details"`
@@ -186,70 +221,204 @@ type responseUsage struct {
 	TotalTokens         int            `json:"total_tokens"`
 }
 
-// response is the Response object with the fields the SDKs require.
-type response struct {
-	ID                 string         `json:"id"`
-	Object             string         `json:"object"`
-	CreatedAt          int64          `json:"created_at"`
-	Status             string         `json:"status"`
-	Error              *struct{}      `json:"error"`
-	IncompleteDetails  *struct{}      `json:"incomplete_details"`
-	Instructions       *string        `json:"instructions"`
-	Metadata           struct{}       `json:"metadata"`
-	Model              string         `json:"model"`
-	Output             []responseCall `json:"output"`
-	ParallelToolCalls  bool           `json:"parallel_tool_calls"`
-	PreviousResponseID *string        `json:"previous_response_id"`
-	Store              bool           `json:"store"`
-	Temperature        float64        `json:"temperature"`
-	Text               any            `json:"text"`
-	ToolChoice         string         `json:"tool_choice"`
-	Tools              []any          `json:"tools"`
-	TopP               float64        `json:"top_p"`
-	Truncation         string         `json:"truncation"`
-	Usage              *responseUsage `json:"usage"`
-}
-
 // ResponseID derives a Responses id ("resp_" + hex) from a NewID.
 func ResponseID(id string) string { return "resp_" + strings.TrimPrefix(id, "codellm-") }
 
 func itemID(callID string) string { return "fc_" + strings.TrimPrefix(callID, "call_") }
 
-func newResponse(id string, created int64, req *ChatRequest, calls []ToolCall, done bool) response {
-	r := response{ID: id, Object: "response", CreatedAt: created, Status: "in_progress", Model: echoModel(req.Model),
-		Output: []responseCall{}, ParallelToolCalls: true, Temperature: 1, TopP: 1, ToolChoice: "auto",
-		Tools: []any{}, Truncation: "disabled", Text: map[string]any{"format": map[string]string{"type": "text"}}}
-	if req.Instructions != "" {
-		r.Instructions = &req.Instructions
+// messageID derives the id of a response's message item from the response id.
+func messageID(responseID string) string { return "msg_" + strings.TrimPrefix(responseID, "resp_") }
+
+// Response statuses (OpenAI's).
+const (
+	StatusQueued     = "queued"
+	StatusInProgress = "in_progress"
+	StatusCompleted  = "completed"
+	StatusFailed     = "failed"
+	StatusCancelled  = "cancelled"
+)
+
+// ResponseState is what a Response object says beyond its request's settings.
+type ResponseState struct {
+	ID          string
+	CreatedAt   int64
+	Status      string
+	CompletedAt int64  // 0 until completed
+	Err         *Error // a failed response's error ({code, message})
+	Out         *Reply // the output (completed responses); nil: no output yet
+}
+
+// Object renders the Response object of st for req, field for field as OpenAI's: the request's settings
+// are echoed as sent (instructions, tools, tool_choice, metadata, temperature, …; OpenAI's defaults for
+// those it did not send), the output items are one function_call per call or the guard's message, and
+// usage is set once the response completed.
+func (st ResponseState) Object(req *ChatRequest) []byte {
+	rf := req.Response
+	if rf == nil {
+		rf = &ResponseFields{Store: true}
 	}
-	if done {
-		r.Status = "completed"
-		for _, c := range calls {
-			r.Output = append(r.Output, callItem(c, "completed", c.Arguments))
+	var b objectWriter
+	b.field("id", marshal(st.ID))
+	b.field("object", marshal("response"))
+	b.field("created_at", marshal(st.CreatedAt))
+	b.field("status", marshal(st.Status))
+	b.field("background", marshal(rf.Background))
+	b.field("completed_at", nullUnless(st.CompletedAt != 0, st.CompletedAt))
+	b.field("error", jsonNull)
+	if st.Err != nil {
+		b.fields[len(b.fields)-1].value = marshal(map[string]string{"code": st.Err.Code, "message": st.Err.Message})
+	}
+	b.field("incomplete_details", jsonNull)
+	b.field("instructions", nullUnless(req.Instructions != "", req.Instructions))
+	for _, k := range echoedBefore {
+		b.field(k, rf.setting(k))
+	}
+	b.field("model", marshal(echoModel(req.Model)))
+	output := []any{}
+	if st.Out != nil {
+		output = outputItems(st.ID, st.Out)
+	}
+	b.field("output", marshal(output))
+	for _, k := range echoedAfter {
+		b.field(k, rf.setting(k))
+	}
+	b.field("usage", jsonNull)
+	if st.Status == StatusCompleted {
+		b.fields[len(b.fields)-1].value = marshal(responseUsage{InputTokensDetails: map[string]int{"cached_tokens": 0},
+			OutputTokensDetails: map[string]int{"reasoning_tokens": 0}})
+	}
+	b.field("user", rf.setting("user"))
+	return b.bytes()
+}
+
+func nullUnless(cond bool, v any) json.RawMessage {
+	if !cond {
+		return jsonNull
+	}
+	return marshal(v)
+}
+
+// objectWriter builds a JSON object with its members in the order they are added.
+type objectWriter struct {
+	fields []struct {
+		key   string
+		value json.RawMessage
+	}
+}
+
+func (o *objectWriter) field(k string, v json.RawMessage) {
+	o.fields = append(o.fields, struct {
+		key   string
+		value json.RawMessage
+	}{k, v})
+}
+
+func (o *objectWriter) bytes() []byte {
+	buf := []byte{'{'}
+	for i, f := range o.fields {
+		if i > 0 {
+			buf = append(buf, ',')
 		}
-		r.Usage = &responseUsage{InputTokensDetails: map[string]int{"cached_tokens": 0},
-			OutputTokensDetails: map[string]int{"reasoning_tokens": 0}}
+		buf = append(buf, marshal(f.key)...)
+		buf = append(buf, ':')
+		buf = append(buf, f.value...)
 	}
-	return r
+	return append(buf, '}')
+}
+
+// outputItems are a reply's output items: one function_call per call, or one assistant message.
+func outputItems(id string, out *Reply) []any {
+	if out.Text != nil {
+		return []any{textItem(id, "completed", *out.Text)}
+	}
+	items := make([]any, 0, len(out.Calls))
+	for _, c := range out.Calls {
+		items = append(items, callItem(c, "completed", c.Arguments))
+	}
+	return items
 }
 
 func callItem(c ToolCall, status, args string) responseCall {
 	return responseCall{Type: "function_call", ID: itemID(c.ID), CallID: c.ID, Name: c.Name, Arguments: args, Status: status}
 }
 
-// Response renders the completed Response object of a run: one function_call output item per call.
-func Response(id string, created int64, req *ChatRequest, calls []ToolCall) []byte {
-	return marshal(newResponse(id, created, req, calls, true))
+func textItem(id, status, text string) responseMessage {
+	m := responseMessage{Type: "message", ID: messageID(id), Status: status, Role: "assistant", Content: []outputText{}}
+	if status == "completed" {
+		m.Content = []outputText{newOutputText(text)}
+	}
+	return m
 }
 
-// ResponseStream renders the Responses SSE body: response.created, response.in_progress, per call
+// ResponseStream renders the Responses SSE body: response.created, response.in_progress, then per call
 // response.output_item.added (empty arguments), response.function_call_arguments.delta in fragments of
-// at most FragmentBytes, response.function_call_arguments.done and response.output_item.done, then
-// response.completed. Every event is "event: <type>" + "data: <json>" with a sequence_number.
-func ResponseStream(id string, created int64, req *ChatRequest, calls []ToolCall) []byte {
+// at most FragmentBytes, response.function_call_arguments.done and response.output_item.done — or, for a
+// text reply, the message item's output_item.added, content_part.added, output_text.delta fragments,
+// output_text.done, content_part.done and output_item.done — then response.completed. Every event is
+// "event: <type>" + "data: <json>" with a sequence_number.
+func ResponseStream(done ResponseState, req *ChatRequest) []byte {
 	var buf bytes.Buffer
+	event := responsesEvents(&buf)
+	started(event, done, req)
+	if done.Out.Text != nil {
+		streamText(done.ID, *done.Out.Text, event)
+	} else {
+		streamFunctionCalls(done.Out.Calls, event)
+	}
+	event("response.completed", map[string]any{"response": json.RawMessage(done.Object(req))})
+	return buf.Bytes()
+}
+
+// ResponseFailedStream renders the event stream of a response whose run failed: response.created,
+// response.in_progress, then response.failed whose response carries status "failed" and the error's code
+// and message — what OpenAI streams, and what the SDKs turn into their error.
+func ResponseFailedStream(failed ResponseState, req *ChatRequest) []byte {
+	var buf bytes.Buffer
+	event := responsesEvents(&buf)
+	started(event, failed, req)
+	event("response.failed", map[string]any{"response": json.RawMessage(failed.Object(req))})
+	return buf.Bytes()
+}
+
+// started emits the response.created and response.in_progress events of the response final ends as.
+func started(event eventFunc, final ResponseState, req *ChatRequest) {
+	st := ResponseState{ID: final.ID, CreatedAt: final.CreatedAt, Status: StatusInProgress}
+	event("response.created", map[string]any{"response": json.RawMessage(st.Object(req))})
+	event("response.in_progress", map[string]any{"response": json.RawMessage(st.Object(req))})
+}
+
+// ReplyMessage is a reply as a message of the conversation a follow-up continues: the assistant turn with
+// its tool calls (and its finish answer, for the re-execution guard), or its text.
+func ReplyMessage(out *Reply) Message {
+	if out.Text != nil {
+		return Message{Role: "assistant", Text: *out.Text}
+	}
+	m := Message{Role: "assistant", HasToolCalls: len(out.Calls) > 0}
+	for _, c := range out.Calls {
+		if c.Name == contract.ToolFinish {
+			m.FinishAnswer = finishArgument(c.Arguments)
+		}
+	}
+	return m
+}
+
+// WithHistory returns the request's messages with history inserted after the instructions message (the
+// conversation of a previous_response_id), and the request's own input messages (without instructions).
+func (r *ChatRequest) WithHistory(history []Message) (all, own []Message) {
+	n := 0
+	if r.Instructions != "" {
+		n = 1
+	}
+	own = r.Messages[n:]
+	all = append(append(append([]Message{}, r.Messages[:n]...), history...), own...)
+	return all, own
+}
+
+// responsesEvents returns an eventFunc writing Responses events to buf: "event: <type>" and "data: <json>" with
+// the type and a sequence_number counted from 0.
+func responsesEvents(buf *bytes.Buffer) eventFunc {
 	seq := 0
-	event := func(typ string, fields map[string]any) {
+	return func(typ string, fields map[string]any) {
 		fields["type"] = typ
 		fields["sequence_number"] = seq
 		seq++
@@ -257,8 +426,11 @@ func ResponseStream(id string, created int64, req *ChatRequest, calls []ToolCall
 		buf.Write(marshal(fields))
 		buf.WriteString("\n\n")
 	}
-	event("response.created", map[string]any{"response": newResponse(id, created, req, nil, false)})
-	event("response.in_progress", map[string]any{"response": newResponse(id, created, req, nil, false)})
+}
+
+type eventFunc func(typ string, fields map[string]any)
+
+func streamFunctionCalls(calls []ToolCall, event eventFunc) {
 	for k, c := range calls {
 		event("response.output_item.added", map[string]any{"output_index": k, "item": callItem(c, "in_progress", "")})
 		for _, frag := range Fragments(c.Arguments, FragmentBytes) {
@@ -270,6 +442,23 @@ func ResponseStream(id string, created int64, req *ChatRequest, calls []ToolCall
 			"name": c.Name, "arguments": c.Arguments})
 		event("response.output_item.done", map[string]any{"output_index": k, "item": callItem(c, "completed", c.Arguments)})
 	}
-	event("response.completed", map[string]any{"response": newResponse(id, created, req, calls, true)})
-	return buf.Bytes()
+}
+
+// streamText streams one assistant message item with one output_text part, as OpenAI streams text.
+func streamText(id, text string, event eventFunc) {
+	item := messageID(id)
+	at := func(fields map[string]any) map[string]any {
+		fields["item_id"], fields["output_index"], fields["content_index"] = item, 0, 0
+		return fields
+	}
+	event("response.output_item.added", map[string]any{"output_index": 0, "item": textItem(id, "in_progress", "")})
+	event("response.content_part.added", at(map[string]any{"part": newOutputText("")}))
+	for _, frag := range Fragments(text, FragmentBytes) {
+		if frag != "" {
+			event("response.output_text.delta", at(map[string]any{"delta": frag, "logprobs": []any{}}))
+		}
+	}
+	event("response.output_text.done", at(map[string]any{"text": text, "logprobs": []any{}}))
+	event("response.content_part.done", at(map[string]any{"part": newOutputText(text)}))
+	event("response.output_item.done", map[string]any{"output_index": 0, "item": textItem(id, "completed", text)})
 }

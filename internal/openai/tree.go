@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/contract"
 )
 
 // ChatRequestFromTree is DecodeChatRequest over a body already parsed into bridge's ordered tree, so a
@@ -42,6 +43,9 @@ func ChatRequestFromTree(top *bridge.Object) (r *ChatRequest, ok bool) {
 		return nil, false
 	}
 	if r.Tools, ok = treeTools(top); !ok {
+		return nil, false
+	}
+	if r.ToolChoice, ok = treeToolChoice(top); !ok {
 		return nil, false
 	}
 	if r.Debug, ok = treeBool(top, "x_codellm_debug"); !ok {
@@ -115,10 +119,52 @@ func treeMessages(top *bridge.Object) ([]Message, bool) {
 				return nil, false
 			}
 			m.HasToolCalls = len(list) > 0
+			m.FinishAnswer = treeFinishAnswer(list)
 		}
 		msgs[i] = m
 	}
 	return msgs, true
+}
+
+// treeToolChoice is decodeToolChoice for the strings; an object (a forced function, allowed_tools) is
+// left to the bytes.
+func treeToolChoice(top *bridge.Object) (ToolChoice, bool) {
+	v, _ := top.Get("tool_choice")
+	if v == nil {
+		return ToolChoice{Mode: "auto"}, true
+	}
+	s, _ := v.(string)
+	switch s {
+	case "auto", "none", "required":
+		return ToolChoice{Mode: s}, true
+	}
+	return ToolChoice{}, false
+}
+
+// treeFinishAnswer is chatFinishAnswer on the tree.
+func treeFinishAnswer(calls []any) *string {
+	var answer *string
+	for _, c := range calls {
+		obj, _ := c.(*bridge.Object)
+		if obj == nil {
+			continue
+		}
+		fn, _ := obj.Get("function")
+		fobj, _ := fn.(*bridge.Object)
+		if fobj == nil {
+			continue
+		}
+		name, _ := fobj.Get("name")
+		args, _ := fobj.Get("arguments")
+		if n, _ := name.(string); jsonString(n) == contract.ToolFinish {
+			if a, ok := args.(string); ok {
+				if v := finishArgument(jsonString(a)); v != nil {
+					answer = v
+				}
+			}
+		}
+	}
+	return answer
 }
 
 // treeContent is decodeContent: a string, null, or parts whose "text" parts are concatenated.

@@ -87,6 +87,7 @@ func TestResponsesInputItems(t *testing.T) {
 	}}
 	status, _, body := ts.post(t, "/v1/responses", req)
 	var r struct {
+		ID     string                                           `json:"id"`
 		Object string                                           `json:"object"`
 		Model  string                                           `json:"model"`
 		Output []struct{ Type, Name, Arguments, CallID string } `json:"output"`
@@ -117,15 +118,18 @@ func TestResponsesInputItems(t *testing.T) {
 		map[string]any{"type": "function_call", "call_id": r.Output[0].CallID, "name": "finish", "arguments": "{}"},
 		map[string]any{"type": "function_call_output", "call_id": r.Output[0].CallID, "output": "ok"})
 	status, _, body = ts.post(t, "/v1/responses", req)
-	if status != 200 || !strings.Contains(string(body), `nothing was executed again`) {
+	if status != 200 || !strings.Contains(string(body), `"type":"output_text","text":"codellm: run already completed; nothing was executed again"`) {
 		t.Fatalf("guard: %d %s", status, body)
 	}
-	// Only the outputs (a client keeping the calls server-side with previous_response_id): still guarded.
-	req["input"] = []any{item("user", block("bash", "echo {}")),
-		map[string]any{"type": "function_call_output", "call_id": "call_x", "output": "ok"}}
-	req["previous_response_id"] = "resp_x"
+	// Only the outputs, the calls kept server-side with previous_response_id: the stored conversation is
+	// put back, so the guard sees the calls and answers with the first response's finish answer.
+	req = map[string]any{"model": "gpt-5", "previous_response_id": r.ID,
+		"input": []any{map[string]any{"type": "function_call_output", "call_id": r.Output[0].CallID, "output": "ok"}}}
 	status, _, body = ts.post(t, "/v1/responses", req)
-	if status != 200 || !strings.Contains(string(body), `nothing was executed again`) || ts.runs(t) != before {
+	if status != 200 || !strings.Contains(string(body), `"type":"output_text","text":"dev+user"`) || ts.runs(t) != before {
 		t.Fatalf("guard on outputs only: %d %s (runs %d)", status, body, ts.runs(t)-before)
 	}
+	req["previous_response_id"] = "resp_x"
+	status, _, body = ts.post(t, "/v1/responses", req)
+	wantError(t, status, body, 400, "previous_response_not_found", `"resp_x"`)
 }

@@ -1,5 +1,6 @@
 // Package server is codellm's HTTP service: the OpenAI-compatible chat endpoint (openai-contract §1–§13),
-// models, health, readiness and metrics, with authentication, the listener safety rule, TLS/mTLS, request
+// the Responses API routes (served by internal/responses), models, health, readiness and metrics, with
+// authentication, the listener safety rule, TLS/mTLS, request
 // logging and graceful shutdown. It owns no execution logic: requests go through internal/engine, and
 // errors become the OpenAI envelope in exactly one place (apiError).
 package server
@@ -29,6 +30,7 @@ import (
 	"github.com/codellm/codellm/internal/metrics"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/pipeline"
+	"github.com/codellm/codellm/internal/responses"
 	"github.com/codellm/codellm/internal/sandbox"
 	"github.com/codellm/codellm/internal/sealform"
 )
@@ -56,6 +58,8 @@ type Config struct {
 	// Idempotency, when set, makes the code-running routes honour Idempotency-Key and Stainless retries
 	// (see internal/idempotency); the server fills in its Credential, Detach, MaxBody and OnEvent.
 	Idempotency *idempotency.Guard
+	// Responses bounds the stored responses of the Responses API (--responses-*; zero values: defaults).
+	Responses responses.StoreConfig
 	// SealPath is where the sealing form is served behind the listener's authentication (--seal-path,
 	// trip2g's CODELLM_SEAL_PATH; default sealform.DefaultPath).
 	SealPath string
@@ -63,17 +67,18 @@ type Config struct {
 
 // Server is one codellm service instance.
 type Server struct {
-	cfg      Config
-	eng      *engine.Engine
-	chat     *chat.Service
-	sb       *sandbox.Sandbox
-	programs *interp.Programs
-	metrics  *metrics.Service
-	log      *slog.Logger
-	handler  http.Handler
-	router   *httpserve.Router
-	guarded  http.Handler // the router behind the Host and Origin rules
-	guard    *httpguard.Policy
+	cfg       Config
+	eng       *engine.Engine
+	chat      *chat.Service
+	responses *responses.Service
+	sb        *sandbox.Sandbox
+	programs  *interp.Programs
+	metrics   *metrics.Service
+	log       *slog.Logger
+	handler   http.Handler
+	router    *httpserve.Router
+	guarded   http.Handler // the router behind the Host and Origin rules
+	guard     *httpguard.Policy
 
 	draining atomic.Bool
 	baseCtx  atomic.Value // context.Context of runs, set by Serve (cancelled after the drain grace)
@@ -138,16 +143,22 @@ func New(cfg Config, ecfg engine.Config, sb *sandbox.Sandbox) (*Server, error) {
 	}
 	s.chat = chat.New(chat.Config{Engine: s.eng, Metrics: s.metrics, Logger: s.log, DebugExtension: cfg.DebugExtension,
 		MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, Fallback: s.publishPosture()})
+	s.responses = responses.New(responses.Config{Chat: s.chat, Store: responses.NewStore(cfg.Responses),
+		Scope: scope, Detach: s.detach, Logger: s.log})
 	s.setupIdempotency()
 	s.router = httpserve.NewRouter(s.notFound, s.methodNotAllowed)
 	for pattern, rh := range map[string]routeHandler{
-		"POST /v1/chat/completions": {"chat", true, s.handleChat},
-		"GET /v1/models":            {"models", true, s.handleModels},
-		"POST /v1/responses":        {"responses", true, s.handleResponses},
-		"GET /v1/models/":           {"models", true, s.handleModel},
-		"GET /healthz":              {"healthz", false, s.handleHealthz},
-		"GET /readyz":               {"readyz", false, s.handleReadyz},
-		"GET /metrics":              {"metrics", true, s.handleMetrics},
+		"POST /v1/chat/completions":          {"chat", true, s.handleChat},
+		"GET /v1/models":                     {"models", true, s.handleModels},
+		"POST /v1/responses":                 {"responses", true, s.handleResponses},
+		"GET /v1/responses/{id}":             {"responses.retrieve", true, s.onResponse(s.responses.Retrieve)},
+		"DELETE /v1/responses/{id}":          {"responses.delete", true, s.onResponse(s.responses.Delete)},
+		"POST /v1/responses/{id}/cancel":     {"responses.cancel", true, s.onResponse(s.responses.Cancel)},
+		"GET /v1/responses/{id}/input_items": {"responses.input_items", true, s.onResponse(s.responses.InputItems)},
+		"GET /v1/models/":                    {"models", true, s.handleModel},
+		"GET /healthz":                       {"healthz", false, s.handleHealthz},
+		"GET /readyz":                        {"readyz", false, s.handleReadyz},
+		"GET /metrics":                       {"metrics", true, s.handleMetrics},
 	} {
 		s.router.Handle(pattern, s.route(rh))
 	}
@@ -413,6 +424,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return err
 	}
+	// Background responses run on the serving context: when Serve's drain ends it is cancelled, and they
+	// are waited for, so that nothing of theirs outlives Serve.
+	defer s.responses.Wait()
 	return httpserve.Serve(ctx, ln, s.handler, httpserve.Options{
 		Limits: s.cfg.Limits, Log: s.log, TLS: tc,
 		Started: func(runs context.Context) {

@@ -64,3 +64,17 @@ func (ts *testServer) runs(t *testing.T) int {
 	}
 	return n
 }
+
+// inFlight is the codellm_runs_in_flight gauge: runs holding a slot now.
+func (ts *testServer) inFlight(t *testing.T) int {
+	t.Helper()
+	_, _, body := ts.get(t, "/metrics")
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "codellm_runs_in_flight "); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatal("no codellm_runs_in_flight in /metrics")
+	return 0
+}

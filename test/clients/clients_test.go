@@ -59,16 +59,20 @@ type serve struct {
 	cmd  *exec.Cmd
 }
 
-// needNode skips without node or the installed packages, except where the test environment requires
-// everything (CI), where it fails.
+// nodeBin is the node the scenarios run on: the one package.json pins (the npm package `node`), since
+// several frameworks need node 22 and Debian's nodejs may be older.
+const nodeBin = "node_modules/.bin/node"
+
+// needNode skips without the installed packages (and their node), except where the test environment
+// requires everything (CI), where it fails.
 func needNode(t *testing.T) {
 	t.Helper()
-	_, errNode := exec.LookPath("node")
+	_, errNode := os.Stat(nodeBin)
 	_, errMods := os.Stat("node_modules/openai/package.json")
 	if errNode == nil && errMods == nil {
 		return
 	}
-	msg := fmt.Sprintf("node (%v) or test/clients/node_modules (%v) missing: run `npm ci --prefix test/clients`", errNode, errMods)
+	msg := fmt.Sprintf("%s (%v) or test/clients/node_modules (%v) missing: run `npm ci --prefix test/clients`", nodeBin, errNode, errMods)
 	if os.Getenv("CI") != "" || os.Getenv("CODELLM_REQUIRE_SANDBOX") == "1" {
 		t.Fatal(msg)
 	}
@@ -140,7 +144,7 @@ func (s *serve) node(t *testing.T, scenario string, out any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "run.mjs", scenario)
+	cmd := exec.CommandContext(ctx, nodeBin, "run.mjs", scenario)
 	cmd.Env = append(os.Environ(), "CODELLM_BASE_URL="+s.base+"/v1", "CODELLM_API_KEY="+apiKey)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -275,6 +279,38 @@ func TestOpenAINode(t *testing.T) {
 			t.Fatalf("%+v", r)
 		}
 	})
+	t.Run("responses resource", func(t *testing.T) {
+		var r struct {
+			Same        bool              `json:"same"`
+			Metadata    map[string]string `json:"metadata"`
+			Temperature float64           `json:"temperature"`
+			Items       []string          `json:"items"`
+			Next        struct {
+				Text     string `json:"text"`
+				Status   string `json:"status"`
+				Previous bool   `json:"previous"`
+			} `json:"next"`
+			Gone    nodeError `json:"gone"`
+			Events  []string  `json:"events"`
+			Failure struct{ Code, Message string }
+		}
+		requests, runs := s.loop(t, "responsesResource", &r)
+		if !r.Same || r.Metadata["role"] != "indexer" || r.Temperature != 0.5 || strings.Join(r.Items, ",") != "message:user" {
+			t.Fatalf("retrieve and input_items: %+v", r)
+		}
+		if r.Next.Text != "wrote" || r.Next.Status != "completed" || !r.Next.Previous || r.Gone.Name != "NotFoundError" {
+			t.Fatalf("follow-up and delete: %+v", r)
+		}
+		if strings.Join(r.Events, ",") != "response.created,response.in_progress,response.failed" || r.Failure.Code != "nonzero_exit" ||
+			!strings.Contains(r.Failure.Message, "boom") {
+			t.Fatalf("failed stream: %+v", r)
+		}
+		// Two answered requests (the failed stream counts under its code) and two runs: the follow-up ran
+		// nothing.
+		if requests != 2 || runs != 2 {
+			t.Fatalf("%d requests, %d runs", requests, runs)
+		}
+	})
 	// openai-node gives up after 1 s and retries (X-Stainless-Retry-Count) while the 2.5 s block runs:
 	// the retries attach to the first run, and the code runs once.
 	t.Run("retry under a client timeout", func(t *testing.T) {
@@ -291,22 +327,23 @@ func TestOpenAINode(t *testing.T) {
 			t.Fatal("no retry attached to the running first attempt")
 		}
 	})
-	t.Run("runTools maxChatCompletions 1", func(t *testing.T) {
-		before := s.runs(t)
+	t.Run("runTools", func(t *testing.T) {
 		var r struct {
 			OneStep  []string `json:"oneStep"`
-			Uncapped []string `json:"uncapped"`
+			Executed []string `json:"executed"`
+			Text     string   `json:"text"`
 		}
-		s.node(t, "runTools", &r)
+		requests, runs := s.loop(t, "runTools", &r)
 		if strings.Join(r.OneStep, ",") != "write_note,finish" {
-			t.Fatalf("one step: %v", r.OneStep)
+			t.Fatalf("maxChatCompletions 1: %v", r.OneStep)
 		}
-		// Without the stop option the loop asks again (and codellm's guard answers finish each time).
-		if len(r.Uncapped) <= 2 || r.Uncapped[2] != "finish" {
-			t.Fatalf("uncapped loop: %v", r.Uncapped)
+		// With its defaults (maxChatCompletions 10) the runner sends the results back once and ends at the
+		// guard's final text.
+		if strings.Join(r.Executed, ",") != "write_note,finish" || r.Text != "wrote" {
+			t.Fatalf("default loop: %+v", r)
 		}
-		if n := s.runs(t) - before; n != 2 {
-			t.Fatalf("%d runs, want one per loop", n)
+		if requests != 3 || runs != 2 {
+			t.Fatalf("%d requests and %d runs, want 1+2 and one per loop", requests, runs)
 		}
 	})
 }
@@ -323,6 +360,7 @@ func TestAISDK(t *testing.T) {
 		StreamedCalls []string `json:"streamedCalls"`
 		AgentSteps    int      `json:"agentSteps"`
 		LooseSteps    int      `json:"looseSteps"`
+		LooseText     string   `json:"looseText"`
 		Executed      []string `json:"executed"`
 	}
 	s.node(t, "aisdk", &r)
@@ -330,9 +368,9 @@ func TestAISDK(t *testing.T) {
 		strings.Join(r.StreamedCalls, ",") != "write_note,finish" || r.AgentSteps != 1 {
 		t.Fatalf("%+v", r)
 	}
-	// Without hasToolCall('finish') the agent loops to its cap; every step after the first is the guard.
-	if r.LooseSteps != 3 || !strings.Contains(strings.Join(r.Executed, ","), "nothing was executed again") {
-		t.Fatalf("loose agent: %+v", r)
+	// With its defaults the agent sends the results back once and ends at the guard's final text.
+	if r.LooseSteps != 2 || r.LooseText != "wrote" || strings.Count(strings.Join(r.Executed, ","), "write_note:a.md") != 4 {
+		t.Fatalf("default agent: %+v", r)
 	}
 }
 
@@ -376,8 +414,8 @@ func (s *serve) route(t *testing.T, name string) int {
 }
 
 // @openai/agents over the Responses API: toolUseBehavior stopAtToolNames ['finish'] ends after codellm's
-// one answer; without it the next turn (function_call_output items) gets the guard's finish, and the
-// call ids of the two turns differ (the SDK throws ModelBehaviorError on a reused id).
+// one answer; with the defaults the next turn (function_call_output items) gets the guard's final message,
+// which ends the run (a reused call id would have thrown ModelBehaviorError there).
 func TestOpenAIAgents(t *testing.T) {
 	needNode(t)
 	s := startServe(t)
@@ -385,22 +423,27 @@ func TestOpenAIAgents(t *testing.T) {
 	var r struct {
 		FinalOutput string   `json:"finalOutput"`
 		Executed    []string `json:"executed"`
-		LooseError  string   `json:"looseError"`
+		LooseOutput string   `json:"looseOutput"`
 	}
+	runs := s.runs(t)
 	s.node(t, "agents", &r)
 	if r.FinalOutput != "wrote" || strings.Join(r.Executed[:2], ",") != "write_note:a.md,finish:wrote" {
 		t.Fatalf("%+v", r)
 	}
-	if r.LooseError != "MaxTurnsExceededError" || !strings.Contains(strings.Join(r.Executed, ","), "nothing was executed again") {
-		t.Fatalf("without stopAtToolNames: %+v", r)
+	if r.LooseOutput != "wrote" || strings.Join(r.Executed[2:], ",") != "write_note:a.md,finish:wrote" {
+		t.Fatalf("with the defaults: %+v", r)
 	}
 	if n := s.route(t, "responses") - before; n != 3 {
-		t.Fatalf("%d Responses API requests, want 3 (one stopped run, two turns of the loose one)", n)
+		t.Fatalf("%d Responses API requests, want 3 (one stopped run, two turns of the default one)", n)
+	}
+	if n := s.runs(t) - runs; n != 2 {
+		t.Fatalf("the code ran %d times, want once per agent", n)
 	}
 }
 
 // LangChain JS ChatOpenAI with a gpt-5* model id (whose system prompt it may send as developer):
-// bindTools + invoke, stream, and a 422 surfaced as the SDK's error.
+// bindTools + invoke, stream, and a 422 surfaced as the SDK's error; its own timeout retries (every one
+// with X-Stainless-Retry-Count: 0) run the code once.
 func TestLangChain(t *testing.T) {
 	needNode(t)
 	s := startServe(t)
@@ -416,6 +459,13 @@ func TestLangChain(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	t.Logf("LangChain used chat %d times, responses %d times", s.route(t, "chat"), s.route(t, "responses"))
+	var slow struct{ Answer string }
+	if _, runs := s.loop(t, "langchainTimeout", &slow); slow.Answer != "slow" || runs != 1 {
+		t.Fatalf("timeout retries: %+v after %d runs", slow, runs)
+	}
+	if s.metric(t, `codellm_idempotency_events_total{event="attached"}`)+s.metric(t, `codellm_idempotency_events_total{event="replayed"}`) < 1 {
+		t.Fatal("no LangChain attempt attached to or replayed the first")
+	}
 }
 
 // The AI SDK 6 over its OpenAI provider @ai-sdk/openai: openai('…') (the Responses API) and
@@ -439,6 +489,7 @@ func TestAISDKOpenAIProvider(t *testing.T) {
 		Chat       api      `json:"chat"`
 		AgentSteps int      `json:"agentSteps"`
 		LooseSteps int      `json:"looseSteps"`
+		LooseText  string   `json:"looseText"`
 		Executed   []string `json:"executed"`
 	}
 	s.node(t, "aisdkOpenAI", &r)
@@ -448,7 +499,7 @@ func TestAISDKOpenAIProvider(t *testing.T) {
 			t.Errorf("%s: %+v", name, a)
 		}
 	}
-	if r.AgentSteps != 1 || r.LooseSteps != 2 || !strings.HasSuffix(strings.Join(r.Executed, ","), "nothing was executed again") {
+	if r.AgentSteps != 1 || r.LooseSteps != 2 || r.LooseText != "wrote" || !strings.HasSuffix(strings.Join(r.Executed, ","), "write_note:a.md,finish:wrote") {
 		t.Fatalf("agents: %+v", r)
 	}
 	// openai('…') went to /v1/responses (2 + agent 1 + loose 2), openai.chat('…') to the chat route (2);
@@ -465,8 +516,8 @@ func TestAISDKOpenAIProvider(t *testing.T) {
 }
 
 // LangChain's createAgent (npm langchain) with finish as a returnDirect: true tool ends after the tools of
-// codellm's one answer (one model request, finish's output the last message); without returnDirect it
-// asks again, codellm's guard answers finish without running anything, until LangGraph's recursion limit.
+// codellm's one answer (one model request, finish's output the last message); with its defaults it asks
+// again and ends at the guard's final message, without running anything.
 func TestLangChainCreateAgent(t *testing.T) {
 	needNode(t)
 	s := startServe(t)
@@ -476,24 +527,71 @@ func TestLangChainCreateAgent(t *testing.T) {
 		Last     struct {
 			Type, Name, Content string
 		} `json:"last"`
-		Stopped    []string `json:"stopped"`
-		Loose      []string `json:"loose"`
-		LooseError string   `json:"looseError"`
+		Stopped       []string `json:"stopped"`
+		Loose         []string `json:"loose"`
+		LooseMessages []string `json:"looseMessages"`
+		LooseLast     struct{ Type, Content string }
 	}
 	s.node(t, "langchainAgent", &r)
 	if strings.Join(r.Messages, ",") != "human,ai,tool,tool" || r.Last.Name != "finish" || r.Last.Content != "wrote" ||
 		strings.Join(r.Stopped, ",") != "write_note:a.md,finish:wrote" {
 		t.Fatalf("returnDirect: %+v", r)
 	}
-	if r.LooseError != "GraphRecursionError" || len(r.Loose) != 4 || r.Loose[3] != "finish:codellm: run already completed; nothing was executed again" {
-		t.Fatalf("without returnDirect: %+v", r)
+	if strings.Join(r.Loose, ",") != "write_note:a.md,finish:wrote" || strings.Join(r.LooseMessages, ",") != "human,ai,tool,tool,ai" ||
+		r.LooseLast.Type != "ai" || r.LooseLast.Content != "wrote" {
+		t.Fatalf("with the defaults: %+v", r)
 	}
-	// One request for the stopped agent, three (recursionLimit 6: model, tools, ×3) for the loose one; the
-	// code ran once per agent.
-	if n := s.route(t, "chat") - chat; n != 4 {
-		t.Errorf("%d chat requests, want 4", n)
+	// One request for the stopped agent, two for the default one (its second gets the guard's final
+	// message); the code ran once per agent.
+	if n := s.route(t, "chat") - chat; n != 3 {
+		t.Errorf("%d chat requests, want 3", n)
 	}
 	if n := s.runs(t) - runs; n != 2 {
 		t.Errorf("the code ran %d times, want 2", n)
+	}
+}
+
+// loop runs one scenario and returns how many requests it sent (chat and Responses routes together) and
+// how many times the code ran.
+func (s *serve) loop(t *testing.T, scenario string, out any) (requests, runs int) {
+	t.Helper()
+	requests, runs = s.route(t, "chat")+s.route(t, "responses"), s.runs(t)
+	s.node(t, scenario, out)
+	return s.route(t, "chat") + s.route(t, "responses") - requests, s.runs(t) - runs
+}
+
+// Every agent framework, with its default settings and no codellm-specific option, ends after two
+// requests and one run: the first runs the code and answers with the calls, the second sends the tool
+// results back and gets the re-execution guard's final message (the run's finish answer, no tool calls).
+// Each executes write_note and finish once — but Strands' chat-completions adapter, which keeps only the
+// last of several streamed calls (its bug; its default, the Responses API, keeps them all).
+func TestDefaultAgentLoops(t *testing.T) {
+	needNode(t)
+	s := startServe(t)
+	for _, tc := range []struct {
+		scenario, executed string
+	}{
+		{"runTools7", "write_note,finish"}, // openai-node 7's runner
+		{"mastra", "write_note:a.md,finish:wrote"},
+		{"llamaindex", "write_note:a.md,finish:wrote"},
+		{"piagent", "write_note:a.md,finish:wrote"},
+		{"genkit", "write_note:a.md,finish:wrote"},
+		{"voltagent", "write_note:a.md,finish:wrote"},
+		{"strands", "write_note:a.md,finish:wrote"},
+		{"strandsChat", "finish:wrote"},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			var r struct {
+				Executed []string `json:"executed"`
+				Text     string   `json:"text"`
+			}
+			requests, runs := s.loop(t, tc.scenario, &r)
+			if requests != 2 || runs != 1 {
+				t.Errorf("%d requests and %d runs, want 2 and 1", requests, runs)
+			}
+			if strings.Join(r.Executed, ",") != tc.executed || r.Text != "wrote" {
+				t.Errorf("executed %v, final text %q; want %s and wrote", r.Executed, r.Text, tc.executed)
+			}
+		})
 	}
 }
