@@ -183,6 +183,7 @@ func workerRunSettings() []config.Setting {
 		{Name: "command-allowed-domains", Kind: config.String, Usage: "destinations workspace commands may reach through codellm's egress proxy: names, *.suffix, IPs, CIDRs (normalised into the policy digest)"},
 		{Name: "require-ready", Kind: config.Bool, Usage: "set requiresReadyConfirmation"},
 		{Name: "lease-wait", Kind: config.Duration, Default: "25s", Usage: "long-poll wait per lease (at most 30s)"},
+		{Name: "workspace-lease-slots", Kind: config.Int, Default: "1", Usage: "assignments run at once, one lease slot each (LibreChat's lease slots; granted by the hub; 1 with a writable or command workspace)"},
 		{Name: "metrics-listen", Kind: config.String, Usage: "loopback address serving GET /metrics and /readyz (empty: no inbound port)"},
 	}
 }

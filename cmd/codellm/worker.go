@@ -40,6 +40,7 @@ type workerFlags struct {
 	stateful, defaultWS, writes, commands  bool
 	requireReady, allowRemote              bool
 	leaseWait                              time.Duration
+	leaseSlots                             int
 	container                              containerFlags
 	docker                                 *worker.Docker // the docker supervisor, for the runtime command sandbox
 	metricsListen                          string
@@ -101,6 +102,7 @@ func (f *workerFlags) bindRun(v *config.Values) {
 	f.workspaceName, f.writes, f.commands = v.String("workspace-name"), v.Bool("allow-workspace-writes"), v.Bool("allow-workspace-commands")
 	f.commandBox, f.allowedDomains = v.String("command-sandbox"), v.String("command-allowed-domains")
 	f.requireReady, f.leaseWait, f.metricsListen = v.Bool("require-ready"), v.Duration("lease-wait"), v.String("metrics-listen")
+	f.leaseSlots = v.Int("workspace-lease-slots")
 	c := &f.container
 	c.cli, c.image, c.seccomp = v.String("container-cli"), v.String("runtime-image"), v.String("docker-seccomp-profile")
 	c.packages, c.sandbox = v.String("docker-packages-path"), v.String("container-sandbox")
@@ -332,7 +334,7 @@ func workerRun(args []string, stderr io.Writer) int {
 	}
 	sup := f.supervisorName()
 	cfg := worker.Config{BaseURL: r.url, WorkerID: r.workerID, Identity: r.identity, IdentityPath: r.identityPath,
-		StaticToken: f.token, SandboxProfile: f.profile, RequireReady: f.requireReady, Log: stderr,
+		StaticToken: f.token, SandboxProfile: f.profile, RequireReady: f.requireReady, LeaseSlots: f.leaseSlots, Log: stderr,
 		Timing: worker.Timing{LeaseWait: min(f.leaseWait, 30*time.Second)}}
 	wm := ef.workerMetrics()
 	runtimes, commandSandbox, closeSup, err := f.buildSupervisor(sup, &ef, &cfg, log)

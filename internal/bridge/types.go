@@ -45,7 +45,13 @@ type Capabilities struct {
 	PolicyDigest              string          `json:"policyDigest,omitempty"`
 	RequiresReadyConfirmation bool            `json:"requiresReadyConfirmation,omitempty"`
 	WorkspaceTools            *WorkspaceTools `json:"workspaceTools,omitempty"`
+	// WorkspaceLeaseSlots asks for lease slots (LibreChat's field: assignments held at once, 1..8 there;
+	// codellm's hub grants up to MaxLeaseSlots).
+	WorkspaceLeaseSlots int `json:"workspaceLeaseSlots,omitempty"`
 }
+
+// MaxLeaseSlots is the most lease slots codellm's hub grants one registration.
+const MaxLeaseSlots = 256
 
 // RegisterRequest is route 2 (registration and heartbeat).
 type RegisterRequest struct {
@@ -69,6 +75,9 @@ type RegisterResponse struct {
 	SupportedWorkspaceEditFileModes   []string `json:"supportedWorkspaceEditFileModes,omitempty"`
 	SupportedWorkspaceEditFileFeature []string `json:"supportedWorkspaceEditFileFeatures,omitempty"`
 	SupportedWorkspaceListFileFeature []string `json:"supportedWorkspaceListFileFeatures,omitempty"`
+	// WorkspaceLeaseSlots is the granted slot count, sent to a worker that asked for slots (the worker
+	// must not lease in parallel without it).
+	WorkspaceLeaseSlots int `json:"workspaceLeaseSlots,omitempty"`
 }
 
 // ReadyRequest is route 3.
@@ -119,7 +128,9 @@ type Assignment struct {
 	RemainingMs      int64  `json:"remainingMs"`
 	RuntimeSessionID string `json:"runtimeSessionId,omitempty"`
 	ExecutionKind    string `json:"executionKind,omitempty"`
-	Request          Raw    `json:"request"`
+	// WorkspaceLeaseSlot echoes the lease request's slot (absent when it named none).
+	WorkspaceLeaseSlot *int `json:"workspaceLeaseSlot,omitempty"`
+	Request            Raw  `json:"request"`
 }
 
 // Kind returns the execution kind, defaulting to "sandbox".

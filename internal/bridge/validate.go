@@ -185,6 +185,11 @@ func ValidateCapabilities(c *Object) error {
 			return bad
 		}
 	}
+	if v, ok := c.Get("workspaceLeaseSlots"); ok {
+		if f, isNum := v.(float64); !isNum || f != math.Trunc(f) || f < 1 || f > MaxLeaseSlots {
+			return bad
+		}
+	}
 	wv, ok := c.Get("workspaceTools")
 	if !ok {
 		return nil
@@ -300,7 +305,7 @@ func ValidateLease(o *Object) (*LeaseRequest, int64, error) {
 	req := &LeaseRequest{ProtocolVersion: 1, IncarnationID: inc}
 	if v, present := o.Get("workspaceLeaseSlot"); present {
 		f, isNum := v.(float64)
-		if !isNum || f != math.Trunc(f) || f < 0 || f > 7 {
+		if !isNum || f != math.Trunc(f) || f < 0 || f >= MaxLeaseSlots {
 			return nil, 0, invalid(MsgInvalidLease)
 		}
 		req.WorkspaceLeaseSlot = &f

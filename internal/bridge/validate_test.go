@@ -80,7 +80,8 @@ func TestValidateSettlementAndLease(t *testing.T) {
 	}
 	for _, b := range []string{`{"protocolVersion":1,"waitMs":-1,"incarnationId":"AAECAwQFBgcICQoLDA0ODxAR"}`,
 		`{"protocolVersion":1,"waitMs":1E400,"incarnationId":"AAECAwQFBgcICQoLDA0ODxAR"}`,
-		`{"protocolVersion":1,"workspaceLeaseSlot":8,"incarnationId":"AAECAwQFBgcICQoLDA0ODxAR"}`,
+		`{"protocolVersion":1,"workspaceLeaseSlot":256,"incarnationId":"AAECAwQFBgcICQoLDA0ODxAR"}`,
+		`{"protocolVersion":1,"workspaceLeaseSlot":1.5,"incarnationId":"AAECAwQFBgcICQoLDA0ODxAR"}`,
 		`{"protocolVersion":"1","incarnationId":"AAECAwQFBgcICQoLDA0ODxAR"}`} {
 		if _, _, err := ValidateLease(mustObj(t, b)); err == nil {
 			t.Errorf("accepted %s", b)

@@ -31,6 +31,10 @@ type Options struct {
 	// to return before the remaining connections are closed (0: closed at once).
 	Grace       time.Duration
 	AfterCancel time.Duration
+	// ConnContext and ConnState, when set, are the server's http.Server hooks of the same names (the hub
+	// tracks its connections by kind with them).
+	ConnContext func(ctx context.Context, c net.Conn) context.Context
+	ConnState   func(c net.Conn, st http.ConnState)
 }
 
 // DefaultGrace is Options.Grace's default.
@@ -49,6 +53,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, o Options) erro
 	defer cancelRuns()
 	hs := o.Limits.Server(h, o.Log)
 	hs.BaseContext = func(net.Listener) context.Context { return runs }
+	hs.ConnContext, hs.ConnState = o.ConnContext, o.ConnState
 	if o.Started != nil {
 		o.Started(runs)
 	}

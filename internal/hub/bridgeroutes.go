@@ -23,7 +23,21 @@ var (
 	errPairingStatic = bridge.Errorf(http.StatusConflict, "Paired worker authentication is disabled")
 	errNotFound      = bridge.Errorf(http.StatusNotFound, "Not found")
 	errMethod        = bridge.Errorf(http.StatusMethodNotAllowed, "Method not allowed")
+	errConnLimit     = bridge.Errorf(http.StatusServiceUnavailable, "The hub has as many connections of this kind open as it allows; retry later")
 )
+
+// admitBridge gives the connection of a bridge request that passed the header checks its place: worker
+// routes among the worker connections, admin routes among the client ones. Redeem (unauthenticated, its
+// code is in the body) stays pending.
+func (h *Hub) admitBridge(r *http.Request, rt route) bool {
+	switch rt.name {
+	case "redeem":
+		return true
+	case "pairings", "revoke", "status":
+		return h.conns.admit(r, connClient)
+	}
+	return h.conns.admit(r, connWorker)
+}
 
 // route is a parsed bridge path.
 type route struct {
@@ -101,6 +115,12 @@ func (h *Hub) serveBridge(w http.ResponseWriter, r *http.Request, rest string) {
 	// 32 MiB, and reading it first let anonymous connections cost the hub that much memory each.
 	if err := h.preauth(r, rt); err != nil {
 		h.writeBridgeError(w, rt, err)
+		return
+	}
+	if !h.admitBridge(r, rt) {
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Connection", "close")
+		bridge.WriteError(w, errConnLimit)
 		return
 	}
 	limit := h.cfg.MaxBody
@@ -259,7 +279,6 @@ func (h *Hub) serveAdmin(w http.ResponseWriter, r *http.Request, rt route, raw [
 		if err := h.store.Revoke(ctx, rt.workerID); err != nil {
 			return err
 		}
-		h.notify()
 		h.cfg.Logger.Info("worker revoked", "worker", rt.workerID)
 		writeValue(w, http.StatusOK, bridge.RevokeResponse{ProtocolVersion: 1, Revoked: true})
 	case "status":
@@ -439,7 +458,6 @@ func (h *Hub) handleReady(w http.ResponseWriter, c *workerCall) error {
 	if err := h.store.Ready(c.ctx, c.workerID, req.IncarnationID, req.RegistrationGeneration); err != nil {
 		return err
 	}
-	h.notify()
 	writeValue(w, http.StatusOK, bridge.ReadyResponse{ProtocolVersion: 1, Ready: true})
 	return nil
 }
@@ -489,7 +507,6 @@ func (h *Hub) handleSettle(w http.ResponseWriter, c *workerCall) error {
 		Status: req.Status, Canonical: c.canonical}); err != nil {
 		return err
 	}
-	h.notify()
 	writeValue(w, http.StatusOK, bridge.AcceptedResponse{ProtocolVersion: 1, Accepted: true})
 	return nil
 }
@@ -539,16 +556,18 @@ func (h *Hub) handleRegister(w http.ResponseWriter, r *http.Request, o *bridge.O
 	}
 	reg, err := h.store.Register(r.Context(), store.RegisterParams{
 		WorkerID: req.WorkerID, IncarnationID: req.IncarnationID, Capabilities: req.Capabilities,
-		CapabilitiesJSON: capsJSON, Auth: au.auth,
+		CapabilitiesJSON: capsJSON, Auth: au.auth, Slots: req.Capabilities.WorkspaceLeaseSlots,
 	})
 	if err != nil {
 		return err
 	}
-	h.notify()
 	resp := bridge.RegisterResponse{
 		ProtocolVersion: 1, WorkerID: req.WorkerID, IncarnationID: req.IncarnationID,
 		RegistrationGeneration: reg.Generation, RegisteredAt: bridge.FormatTime(reg.RegisteredAt),
 		LeaseTTLMs: reg.LeaseTTL.Milliseconds(),
+	}
+	if req.Capabilities.WorkspaceLeaseSlots > 0 {
+		resp.WorkspaceLeaseSlots = reg.Slots // the receipt a worker needs before leasing in parallel
 	}
 	resp.FillSupported()
 	writeValue(w, http.StatusOK, resp)
@@ -567,16 +586,23 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 	}
 	until := start.Add(time.Duration(waitMs) * time.Millisecond)
 	ctx := r.Context()
+	lp := store.LeaseParams{WorkerID: workerID, IncarnationID: req.IncarnationID, IdentityID: au.auth.IdentityID, Slot: -1}
+	if req.WorkspaceLeaseSlot != nil {
+		lp.Slot = int(*req.WorkspaceLeaseSlot)
+	}
 	for {
-		ch := h.changes()
-		a, err := h.store.Lease(ctx, workerID, req.IncarnationID, au.auth.IdentityID)
+		// Watch before reading, so that work queued after the read wakes this poll.
+		ch, release := h.waits.watch(store.TopicWorker(workerID))
+		a, err := h.store.LeaseSlot(ctx, lp)
 		if err != nil {
+			release()
 			if errors.Is(err, context.Canceled) {
 				return nil // the worker went away; its claim is redelivered
 			}
 			return err
 		}
 		if a != nil {
+			release()
 			body, err := bridge.RawFromJSON(a.Request)
 			if err != nil {
 				return err
@@ -590,13 +616,24 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 			if a.ExecutionKind != "" && a.ExecutionKind != bridge.KindSandbox {
 				resp.Assignment.ExecutionKind = a.ExecutionKind
 			}
+			if lp.Slot >= 0 {
+				resp.Assignment.WorkspaceLeaseSlot = &lp.Slot
+			}
 			resp.ServerElapsedMs = time.Since(start).Milliseconds()
 			h.metrics.LeaseWait.WithLabelValues("assignment").Observe(time.Since(start).Seconds())
 			writeValue(w, http.StatusOK, resp)
 			return nil
 		}
-		if !time.Now().Before(until) || !h.wait(ctx, ch, until) {
+		woke := time.Now().Before(until) && h.sleep(ctx, ch, min(h.cfg.PollInterval, time.Until(until)))
+		release()
+		if !woke {
 			break
+		}
+		select {
+		case <-ch:
+			lp.Woken = true // work was queued: go straight to the transaction
+		default:
+			lp.Woken = false
 		}
 	}
 	h.metrics.LeaseWait.WithLabelValues("empty").Observe(time.Since(start).Seconds())

@@ -124,6 +124,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	if err != nil {
 		return config.UsageError(stderr, "hub serve", err)
 	}
+	defer h.Close()
 	defer watchFeed(ctx, feed, h)()
 	ln, err := net.Listen("tcp", v.String("listen"))
 	if err != nil {
@@ -209,7 +210,7 @@ func watchFeed(ctx context.Context, feed *redisstore.Store, h *Hub) (stop func()
 	}
 	feedCtx, stopFeed := context.WithCancel(ctx)
 	feedDone := make(chan struct{})
-	go func() { defer close(feedDone); _ = feed.WatchChanges(feedCtx, h.Notify) }()
+	go func() { defer close(feedDone); _ = feed.WatchChanges(feedCtx, h.ReplicaID(), h.Notify) }()
 	return func() { stopFeed(); <-feedDone }
 }
 
@@ -274,15 +275,21 @@ func serveHTTP(ctx context.Context, h *Hub, ln net.Listener, cert, key string, s
 	fmt.Fprintf(stderr, "codellm hub: listening on %s://%s\n", scheme, ln.Addr())
 	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// Header, body and idle timeouts and a connection cap (httpguard); settle bodies of up to 32 MiB get
-	// two minutes to arrive.
-	err := httpserve.Serve(sigCtx, ln, h, httpserve.Options{Limits: httpguard.Limits{Body: 2 * time.Minute},
-		CertFile: cert, KeyFile: key, Draining: h.Close, Grace: 10 * time.Second})
+	err := httpserve.Serve(sigCtx, ln, h, h.serveOptions(cert, key))
 	h.Close()
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("serve: %v", err)
 	}
 	return nil
+}
+
+// serveOptions are the listener's: header, body and idle timeouts; a connection cap that is the sum of the
+// kinds' caps, each kind held to its own by the hub (conns.go); settle bodies of up to 32 MiB get two
+// minutes to arrive.
+func (h *Hub) serveOptions(cert, key string) httpserve.Options {
+	return httpserve.Options{Limits: httpguard.Limits{Body: 2 * time.Minute, MaxConns: h.conns.total()},
+		CertFile: cert, KeyFile: key, Draining: h.Close, Grace: 10 * time.Second,
+		ConnContext: h.conns.connContext, ConnState: h.conns.connState}
 }
 
 // openFiles opens the file store that goes with the state store: its index in the hub's own store
@@ -389,10 +396,18 @@ func isRedisURL(s string) bool {
 	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://")
 }
 
-// Notify wakes every waiting request (lease polls, queued clients) to
-// re-read the store. The hub calls it itself after its own changes; a shared
-// store's change feed calls it for changes made by other replicas.
-func (h *Hub) Notify() { h.notify() }
+// ReplicaID names this hub replica (the change feed's own channel is named after it).
+func (h *Hub) ReplicaID() string { return h.replica.id }
+
+// Notify wakes the requests waiting on topic (store.TopicWorker, …; "" wakes all) to re-read the store.
+// A shared store's change feed calls it for the commits of other replicas; this replica's own are told
+// through the backend's listener.
+func (h *Hub) Notify(topic string) {
+	if topic == store.TopicPools || topic == "" {
+		h.pools.invalidate()
+	}
+	h.waits.wake(topic)
+}
 
 func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {
 	fs := newFlagSet("hub "+cmd, stderr)

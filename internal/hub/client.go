@@ -13,6 +13,7 @@ import (
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/egress"
 	"github.com/codellm/codellm/internal/httpserve"
+	"github.com/codellm/codellm/internal/hub/store"
 	"github.com/codellm/codellm/internal/openai"
 	"github.com/codellm/codellm/internal/wire"
 )
@@ -20,11 +21,14 @@ import (
 // ChatRuntimeLabel is the capability label of workers that serve chat (§13.2).
 const ChatRuntimeLabel = "codellm.openai.chat.v1"
 
-// clientRefusals are how one client route answers a wrong method and a missing or unknown key, each in
-// the route's own envelope.
+// clientRefusals are how one client route answers a wrong method, a missing or unknown key and a full
+// client connection cap, each in the route's own envelope.
 type clientRefusals struct {
-	method, auth func(w http.ResponseWriter)
+	method, auth, limit func(w http.ResponseWriter)
 }
+
+// connLimitMessage explains a 503 connection_limit.
+const connLimitMessage = "The hub has as many client connections open as it allows; retry later"
 
 // Each client route's refusals, as they have always been answered.
 var (
@@ -36,6 +40,9 @@ var (
 		auth: func(w http.ResponseWriter) {
 			writeExecError(w, &clientError{status: http.StatusUnauthorized, code: "unauthorized", message: "Missing or invalid API key"})
 		},
+		limit: func(w http.ResponseWriter) {
+			writeExecError(w, &clientError{status: http.StatusServiceUnavailable, code: "connection_limit", message: connLimitMessage, retryAfter: 1})
+		},
 	}
 	chatRefusals = clientRefusals{
 		method: func(w http.ResponseWriter) {
@@ -43,6 +50,9 @@ var (
 		},
 		auth: func(w http.ResponseWriter) {
 			writeChatError(w, &clientError{status: http.StatusUnauthorized, code: "invalid_api_key", message: "Missing or invalid API key"})
+		},
+		limit: func(w http.ResponseWriter) {
+			writeChatError(w, &clientError{status: http.StatusServiceUnavailable, code: "connection_limit", message: connLimitMessage, retryAfter: 1})
 		},
 	}
 	toolRefusals = clientRefusals{
@@ -53,11 +63,14 @@ var (
 		auth: func(w http.ResponseWriter) {
 			writeToolError(w, http.StatusUnauthorized, "Missing or invalid API key", "", 0)
 		},
+		limit: func(w http.ResponseWriter) {
+			writeToolError(w, http.StatusServiceUnavailable, connLimitMessage, "", 1)
+		},
 	}
 )
 
 // clientRoute is the client routes' authentication middleware (§13): the route's one method first, then
-// a client API key; serve gets the caller the key identifies.
+// a client API key, then a place among the client connections; serve gets the caller the key identifies.
 func (h *Hub) clientRoute(method string, refuse clientRefusals, serve func(w http.ResponseWriter, r *http.Request, key *ClientKey)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method {
@@ -67,6 +80,11 @@ func (h *Hub) clientRoute(method string, refuse clientRefusals, serve func(w htt
 		key := h.clientKey(r)
 		if key == nil {
 			refuse.auth(w)
+			return
+		}
+		if !h.conns.admit(r, connClient) {
+			w.Header().Set("Connection", "close")
+			refuse.limit(w)
 			return
 		}
 		serve(w, r, key)
@@ -193,8 +211,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, h.fail(err))
 		return
 	}
-	h.rememberSession(d.sessionID, key.TenantID, out)
-	if h.cfg.Files != nil {
+	if h.cfg.Files != nil && (req.SessionID != "" || len(req.Files) > 0) {
 		// Other hub replicas learn the session (and its owner) from the shared file store.
 		if err := h.cfg.Files.Touch(context.WithoutCancel(r.Context()), key.TenantID, d.sessionID); err != nil {
 			h.cfg.Logger.Warn("file store: touch session failed", "session", d.sessionID, "err", err)
@@ -210,29 +227,57 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 	writeValue(w, http.StatusOK, h.execReply(r.Context(), key, d.sessionID, out.result))
 }
 
-// execSession resolves the request's session_id (this replica's memory first, then the shared file
-// store, which knows sessions other replicas created) or mints a new one.
+// execSession resolves the request's session_id (the store's session record, which every replica shares,
+// then the shared file store, which knows sessions created by an upload) or mints a new one.
 func (h *Hub) execSession(ctx context.Context, d *dispatchReq, sid string) *clientError {
 	if sid == "" {
 		d.sessionID = newSessionID()
+		d.session = &store.Session{ID: d.sessionID, TenantID: d.caller.TenantID}
 		return nil
 	}
 	d.sessionID = sid
-	h.mu.Lock()
-	s, ok := h.sessions[sid]
-	if ok && s.tenant == d.caller.TenantID {
-		d.affinity, d.stateful = s.workerID, s.stateful
+	s, err := h.store.Session(ctx, sid)
+	if err != nil {
+		return h.fail(err)
 	}
-	h.mu.Unlock()
-	if ok && s.tenant == d.caller.TenantID {
+	if s != nil {
+		if s.TenantID != d.caller.TenantID {
+			return &clientError{status: http.StatusNotFound, code: "session_not_found"}
+		}
+		if time.Since(s.LastUsed) > store.SessionRefresh || s.IncarnationID == "" {
+			// Due for a refresh, or reset: this run records it again (with the incarnation that runs it).
+			d.session = &store.Session{ID: sid, TenantID: s.TenantID}
+		}
+		d.affinity, d.stateful = s.WorkerID, s.Stateful
+		if s.Stateful {
+			return h.sessionWorker(ctx, s)
+		}
 		return nil
 	}
-	if !ok && h.cfg.Files != nil {
+	if h.cfg.Files != nil {
+		// A session an upload created: from this run on, a session of the store too.
 		if owner, err := h.cfg.Files.Owner(ctx, sid); err == nil && owner == d.caller.TenantID {
+			d.session = &store.Session{ID: sid, TenantID: owner}
 			return nil
 		}
 	}
 	return &clientError{status: http.StatusNotFound, code: "session_not_found"}
+}
+
+// sessionWorker refuses a stateful session whose files are gone: another incarnation of its worker
+// registered since it last ran (the session's runner went with the previous process), so continuing it
+// would silently run in an empty workspace. A worker that is merely offline may come back: dispatch
+// answers 503 worker_unavailable.
+func (h *Hub) sessionWorker(ctx context.Context, s *store.Session) *clientError {
+	st, err := h.store.Worker(ctx, s.WorkerID)
+	if err != nil {
+		return h.fail(err)
+	}
+	if st.Registration != nil && s.IncarnationID != "" && st.Registration.IncarnationID != s.IncarnationID {
+		return &clientError{status: http.StatusConflict, code: "session_lost", message: "The session's worker " + s.WorkerID +
+			" restarted since the session last ran, and its files were held by the previous worker process; start a new session (omit session_id)"}
+	}
+	return nil
 }
 
 // execBody builds the runner request of §13.1. run_timeout leaves the hub time to collect the result
@@ -334,22 +379,6 @@ func rejectionError(out *outcome) *clientError {
 		return &clientError{status: http.StatusBadRequest, code: "invalid_request", message: out.errMsg}
 	}
 	return &clientError{status: http.StatusBadGateway, code: "execution_failed", message: out.errMsg}
-}
-
-func (h *Hub) rememberSession(sid, tenant string, out *outcome) {
-	now := time.Now()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	// Sweep idle sessions at most once a minute, not on every request.
-	if now.Sub(h.sessionSweep) > time.Minute {
-		h.sessionSweep = now
-		for k, s := range h.sessions {
-			if now.Sub(s.lastUsed) > sessionIdle {
-				delete(h.sessions, k)
-			}
-		}
-	}
-	h.sessions[sid] = &session{tenant: tenant, workerID: out.workerID, stateful: out.stateful, lastUsed: now}
 }
 
 // bodyError distinguishes an oversized client body from an unreadable one.

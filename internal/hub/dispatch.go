@@ -2,29 +2,18 @@ package hub
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/store"
 )
-
-// session remembers which worker ran a /v1/exec session (affinity, §13.1).
-type session struct {
-	tenant   string
-	workerID string
-	stateful bool
-	lastUsed time.Time
-}
-
-// sessionIdle is how long an unused exec session is remembered.
-const sessionIdle = 24 * time.Hour
-
-// waiter is one client request queued because every eligible worker was busy.
-type waiter struct{ tenant string }
 
 // clientError is a client-facing failure, rendered by the exec or chat
 // handler in its own envelope.
@@ -43,10 +32,16 @@ func errUnavailable(msg string) *clientError {
 
 // dispatchReq is one client request to run on some worker.
 type dispatchReq struct {
-	caller       *ClientKey
-	kind         string
-	request      []byte // canonical {body, headers}
-	sessionID    string // exec session: becomes runtimeSessionId on a stateful worker
+	caller    *ClientKey
+	kind      string
+	request   []byte // canonical {body, headers}
+	sessionID string // exec session: becomes runtimeSessionId on a stateful worker
+	// session is the exec session's record to write with the assignment: a new session, or one whose
+	// record is due for a refresh (store.SessionRefresh); nil: nothing to write.
+	session *store.Session
+	// enqueued is told when the request was handed to a worker (it leaves its queue then, not when its
+	// run ends, so that the next waiting request may take the next free worker).
+	enqueued     func()
 	affinity     string // worker that ran the session before
 	stateful     bool   // the session's state lives on affinity
 	pinned       string // X-Codellm-Worker-Id
@@ -90,191 +85,253 @@ func (h *Hub) admits(b *bridge.Binding, k *ClientKey) bool {
 	return false
 }
 
-// eligible lists the workers that may take d, idle ones first, least
-// recently used first.
-func (h *Hub) eligible(ctx context.Context, d *dispatchReq) ([]store.WorkerState, error) {
-	all, err := h.store.Workers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []store.WorkerState
-	for _, st := range all {
-		if !st.Ready || st.Registration == nil || !h.admits(st.Binding, d.caller) {
-			continue
-		}
-		caps := &st.Registration.Capabilities
-		if d.runtimeLabel != "" && !caps.HasRuntime(d.runtimeLabel) {
-			continue
-		}
-		if d.pinned != "" && st.WorkerID != d.pinned {
-			continue
-		}
-		if d.stateful && (st.WorkerID != d.affinity || !caps.StatefulWorkspace) {
-			continue
-		}
-		if d.accept != nil && !d.accept(caps) {
-			continue
-		}
-		out = append(out, st)
-	}
-	if d.model != "" {
-		label := "model:" + d.model
-		if slices.ContainsFunc(out, func(s store.WorkerState) bool { return s.Registration.Capabilities.HasRuntime(label) }) {
-			out = slices.DeleteFunc(out, func(s store.WorkerState) bool { return !s.Registration.Capabilities.HasRuntime(label) })
-		}
-	}
-	h.mu.Lock()
-	used := func(id string) time.Time { return h.lastUsed[id] }
-	slices.SortStableFunc(out, func(a, b store.WorkerState) int {
-		if a.Busy != b.Busy {
-			if a.Busy {
-				return 1
-			}
-			return -1
-		}
-		if a.WorkerID == d.affinity && b.WorkerID != d.affinity {
-			return -1
-		}
-		if b.WorkerID == d.affinity && a.WorkerID != d.affinity {
-			return 1
-		}
-		return used(a.WorkerID).Compare(used(b.WorkerID))
-	})
-	h.mu.Unlock()
-	return out, nil
-}
-
-func (h *Hub) joinQueue(tenant string) (*waiter, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.queues[tenant]) >= h.cfg.QueueMax {
-		return nil, false
-	}
-	w := &waiter{tenant: tenant}
-	h.queues[tenant] = append(h.queues[tenant], w)
-	return w, true
-}
-
-func (h *Hub) leaveQueue(w *waiter) {
-	if w == nil {
-		return
-	}
-	h.mu.Lock()
-	q := slices.DeleteFunc(h.queues[w.tenant], func(x *waiter) bool { return x == w })
-	if len(q) == 0 {
-		delete(h.queues, w.tenant)
-	} else {
-		h.queues[w.tenant] = q
-	}
-	h.mu.Unlock()
-	h.notify() // the next waiter may now be at the head
-}
-
-// atHead reports whether w may try to dispatch (FIFO per tenant).
-func (h *Hub) atHead(w *waiter) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q := h.queues[w.tenant]
-	return len(q) > 0 && q[0] == w
-}
-
 func rateLimited(wait time.Duration) *clientError {
 	secs := max(1, int(wait.Seconds()+0.999))
 	return &clientError{status: http.StatusTooManyRequests, code: "rate_limited", message: "All eligible workers are busy", retryAfter: secs}
 }
 
-// dispatch runs d on one worker and returns its settlement (§7.3, §13.3–§13.5).
+// plan is where a request may run: one worker (pinned, or the stateful session's), or any worker of the
+// eligible pools.
+type plan struct {
+	target string
+	caps   bridge.Capabilities // the target's
+	pools  []string
+	// catalog is the pool copy the plan was made from (for the pools' capabilities).
+	catalog []store.Pool
+}
+
+// sig names the plan for the queue: requests with the same plan are interchangeable, so they wait in
+// one FIFO (per tenant), and a request never waits behind one that needs other workers.
+func (p *plan) sig() string {
+	if p.target != "" {
+		return "w:" + p.target
+	}
+	h := sha256.Sum256([]byte(strings.Join(p.pools, ",")))
+	return hex.EncodeToString(h[:8])
+}
+
+// makePlan finds where d may run, or answers why nowhere: 503 when no worker could ever take it, 403 or
+// 503 for a pinned worker that refuses it (§13.5).
+func (h *Hub) makePlan(ctx context.Context, d *dispatchReq) (*plan, error) {
+	if t := d.target(); t != "" {
+		st, err := h.store.Worker(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if !st.Ready || st.Registration == nil || (d.stateful && !st.Registration.Capabilities.StatefulWorkspace) {
+			return nil, h.noWorker(d)
+		}
+		caps := &st.Registration.Capabilities
+		if !h.admits(st.Binding, d.caller) {
+			return nil, bridge.ErrWorkerUnauthorized
+		}
+		if (d.accept != nil && !d.accept(caps)) || (d.runtimeLabel != "" && !caps.HasRuntime(d.runtimeLabel)) {
+			return nil, bridge.ErrWorkerMismatch
+		}
+		return &plan{target: t, caps: *caps}, nil
+	}
+	for fresh := false; ; fresh = true {
+		catalog, err := h.pools.get(ctx, h.store)
+		if err != nil {
+			return nil, err
+		}
+		p := &plan{pools: h.eligiblePools(catalog, d), catalog: catalog}
+		if len(p.pools) > 0 {
+			return p, nil
+		}
+		if fresh {
+			return nil, h.noWorker(d)
+		}
+		// Before refusing, make sure of it: the copy may predate the worker that would take d.
+		h.pools.invalidate()
+	}
+}
+
+// target is the one worker d must run on, if any.
+func (d *dispatchReq) target() string {
+	if d.pinned != "" {
+		return d.pinned
+	}
+	if d.stateful {
+		return d.affinity
+	}
+	return ""
+}
+
+// online reports whether any worker of the plan is registered (else waiting is pointless: 503).
+func (h *Hub) online(ctx context.Context, p *plan) (bool, error) {
+	if p.target != "" {
+		st, err := h.store.Worker(ctx, p.target)
+		return err == nil && st.Ready, err
+	}
+	for _, pl := range p.pools {
+		n, err := h.store.Online(ctx, pl)
+		if err != nil || n > 0 {
+			return n > 0, err
+		}
+	}
+	return false, nil
+}
+
+// dispatch runs d on one worker and returns its settlement (§7.3, §13.3–§13.5). A request that finds no
+// free worker waits in its tenant's queue in the store (queue.go): first come, first served across every
+// replica, woken when capacity is freed, answered 429 at the queue timeout or when the queue is full.
 func (h *Hub) dispatch(ctx context.Context, d *dispatchReq) (*outcome, error) {
-	var w *waiter
-	defer func() { h.leaveQueue(w) }()
+	p, err := h.makePlan(ctx, d)
+	if err != nil {
+		return nil, err
+	}
 	queueUntil := time.Now().Add(h.cfg.QueueTimeout)
 	if d.deadline.Before(queueUntil) {
 		queueUntil = d.deadline
 	}
-outer:
+	tk := h.newTicket(d.caller.TenantID, p.sig(), queueUntil)
+	defer tk.leave(context.WithoutCancel(ctx))
+	d.enqueued = func() { tk.leave(context.WithoutCancel(ctx)) }
 	for {
-		ch := h.changes()
-		cands, err := h.eligible(ctx, d)
-		if err != nil {
-			return nil, err
-		}
-		if len(cands) == 0 {
-			if d.pinned != "" {
-				// A pinned worker that is up but whose binding refuses this
-				// caller is a 403, not an outage (§13.5).
-				if st, err := h.store.Worker(ctx, d.pinned); err == nil && st.Ready {
-					if !h.admits(st.Binding, d.caller) {
-						return nil, bridge.ErrWorkerUnauthorized
-					}
-					if d.accept != nil && !d.accept(&st.Registration.Capabilities) {
-						return nil, bridge.ErrWorkerMismatch
-					}
-				}
-			}
-			if d.stateful {
-				return nil, errUnavailable("The session's worker is not available")
-			}
-			return nil, errUnavailable("No eligible worker is online")
-		}
-		if w == nil || h.atHead(w) {
-			for _, c := range cands {
-				out, err := h.tryWorker(ctx, d, c)
-				if errors.Is(err, bridge.ErrWorkerBusy) || errors.Is(err, bridge.ErrWorkerOffline) {
-					continue
-				}
-				if errors.Is(err, errReassign) {
-					continue outer // re-read the worker list from the top
-				}
-				return out, err
-			}
-		}
-		if w == nil {
-			var ok bool
-			if w, ok = h.joinQueue(d.caller.TenantID); !ok {
-				return nil, rateLimited(h.cfg.QueueTimeout)
-			}
-		}
-		if !time.Now().Before(queueUntil) {
-			return nil, rateLimited(h.cfg.QueueTimeout)
-		}
-		if !h.wait(ctx, ch, queueUntil) {
-			return nil, errUnavailable("Request abandoned")
+		out, err, again := h.dispatchOnce(ctx, d, p, tk)
+		if !again {
+			return out, err
 		}
 	}
+}
+
+// dispatchOnce makes one attempt: when the request's turn has come (the queue is empty, or it is first
+// in it) it takes a free worker; otherwise it joins the queue and sleeps until capacity is freed or its
+// turn comes. again means: attempt once more.
+func (h *Hub) dispatchOnce(ctx context.Context, d *dispatchReq, p *plan, tk *ticket) (out *outcome, err error, again bool) {
+	free, releaseFree := h.waits.watch(store.TopicFree)
+	defer releaseFree()
+	turn, releaseTurn := h.waits.watch(tk.topic())
+	defer releaseTurn()
+	first, err := tk.first(ctx)
+	if err != nil {
+		return nil, err, false
+	}
+	if first {
+		out, err := h.take(ctx, d, p)
+		if out != nil || (err != nil && !errors.Is(err, errReassign)) {
+			return out, err, false
+		}
+		if errors.Is(err, errReassign) {
+			return nil, nil, true
+		}
+		if up, err := h.online(ctx, p); err != nil || !up {
+			return nil, errors.Join(err, h.noWorker(d)), false
+		}
+	}
+	if !tk.joined {
+		if full, err := tk.join(ctx, h.cfg.QueueMax); err != nil || full {
+			return nil, errors.Join(err, rateLimited(h.cfg.QueueTimeout)), false
+		}
+	}
+	if !time.Now().Before(tk.until) {
+		return nil, rateLimited(h.cfg.QueueTimeout), false
+	}
+	backstop := h.cfg.PollInterval
+	if first {
+		backstop = min(backstop, time.Second) // the head asks again often: a lost wake-up costs little
+	}
+	wake := free
+	if !first {
+		wake = nil // only the head competes for freed capacity; the others wait for their turn
+	}
+	if !h.sleep2(ctx, wake, turn, min(backstop, time.Until(tk.until))) {
+		return nil, errUnavailable("Request abandoned"), false
+	}
+	return nil, nil, true
+}
+
+// noWorker is the answer when no worker could take d at all.
+func (h *Hub) noWorker(d *dispatchReq) error {
+	if d.stateful {
+		return errUnavailable("The session's worker " + d.affinity + " is not available; a stateful session's files live on it and cannot move to another worker")
+	}
+	return errUnavailable("No eligible worker is online")
+}
+
+// take hands d to a worker with a free slot: its target, or the longest idle worker of an eligible pool.
+// (nil, nil): none is free now.
+func (h *Hub) take(ctx context.Context, d *dispatchReq, p *plan) (*outcome, error) {
+	if p.target != "" {
+		out, err := h.tryWorker(ctx, d, p.target, p.caps, false)
+		if errors.Is(err, bridge.ErrWorkerBusy) {
+			return nil, nil
+		}
+		return out, err
+	}
+	for _, pl := range p.pools {
+		for range maxTakes {
+			w, ok, err := h.store.TakeIdle(ctx, pl)
+			if err != nil || !ok {
+				if err != nil {
+					return nil, err
+				}
+				break
+			}
+			out, err := h.tryWorker(ctx, d, w, h.poolCaps(p.catalog, pl), true)
+			if errors.Is(err, bridge.ErrWorkerBusy) || errors.Is(err, bridge.ErrWorkerOffline) || errors.Is(err, bridge.ErrWorkerMismatch) {
+				continue // a stale idle entry: the worker lapsed or filled up meanwhile
+			}
+			return out, err
+		}
+	}
+	return nil, nil
+}
+
+// maxTakes bounds how many stale idle entries one attempt skips per pool.
+const maxTakes = 16
+
+// unenqueue settles an Enqueue whose outcome the store did not report (its reply was lost): the
+// assignment may exist, and a worker may lease it as soon as the store answers again. It is withdrawn,
+// retried until the deadline; only then is the outage answered as one (503, nothing ran). One a worker
+// acknowledged meanwhile may run, and one the store never confirmed gone may still: outcome unknown.
+func (h *Hub) unenqueue(ctx context.Context, p store.EnqueueParams, cause error) error {
+	bg := context.WithoutCancel(ctx)
+	err := h.retryStore(p.ExpiresAt, func() error { return h.store.Withdraw(bg, p.WorkerID, p.AssignmentID) })
+	if err == nil || errors.Is(err, bridge.ErrAssignmentNotFound) {
+		return cause
+	}
+	return errOutcomeUnknown
 }
 
 // errReassign means the chosen worker vanished before acknowledging the
 // assignment, which was withdrawn and may go elsewhere.
 var errReassign = errors.New("hub: assignment withdrawn for reassignment")
 
-func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState) (*outcome, error) {
-	stateful := c.Registration.Capabilities.StatefulWorkspace && d.sessionID != ""
+// tryWorker enqueues d on worker w (with capabilities caps; fromIdle: taken from its pool's idle set) and
+// waits for its settlement.
+func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, w string, caps bridge.Capabilities, fromIdle bool) (*outcome, error) {
+	stateful := caps.StatefulWorkspace && d.sessionID != ""
 	p := store.EnqueueParams{
-		WorkerID: c.WorkerID, AssignmentID: bridge.NewID(), ExpiresAt: d.deadline,
+		WorkerID: w, AssignmentID: bridge.NewID(), ExpiresAt: d.deadline,
 		ExecutionKind: d.kind, Request: d.request,
+	}
+	if h.replica != nil {
+		p.Dispatcher = h.replica.id
 	}
 	p.LeaseToken = bridge.NewSecret()
 	p.LeaseTokenHash = bridge.HashSecret(p.LeaseToken)
 	if stateful {
 		p.RuntimeSessionID = d.sessionID
 	}
+	if d.session != nil {
+		s := *d.session
+		s.Stateful = stateful
+		p.Session = &s
+	}
+	p.FromIdle = fromIdle
 	a, err := h.store.Enqueue(ctx, p)
+	if errors.Is(err, store.ErrUnavailable) {
+		return nil, h.unenqueue(ctx, p, err)
+	}
 	if err != nil {
-		if errors.Is(err, store.ErrUnavailable) {
-			// The enqueue may have been stored with its reply lost: take
-			// it back if the store answers now, so the worker is not left
-			// locked by work nobody waits for.
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = h.store.Withdraw(wctx, p.WorkerID, p.AssignmentID)
-			cancel()
-		}
 		return nil, err
 	}
 	h.metrics.Assignments.WithLabelValues("enqueued").Inc()
-	h.mu.Lock()
-	h.lastUsed[c.WorkerID] = time.Now()
-	h.mu.Unlock()
-	h.notify() // wake the worker's lease poll
+	if d.enqueued != nil {
+		d.enqueued()
+	}
 	st, err := h.await(ctx, a)
 	h.metrics.Assignments.WithLabelValues(assignmentState(st, err)).Inc()
 	if err != nil {
@@ -284,7 +341,7 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, c store.WorkerState
 	if perr != nil {
 		return nil, bridge.ErrResultInvalid
 	}
-	out := &outcome{workerID: c.WorkerID, caps: c.Registration.Capabilities, stateful: stateful, status: st.Status}
+	out := &outcome{workerID: w, caps: caps, stateful: stateful, status: st.Status}
 	if st.Status == bridge.StatusFulfilled {
 		v, _ := o.Get("result")
 		res, ok := v.(*bridge.Object)
@@ -310,64 +367,114 @@ func assignmentState(st *store.Settlement, err error) string {
 		return "withdrawn"
 	case errors.Is(err, bridge.ErrAssignmentExpired):
 		return "expired"
-	case errors.Is(err, bridge.ErrWorkerOffline):
+	case errors.Is(err, errOutcomeUnknown):
 		return "worker_offline"
 	}
 	return "failed"
 }
 
-// await waits for the settlement of a until its deadline (§7.3 step 4). A
-// client that goes away sets the cancellation mark; the wait then continues
-// so the worker's rejection is collected and the lock released.
+// await waits for the settlement of a until its deadline (§7.3 step 4). A client that goes away sets the
+// cancellation mark; the wait then continues so the worker's rejection is collected and the lock released.
+// Once the worker may have started the run (it acknowledged it) the request never ends in a status that
+// invites a retry: a run that cannot be accounted for is errOutcomeUnknown, never a 503 or a second run.
 func (h *Hub) await(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
+	w := &awaiting{a: a, clientGone: ctx.Done(), closing: h.closing, fresh: true}
 	bg := context.WithoutCancel(ctx)
-	wctx := ctx
 	for {
-		ch := h.changes()
+		if st, err, done := h.awaitOnce(bg, w); done {
+			return st, err
+		}
+	}
+}
+
+// awaiting is one dispatcher's wait for its settlement.
+type awaiting struct {
+	a                   *store.Assignment
+	clientGone, closing <-chan struct{} // nil once handled
+	// fresh: just enqueued (nothing to read yet); woken: its topic was notified (its settlement, or a
+	// wake-up of everything after the change feed lost messages).
+	fresh, woken bool
+}
+
+// awaitOnce reads the assignment's state once and sleeps until its settlement is notified, the backstop,
+// the client going away or the hub closing; done says the wait is over.
+func (h *Hub) awaitOnce(ctx context.Context, w *awaiting) (*store.Settlement, error, bool) {
+	a := w.a
+	ch, release := h.waits.watch(store.TopicAssignment(a.ID))
+	defer release()
+	if !time.Now().Before(a.ExpiresAt) {
+		st, err := h.complete(ctx, a)
+		return st, err, true
+	}
+	if w.woken {
+		if st, err := h.store.Settlement(ctx, a.WorkerID, a.ID); err == nil && st != nil {
+			st, err := h.complete(ctx, a)
+			return st, err, true
+		}
+	} else if !w.fresh {
+		// The backstop: a settlement whose notification was lost, or a worker that went away.
 		var st *store.Settlement
 		var ws *store.WorkerState
-		// A store outage shorter than the deadline loses nothing: keep
-		// asking until the assignment's deadline.
+		// A store outage shorter than the deadline loses nothing: keep asking until the deadline.
 		err := h.retryStore(a.ExpiresAt, func() (err error) {
-			if st, err = h.store.Settlement(bg, a.WorkerID, a.ID); err == nil && st == nil {
-				ws, err = h.store.Worker(bg, a.WorkerID)
+			if st, err = h.store.Settlement(ctx, a.WorkerID, a.ID); err == nil && st == nil {
+				ws, err = h.store.Worker(ctx, a.WorkerID)
 			}
 			return err
 		})
 		if err != nil && !errors.Is(err, store.ErrUnavailable) {
-			return nil, err
+			return nil, err, true
 		}
-		if st != nil || !time.Now().Before(a.ExpiresAt) {
-			return h.complete(bg, a)
+		if st != nil {
+			st, err := h.complete(ctx, a)
+			return st, err, true
 		}
-		if !ws.Online || (ws.Registration != nil && ws.Registration.IncarnationID != a.IncarnationID) {
-			// The worker crashed or was replaced: take back work it never
-			// acknowledged; otherwise fail now rather than at the deadline.
-			if err := h.store.Withdraw(bg, a.WorkerID, a.ID); err == nil {
-				h.notify()
-				return nil, errReassign
-			}
-			if st, _ := h.store.Settlement(bg, a.WorkerID, a.ID); st != nil {
-				return h.complete(bg, a)
-			}
-			_, _ = h.store.Complete(bg, a.WorkerID, a.ID)
-			h.notify()
-			return nil, bridge.ErrWorkerOffline
-		}
-		if !h.wait(wctx, ch, a.ExpiresAt) {
-			select {
-			case <-h.closing:
-				_ = h.store.Cancel(bg, a.WorkerID, a.ID)
-				_, _ = h.store.Complete(bg, a.WorkerID, a.ID)
-				h.notify()
-				return nil, errUnavailable("Hub is shutting down")
-			default:
-			}
-			// Client disconnected (§13.4): cancel, keep collecting.
-			_ = h.store.Cancel(bg, a.WorkerID, a.ID)
-			wctx = bg
+		if ws != nil && (!ws.Online || (ws.Registration != nil && ws.Registration.IncarnationID != a.IncarnationID)) {
+			st, err := h.lost(ctx, a)
+			return st, err, true
 		}
 	}
+	w.fresh, w.woken = false, false
+	t := time.NewTimer(min(h.cfg.PollInterval, time.Until(a.ExpiresAt)))
+	defer t.Stop()
+	select {
+	case <-ch:
+		w.woken = true
+	case <-t.C:
+	case <-w.clientGone:
+		// Client disconnected (§13.4): cancel, keep collecting.
+		_ = h.store.Cancel(ctx, a.WorkerID, a.ID)
+		w.clientGone = nil
+	case <-w.closing:
+		// Shutting down: work not yet acknowledged is taken back (503, nothing ran); a run under way is
+		// waited for within the drain's grace.
+		w.closing = nil
+		if h.store.Withdraw(ctx, a.WorkerID, a.ID) == nil {
+			return nil, errUnavailable("Hub is shutting down"), true
+		}
+	}
+	return nil, nil, false
+}
+
+// errOutcomeUnknown: the worker acknowledged the assignment (so it may have run) and then went silent past
+// its registration, or the store could not tell how it ended. The request fails without being run again
+// (502 outcome_unknown) — a 503 or 429 would tell the client that nothing ran.
+var errOutcomeUnknown = errors.New("hub: the run's outcome is unknown")
+
+// lost ends an assignment whose worker vanished (its registration lapsed, or another incarnation took
+// over): work it never acknowledged is taken back and may go to another worker (errReassign); work it
+// acknowledged ends with its settlement if one arrived meanwhile, else failed with an unknown outcome. Its
+// lock stays until deadline + grace, so the worker, should it come back, is not given more work while it
+// may still be running this.
+func (h *Hub) lost(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
+	if err := h.store.Withdraw(ctx, a.WorkerID, a.ID); err == nil {
+		return nil, errReassign
+	}
+	st, err := h.complete(ctx, a)
+	if st != nil {
+		return st, err
+	}
+	return nil, errOutcomeUnknown
 }
 
 func (h *Hub) complete(ctx context.Context, a *store.Assignment) (st *store.Settlement, err error) {
@@ -377,7 +484,10 @@ func (h *Hub) complete(ctx context.Context, a *store.Assignment) (st *store.Sett
 		st, err = h.store.Complete(ctx, a.WorkerID, a.ID)
 		return err
 	})
-	h.notify() // the lock may be free now
+	if errors.Is(err, store.ErrUnavailable) {
+		// The worker may have run it; the store cannot say. Not a 503: a retry would run it again.
+		return nil, errOutcomeUnknown
+	}
 	return st, err
 }
 
@@ -402,6 +512,9 @@ func mapDispatchError(err error) *clientError {
 		return ce
 	}
 	switch {
+	case errors.Is(err, errOutcomeUnknown):
+		return &clientError{status: http.StatusBadGateway, code: "outcome_unknown", message: "The worker stopped answering after it started the run " +
+			"(or the hub's store could not say how it ended); it may have run, so it was not run again"}
 	case errors.Is(err, store.ErrUnavailable):
 		return errStoreUnavailable()
 	case errors.Is(err, bridge.ErrAssignmentExpired):

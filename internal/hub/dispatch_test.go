@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -267,8 +268,10 @@ func TestClientDisconnectCancels(t *testing.T) {
 	}
 }
 
-// The hub notices a crashed worker through registration expiry: work it never
-// acknowledged moves to another worker; acknowledged work fails with 503.
+// The hub notices a crashed worker through registration expiry: work it never acknowledged moves to
+// another worker. Work it acknowledged may have run (a worker stopped or cut off past its registration,
+// issue 36): it is never sent to another worker, and the client is told the outcome is unknown (502), not
+// a 503 or 429 that would make it retry and run the code a second time.
 func TestCrashedWorker(t *testing.T) {
 	h := newTestHub(t, nil, boltstore.WithLeaseTTL(time.Second))
 	crash := newWorker(t, h, "a-crash")
@@ -277,7 +280,14 @@ func TestCrashedWorker(t *testing.T) {
 	good.pair(h)
 	good.mustRegister()
 	crash.mustRegister() // registered, then never polls again
-	stop := good.serve(func(x *bridge.Assignment) bridge.Settlement { return runnerReply(x, good.incarnation) })
+	var goodRan sync.Map
+	serve := func() func() {
+		return good.serve(func(x *bridge.Assignment) bridge.Settlement {
+			goodRan.Store(x.AssignmentID, true)
+			return runnerReply(x, good.incarnation)
+		})
+	}
+	stop := serve()
 
 	start := time.Now()
 	r := h.client(t, "/v1/exec", `{"lang":"py","code":"moved"}`, map[string]string{"X-Codellm-Timeout-Ms": "10000"})
@@ -288,18 +298,41 @@ func TestCrashedWorker(t *testing.T) {
 		t.Fatalf("reassignment took %v", time.Since(start))
 	}
 	stop()
+	waitOffline(t, h, good.id)
+	goodRan.Clear()
 
-	// Crash after ack: the client hears 503 well before its deadline.
+	// Crash after ack, with another worker ready to take work: the run is not repeated there.
 	crash.mustRegister()
-	resp := asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"x"}`, map[string]string{"X-Codellm-Worker-Id": crash.id, "X-Codellm-Timeout-Ms": "20000"})
+	resp := asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"x"}`, map[string]string{"X-Codellm-Timeout-Ms": "20000"})
 	a := crash.mustLease()
 	if r := crash.ack(a); r.status != 200 {
 		t.Fatal(r.status)
 	}
+	stop = serve()
+	defer stop()
 	start = time.Now()
 	r = recv(t, resp)
-	if r.status != 503 || r.header.Get("Retry-After") != "5" || time.Since(start) > 10*time.Second {
+	if r.status != 502 || !bytes.Contains(r.body, []byte(`"error":"outcome_unknown"`)) || r.header.Get("Retry-After") != "" ||
+		time.Since(start) > 10*time.Second {
 		t.Fatalf("crash after ack: %d %s after %v", r.status, r.body, time.Since(start))
+	}
+	goodRan.Range(func(k, _ any) bool {
+		t.Errorf("another worker ran %v after the first acknowledged the request", k)
+		return true
+	})
+}
+
+// waitOffline waits until the worker's registration has lapsed.
+func waitOffline(t *testing.T, h *testHub, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := h.store.Worker(context.Background(), id)
+		if err == nil && !st.Online {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s still online", id)
+		}
 	}
 }
 
@@ -325,10 +358,7 @@ func TestOverload(t *testing.T) {
 	go func() { defer wg.Done(); queued = h.client(t, "/v1/exec", `{"lang":"py","code":"q"}`, nil) }()
 	// Wait until the second request sits in the queue.
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		h.mu.Lock()
-		n := len(h.queues["default"])
-		h.mu.Unlock()
-		if n == 1 {
+		if waitingExecs(t, h) == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -379,5 +409,79 @@ func TestClientBodyLimit(t *testing.T) {
 	r := h.client(t, "/v1/exec", `{"lang":"py","code":"`+strings.Repeat("x", 2048)+`"}`, nil)
 	if r.status != 413 || !bytes.Contains(r.body, []byte("request_too_large")) {
 		t.Fatalf("%d %s", r.status, r.body)
+	}
+}
+
+// waitingExecs counts the plain /v1/exec requests of tenant "default" waiting in the store's queue.
+func waitingExecs(t *testing.T, h *testHub) int {
+	t.Helper()
+	ctx := context.Background()
+	p, err := h.makePlan(ctx, &dispatchReq{caller: &ClientKey{TenantID: "default"}, kind: bridge.KindSandbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := h.store.Backend().ZCount(ctx, queueKey("default", p.sig()), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A worker that asks for lease slots (LibreChat's workspaceLeaseSlots) gets the grant in its registration
+// reply, holds that many assignments at once, one per slot (each echoing its slot), and a request beyond
+// them waits for a slot to be settled.
+func TestLeaseSlots(t *testing.T) {
+	h := newTestHub(t, nil)
+	w := newWorker(t, h, "slots-vm")
+	w.caps.WorkspaceLeaseSlots = 3
+	w.pair(h)
+	if rr := w.mustRegister(); rr.WorkspaceLeaseSlots != 3 {
+		t.Fatalf("granted %d slots", rr.WorkspaceLeaseSlots)
+	}
+	var resps []<-chan reply
+	for i := range 4 {
+		resps = append(resps, asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"s`+strconv.Itoa(i)+`"}`, nil))
+	}
+	leaseSlot := func(slot int) *bridge.Assignment {
+		t.Helper()
+		wait, s := 2000.0, float64(slot)
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+			r := w.send(context.Background(), bridge.PathLease(w.id), bridge.LeaseRequest{ProtocolVersion: 1, WaitMs: &wait,
+				IncarnationID: w.incarnation, WorkspaceLeaseSlot: &s})
+			var lr bridge.LeaseResponse
+			if r.status != 200 || json.Unmarshal(r.body, &lr) != nil {
+				t.Fatalf("lease slot %d: %d %s", slot, r.status, r.body)
+			}
+			if lr.Assignment != nil {
+				if lr.Assignment.WorkspaceLeaseSlot == nil || *lr.Assignment.WorkspaceLeaseSlot != slot {
+					t.Fatalf("slot %d leased %+v", slot, lr.Assignment.WorkspaceLeaseSlot)
+				}
+				return lr.Assignment
+			}
+		}
+		t.Fatalf("nothing for slot %d", slot)
+		return nil
+	}
+	var held []*bridge.Assignment
+	for slot := range 3 {
+		a := leaseSlot(slot)
+		if r := w.ack(a); r.status != 200 {
+			t.Fatalf("ack slot %d: %d %s", slot, r.status, r.body)
+		}
+		held = append(held, a)
+	}
+	if n := waitingExecs(t, h); n != 1 {
+		t.Fatalf("%d requests wait, want the fourth", n)
+	}
+	w.settle(held[0], runnerReply(held[0], w.incarnation))
+	fourth := leaseSlot(0)
+	for _, a := range append(held[1:], fourth) {
+		w.ack(a)
+		w.settle(a, runnerReply(a, w.incarnation))
+	}
+	for i, ch := range resps {
+		if r := recv(t, ch); r.status != 200 || !bytes.Contains(r.body, []byte("ran:s")) {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
 	}
 }

@@ -100,7 +100,7 @@ func (h *Hub) fileRoute(w http.ResponseWriter, r *http.Request, p string) bool {
 	refuse := clientRefusals{method: func(w http.ResponseWriter) {
 		w.Header().Set("Allow", want)
 		writeExecError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed"})
-	}, auth: execRefusals.auth}
+	}, auth: execRefusals.auth, limit: execRefusals.limit}
 	h.clientRoute(want, refuse, func(w http.ResponseWriter, r *http.Request, key *ClientKey) {
 		if h.cfg.Files == nil {
 			writeExecError(w, fileError(http.StatusNotImplemented, "files_unavailable", "This hub has no file store"))

@@ -130,7 +130,8 @@ type testWorker struct {
 	// test hooks
 	timestamp  func() time.Time
 	nonce      string
-	signPrefix string // path prefix a proxy stripped before the hub saw it
+	signPrefix string       // path prefix a proxy stripped before the hub saw it
+	httpc      *http.Client // nil: http.DefaultClient
 }
 
 func newWorker(t testing.TB, h *testHub, id string) *testWorker {
@@ -191,7 +192,11 @@ func (w *testWorker) send(ctx context.Context, path string, body any) reply {
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, w.base+path, bytes.NewReader(b))
 	p.Apply(req.Header)
-	resp, err := http.DefaultClient.Do(req)
+	c := w.httpc
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return reply{status: -1, body: []byte(err.Error())}
 	}

@@ -10,6 +10,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -67,8 +68,10 @@ type Config struct {
 	Files             filestore.Store
 	FileLimits        filestore.Limits
 	MaxExecInputBytes int64 // input files of one /v1/exec together; default 10 MiB
-	// PollInterval is how often waiting requests re-read the store when no
-	// in-process notification wakes them (≤ 100 ms per §3.5).
+	// PollInterval is how often a waiter (a lease poll, a dispatcher, a
+	// queued client) re-reads the store when no notification woke it: a
+	// backstop for a notification a shared store's feed lost (default 5 s;
+	// waiters are woken by their own topic, waits.go).
 	PollInterval time.Duration
 	Logger       *slog.Logger // nil: discard
 	// IdempotencyTTL is how long a /v1/exec or chat response to an Idempotency-Key (or a Stainless client
@@ -80,6 +83,16 @@ type Config struct {
 	// 10000 and 64 MiB; the oldest finished go first).
 	IdempotencyMaxEntries    int
 	IdempotencyMaxTotalBytes int64
+	// MaxWorkerConnections and MaxClientConnections cap the connections of each kind of authenticated
+	// caller, MaxPendingConnections those that have not authenticated yet (conns.go; defaults 4096, 1024
+	// and 256). They apply when the hub serves through serveHTTP (codellm hub serve).
+	MaxWorkerConnections  int
+	MaxClientConnections  int
+	MaxPendingConnections int
+
+	// replicaBeat is how often this replica renews its heartbeat and sweeps dead replicas (default 5 s;
+	// tests shorten it).
+	replicaBeat time.Duration
 }
 
 func (c *Config) defaults() {
@@ -101,7 +114,8 @@ func (c *Config) defaults() {
 	def(&c.ChatTimeout, 120*time.Second)
 	def(&c.MaxTimeout, 600*time.Second)
 	def(&c.QueueTimeout, 30*time.Second)
-	def(&c.PollInterval, 50*time.Millisecond)
+	def(&c.PollInterval, 5*time.Second)
+	def(&c.replicaBeat, defaultReplicaBeat)
 	if c.IdempotencyTTL == 0 {
 		c.IdempotencyTTL = 10 * time.Minute
 	}
@@ -116,6 +130,14 @@ func (c *Config) defaults() {
 	}
 	if c.QueueMax <= 0 {
 		c.QueueMax = 100
+	}
+	for _, v := range []struct {
+		p   *int
+		def int
+	}{{&c.MaxWorkerConnections, 4096}, {&c.MaxClientConnections, 1024}, {&c.MaxPendingConnections, 256}} {
+		if *v.p <= 0 {
+			*v.p = v.def
+		}
 	}
 	if c.MaxBody <= 0 {
 		c.MaxBody = 1 << 20
@@ -140,13 +162,8 @@ type Hub struct {
 	cfg   Config
 	store Store
 
-	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced on every state change
-	lastUsed map[string]time.Time
-	sessions map[string]*session
-	// sessionSweep is when idle sessions were last collected.
-	sessionSweep time.Time
-	queues       map[string][]*waiter // tenant → FIFO of waiting client requests
+	waits *waits
+	pools poolCatalog
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -158,6 +175,8 @@ type Hub struct {
 	largeBodies chan struct{}
 	health      storeHealth
 	idem        *idempotency.Guard // nil: the store has no Backend, or disabled
+	replica     *replicaRecords    // nil: the store has no Backend
+	conns       *conns
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -178,11 +197,19 @@ func New(cfg Config, st Store) (*Hub, error) {
 		}
 	}
 	h := &Hub{
-		cfg: cfg, store: st, changed: make(chan struct{}), lastUsed: map[string]time.Time{},
-		sessions: map[string]*session{}, queues: map[string][]*waiter{}, closing: make(chan struct{}),
+		cfg: cfg, store: st, waits: newWaits(), closing: make(chan struct{}),
 	}
+	h.conns = newConns(cfg.MaxPendingConnections, cfg.MaxWorkerConnections, cfg.MaxClientConnections)
 	h.metrics = metrics.NewHub(h.onlineWorkers)
 	h.router = h.routes()
+	bs, ok := st.(interface{ Backend() store.Backend })
+	if !ok {
+		return nil, errors.Join(ErrConfig, errors.New("the hub store exposes no record backend"))
+	}
+	bs.Backend().OnNotify(h.Notify)
+	h.replica = startReplica(st, bs.Backend(), cfg.replicaBeat, h.closing, func(dead string, n int) {
+		h.cfg.Logger.Warn("ended the assignments of a hub replica that stopped", "replica", dead, "assignments", n)
+	})
 	h.setupIdempotency(st)
 	if o, ok := st.(interface{ ObserveErrors(func(string, error)) }); ok {
 		o.ObserveErrors(h.storeFailed)
@@ -227,41 +254,37 @@ func (h *Hub) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		bridge.WriteError(w, err)
 		return
 	}
+	if !h.conns.admit(r, connClient) {
+		w.Header().Set("Connection", "close")
+		bridge.WriteError(w, errConnLimit)
+		return
+	}
 	h.metrics.Handler().ServeHTTP(w, r)
 }
 
-// Close wakes every waiting request: lease polls answer empty and waiting
-// clients get 503. Call it before http.Server.Shutdown so Shutdown does not
-// sit out a 30 s long poll. The hub starts no goroutines of its own.
+// Close wakes every waiting request: lease polls answer empty, queued clients get 503, and runs already
+// handed to a worker are waited for within the caller's drain. Call it before http.Server.Shutdown so
+// Shutdown does not sit out a 30 s long poll. It stops the replica's heartbeat and waits for it.
 func (h *Hub) Close() {
 	h.closeOnce.Do(func() { close(h.closing) })
-}
-
-// notify wakes everyone waiting for a state change.
-func (h *Hub) notify() {
-	h.mu.Lock()
-	close(h.changed)
-	h.changed = make(chan struct{})
-	h.mu.Unlock()
-}
-
-func (h *Hub) changes() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.changed
-}
-
-// wait blocks until a state change, the poll interval, ctx or the deadline.
-// It reports false when the caller should stop (ctx done or hub closing).
-func (h *Hub) wait(ctx context.Context, ch <-chan struct{}, until time.Time) bool {
-	d := min(h.cfg.PollInterval, time.Until(until))
-	if d < 0 {
-		d = 0
+	if h.replica != nil {
+		<-h.replica.done
 	}
-	t := time.NewTimer(d)
+}
+
+// sleep waits for ch (a watched topic), d (the backstop), ctx or the hub's closing. It reports false when
+// the caller should stop (ctx done or hub closing).
+func (h *Hub) sleep(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
+	return h.sleep2(ctx, ch, nil, d)
+}
+
+// sleep2 is sleep on either of two topics (nil: none).
+func (h *Hub) sleep2(ctx context.Context, a, b <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(max(d, 0))
 	defer t.Stop()
 	select {
-	case <-ch:
+	case <-a:
+	case <-b:
 	case <-t.C:
 	case <-ctx.Done():
 		return false
@@ -271,8 +294,68 @@ func (h *Hub) wait(ctx context.Context, ch <-chan struct{}, until time.Time) boo
 	return true
 }
 
-// ServeHTTP routes every request.
-func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.router.ServeHTTP(w, r) }
+// ServeHTTP routes every request. Before answering a request whose body was not read to the end — every
+// refusal: no or a wrong credential, a full cap, an unknown route — net/http reads up to 256 KiB of the
+// rest (to keep the connection), which a hostile client can stretch to the whole body timeout by
+// trickling it. The hub gives that read one second (unreadGrace): a body that arrives is drained as
+// before, a trickle gets its answer and the connection is closed.
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		b := &eofBody{ReadCloser: r.Body}
+		r.Body = b
+		w = &closeUnread{ResponseWriter: w, body: b}
+	}
+	h.router.ServeHTTP(w, r)
+}
+
+// eofBody notes whether a request body was read to its end.
+type eofBody struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+// unreadGrace is how long net/http may read the unread rest of a body before the answer.
+const unreadGrace = time.Second
+
+// closeUnread bounds the read of an unread request body's rest to unreadGrace.
+type closeUnread struct {
+	http.ResponseWriter
+	body  *eofBody
+	wrote bool
+}
+
+func (c *closeUnread) WriteHeader(code int) {
+	if !c.wrote {
+		c.wrote = true
+		if !c.body.eof {
+			_ = http.NewResponseController(c.ResponseWriter).SetReadDeadline(time.Now().Add(unreadGrace))
+		}
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *closeUnread) Write(p []byte) (int, error) {
+	if !c.wrote {
+		c.WriteHeader(http.StatusOK)
+	}
+	return c.ResponseWriter.Write(p)
+}
+
+func (c *closeUnread) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *closeUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // routes builds the hub's router. Every route checks its own method (each answers 405 in its own
 // envelope) and works on the raw request path (bridge.RequestPath), which is what bridge signatures

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/store"
 	"github.com/codellm/codellm/internal/idempotency"
 )
@@ -22,10 +23,14 @@ import (
 // Redis agree: a retry that lands on another replica replays, or waits for, the first one's run.
 //
 // One record per key, "idem:<scope>:…" (out of the protocol's "{w:", "asg:", "code:", "nonce:" and
-// "epoch" keys), JSON of idemRecord, Volatile class (in-flight state: the embedded store keeps it in
-// memory, Redis for every replica) with the record's own expiry: the claim bound while pending, the TTL
-// once finished. The claim is one Update that reads the key and writes the pending record only if it
-// is absent, so two replicas cannot both claim. Waiters re-read the record on a change or a poll. The
+// "epoch" keys), JSON of idemRecord, Durable class, so that the embedded store keeps claims and answers
+// across a restart (a retry after `kill -9` must not run the code again), with the record's own expiry:
+// the claim bound plus the TTL while pending, the TTL once finished. The claim is one Update that reads the
+// key and writes the pending record only if it is absent, so two replicas cannot both claim. A pending
+// claim is bound by its request's deadline plus a grace (Guard.PendingFor) and by the life of the replica
+// running it: once either is over, the claim is lost — its run may have happened, so every repeat is
+// answered 502 outcome_unknown (idempotency.Response.Lost) until the record expires, and nothing runs
+// again. Waiters re-read the record on a change or a poll. The
 // bound: a response over the per-record cap is kept as a too-large marker, every record expires with
 // the TTL, and the finished records are indexed in the set "idem:index" ("<unix nanos>|<bytes>|<key>")
 // so that, at most once a second per replica and after each Finish, the oldest finished records beyond
@@ -35,6 +40,37 @@ import (
 type idemRecord struct {
 	idempotency.Entry
 	Holder string `json:"holder"` // the claim's random token: only its holder finishes or releases it
+	// Replica runs the claim; ClaimUntil is its bound (the request's deadline plus a grace). Records of
+	// older hubs have neither and are bounded by their expiry alone.
+	Replica    string    `json:"replica,omitempty"`
+	ClaimUntil time.Time `json:"claimUntil,omitzero"`
+}
+
+// lost reports whether a pending claim can no longer finish: its bound passed or its replica is gone.
+func (s *backendIdem) lost(ctx context.Context, rec *idemRecord) (bool, error) {
+	if rec.Done {
+		return false, nil
+	}
+	if !rec.ClaimUntil.IsZero() && !s.b.Now().Before(rec.ClaimUntil) {
+		return true, nil
+	}
+	if s.replica == nil {
+		return false, nil
+	}
+	alive, err := s.replica.alive(ctx, rec.Replica)
+	return !alive, err
+}
+
+// settled is what a reader makes of a record: a lost claim reads as finished, lost.
+func (s *backendIdem) settled(ctx context.Context, rec *idemRecord) (*idempotency.Entry, error) {
+	lost, err := s.lost(ctx, rec)
+	if err != nil {
+		return nil, errors.Join(idempotency.ErrUnavailable, err)
+	}
+	if lost {
+		return &idempotency.Entry{Fingerprint: rec.Fingerprint, Done: true, Response: &idempotency.Response{Status: http.StatusBadGateway, Lost: true}}, nil
+	}
+	return &rec.Entry, nil
 }
 
 type backendIdem struct {
@@ -42,20 +78,25 @@ type backendIdem struct {
 	maxEntries int
 	maxTotal   int64
 	lastTrim   time.Time
-	trimEvery  time.Duration          // at most one trim per interval per replica (1 s)
-	changes    func() <-chan struct{} // the hub's change notification (local, or other replicas' Publish)
+	trimEvery  time.Duration                                // at most one trim per interval per replica (1 s)
+	watch      func(topic string) (<-chan struct{}, func()) // the hub's wake-up board (waits)
 	poll       time.Duration
 	maxBytes   int
 	onEvent    func(string)
+	ttl        time.Duration   // how long a lost claim is kept after its bound (the replay window)
+	replica    *replicaRecords // whose heartbeats say which claim holders are alive (nil: none)
 	mu         sync.Mutex
 	held       map[string]string // key → holder token of the claims this replica holds
 }
 
-func newBackendIdem(b store.Backend, changes func() <-chan struct{}, poll time.Duration, maxBytes int, onEvent func(string)) *backendIdem {
-	return &backendIdem{b: b, trimEvery: time.Second, maxEntries: 10000, maxTotal: 64 << 20, changes: changes, poll: min(poll, time.Second), maxBytes: maxBytes, onEvent: onEvent, held: map[string]string{}}
+func newBackendIdem(b store.Backend, watch func(string) (<-chan struct{}, func()), poll time.Duration, maxBytes int, onEvent func(string)) *backendIdem {
+	return &backendIdem{b: b, trimEvery: time.Second, maxEntries: 10000, maxTotal: 64 << 20, watch: watch, poll: min(poll, time.Second), maxBytes: maxBytes, onEvent: onEvent, held: map[string]string{}}
 }
 
 func idemKey(key string) string { return "idem:" + key }
+
+// idemTopic is notified when key's claim is finished or released.
+func idemTopic(key string) string { return "idem:" + key }
 
 func decodeIdem(raw []byte) (*idemRecord, error) {
 	var rec idemRecord
@@ -70,7 +111,7 @@ func (s *backendIdem) Claim(ctx context.Context, key, fp string, pending time.Du
 	var tok [16]byte
 	_, _ = rand.Read(tok[:])
 	holder := hex.EncodeToString(tok[:])
-	var existing *idempotency.Entry
+	var existing *idemRecord
 	err := s.b.Update(ctx, func(tx store.Txn) error {
 		existing = nil
 		got, err := tx.Get(idemKey(key))
@@ -78,26 +119,29 @@ func (s *backendIdem) Claim(ctx context.Context, key, fp string, pending time.Du
 			return err
 		}
 		if got[0] != nil {
-			rec, err := decodeIdem(got[0])
-			if err != nil {
+			if existing, err = decodeIdem(got[0]); err != nil {
 				return store.Abort(err)
 			}
-			existing = &rec.Entry
 			return nil
 		}
-		rec, _ := json.Marshal(idemRecord{Entry: idempotency.Entry{Fingerprint: fp}, Holder: holder})
-		tx.Put(idemKey(key), rec, store.Volatile, tx.Now().Add(pending))
+		rec := idemRecord{Entry: idempotency.Entry{Fingerprint: fp}, Holder: holder, ClaimUntil: tx.Now().Add(pending)}
+		if s.replica != nil {
+			rec.Replica = s.replica.id
+		}
+		b, _ := json.Marshal(rec)
+		tx.Put(idemKey(key), b, store.Durable, rec.ClaimUntil.Add(s.ttl))
 		return nil
 	})
 	if err != nil {
 		return nil, errors.Join(idempotency.ErrUnavailable, err)
 	}
-	if existing == nil {
-		s.mu.Lock()
-		s.held[key] = holder
-		s.mu.Unlock()
+	if existing != nil {
+		return s.settled(ctx, existing)
 	}
-	return existing, nil
+	s.mu.Lock()
+	s.held[key] = holder
+	s.mu.Unlock()
+	return nil, nil
 }
 
 // takeHolder returns and forgets this replica's token for key.
@@ -127,9 +171,9 @@ func (s *backendIdem) Finish(ctx context.Context, key string, resp *idempotency.
 		}
 		rec.Done, rec.Response = true, resp
 		b, _ := json.Marshal(rec)
-		tx.Put(idemKey(key), b, store.Volatile, tx.Now().Add(ttl))
+		tx.Put(idemKey(key), b, store.Durable, tx.Now().Add(ttl))
 		tx.SetAdd(idemIndex, fmt.Sprintf("%d|%d|%s", tx.Now().UnixNano(), len(b), key))
-		tx.Publish() // wake the waiters on every replica
+		tx.Notify(idemTopic(key)) // wake its waiters on every replica
 		return nil
 	})
 	if err == nil {
@@ -217,42 +261,54 @@ func (s *backendIdem) Release(ctx context.Context, key string) error {
 		if err != nil || got[0] == nil {
 			return err
 		}
-		if rec, err := decodeIdem(got[0]); err == nil && rec.Holder == holder && !rec.Done {
+		// Past its bound a claim reads as lost to everyone else; deleting it then would let a repeat run.
+		if rec, err := decodeIdem(got[0]); err == nil && rec.Holder == holder && !rec.Done &&
+			(rec.ClaimUntil.IsZero() || tx.Now().Before(rec.ClaimUntil)) {
 			tx.Delete(idemKey(key))
-			tx.Publish()
+			tx.Notify(idemTopic(key))
 		}
 		return nil
 	})
 }
 
-// Wait implements idempotency.Store: it re-reads the record when the hub hears of a change (Finish and
-// Release publish one) and at least every poll interval (at most a second).
+// Wait implements idempotency.Store: it re-reads the record when its finish or release is notified (on
+// any replica) and at least every poll interval (at most a second: the claim's holder may die).
 func (s *backendIdem) Wait(ctx context.Context, key string) (*idempotency.Entry, error) {
-	t := time.NewTicker(s.poll)
-	defer t.Stop()
 	for {
-		changed := s.changes() // before the read, so that a change after it is not missed
-		got, err := s.b.Read(ctx, idemKey(key))
-		if err != nil {
-			return nil, errors.Join(idempotency.ErrUnavailable, err)
-		}
-		if got[0] == nil {
-			return nil, nil
-		}
-		rec, err := decodeIdem(got[0])
-		if err != nil {
-			return nil, err
-		}
-		if rec.Done {
-			return &rec.Entry, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-changed:
-		case <-t.C:
+		e, done, err := s.waitOnce(ctx, key)
+		if done || err != nil {
+			return e, err
 		}
 	}
+}
+
+// waitOnce reads key's record and sleeps until it changes, the poll interval or ctx.
+func (s *backendIdem) waitOnce(ctx context.Context, key string) (*idempotency.Entry, bool, error) {
+	changed, release := s.watch(idemTopic(key)) // before the read, so that a change after it is not missed
+	defer release()
+	got, err := s.b.Read(ctx, idemKey(key))
+	if err != nil {
+		return nil, true, errors.Join(idempotency.ErrUnavailable, err)
+	}
+	if got[0] == nil {
+		return nil, true, nil
+	}
+	rec, err := decodeIdem(got[0])
+	if err != nil {
+		return nil, true, err
+	}
+	if e, err := s.settled(ctx, rec); err != nil || e.Done {
+		return e, true, err
+	}
+	t := time.NewTimer(s.poll)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, true, ctx.Err()
+	case <-changed:
+	case <-t.C:
+	}
+	return nil, false, nil
 }
 
 // setupIdempotency builds the guard of /v1/exec and the chat route when the store exposes its Backend.
@@ -262,12 +318,26 @@ func (h *Hub) setupIdempotency(st Store) {
 		return
 	}
 	event := func(e string) { h.metrics.Idempotency.WithLabelValues(e).Inc() }
-	is := newBackendIdem(bs.Backend(), h.changes, h.cfg.PollInterval, int(h.cfg.IdempotencyMaxBytes), event)
+	is := newBackendIdem(bs.Backend(), h.waits.watch, h.cfg.PollInterval, int(h.cfg.IdempotencyMaxBytes), event)
 	is.maxEntries, is.maxTotal = h.cfg.IdempotencyMaxEntries, h.cfg.IdempotencyMaxTotalBytes
+	is.ttl, is.replica = h.cfg.IdempotencyTTL, h.replica
 	h.idem = &idempotency.Guard{
 		Store:   is,
 		TTL:     h.cfg.IdempotencyTTL,
 		Pending: h.cfg.MaxTimeout + h.cfg.QueueTimeout,
+		// A claim lasts as long as its request may: the deadline (which covers queueing) plus the grace
+		// in which the hub collects a settlement.
+		PendingFor: func(r *http.Request) time.Duration {
+			def := h.cfg.ExecTimeout
+			if bridge.RequestPath(r) == "/v1/chat/completions" {
+				def = h.cfg.ChatTimeout
+			}
+			d, err := h.deadline(r, def)
+			if err != nil {
+				return 0
+			}
+			return time.Until(d) + store.DefaultGrace
+		},
 		MaxBody: h.cfg.MaxBody,
 		OnEvent: event,
 		Credential: func(r *http.Request) string {

@@ -80,7 +80,7 @@ func TestAssignmentState(t *testing.T) {
 	}{
 		{errReassign, "withdrawn"},
 		{bridge.ErrAssignmentExpired, "expired"},
-		{bridge.ErrWorkerOffline, "worker_offline"},
+		{errOutcomeUnknown, "worker_offline"},
 		{errUnavailable("x"), "failed"},
 	} {
 		if got := assignmentState(nil, c.err); got != c.want {

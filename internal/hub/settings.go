@@ -69,6 +69,9 @@ func limitSettings() []config.Setting {
 		limit("HUB_MAX_SESSION_FILE_BYTES", config.Size, "100MiB", "all files of a session"),
 		limit("HUB_MAX_FILE_STORE_BYTES", config.Size, "2GiB", "all files together"),
 		limit("HUB_MAX_EXEC_INPUT_BYTES", config.Size, "10MiB", "input files of one /v1/exec together"),
+		limit("HUB_MAX_WORKER_CONNECTIONS", config.Int, "4096", "connections of authenticated workers (one per waiting lease slot); more get 503 connection_limit"),
+		limit("HUB_MAX_CLIENT_CONNECTIONS", config.Int, "1024", "connections of authenticated clients and admins; more get 503 connection_limit"),
+		limit("HUB_MAX_PENDING_CONNECTIONS", config.Int, "256", "connections not yet authenticated; past it the oldest is closed"),
 	}
 }
 
@@ -80,7 +83,8 @@ func limitFields(c *Config) map[string]any {
 		"HUB_QUEUE_MAX": &c.QueueMax, "HUB_IDEMPOTENCY_TTL": &c.IdempotencyTTL, "HUB_FILE_TTL": &c.FileLimits.TTL,
 		"HUB_MAX_BODY": &c.MaxBody, "HUB_MAX_SETTLE_BODY": &c.MaxSettleBody, "HUB_MAX_FILE_BYTES": &c.FileLimits.MaxFileBytes,
 		"HUB_MAX_SESSION_FILE_BYTES": &c.FileLimits.MaxSessionBytes, "HUB_MAX_FILE_STORE_BYTES": &c.FileLimits.MaxTotalBytes,
-		"HUB_MAX_EXEC_INPUT_BYTES": &c.MaxExecInputBytes,
+		"HUB_MAX_EXEC_INPUT_BYTES": &c.MaxExecInputBytes, "HUB_MAX_WORKER_CONNECTIONS": &c.MaxWorkerConnections,
+		"HUB_MAX_CLIENT_CONNECTIONS": &c.MaxClientConnections, "HUB_MAX_PENDING_CONNECTIONS": &c.MaxPendingConnections,
 	}
 }
 

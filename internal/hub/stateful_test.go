@@ -65,8 +65,9 @@ func TestStatefulSessionQuarantine(t *testing.T) {
 		t.Fatalf("after reset: %d %s", r.status, r.body)
 	}
 
-	// State cannot move: with the session's worker offline the request fails
-	// at once instead of running elsewhere.
+	// State cannot move: once another incarnation of the session's worker registered (the process that
+	// held the session's files is gone), the session is refused as lost instead of running in an empty
+	// workspace, here or on another stateful worker.
 	other := newWorker(t, h, "other-state")
 	other.caps.StatefulWorkspace = true
 	other.pair(h)
@@ -74,15 +75,19 @@ func TestStatefulSessionQuarantine(t *testing.T) {
 	w.incarnation = bridge.NewID() // a new incarnation of the same worker, requiring readiness
 	w.caps.RequiresReadyConfirmation = true
 	rr := w.mustRegister()
-	if r := h.client(t, "/v1/exec", sess, nil); r.status != 503 || !bytes.Contains(r.body, []byte("worker_unavailable")) {
-		t.Fatalf("affinity to an unready worker: %d %s", r.status, r.body)
+	if r := h.client(t, "/v1/exec", sess, nil); r.status != 409 || !bytes.Contains(r.body, []byte(`"error":"session_lost"`)) {
+		t.Fatalf("session after its worker restarted: %d %s", r.status, r.body)
 	}
-	// Readiness confirmation makes it dispatchable again.
+	// An unready worker is not dispatched; readiness confirmation makes it dispatchable again.
+	pin := map[string]string{"X-Codellm-Worker-Id": w.id}
+	if r := h.client(t, "/v1/exec", `{"lang":"py","code":"x"}`, pin); r.status != 503 || !bytes.Contains(r.body, []byte("worker_unavailable")) {
+		t.Fatalf("pinned to an unready worker: %d %s", r.status, r.body)
+	}
 	wantCode(t, w.send(context.Background(), bridge.PathReady(w.id), bridge.ReadyRequest{ProtocolVersion: 1, IncarnationID: w.incarnation, RegistrationGeneration: rr.RegistrationGeneration + 1}), 409, bridge.CodeWorkerFenced)
 	if r := w.send(context.Background(), bridge.PathReady(w.id), bridge.ReadyRequest{ProtocolVersion: 1, IncarnationID: w.incarnation, RegistrationGeneration: rr.RegistrationGeneration}); r.status != 200 || string(r.body) != `{"protocolVersion":1,"ready":true}` {
 		t.Fatalf("ready: %d %s", r.status, r.body)
 	}
-	resp = asyncClient(t, h, "/v1/exec", sess, nil)
+	resp = asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"x"}`, pin)
 	d := w.mustLease()
 	w.ack(d)
 	w.settle(d, runnerReply(d, w.incarnation))

@@ -34,6 +34,9 @@ type storeReset struct {
 // storeRetryAfter is the Retry-After (seconds) of a store_unavailable answer.
 const storeRetryAfter = 1
 
+// storeRetryStep is how often an in-flight assignment asks an unavailable store again.
+const storeRetryStep = 100 * time.Millisecond
+
 const resetMessage = "the hub's store lost its state (it came back empty or with another epoch): every worker credential is gone; pair each worker again (codellm hub pair <workerId>)"
 
 // storeFailed is told of every store operation (err nil: the store
@@ -140,7 +143,7 @@ func (h *Hub) retryStore(until time.Time, fn func() error) error {
 			return err
 		}
 		select {
-		case <-time.After(min(h.cfg.PollInterval, time.Until(until))):
+		case <-time.After(min(storeRetryStep, time.Until(until))):
 		case <-h.closing:
 			return err
 		}

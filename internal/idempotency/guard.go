@@ -27,8 +27,10 @@ type ErrorWriter func(w http.ResponseWriter, status int, code, message string)
 type Guard struct {
 	Store Store
 	TTL   time.Duration // how long a finished response is replayed (default 10 min)
-	// Pending bounds a claim whose holder died (the hub's replicas); default TTL.
-	Pending time.Duration
+	// Pending bounds a claim whose holder died (the hub's replicas); default TTL. PendingFor, when set,
+	// bounds it per request instead (the hub: the request's own deadline plus a grace).
+	Pending    time.Duration
+	PendingFor func(r *http.Request) time.Duration
 	// MaxBody is the largest body fingerprinted; larger bodies go to the handler unguarded (it answers 413).
 	MaxBody int64
 	// Credential names the caller: keys are scoped by it, so two API keys never share records.
@@ -91,7 +93,7 @@ func (g *Guard) Wrap(h http.Handler, fail ErrorWriter) http.Handler {
 func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h http.Handler, fail ErrorWriter, skey, fp string, follow bool) {
 	ctx := r.Context()
 	for attempt := 0; ; attempt++ {
-		existing, err := g.Store.Claim(ctx, skey, fp, g.pending())
+		existing, err := g.Store.Claim(ctx, skey, fp, g.pending(r))
 		if err != nil {
 			fail(w, http.StatusServiceUnavailable, "idempotency_unavailable", "the idempotency store is unavailable; retry later")
 			return
@@ -126,13 +128,22 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, h http.Handler, fa
 				continue // the first run recorded nothing (429, cancelled): claim and run
 			}
 		}
-		g.Event(EventReplayed)
+		if existing.Response != nil && existing.Response.Lost {
+			g.Event(EventLost)
+		} else {
+			g.Event(EventReplayed)
+		}
 		replay(w, existing.Response, fail)
 		return
 	}
 }
 
-func (g *Guard) pending() time.Duration {
+func (g *Guard) pending(r *http.Request) time.Duration {
+	if g.PendingFor != nil {
+		if d := g.PendingFor(r); d > 0 {
+			return d
+		}
+	}
 	if g.Pending > 0 {
 		return g.Pending
 	}
@@ -166,6 +177,11 @@ func (g *Guard) run(w http.ResponseWriter, r *http.Request, h http.Handler, skey
 
 // replay writes a recorded response with the replay header.
 func replay(w http.ResponseWriter, resp *Response, fail ErrorWriter) {
+	if resp.Lost {
+		fail(w, http.StatusBadGateway, "outcome_unknown",
+			"the first request with this Idempotency-Key was cut off (the server handling it stopped) after it may have run; it is not run again")
+		return
+	}
 	if resp.TooLarge {
 		fail(w, http.StatusConflict, "idempotency_response_too_large",
 			"the request with this Idempotency-Key ran, but its response was too large to keep for replay; it is not run again")

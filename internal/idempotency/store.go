@@ -25,13 +25,15 @@ import (
 // Response is a recorded reply. TooLarge marks a reply that ran but was too large to keep: its repeats
 // are refused (409) rather than run again. Abandoned marks a reply whose client had gone away before it
 // was written: an identical first attempt of a Stainless client (LangChain's own retries) replays it
-// instead of running again.
+// instead of running again. Lost marks a claim whose holder died (a hub replica killed mid-run) after the
+// run may have started: its repeats get 502 outcome_unknown, never a second run.
 type Response struct {
 	Status    int         `json:"status"`
 	Header    http.Header `json:"header,omitempty"`
 	Body      []byte      `json:"body,omitempty"`
 	TooLarge  bool        `json:"too_large,omitempty"`
 	Abandoned bool        `json:"abandoned,omitempty"`
+	Lost      bool        `json:"lost,omitempty"`
 }
 
 // Entry is the state of a key: pending (a run holds the claim) or done with its Response.
@@ -69,7 +71,8 @@ const (
 	EventReleased = "released" // nothing ran (429, 503, cancelled): not recorded
 	EventEvicted  = "evicted"  // the bound pushed the oldest entry out before its TTL
 	EventTooLarge = "too_large"
+	EventLost     = "lost" // a repeat found the first request's holder dead: 502 outcome_unknown
 )
 
 // Events lists every event, for pre-creating the metric series.
-var Events = []string{EventRecorded, EventReplayed, EventAttached, EventMismatch, EventReleased, EventEvicted, EventTooLarge}
+var Events = []string{EventRecorded, EventReplayed, EventAttached, EventMismatch, EventReleased, EventEvicted, EventTooLarge, EventLost}

@@ -54,7 +54,7 @@ func (e *Egress) Bytes(direction string, n int64) {
 }
 
 // IdempotencyEvents are the values of codellm_idempotency_events_total{event} (idempotency.Events).
-var IdempotencyEvents = []string{"recorded", "replayed", "attached", "mismatch", "released", "evicted", "too_large"}
+var IdempotencyEvents = []string{"recorded", "replayed", "attached", "mismatch", "released", "evicted", "too_large", "lost"}
 
 // KillReasons are the values of codellm_kills_total{reason}.
 var KillReasons = []string{"timeout", "cancelled", "output_limit", "memory", "pids", "cpu"}

@@ -28,7 +28,7 @@ func TestCrashedWorkerInProcess(t *testing.T) {
 	go func() { got <- h.exec(t, "bash", "echo never", map[string]string{"X-Codellm-Timeout-Ms": "1500"}) }()
 	var a *bridge.Assignment
 	for a == nil {
-		if a, err = w.lease(ctx); err != nil {
+		if a, err = w.lease(ctx, -1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -355,6 +355,8 @@ func (w *Worker) ambiguous(j *job, hard context.Context, a *bridge.Assignment, r
 
 // abandon records an assignment left unsettled on purpose until well past its deadline (see abandoned).
 func (w *Worker) abandon(id string, localDeadline time.Time) {
+	w.abandonedMu.Lock()
+	defer w.abandonedMu.Unlock()
 	if w.abandoned == nil {
 		w.abandoned = map[string]time.Time{}
 	}
@@ -364,6 +366,14 @@ func (w *Worker) abandon(id string, localDeadline time.Time) {
 		}
 	}
 	w.abandoned[id] = localDeadline
+}
+
+// isAbandoned says whether this incarnation left the assignment unsettled on purpose (see abandon).
+func (w *Worker) isAbandoned(id string) bool {
+	w.abandonedMu.Lock()
+	defer w.abandonedMu.Unlock()
+	_, ok := w.abandoned[id]
+	return ok
 }
 
 // quarantineSession discards a runtime session whose state is unknown (§10.4 step 4).

@@ -247,7 +247,7 @@ func TestSettlementIdempotency(t *testing.T) {
 	go func() { got <- h.exec(t, "py", "print(1)", nil) }()
 	var a *bridge.Assignment
 	for a == nil {
-		if a, err = w.lease(ctx); err != nil {
+		if a, err = w.lease(ctx, -1); err != nil {
 			t.Fatal(err)
 		}
 		_ = w.register(ctx, false)

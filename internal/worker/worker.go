@@ -73,6 +73,10 @@ type Config struct {
 	Runtimes       []string // capability labels
 	PolicyDigest   string   // optional
 	RequireReady   bool
+	// LeaseSlots asks the hub for that many lease slots (capabilities.workspaceLeaseSlots): the worker
+	// then runs as many assignments at once, each slot long-polling on its own (slots.go). ≤ 1: one at a
+	// time, the protocol's default.
+	LeaseSlots int
 
 	// Workspace tools: one registered directory, or nil.
 	Workspace     *workspace.Workspace
@@ -114,8 +118,13 @@ type Worker struct {
 
 	// abandoned are the assignments this incarnation acknowledged and left unsettled on purpose (an
 	// ambiguous stateful run, its session quarantined), by local deadline: the hub redelivers them to
-	// every lease until they expire, and they must never run again. Used by the main loop only.
-	abandoned map[string]time.Time
+	// every lease until they expire, and they must never run again. Lease slots (slots.go) read and
+	// write it concurrently: abandonedMu guards it.
+	abandonedMu sync.Mutex
+	abandoned   map[string]time.Time
+	// granted is the hub's lease slot grant (0: none asked, or a hub without slots); registered is when
+	// the last registration went through (unix nanos).
+	granted, registered atomic.Int64
 }
 
 // New validates cfg and creates an incarnation.
@@ -164,6 +173,9 @@ func New(cfg Config) (*Worker, error) {
 		Runtimes: slices.Clone(cfg.Runtimes), PolicyDigest: cfg.PolicyDigest, RequiresReadyConfirmation: cfg.RequireReady}
 	if w.want.Runtimes == nil {
 		w.want.Runtimes = []string{}
+	}
+	if err := w.wantSlots(cfg); err != nil {
+		return nil, err
 	}
 	if ws := cfg.Workspace; ws != nil {
 		if !bridge.ValidWorkerID(cfg.WorkspaceID) {
@@ -294,12 +306,20 @@ func (w *Worker) Run(drain, hard context.Context) error {
 			return err
 		}
 	}
+	if w.cfg.LeaseSlots > 1 {
+		return w.runSlots(drain, hard)
+	}
+	return w.loop(drain, hard, -1)
+}
+
+// loop is one lease slot's main loop (slot -1: the worker's only one).
+func (w *Worker) loop(drain, hard context.Context, slot int) error {
 	attempt := 0
 	for {
 		if drain.Err() != nil || hard.Err() != nil {
 			return nil
 		}
-		leased, err := w.cycle(drain, hard)
+		leased, err := w.cycle(drain, hard, slot)
 		if leased {
 			attempt = 0
 		}
@@ -323,16 +343,20 @@ func (w *Worker) Run(drain, hard context.Context) error {
 	}
 }
 
-// cycle is one pass: refresh, register (and ready), lease, and the assignment if one came.
-func (w *Worker) cycle(drain, hard context.Context) (leased bool, err error) {
+// cycle is one pass: refresh, register (and ready), lease, and the assignment if one came. A slot of
+// several registers only when the worker's last registration is older than slotRegisterEvery (the slots
+// share it).
+func (w *Worker) cycle(drain, hard context.Context, slot int) (leased bool, err error) {
 	if err := w.refreshIfDue(drain); err != nil {
 		return false, err
 	}
-	if err := w.register(drain, false); err != nil {
-		return false, err
+	if slot < 0 || time.Since(time.Unix(0, w.registered.Load())) > slotRegisterEvery {
+		if err := w.register(drain, false); err != nil {
+			return false, err
+		}
 	}
 	w.setConnected(true)
-	a, err := w.lease(drain)
+	a, err := w.lease(drain, slot)
 	if err != nil {
 		return false, err
 	}
@@ -458,6 +482,8 @@ func (w *Worker) registerOnce(ctx context.Context, caps bridge.Capabilities) (*b
 	if rr.LeaseTTLMs > 0 {
 		w.leaseTTL = time.Duration(rr.LeaseTTLMs) * time.Millisecond
 	}
+	w.granted.Store(int64(rr.WorkspaceLeaseSlots))
+	w.registered.Store(time.Now().UnixNano())
 	return &rr, nil
 }
 
@@ -531,11 +557,16 @@ func (w *Worker) register(ctx context.Context, heartbeat bool) error {
 
 // ---- lease and ack ----------------------------------------------------------------------------------
 
-// lease long-polls once (§3.5) and returns an assignment with remainingMs already reduced by the
-// transport time, or nil.
-func (w *Worker) lease(ctx context.Context) (*bridge.Assignment, error) {
+// lease long-polls once (§3.5) for slot (-1: none named) and returns an assignment with remainingMs
+// already reduced by the transport time, or nil.
+func (w *Worker) lease(ctx context.Context, slot int) (*bridge.Assignment, error) {
 	waitMs := float64(w.cfg.Timing.LeaseWait.Milliseconds())
-	body, _ := bridge.Marshal(bridge.LeaseRequest{ProtocolVersion: 1, WaitMs: &waitMs, IncarnationID: w.incarnation})
+	req := bridge.LeaseRequest{ProtocolVersion: 1, WaitMs: &waitMs, IncarnationID: w.incarnation}
+	if slot >= 0 {
+		s := float64(slot)
+		req.WorkspaceLeaseSlot = &s
+	}
+	body, _ := bridge.Marshal(req)
 	start := time.Now()
 	var lr bridge.LeaseResponse
 	if err := w.do(ctx, bridge.PathLease(w.cfg.WorkerID), body, w.cfg.Timing.LeaseWait+w.cfg.Timing.LeaseGrace, &lr); err != nil {
@@ -557,6 +588,8 @@ func (w *Worker) lease(ctx context.Context) (*bridge.Assignment, error) {
 		return nil, fmt.Errorf("%w: malformed assignment", ErrProtocol)
 	case a.Kind() != bridge.KindSandbox && a.Kind() != bridge.KindWorkspaceTool:
 		return nil, fmt.Errorf("%w: unknown executionKind %q", ErrProtocol, a.ExecutionKind)
+	case (slot >= 0) != (a.WorkspaceLeaseSlot != nil) || (slot >= 0 && *a.WorkspaceLeaseSlot != slot):
+		return nil, fmt.Errorf("%w: assignment for another lease slot", ErrProtocol)
 	}
 	transport := max(0, time.Since(start)-time.Duration(lr.ServerElapsedMs)*time.Millisecond)
 	a.RemainingMs = max(0, a.RemainingMs-transport.Milliseconds())
@@ -570,7 +603,7 @@ const (
 
 // handle acknowledges and runs one assignment (§6.2 steps 5–6).
 func (w *Worker) handle(hard context.Context, a *bridge.Assignment) error {
-	if _, ok := w.abandoned[a.AssignmentID]; ok {
+	if w.isAbandoned(a.AssignmentID) {
 		// Redelivered until the hub sees it expire (its clock may be a little behind ours): never again.
 		sleepCtx(hard, w.cfg.Timing.RetryStep)
 		return nil

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -46,14 +47,17 @@ type backend struct {
 	closed bool
 	recs   map[string]entry
 	sets   map[string]map[string]struct{}
+	zsets  map[string]*zset
 	exp    expiryHeap
 	nonces map[time.Duration]*nonceGens
+	// notify is told the topics of each commit, after it (OnNotify).
+	notify atomic.Pointer[func(string)]
 }
 
 var _ store.Backend = (*backend)(nil)
 
 func newBackend(db *bolt.DB, now func() time.Time) (*backend, error) {
-	b := &backend{db: db, now: now, openedAt: now(), recs: map[string]entry{}, sets: map[string]map[string]struct{}{},
+	b := &backend{db: db, now: now, openedAt: now(), recs: map[string]entry{}, sets: map[string]map[string]struct{}{}, zsets: map[string]*zset{},
 		nonces: map[time.Duration]*nonceGens{}}
 	err := db.Update(func(tx *bolt.Tx) error {
 		rb, err := tx.CreateBucketIfNotExists(bucketRecords)
@@ -172,23 +176,40 @@ func (b *backend) Members(ctx context.Context, set string) ([]string, error) {
 	return slices.Collect(maps.Keys(b.sets[set])), nil
 }
 
-// Update implements store.Backend.
+// Update implements store.Backend. The topics the transaction notified are told after the lock is
+// released, so that the listener may call the store.
 func (b *backend) Update(ctx context.Context, fn func(store.Txn) error) error {
+	t, ferr := b.update(ctx, fn)
+	if t != nil {
+		if fn := b.notify.Load(); fn != nil {
+			for _, topic := range t.topics {
+				(*fn)(topic)
+			}
+		}
+	}
+	return ferr
+}
+
+// update runs and commits one transaction; t is nil when nothing was committed.
+func (b *backend) update(ctx context.Context, fn func(store.Txn) error) (*txn, error) {
 	if err := b.begin(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	defer b.mu.Unlock()
 	t := &txn{b: b, now: b.now(), writes: map[string]*entry{}}
 	ferr := fn(t)
 	if cause, abort := store.IsAbort(ferr); abort {
-		return cause
+		return nil, cause
 	}
 	if err := b.persist(t); err != nil {
-		return err
+		return nil, err
 	}
 	b.apply(t)
-	return ferr
+	return t, ferr
 }
+
+// OnNotify implements store.Backend.
+func (b *backend) OnNotify(fn func(string)) { b.notify.Store(&fn) }
 
 // persist writes the transaction's durable changes to the file.
 func (b *backend) persist(t *txn) error {
@@ -242,6 +263,7 @@ func (b *backend) apply(t *txn) {
 			heap.Push(&b.exp, expiry{key: k, at: w.exp})
 		}
 	}
+	b.applyZ(t.zsetOps)
 	for _, op := range t.setOps {
 		s := b.sets[op.set]
 		if op.add {
@@ -348,10 +370,12 @@ func (b *backend) Close() error {
 // txn is one transaction: reads see the backend and earlier writes; the
 // writes are applied by Update.
 type txn struct {
-	b      *backend
-	now    time.Time
-	writes map[string]*entry // nil: delete
-	setOps []setOp
+	b       *backend
+	now     time.Time
+	writes  map[string]*entry // nil: delete
+	setOps  []setOp
+	zsetOps []zsetOp
+	topics  []string
 }
 
 type setOp struct {
@@ -380,8 +404,16 @@ func (t *txn) Put(key string, value []byte, class store.Class, expiresAt time.Ti
 func (t *txn) Delete(key string)            { t.writes[key] = nil }
 func (t *txn) SetAdd(set, member string)    { t.setOps = append(t.setOps, setOp{set, member, true}) }
 func (t *txn) SetRemove(set, member string) { t.setOps = append(t.setOps, setOp{set, member, false}) }
-func (t *txn) Publish()                     {}
-func (t *txn) Now() time.Time               { return t.now }
+
+// NotifyAt implements store.Txn: one process, so Notify.
+func (t *txn) NotifyAt(_, topic string) { t.Notify(topic) }
+
+func (t *txn) Notify(topic string) {
+	if !slices.Contains(t.topics, topic) {
+		t.topics = append(t.topics, topic)
+	}
+}
+func (t *txn) Now() time.Time { return t.now }
 
 type expiry struct {
 	key string

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -135,9 +136,10 @@ func TestNonceLifetime(t *testing.T) {
 	}
 }
 
-// §10.3: when committing a stateful result cannot be persisted, the
-// incarnation is quarantined (in memory at least) and loses its registration.
-func TestFinaliseFailureQuarantines(t *testing.T) {
+// §10.3: a fulfilled stateful settlement commits the session (clears its workspace fence) in the same
+// transaction that stores it. When that cannot be persisted the settlement is refused as a store outage
+// (the worker retries it) and nothing of it is kept: no settlement, the lock and the fence stay.
+func TestSettleCommitFailureKeepsFence(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(filepath.Join(t.TempDir(), "bridge.db"))
 	if err != nil {
@@ -158,21 +160,19 @@ func TestFinaliseFailureQuarantines(t *testing.T) {
 	if err := s.Ack(ctx, store.AckParams{WorkerID: w, AssignmentID: a.ID, IncarnationID: inc, Generation: a.Generation, LeaseTokenHash: "h"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Settle(ctx, store.SettleParams{WorkerID: w, AssignmentID: a.ID, IncarnationID: inc, Generation: a.Generation, LeaseTokenHash: "h", Status: bridge.StatusFulfilled, Canonical: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
 	// Break persistence underneath the store.
 	if err := s.db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Complete(ctx, w, a.ID); err == nil {
-		t.Fatal("commit succeeded without a database")
+	err = s.Settle(ctx, store.SettleParams{WorkerID: w, AssignmentID: a.ID, IncarnationID: inc, Generation: a.Generation, LeaseTokenHash: "h", Status: bridge.StatusFulfilled, Canonical: []byte(`{}`)})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("settle without a database: %v", err)
 	}
-	if st, _ := s.Worker(ctx, w); st.Online {
-		t.Fatal("quarantined incarnation still registered")
+	if st, err := s.Settlement(ctx, w, a.ID); err != nil || st != nil {
+		t.Fatalf("a settlement whose commit failed was kept: %v %v", st, err)
 	}
-	if _, err := s.Register(ctx, store.RegisterParams{WorkerID: w, IncarnationID: inc, Capabilities: caps}); err != bridge.ErrWorkerQuarantined {
-		t.Fatalf("register after quarantine: %v", err)
+	if st, _ := s.Worker(ctx, w); !st.Online || !st.Busy {
+		t.Fatalf("worker after the failed settle: %+v", st)
 	}
 	s.closed = true // the handle is already closed
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +26,10 @@ type backend struct {
 	prefix string
 	now    func() time.Time
 	closed atomic.Bool
+	// origin names this process's messages on the change feed, so that WatchChanges skips its own (the
+	// local listener was told at once).
+	origin string
+	notify atomic.Pointer[func(string)]
 }
 
 var _ store.Backend = (*backend)(nil)
@@ -32,7 +38,10 @@ func (b *backend) key(k string) string    { return b.prefix + k }
 func (b *backend) changesChannel() string { return b.prefix + "changes" }
 func (b *backend) epochKey() string       { return b.prefix + "epoch" }
 func (b *backend) Now() time.Time         { return b.now() }
-func (b *backend) fail(err error) error   { return store.Unavailable(fmt.Errorf("redisstore: %w", err)) }
+
+// OnNotify implements store.Backend.
+func (b *backend) OnNotify(fn func(string)) { b.notify.Store(&fn) }
+func (b *backend) fail(err error) error     { return store.Unavailable(fmt.Errorf("redisstore: %w", err)) }
 func (b *backend) keys(ks []string) []string {
 	out := make([]string, len(ks))
 	for i, k := range ks {
@@ -156,8 +165,9 @@ func (b *backend) Update(ctx context.Context, fn func(store.Txn) error) error {
 	for attempt := range maxAttempts {
 		var ferr error
 		aborted := false
+		var t *txn
 		err := b.rdb.Watch(ctx, func(tx *redis.Tx) error {
-			t := &txn{b: b, ctx: ctx, tx: tx, now: b.now(), writes: map[string]*write{}}
+			t = &txn{b: b, ctx: ctx, tx: tx, now: b.now(), writes: map[string]*write{}}
 			ferr = fn(t)
 			if t.failed != nil {
 				aborted, ferr = true, t.failed
@@ -172,6 +182,8 @@ func (b *backend) Update(ctx context.Context, fn func(store.Txn) error) error {
 		switch {
 		case aborted:
 			return ferr
+		case err == nil:
+			b.told(t)
 		case errors.Is(err, redis.TxFailedErr):
 			// Lost the race; back off a little, randomised so that two
 			// replicas do not retry in lockstep.
@@ -198,6 +210,15 @@ func (b *backend) Update(ctx context.Context, fn func(store.Txn) error) error {
 
 var errAborted = errors.New("redisstore: transaction aborted")
 
+// told gives a committed transaction's topics to this process's listener.
+func (b *backend) told(t *txn) {
+	if fn := b.notify.Load(); fn != nil && t != nil {
+		for _, topic := range t.topics {
+			(*fn)(topic)
+		}
+	}
+}
+
 type write struct {
 	val []byte
 	exp time.Time
@@ -212,7 +233,9 @@ type txn struct {
 	writes map[string]*write // nil: delete
 	order  []string
 	sets   []func(p redis.Pipeliner)
-	pub    bool
+	topics []string
+	// at maps a topic to the one replica it is for (NotifyAt).
+	at     map[string]string
 	failed error
 }
 
@@ -270,12 +293,27 @@ func (t *txn) SetRemove(set, member string) {
 	t.sets = append(t.sets, func(p redis.Pipeliner) { p.SRem(t.ctx, k, member) })
 }
 
-func (t *txn) Publish()       { t.pub = true }
+// NotifyAt implements store.Txn: published on that replica's own channel.
+func (t *txn) NotifyAt(replica, topic string) {
+	if replica != "" {
+		if t.at == nil {
+			t.at = map[string]string{}
+		}
+		t.at[topic] = replica
+	}
+	t.Notify(topic)
+}
+
+func (t *txn) Notify(topic string) {
+	if !slices.Contains(t.topics, topic) {
+		t.topics = append(t.topics, topic)
+	}
+}
 func (t *txn) Now() time.Time { return t.now }
 
 // commit writes everything in one MULTI/EXEC (nothing when nothing changed).
 func (t *txn) commit() error {
-	if len(t.order) == 0 && len(t.sets) == 0 && !t.pub {
+	if len(t.order) == 0 && len(t.sets) == 0 && len(t.topics) == 0 {
 		return nil
 	}
 	_, err := t.tx.TxPipelined(t.ctx, func(p redis.Pipeliner) error {
@@ -296,10 +334,83 @@ func (t *txn) commit() error {
 		for _, f := range t.sets {
 			f(p)
 		}
-		if t.pub {
-			p.Publish(t.ctx, t.b.changesChannel(), "1")
+		for _, topic := range t.topics {
+			ch := t.b.changesChannel()
+			if r := t.at[topic]; r != "" {
+				ch += ":" + r
+			}
+			p.Publish(t.ctx, ch, t.b.origin+"\n"+topic)
 		}
 		return nil
 	})
 	return err
+}
+
+// ZAdd implements store.Txn: ZADD (NX with keep) in the commit.
+func (t *txn) ZAdd(key, member string, score float64, keep bool) {
+	k := t.b.key(key)
+	t.sets = append(t.sets, func(p redis.Pipeliner) {
+		if keep {
+			p.ZAddNX(t.ctx, k, redis.Z{Score: score, Member: member})
+		} else {
+			p.ZAdd(t.ctx, k, redis.Z{Score: score, Member: member})
+		}
+	})
+}
+
+// ZRem implements store.Txn.
+func (t *txn) ZRem(key, member string) {
+	k := t.b.key(key)
+	t.sets = append(t.sets, func(p redis.Pipeliner) { p.ZRem(t.ctx, k, member) })
+}
+
+// ZRemBelow implements store.Txn: ZREMRANGEBYSCORE key -inf (score.
+func (t *txn) ZRemBelow(key string, score float64) {
+	k := t.b.key(key)
+	t.sets = append(t.sets, func(p redis.Pipeliner) {
+		p.ZRemRangeByScore(t.ctx, k, "-inf", "("+strconv.FormatFloat(score, 'f', -1, 64))
+	})
+}
+
+// ZPopMin implements store.Backend.
+func (b *backend) ZPopMin(ctx context.Context, key string) (string, bool, error) {
+	if b.closed.Load() {
+		return "", false, ErrClosed
+	}
+	zs, err := b.rdb.ZPopMin(ctx, b.key(key)).Result()
+	if err != nil {
+		return "", false, b.fail(err)
+	}
+	if len(zs) == 0 {
+		return "", false, nil
+	}
+	m, _ := zs[0].Member.(string)
+	return m, true, nil
+}
+
+// ZFirst implements store.Backend.
+func (b *backend) ZFirst(ctx context.Context, key string) (string, bool, error) {
+	if b.closed.Load() {
+		return "", false, ErrClosed
+	}
+	ms, err := b.rdb.ZRange(ctx, b.key(key), 0, 0).Result()
+	if err != nil {
+		return "", false, b.fail(err)
+	}
+	if len(ms) == 0 {
+		return "", false, nil
+	}
+	return ms[0], true, nil
+}
+
+// ZCount implements store.Backend.
+func (b *backend) ZCount(ctx context.Context, key string, min float64) (int, error) {
+	if b.closed.Load() {
+		return 0, ErrClosed
+	}
+	n, err := b.rdb.ZCount(ctx, b.key(key), strconv.FormatFloat(min, 'f', -1, 64), "+inf").Result()
+	if err != nil {
+		return 0, b.fail(err)
+	}
+	return int(n), nil
 }

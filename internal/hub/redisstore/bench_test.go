@@ -103,7 +103,7 @@ func BenchmarkChangeFeedLatency(b *testing.B) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = a.WatchChanges(wctx, func() {
+		_ = a.WatchChanges(wctx, "bench", func(string) {
 			select {
 			case woke <- struct{}{}:
 			default:

@@ -262,6 +262,9 @@ func (l *load) note(code, out string, r reply) {
 	case r.status == 200:
 		l.ok.Add(1)
 	case r.status == 503 || r.status == 504:
+	case r.status == 502 && strings.Contains(string(r.body), `"error":"outcome_unknown"`):
+		// Redis lost its data (flushed, restarted empty) while the request was in flight: whether the
+		// worker ran it cannot be known any more, and it is not run again.
 	case r.status == 429 && strings.Contains(string(r.body), `"error":"rate_limited"`):
 		// The worker has capacity 1: while it holds hold-1 (step 1, before Redis stops) a load request
 		// is honestly refused as busy. That happens only when the load's request lands in that window,

@@ -2,8 +2,11 @@ package redisstore_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -241,4 +244,94 @@ func TestHubProcessesFailover(t *testing.T) {
 		t.Fatalf("resent settle: %d %s", r.status, r.body)
 	}
 	nothingMore()
+}
+
+// execSession posts /v1/exec with a session_id and headers; it returns the reply and its session_id.
+func execSession(ctx context.Context, root, code, sid string, hdr map[string]string) (string, reply) {
+	body := map[string]string{"lang": "py", "code": code}
+	if sid != "" {
+		body["session_id"] = sid
+	}
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, root+"/v1/exec", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", apiKey)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	r := do(http.DefaultClient, req)
+	var out struct {
+		SessionID string `json:"session_id"`
+	}
+	_ = json.Unmarshal(r.body, &out)
+	return out.SessionID, r
+}
+
+// Issue 36: a replica (a real `codellm hub` process) is killed with SIGKILL while a stateful worker runs
+// a request of an existing session that it dispatched. The worker settles on the other replica, and that
+// replica continues the session on the same worker at once: the settlement freed the worker and committed
+// the session, and the session → worker record is in Redis. Before, the worker stayed locked until the
+// deadline plus 30 s, the session stayed fenced (409), and the other replica did not know its worker.
+func TestReplicaKilledMidRun(t *testing.T) {
+	storeURL := storeDB(t, 4)
+	a, b := startHub(t, storeURL, false), startHub(t, storeURL, false)
+	w := newSigWorker(t, "kill-vm", b.root+"/v1")
+	w.caps.StatefulWorkspace = true
+	defer w.close()
+	w.pair(b.root + "/v1")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if r := w.register(ctx); r.status != 200 {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	next := func() *bridge.Assignment { t.Helper(); return w.next(ctx, true) }
+	// A session created through A.
+	type result struct {
+		sid string
+		r   reply
+	}
+	submit := func(root, code, sid string) <-chan result {
+		ch := make(chan result, 1)
+		go func() { s, r := execSession(ctx, root, code, sid, nil); ch <- result{s, r} }()
+		return ch
+	}
+	res := submit(a.root, "x=1", "")
+	as := next()
+	w.ack(ctx, as)
+	w.settle(ctx, as)
+	got := <-res
+	if got.r.status != 200 || got.sid == "" || as.RuntimeSessionID != got.sid {
+		t.Fatalf("first run: %d %s", got.r.status, got.r.body)
+	}
+	sid := got.sid
+
+	// A dispatches the session's next request and dies while the worker runs it.
+	res = submit(a.root, "x+=1", sid)
+	as = next()
+	if r := w.ack(ctx, as); r.status != 200 {
+		t.Fatalf("ack: %d %s", r.status, r.body)
+	}
+	a.kill()
+	if r := w.settle(ctx, as); r.status != 200 {
+		t.Fatalf("settle on B: %d %s", r.status, r.body)
+	}
+	if got := <-res; got.r.status != -1 {
+		t.Fatalf("the killed replica answered: %d %s", got.r.status, got.r.body)
+	}
+
+	// B continues the session on the worker, at once.
+	start := time.Now()
+	res = submit(b.root, "print(x)", sid)
+	as = next()
+	if as.RuntimeSessionID != sid {
+		t.Fatalf("runtimeSessionId %q, want %q", as.RuntimeSessionID, sid)
+	}
+	w.ack(ctx, as)
+	w.settle(ctx, as)
+	if got := <-res; got.r.status != 200 || got.sid != sid {
+		t.Fatalf("session on B: %d %s", got.r.status, got.r.body)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the session continued only after %v", d)
+	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/store"
 )
 
@@ -111,11 +112,13 @@ func (silent) Printf(context.Context, string, ...any) {}
 // New wraps a client; the store owns it and closes it on Close.
 func New(ctx context.Context, rdb *redis.Client, opts ...Option) (*Store, error) {
 	quietPool()
-	c := config{prefix: DefaultPrefix}
+	// Generations are reserved in blocks, as the embedded store does: a dispatch then need not rewrite
+	// the worker's durable record.
+	c := config{prefix: DefaultPrefix, proto: store.Options{GenerationBlock: 1024}}
 	for _, o := range opts {
 		o(&c)
 	}
-	b := &backend{rdb: rdb, prefix: c.prefix, now: time.Now}
+	b := &backend{rdb: rdb, prefix: c.prefix, now: time.Now, origin: bridge.NewID()}
 	// The epoch is when this keyspace was born. If Redis loses its data the
 	// nonces go with it, so InsertNew re-creates the epoch and rejects every
 	// proof dated before it (§7.4, fail closed).
@@ -126,17 +129,19 @@ func New(ctx context.Context, rdb *redis.Client, opts ...Option) (*Store, error)
 	return &Store{Protocol: store.NewProtocol(b, c.proto), b: b}, nil
 }
 
-// WatchChanges calls fn whenever any replica changes dispatchable state
-// (work queued, settled, completed, a worker registered or became ready),
-// until ctx ends. A hub passes its wake-up function, so a long poll on this
-// replica answers at once when another replica queues work. fn is also
-// called after a reconnect, since messages sent meanwhile were lost.
-func (s *Store) WatchChanges(ctx context.Context, fn func()) error {
+// WatchChanges calls fn with every topic another replica's commit notified (work queued for a worker, a
+// settlement stored, capacity freed, …; store.Txn.Notify), until ctx ends. A hub passes its wake-up
+// function, so that a long poll on this replica answers at once when another replica queues its work.
+// Its own commits are not repeated (its listener was told at once). After a reconnect fn is called with
+// "" (everything), since messages sent meanwhile were lost.
+//
+// replica is the hub replica's ID: topics meant for it alone (store.Txn.NotifyAt) come on its own channel.
+func (s *Store) WatchChanges(ctx context.Context, replica string, fn func(topic string)) error {
 	b := s.b
 	if b.closed.Load() {
 		return ErrClosed
 	}
-	ps := b.rdb.Subscribe(ctx, b.changesChannel())
+	ps := b.rdb.Subscribe(ctx, b.changesChannel(), b.changesChannel()+":"+replica)
 	// A blocked receive does not observe ctx; closing the subscription
 	// unblocks it.
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
@@ -162,11 +167,13 @@ func (s *Store) WatchChanges(ctx context.Context, fn func()) error {
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			fn()
+			if origin, topic, ok := strings.Cut(m.Payload, "\n"); ok && origin != b.origin {
+				fn(topic)
+			}
 		case *redis.Subscription:
 			if failed && strings.EqualFold(m.Kind, "subscribe") {
 				failed = false
-				fn()
+				fn("")
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -296,8 +297,8 @@ func TestCorruptRecordFailsClosed(t *testing.T) {
 	}
 }
 
-// The change feed reaches other replicas, again after its connection is
-// killed, and stops with its context.
+// The change feed brings other replicas' topics (not this replica's own, whose listener was told at
+// once), again after its connection is killed (then "": everything), and stops with its context.
 func TestWatchChanges(t *testing.T) {
 	ctx := context.Background()
 	prefix := freshPrefix()
@@ -311,16 +312,25 @@ func TestWatchChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	woke := make(chan struct{}, 64)
+	woke := make(chan string, 64)
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- a.WatchChanges(wctx, func() { woke <- struct{}{} }) }()
-	waitWake := func(what string) {
+	go func() { done <- a.WatchChanges(wctx, "replica-a", func(topic string) { woke <- topic }) }()
+	var local []string
+	var mu sync.Mutex
+	a.Backend().OnNotify(func(topic string) { mu.Lock(); local = append(local, topic); mu.Unlock() })
+	// waitWake waits for want ("*": any topic), skipping others (late wakes of the publish loop below).
+	waitWake := func(what, want string) {
 		t.Helper()
-		select {
-		case <-woke:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no wake-up for %s", what)
+		for end := time.After(10 * time.Second); ; {
+			select {
+			case got := <-woke:
+				if want == "*" || got == want {
+					return
+				}
+			case <-end:
+				t.Fatalf("no wake-up for %s", what)
+			}
 		}
 	}
 	drain := func() {
@@ -337,20 +347,37 @@ func TestWatchChanges(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	waitWake("ready")
+	waitWake("subscription", "*")
 	drain()
-	if _, err := b.Enqueue(ctx, store.EnqueueParams{WorkerID: wid, AssignmentID: bridge.NewID(), LeaseTokenHash: "h",
-		ExpiresAt: time.Now().Add(time.Minute), Request: []byte(`{}`)}); err != nil {
+	asg, err := b.Enqueue(ctx, store.EnqueueParams{WorkerID: wid, AssignmentID: bridge.NewID(), LeaseTokenHash: "h",
+		ExpiresAt: time.Now().Add(time.Minute), Request: []byte(`{}`)})
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitWake("enqueue")
+	waitWake("enqueue", store.TopicWorker(wid))
+	// A's own commit: its listener is told, its feed is not.
+	time.Sleep(100 * time.Millisecond)
+	drain()
+	if err := a.Withdraw(ctx, wid, asg.ID); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if !slices.Contains(local, store.TopicFree) {
+		t.Errorf("the local listener was told %v", local)
+	}
+	mu.Unlock()
+	select {
+	case got := <-woke:
+		t.Fatalf("the feed repeated the replica's own topic %q", got)
+	case <-time.After(200 * time.Millisecond):
+	}
 	// Kill the subscriber's connection: the feed resubscribes and wakes
 	// once, since messages sent meanwhile are lost.
 	drain()
 	if err := rawClient(t).ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitWake("resubscribe")
+	waitWake("resubscribe", "")
 	cancel()
 	select {
 	case err := <-done:
@@ -360,4 +387,76 @@ func TestWatchChanges(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("WatchChanges did not stop with its context")
 	}
+}
+
+// A settlement is announced on its dispatcher's own channel: that replica's feed hears it, another
+// replica's does not (it has nobody waiting for it), while broadcast topics reach both.
+func TestSettlementGoesToItsDispatcher(t *testing.T) {
+	ctx := context.Background()
+	prefix := freshPrefix()
+	open := func() *redisstore.Store {
+		s, err := redisstore.Open(ctx, needRedis(t), redisstore.WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b, w := open(), open(), open()
+	heard := map[string]chan string{"replica-a": make(chan string, 64), "replica-b": make(chan string, 64)}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for name, s := range map[string]*redisstore.Store{"replica-a": a, "replica-b": b} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.WatchChanges(wctx, name, func(topic string) { heard[name] <- topic }) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	auth := pairAndRegister(t, w)
+	// Both feeds are subscribed once both hear a broadcast.
+	for name := range heard {
+		for ok := false; !ok; {
+			if err := w.Ready(ctx, wid, incA, 1); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-heard[name]:
+				ok = true
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	asg, err := w.Enqueue(ctx, store.EnqueueParams{WorkerID: wid, AssignmentID: bridge.NewID(), LeaseTokenHash: "h",
+		ExpiresAt: time.Now().Add(time.Minute), Request: []byte(`{}`), Dispatcher: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Lease(ctx, wid, incA, auth.IdentityID); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Settle(ctx, store.SettleParams{WorkerID: wid, AssignmentID: asg.ID, IncarnationID: incA, Generation: asg.Generation,
+		LeaseTokenHash: "h", IdentityID: auth.IdentityID, Status: bridge.StatusRejected, Canonical: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	topic := store.TopicAssignment(asg.ID)
+	waitFor := func(name string, want bool) {
+		t.Helper()
+		for end := time.After(2 * time.Second); ; {
+			select {
+			case got := <-heard[name]:
+				if got == topic {
+					if !want {
+						t.Fatalf("%s heard %s", name, topic)
+					}
+					return
+				}
+			case <-end:
+				if want {
+					t.Fatalf("%s never heard %s", name, topic)
+				}
+				return
+			}
+		}
+	}
+	waitFor("replica-a", true)
+	waitFor("replica-b", false)
 }

@@ -48,7 +48,7 @@ func serveReplica(t *testing.T, st *redisstore.Store, cfg hub.Config, feed bool)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	if feed {
-		go func() { defer close(done); _ = st.WatchChanges(ctx, h.Notify) }()
+		go func() { defer close(done); _ = st.WatchChanges(ctx, h.ReplicaID(), h.Notify) }()
 	} else {
 		close(done)
 	}
@@ -196,4 +196,59 @@ func TestConcurrentAssignments(t *testing.T) {
 			t.Fatalf("assignment %s settled %d times", id, c)
 		}
 	}
+}
+
+// One tenant's waiting requests are served first come, first served across replicas: ten requests
+// queued alternately on two replicas behind a busy one-slot worker run in the order they arrived (the
+// queue is in Redis; each replica used to keep its own).
+func TestQueueOrderAcrossReplicas(t *testing.T) {
+	prefix := freshPrefix()
+	a := newReplica(t, prefix, true, nil)
+	b := newReplica(t, prefix, true, nil)
+	w := newSigWorker(t, "fifo-vm", a.base)
+	defer w.close()
+	w.pair(b.base)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if r := w.register(ctx); r.status != 200 {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	next := func() *bridge.Assignment { t.Helper(); return w.next(ctx, false) }
+	done := make(chan reply, 11)
+	go func() { _, r := execOn(ctx, a.root, "hold"); done <- r }()
+	held := next()
+	w.ack(ctx, held)
+	const n = 10
+	for i := range n {
+		root := []string{a.root, b.root}[i%2]
+		go func() { _, r := execOn(ctx, root, fmt.Sprintf("q%02d", i)); done <- r }()
+		time.Sleep(50 * time.Millisecond) // arrival order
+	}
+	w.settle(ctx, held)
+	var order []string
+	for range n {
+		as := next()
+		order = append(order, codeOf(as))
+		w.ack(ctx, as)
+		w.settle(ctx, as)
+	}
+	for i, c := range order {
+		if want := fmt.Sprintf("q%02d", i); c != want {
+			t.Fatalf("run order %v", order)
+		}
+	}
+	for range n + 1 {
+		if r := <-done; r.status != 200 {
+			t.Fatalf("client: %d %s", r.status, r.body)
+		}
+	}
+}
+
+// codeOf is the code of a sandbox assignment.
+func codeOf(a *bridge.Assignment) string {
+	body, _ := a.Request.Object().Get("body")
+	files, _ := body.(*bridge.Object).Get("files")
+	code, _ := files.([]any)[0].(*bridge.Object).Get("content")
+	s, _ := code.(string)
+	return s
 }

@@ -160,6 +160,26 @@ func (w *sigWorker) settle(ctx context.Context, a *bridge.Assignment) reply {
 	return w.sendRetry(ctx, bridge.PathSettle(w.id, a.AssignmentID), runnerReply(a, w.incarnation))
 }
 
+// next leases (registering first when register) until an assignment comes, failing the test on a refusal
+// or when ctx ends.
+func (w *sigWorker) next(ctx context.Context, register bool) *bridge.Assignment {
+	w.t.Helper()
+	for ctx.Err() == nil {
+		if register {
+			if r := w.register(ctx); r.status != 200 {
+				w.t.Fatalf("register: %d %s", r.status, r.body)
+			}
+		}
+		if r, as := w.lease(ctx, 2000); r.status != 200 {
+			w.t.Fatalf("lease: %d %s", r.status, r.body)
+		} else if as != nil {
+			return as
+		}
+	}
+	w.t.Fatal("no assignment")
+	return nil
+}
+
 // serve runs the worker loop until stop: register, long-poll, ack, settle.
 // onSettle sees every settle reply.
 func (w *sigWorker) serve(waitMs float64, onSettle func(a *bridge.Assignment, r reply)) (stop func()) {

@@ -22,12 +22,11 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 		if ep.RuntimeSessionID != "" && rec.WorkspaceFences[sessionKey(ep.RuntimeSessionID)] != "" {
 			return bridge.ErrWorkspaceQuarantined
 		}
-		if t.lock != nil {
+		t.notIdle = ep.FromIdle
+		if t.busy() {
 			return bridge.ErrWorkerBusy
 		}
-		if dup, err := t.tx.Get(ownerKey(ep.AssignmentID)); err != nil {
-			return Abort(err)
-		} else if dup[0] != nil {
+		if t.pre[ownerKey(ep.AssignmentID)] != nil {
 			return bridge.ErrAssignmentInvalid
 		}
 		gen := t.nextGeneration()
@@ -43,17 +42,25 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 			ID: ep.AssignmentID, WorkerID: ep.WorkerID, IncarnationID: inc, Generation: gen,
 			LeaseToken: ep.LeaseToken, LeaseTokenHash: ep.LeaseTokenHash, IdentityID: t.reg.IdentityID, ExpiresAt: ep.ExpiresAt,
 			RuntimeSessionID: ep.RuntimeSessionID, ExecutionKind: ep.ExecutionKind, Request: slices.Clone(ep.Request),
+			Dispatcher: ep.Dispatcher,
 		}
 		gc := ep.ExpiresAt.Add(p.grace)
-		t.lock, t.lockDirty = &lockRec{AssignmentID: a.ID, IncarnationID: inc, Until: gc}, true
+		t.occupy(a.ID, inc, gc)
 		t.q.Queues[inc] = append(t.q.Queues[inc], a.ID)
 		t.qDirty = true
 		t.putAsg(&asgRec{A: a, GCAt: gc})
 		t.putUntil(ownerKey(a.ID), []byte(ep.WorkerID), gc)
-		t.tx.Publish()
+		if a.Dispatcher != "" {
+			t.tx.SetAdd(dispatchedSet(a.Dispatcher), a.WorkerID+" "+a.ID)
+		}
+		if s := ep.Session; s != nil {
+			s.WorkerID, s.IncarnationID, s.LastUsed = ep.WorkerID, inc, t.now
+			t.tx.Put(sessionRecKey(s.ID), encode(s), Durable, t.now.Add(SessionIdle))
+		}
+		t.tx.Notify(TopicWorker(ep.WorkerID))
 		out = a
 		return nil
-	})
+	}, ownerKey(ep.AssignmentID))
 	if err != nil {
 		return nil, err
 	}
@@ -78,10 +85,17 @@ func (t *wtx) nextGeneration() int64 {
 
 // Lease implements Store (§7.3 lease).
 func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityID string) (*Assignment, error) {
-	// Fast path for the common empty poll (every waiting worker, every poll
-	// tick, on every replica): one read instead of a transaction.
-	if empty, err := p.leaseEmpty(ctx, workerID, incarnationID); err != nil || empty {
-		return nil, err
+	return p.LeaseSlot(ctx, LeaseParams{WorkerID: workerID, IncarnationID: incarnationID, IdentityID: identityID, Slot: -1})
+}
+
+// LeaseSlot implements Store: Lease for one slot (slot < 0: a lease without one).
+func (p *Protocol) LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, error) {
+	workerID, incarnationID, identityID, slot := lp.WorkerID, lp.IncarnationID, lp.IdentityID, lp.Slot
+	// Fast path for the common empty poll: one read instead of a transaction.
+	if !lp.Woken {
+		if empty, err := p.leaseEmpty(ctx, workerID, incarnationID, slot); err != nil || empty {
+			return nil, err
+		}
 	}
 	var out *Assignment
 	err := p.update(ctx, "lease", workerID, func(t *wtx) error {
@@ -90,8 +104,12 @@ func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityI
 		if _, f := rec.Fenced[incarnationID]; f || (rec.RegOwner != "" && rec.RegOwner != incarnationID) {
 			return bridge.ErrWorkerFenced
 		}
+		if slot >= t.capacity() && slot > 0 {
+			return bridge.Errorf(400, "Workspace lease slot exceeds negotiated capacity")
+		}
+		ck := claimKey(incarnationID, slot)
 		for {
-			id, ok := t.claim(incarnationID)
+			id, ok := t.claim(incarnationID, ck)
 			if !ok {
 				return nil
 			}
@@ -101,12 +119,12 @@ func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityI
 			}
 			if a == nil || a.A.WorkerID != workerID || a.A.IncarnationID != incarnationID ||
 				(identityID != "" && a.A.IdentityID != identityID) || a.Finished || a.Settlement != nil {
-				delete(t.q.Claims, incarnationID)
+				delete(t.q.Claims, ck)
 				t.qDirty = true
 				continue
 			}
 			if !t.now.Before(a.A.ExpiresAt) {
-				delete(t.q.Claims, incarnationID)
+				delete(t.q.Claims, ck)
 				t.qDirty = true
 				if !a.Acked {
 					t.clearFenceIfNamed(&a.A)
@@ -114,6 +132,7 @@ func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityI
 				continue
 			}
 			o := a.A
+			o.Slot = slot
 			out = &o
 			return nil
 		}
@@ -124,10 +143,9 @@ func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityI
 	return out, nil
 }
 
-// claim returns the incarnation's claimed assignment, or claims the next
-// queued one.
-func (t *wtx) claim(inc string) (string, bool) {
-	if id, claimed := t.q.Claims[inc]; claimed {
+// claim returns the assignment claim ck holds, or claims the incarnation's next queued one for it.
+func (t *wtx) claim(inc, ck string) (string, bool) {
+	if id, claimed := t.q.Claims[ck]; claimed {
 		return id, true
 	}
 	q := t.q.Queues[inc]
@@ -139,14 +157,14 @@ func (t *wtx) claim(inc string) (string, bool) {
 	} else {
 		t.q.Queues[inc] = q[1:]
 	}
-	t.q.Claims[inc] = q[0]
+	t.q.Claims[ck] = q[0]
 	t.qDirty = true
 	return q[0], true
 }
 
-// leaseEmpty reports, from one snapshot, that the incarnation has neither a
-// claim nor queued work; fencing is checked on the same snapshot.
-func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID string) (bool, error) {
+// leaseEmpty reports, from one snapshot, that the incarnation's slot has neither a claim nor queued work;
+// fencing is checked on the same snapshot.
+func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID string, slot int) (bool, error) {
 	vals, err := p.read(ctx, "lease", recKey(workerID), queueKey(workerID))
 	if err != nil {
 		return false, err
@@ -164,19 +182,19 @@ func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID strin
 	if err != nil || q == nil {
 		return err == nil, err
 	}
-	_, claimed := q.Claims[incarnationID]
+	_, claimed := q.Claims[claimKey(incarnationID, slot)]
 	return !claimed && len(q.Queues[incarnationID]) == 0, nil
 }
 
 // Ack implements Store (§3.6).
 func (p *Protocol) Ack(ctx context.Context, ap AckParams) error {
-	return p.update(ctx, "ack", ap.WorkerID, func(t *wtx) error {
+	return p.updateAsg(ctx, "ack", ap.WorkerID, ap.AssignmentID, func(t *wtx) error {
 		a, err := t.asg(ap.AssignmentID)
 		if err != nil {
 			return err
 		}
 		if a == nil || a.Finished || a.A.IncarnationID != ap.IncarnationID || t.rec.RegOwner != ap.IncarnationID ||
-			a.A.Generation != ap.Generation || a.A.LeaseTokenHash != ap.LeaseTokenHash || t.q.Claims[ap.IncarnationID] != ap.AssignmentID {
+			a.A.Generation != ap.Generation || a.A.LeaseTokenHash != ap.LeaseTokenHash || !t.claimedBy(ap.IncarnationID, ap.AssignmentID) {
 			return bridge.ErrAssignmentFenced
 		}
 		if !a.Acked {
@@ -207,7 +225,7 @@ func (p *Protocol) Cancelled(ctx context.Context, workerID, incarnationID, assig
 
 // Cancel implements Store.
 func (p *Protocol) Cancel(ctx context.Context, workerID, assignmentID string) error {
-	return p.update(ctx, "cancel", workerID, func(t *wtx) error {
+	return p.updateAsg(ctx, "cancel", workerID, assignmentID, func(t *wtx) error {
 		a, err := t.asg(assignmentID)
 		if err != nil || a == nil || a.Cancelled {
 			return err
@@ -233,7 +251,7 @@ func (p *Protocol) Settlement(ctx context.Context, workerID, assignmentID string
 
 // Withdraw implements Store.
 func (p *Protocol) Withdraw(ctx context.Context, workerID, assignmentID string) error {
-	return p.update(ctx, "withdraw", workerID, func(t *wtx) error {
+	return p.updateAsg(ctx, "withdraw", workerID, assignmentID, func(t *wtx) error {
 		a, err := t.asg(assignmentID)
 		if err != nil {
 			return err
@@ -247,7 +265,6 @@ func (p *Protocol) Withdraw(ctx context.Context, workerID, assignmentID string) 
 		t.clearFenceIfNamed(&a.A)
 		t.releaseLock(assignmentID)
 		t.dropAsg(assignmentID)
-		t.tx.Publish()
 		return nil
 	})
 }
@@ -258,8 +275,11 @@ func (p *Protocol) ResetWorkspace(ctx context.Context, workerID, incarnationID, 
 		if _, f := t.rec.Fenced[incarnationID]; f || t.rec.RegOwner != incarnationID {
 			return bridge.ErrWorkerFenced
 		}
-		if t.lock != nil {
+		if len(t.slots.Active) > 0 {
 			return bridge.ErrWorkerBusy
+		}
+		if err := t.rebindSession(runtimeSessionID); err != nil {
+			return err
 		}
 		k := sessionKey(runtimeSessionID)
 		if _, ok := t.rec.WorkspaceFences[k]; !ok {
@@ -267,9 +287,29 @@ func (p *Protocol) ResetWorkspace(ctx context.Context, workerID, incarnationID, 
 		}
 		delete(t.rec.WorkspaceFences, k)
 		t.recDirty = true
-		t.tx.Publish()
 		return nil
 	})
+}
+
+// rebindSession: a reset acknowledges that the session's files are gone, so the session continues, empty,
+// on whichever incarnation of this worker runs it next (`codellm worker reset-workspace` registers an
+// incarnation of its own, and the worker it resets starts as another one) instead of being refused as lost.
+func (t *wtx) rebindSession(sid string) error {
+	k := sessionRecKey(sid)
+	vals, err := t.tx.Get(k)
+	if err != nil {
+		return Abort(err)
+	}
+	s, err := decode[Session](vals[0], "session")
+	if err != nil {
+		return Abort(err)
+	}
+	if s == nil || s.WorkerID != t.w || s.IncarnationID == "" {
+		return nil
+	}
+	s.IncarnationID, s.LastUsed = "", t.now
+	t.tx.Put(k, encode(s), Durable, t.now.Add(SessionIdle))
+	return nil
 }
 
 // isProtocolErr reports whether err is one of the bridge sentinels (a rule

@@ -31,6 +31,14 @@ type Backend interface {
 	Read(ctx context.Context, keys ...string) ([][]byte, error)
 	// Members lists a set written with Txn.SetAdd.
 	Members(ctx context.Context, set string) ([]string, error)
+	// ZPopMin removes and returns the lowest-scored member of the sorted
+	// set key (ties: the lexically first), or ok false when it is empty.
+	// It is atomic: two callers never get the same member.
+	ZPopMin(ctx context.Context, key string) (member string, ok bool, err error)
+	// ZFirst returns the lowest-scored member of key without removing it.
+	ZFirst(ctx context.Context, key string) (member string, ok bool, err error)
+	// ZCount counts the members of key scored at least min.
+	ZCount(ctx context.Context, key string, min float64) (int, error)
 	// InsertNew records key for at least ttl (a backend may keep it up to
 	// twice as long) unless it is already recorded, reporting whether it
 	// inserted. It also reports false when the backend's memory of such keys
@@ -43,8 +51,29 @@ type Backend interface {
 	Epoch(ctx context.Context, create bool) (string, error)
 	// Now is the backend's clock (tests replace it).
 	Now() time.Time
+	// OnNotify sets the listener told, after each commit of this process,
+	// the topics it notified (the hub wakes its waiters with it).
+	OnNotify(fn func(topic string))
 	Close() error
 }
+
+// Topics of Txn.Notify. A waiter (a worker's lease poll, a dispatcher
+// waiting for its settlement, a queued client) watches exactly the topic
+// of what it waits for, so a change wakes the waiters it concerns and no
+// other; each waiter still re-reads the store now and then (a backstop for
+// a notification lost by a shared backend's feed).
+func TopicWorker(workerID string) string { return "w:" + workerID }
+
+// TopicAssignment is notified when an assignment's settlement is stored.
+func TopicAssignment(id string) string { return "a:" + id }
+
+// TopicFree is notified when a worker may have capacity again: a slot was
+// released, or a worker registered or confirmed readiness.
+const TopicFree = "free"
+
+// TopicPools is notified when a registration created or joined a pool (the
+// hubs' pool catalogs are refreshed).
+const TopicPools = "pools"
 
 // Txn is one transaction of Backend.Update.
 type Txn interface {
@@ -58,9 +87,21 @@ type Txn interface {
 	// SetAdd and SetRemove change a set of short strings (Volatile class).
 	SetAdd(set, member string)
 	SetRemove(set, member string)
-	// Publish tells other hub replicas, after the commit, that dispatchable
-	// state changed (a no-op for a single-process backend).
-	Publish()
+	// ZAdd puts member in the sorted set key (Volatile class) with score;
+	// with keep a member already there keeps its score (and place). ZRem
+	// removes a member; ZRemBelow every member scored below score.
+	ZAdd(key, member string, score float64, keep bool)
+	ZRem(key, member string)
+	ZRemBelow(key string, score float64)
+	// Notify wakes, after the commit, whoever waits on topic (TopicWorker,
+	// TopicAssignment, TopicFree, …): in this process through OnNotify's
+	// listener, and in every other hub replica of a shared backend through
+	// its change feed. Nothing is woken when the transaction does not commit.
+	Notify(topic string)
+	// NotifyAt is Notify for a topic only hub replica replica waits on (a
+	// dispatcher's assignment): a shared backend sends it to that replica
+	// alone ("" : to every replica).
+	NotifyAt(replica, topic string)
 	// Now is the transaction's clock reading.
 	Now() time.Time
 }

@@ -89,7 +89,7 @@ func (p *Protocol) Revoke(ctx context.Context, workerID string) error {
 		t.recDirty = true
 		// A revoked worker is no longer dispatchable.
 		t.reg, t.regDirty = nil, true
-		t.tx.Publish()
+		t.tx.Notify(TopicWorker(workerID))
 		return nil
 	})
 }

@@ -91,18 +91,15 @@ func asgKey(w, id string) string { return wkey(w, "a:"+id) }
 func ownerKey(id string) string  { return "asg:" + id }
 func codeKey(h string) string    { return "code:" + h }
 
+// dispatchedSet lists the assignments a hub replica waits for, as "<workerID> <assignmentID>".
+func dispatchedSet(replica string) string { return "rep:" + replica + ":asg" }
+
 // WorkersSet is the set of workers that registered (candidates for Workers).
 const WorkersSet = "workers"
 
 func sessionKey(sid string) string { return bridge.HashSecret(sid) }
 
 func readyMark(inc string, gen int64) string { return inc + ":" + strconv.FormatInt(gen, 10) }
-
-type lockRec struct {
-	AssignmentID  string    `json:"assignmentId"`
-	IncarnationID string    `json:"incarnationId"`
-	Until         time.Time `json:"until"`
-}
 
 // queueRec holds one worker's per-incarnation queues and claims, and the
 // last assignment generation issued (up to the persisted ceiling in the
@@ -124,7 +121,9 @@ type asgRec struct {
 	Finished   bool       `json:"finished,omitempty"`
 	// Completed: the dispatcher collected the settlement (Complete answers
 	// the same again, so a retried Complete does not lose it).
-	Completed  bool        `json:"completed,omitempty"`
+	Completed bool `json:"completed,omitempty"`
+	// Committed: a fulfilled stateful settlement cleared the workspace fence when it was stored.
+	Committed  bool        `json:"committed,omitempty"`
 	Settlement *Settlement `json:"settlement,omitempty"`
 	GCAt       time.Time   `json:"gcAt"`
 }
@@ -159,21 +158,30 @@ type wtx struct {
 	rec   *WorkerRecord
 	reg   *Registration
 	ready string
-	lock  *lockRec
+	slots *slotsRec
 	q     *queueRec
 	asgs  map[string]*asgRec
+	// prevPool is the pool of the registration as read (its sets are left if the worker moves).
+	prevPool string
+	// pre holds records read with the worker's (update's extra keys), by key.
+	pre map[string][]byte
+	// notIdle: the worker is known to be out of its idle set (the dispatcher took it from there).
+	notIdle bool
 
-	recDirty, regDirty, readyDirty, lockDirty, qDirty bool
-	asgDirty                                          map[string]bool
+	recDirty, regDirty, readyDirty, slotsDirty, qDirty bool
+	asgDirty                                           map[string]bool
 }
 
-// worker reads one worker's records into a wtx.
-func (p *Protocol) worker(tx Txn, w string) (*wtx, error) {
-	vals, err := tx.Get(recKey(w), regKey(w), readyKey(w), lockKey(w), queueKey(w))
+// worker reads one worker's records into a wtx, with the extra keys in the same read (one round trip).
+func (p *Protocol) worker(tx Txn, w string, extra ...string) (*wtx, error) {
+	vals, err := tx.Get(append([]string{recKey(w), regKey(w), readyKey(w), lockKey(w), queueKey(w)}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
-	t := &wtx{p: p, tx: tx, w: w, now: tx.Now(), asgs: map[string]*asgRec{}, asgDirty: map[string]bool{}}
+	t := &wtx{p: p, tx: tx, w: w, now: tx.Now(), asgs: map[string]*asgRec{}, asgDirty: map[string]bool{}, pre: map[string][]byte{}}
+	for i, k := range extra {
+		t.pre[k] = vals[5+i]
+	}
 	if t.rec, err = decode[WorkerRecord](vals[0], "worker record"); err != nil {
 		return nil, err
 	}
@@ -183,10 +191,15 @@ func (p *Protocol) worker(tx Txn, w string) (*wtx, error) {
 	if t.reg, err = decode[Registration](vals[1], "registration"); err != nil {
 		return nil, err
 	}
+	if t.reg != nil {
+		t.prevPool = t.reg.Pool
+	}
 	t.ready = string(vals[2])
-	if t.lock, err = decode[lockRec](vals[3], "lock"); err != nil {
+	slots, err := decode[slotsRec](vals[3], "slots")
+	if err != nil {
 		return nil, err
 	}
+	t.slots = loadSlots(slots, t.now)
 	if t.q, err = decode[queueRec](vals[4], "queues"); err != nil {
 		return nil, err
 	}
@@ -205,9 +218,9 @@ func (p *Protocol) worker(tx Txn, w string) (*wtx, error) {
 // update runs fn as one transaction on worker w (operation op). Writes fn
 // made are stored even when it returns a protocol error; a read or decode
 // failure aborts.
-func (p *Protocol) update(ctx context.Context, op, w string, fn func(t *wtx) error) error {
+func (p *Protocol) update(ctx context.Context, op, w string, fn func(t *wtx) error, extra ...string) error {
 	err := p.b.Update(ctx, func(tx Txn) error {
-		t, err := p.worker(tx, w)
+		t, err := p.worker(tx, w, extra...)
 		if err != nil {
 			return Abort(err)
 		}
@@ -222,6 +235,11 @@ func (p *Protocol) update(ctx context.Context, op, w string, fn func(t *wtx) err
 	return p.observe(op, err)
 }
 
+// updateAsg is update with assignment id's record read together with the worker's.
+func (p *Protocol) updateAsg(ctx context.Context, op, w, id string, fn func(t *wtx) error) error {
+	return p.update(ctx, op, w, fn, asgKey(w, id))
+}
+
 // ObserveErrors registers fn to be told of every store operation: err is
 // the storage failure, or nil when the store answered (a protocol refusal
 // included). The hub counts failures by operation and notices recovery.
@@ -230,7 +248,8 @@ func (p *Protocol) ObserveErrors(fn func(op string, err error)) { p.onError.Stor
 // observe passes operation op's outcome to the observer.
 func (p *Protocol) observe(op string, err error) error {
 	if fn := p.onError.Load(); fn != nil {
-		if err == nil || isProtocolErr(err) {
+		var other *otherOwner
+		if err == nil || isProtocolErr(err) || errors.As(err, &other) {
 			(*fn)(op, nil)
 		} else {
 			(*fn)(op, err)
@@ -259,11 +278,15 @@ func (t *wtx) asg(id string) (*asgRec, error) {
 	if a, ok := t.asgs[id]; ok {
 		return a, nil
 	}
-	vals, err := t.tx.Get(asgKey(t.w, id))
-	if err != nil {
-		return nil, Abort(err)
+	raw, ok := t.pre[asgKey(t.w, id)]
+	if !ok {
+		vals, err := t.tx.Get(asgKey(t.w, id))
+		if err != nil {
+			return nil, Abort(err)
+		}
+		raw = vals[0]
 	}
-	a, err := decode[asgRec](vals[0], "assignment")
+	a, err := decode[asgRec](raw, "assignment")
 	if err != nil {
 		return nil, Abort(err)
 	}
@@ -279,13 +302,19 @@ func (t *wtx) putAsg(a *asgRec) {
 	t.asgDirty[a.A.ID] = true
 }
 
+// undispatch takes the assignment off its dispatcher's list: nobody waits for it any more.
+func (t *wtx) undispatch(a *asgRec) {
+	if a.A.Dispatcher != "" {
+		t.tx.SetRemove(dispatchedSet(a.A.Dispatcher), a.A.WorkerID+" "+a.A.ID)
+	}
+}
+
 // dropAsg deletes an assignment and every reference to it.
 func (t *wtx) dropAsg(id string) {
 	if a := t.asgs[id]; a != nil {
+		t.undispatch(a)
 		t.unqueue(a.A.IncarnationID, id)
-		if t.q.Claims[a.A.IncarnationID] == id {
-			delete(t.q.Claims, a.A.IncarnationID)
-		}
+		t.dropClaims(id)
 	}
 	t.asgs[id] = nil
 	t.asgDirty[id] = true
@@ -303,12 +332,6 @@ func (t *wtx) unqueue(inc, id string) {
 		delete(t.q.Queues, inc)
 	}
 	t.qDirty = true
-}
-
-func (t *wtx) releaseLock(assignmentID string) {
-	if t.lock != nil && t.lock.AssignmentID == assignmentID {
-		t.lock, t.lockDirty = nil, true
-	}
 }
 
 // putUntil writes v expiring at until, or deletes the key when that moment
@@ -340,12 +363,11 @@ func (t *wtx) flush() {
 			t.tx.Put(readyKey(t.w), []byte(t.ready), Volatile, t.now.Add(ReadyTTL(t.p.leaseTTL)))
 		}
 	}
-	if t.lockDirty {
-		if t.lock == nil {
-			t.tx.Delete(lockKey(t.w))
-		} else {
-			t.putUntil(lockKey(t.w), encode(t.lock), t.lock.Until)
-		}
+	if t.slotsDirty {
+		t.putSlots()
+	}
+	if t.regDirty || t.readyDirty || t.slotsDirty {
+		t.syncPools()
 	}
 	if t.qDirty {
 		if len(t.q.Queues) == 0 && len(t.q.Claims) == 0 && t.q.Issued == 0 {
@@ -426,7 +448,7 @@ func (p *Protocol) quarantine(ctx context.Context, w, inc string) {
 		t.recDirty = true
 		if t.reg != nil && t.reg.IncarnationID == inc {
 			t.reg, t.regDirty = nil, true
-			t.tx.Publish()
+			t.tx.Notify(TopicWorker(w))
 		}
 		return nil
 	})

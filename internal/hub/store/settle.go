@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/codellm/codellm/internal/bridge"
 )
@@ -12,20 +13,33 @@ import (
 // resend of the same canonical bytes is an idempotent success, different
 // bytes are fenced.
 func (p *Protocol) Settle(ctx context.Context, sp SettleParams) error {
-	ok := ownerKey(sp.AssignmentID)
-	vals, err := p.read(ctx, "settle", ok)
-	if err != nil {
+	// The settling worker is nearly always the owner: read its records, the owner mark and the assignment
+	// in one step; only another worker's assignment takes a second read of the owner's.
+	err := p.settleOn(ctx, sp.WorkerID, sp)
+	var other *otherOwner
+	if !errors.As(err, &other) {
 		return err
 	}
-	owner := string(vals[0])
-	if owner == "" {
+	if other.owner == "" {
 		return bridge.ErrAssignmentNotFound
 	}
+	if err := p.settleOn(ctx, other.owner, sp); !errors.As(err, &other) {
+		return err
+	}
+	return bridge.ErrAssignmentNotFound // the owner changed meanwhile: the assignment is gone
+}
+
+// otherOwner aborts a settlement run on a worker that does not own the assignment.
+type otherOwner struct{ owner string }
+
+func (o *otherOwner) Error() string { return "assignment owned by " + o.owner }
+
+// settleOn applies the settlement as worker owner's transaction.
+func (p *Protocol) settleOn(ctx context.Context, owner string, sp SettleParams) error {
+	ok := ownerKey(sp.AssignmentID)
 	return p.update(ctx, "settle", owner, func(t *wtx) error {
-		if cur, err := t.tx.Get(ok); err != nil {
-			return Abort(err)
-		} else if string(cur[0]) != owner {
-			return bridge.ErrAssignmentNotFound
+		if cur := string(t.pre[ok]); cur != owner {
+			return Abort(&otherOwner{owner: cur})
 		}
 		a, err := t.asg(sp.AssignmentID)
 		if err != nil {
@@ -39,23 +53,22 @@ func (p *Protocol) Settle(ctx context.Context, sp SettleParams) error {
 		} else if err != nil {
 			return err
 		}
-		if sid := a.A.RuntimeSessionID; sid != "" && sp.Status == bridge.StatusRejected {
-			t.clearFenceIfNamed(&a.A)
+		// The workspace's state is known once the settlement is stored: a rejection discards the run, a
+		// fulfilled result commits it (§7.3 step 6, done here rather than by the dispatcher, so that a
+		// dispatcher that died does not leave the session quarantined).
+		if a.A.RuntimeSessionID != "" {
+			a.Committed = t.clearFenceIfNamed(&a.A) && sp.Status == bridge.StatusFulfilled
 		}
 		a.Settlement = &Settlement{Status: sp.Status, Canonical: slices.Clone(sp.Canonical)}
-		if t.q.Claims[sp.IncarnationID] == a.A.ID {
-			delete(t.q.Claims, sp.IncarnationID)
-			t.qDirty = true
-		}
+		t.dropClaims(a.A.ID)
 		a.Acked = false
 		t.putAsg(a)
-		if a.Finished {
-			// The dispatcher gave up already; a late settlement frees the worker.
-			t.releaseLock(a.A.ID)
-		}
-		t.tx.Publish()
+		// The run is over: the worker is free now, whether or not its dispatcher is still there to
+		// collect the result.
+		t.releaseLock(a.A.ID)
+		t.tx.NotifyAt(a.A.Dispatcher, TopicAssignment(a.A.ID))
 		return nil
-	})
+	}, ok, asgKey(owner, sp.AssignmentID))
 }
 
 // errAlreadySettled is settleChecks' verdict for an identical resend.
@@ -98,7 +111,7 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 	var out *Settlement
 	var commitsSession bool
 	var inc string
-	err := p.update(ctx, "complete", workerID, func(t *wtx) error {
+	err := p.updateAsg(ctx, "complete", workerID, assignmentID, func(t *wtx) error {
 		out, commitsSession = nil, false
 		a, err := t.asg(assignmentID)
 		if err != nil {
@@ -116,19 +129,18 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 		a.Finished = true
 		t.putAsg(a)
 		t.unqueue(inc, assignmentID)
-		t.tx.Publish()
 		if a.Settlement != nil {
 			return t.completeSettled(a, &out, &commitsSession)
 		}
 		// Expired without a settlement.
 		a.Cancelled = true
-		if t.q.Claims[inc] == assignmentID && !a.Acked {
-			delete(t.q.Claims, inc)
-			t.qDirty = true
+		if !a.Acked {
+			t.dropClaims(assignmentID)
 		}
 		if a.Acked {
 			// Acked but never settled: the worker may still be running it,
 			// so the fence and the lock stay until they expire.
+			t.undispatch(a)
 			return bridge.ErrAssignmentExpired
 		}
 		t.clearFenceIfNamed(&a.A)
@@ -154,7 +166,9 @@ func (t *wtx) completeSettled(a *asgRec, out **Settlement, commitsSession *bool)
 	st := *a.Settlement
 	*out = &st
 	t.releaseLock(a.A.ID)
-	if st.Status == bridge.StatusFulfilled && a.A.RuntimeSessionID != "" {
+	t.undispatch(a)
+	if st.Status == bridge.StatusFulfilled && a.A.RuntimeSessionID != "" && !a.Committed {
+		// Settled before settlements committed sessions themselves.
 		*commitsSession = true
 		if !t.clearFenceIfNamed(&a.A) {
 			return bridge.ErrWorkspaceQuarantined
@@ -162,4 +176,29 @@ func (t *wtx) completeSettled(a *asgRec, out **Settlement, commitsSession *bool)
 	}
 	a.Completed = true
 	return nil
+}
+
+// Abandon implements Store.
+func (p *Protocol) Abandon(ctx context.Context, dispatcher string) (int, error) {
+	members, err := p.members(ctx, "abandon", dispatchedSet(dispatcher))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range members {
+		w, id, ok := strings.Cut(m, " ")
+		if !ok {
+			continue
+		}
+		_, err := p.Complete(ctx, w, id)
+		if err != nil && !isProtocolErr(err) {
+			return n, err
+		}
+		// Complete took it off the list; an assignment whose record expired meanwhile is taken off here.
+		if err := p.b.Update(ctx, func(tx Txn) error { tx.SetRemove(dispatchedSet(dispatcher), m); return nil }); err != nil {
+			return n, p.observe("abandon", err)
+		}
+		n++
+	}
+	return n, nil
 }

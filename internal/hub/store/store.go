@@ -73,6 +73,9 @@ type RegisterParams struct {
 	// returned verbatim by Status.
 	CapabilitiesJSON []byte
 	Auth             Auth
+	// Slots is how many lease slots the worker asked for (capabilities.workspaceLeaseSlots; 0: none);
+	// it is granted up to MaxSlots.
+	Slots int
 }
 
 // Registration is the result of Register and part of WorkerState.
@@ -87,6 +90,9 @@ type Registration struct {
 	CapabilitiesJSON []byte
 	IdentityID       string
 	Binding          *bridge.Binding
+	// Slots is the granted lease slot count (≥ 1); Pool names the worker's pool (slots.go).
+	Slots int    `json:"slots,omitempty"`
+	Pool  string `json:"pool,omitempty"`
 }
 
 // WorkerState is a snapshot used by status and worker selection.
@@ -94,7 +100,8 @@ type WorkerState struct {
 	WorkerID     string
 	Online       bool
 	Ready        bool
-	Busy         bool // the worker lock is held
+	Busy         bool // every lease slot is taken (one slot: the worker lock is held)
+	Active       int  // assignments holding a slot
 	Registration *Registration
 	// Binding of the paired identity (nil when unbound or static).
 	Binding *bridge.Binding
@@ -112,6 +119,14 @@ type EnqueueParams struct {
 	RuntimeSessionID string
 	ExecutionKind    string
 	Request          []byte // canonical JSON of the assignment request
+	// Dispatcher is the hub replica waiting for the result. While it waits the assignment is listed
+	// under it, so that when it dies another replica can end what it left (Abandon).
+	Dispatcher string
+	// FromIdle: the dispatcher took the worker out of its idle set (TakeIdle).
+	FromIdle bool
+	// Session, when set, is recorded as run by this worker (its WorkerID, IncarnationID and LastUsed are
+	// filled in), in the same step: a new exec session, or one whose record is stale or names another.
+	Session *Session
 }
 
 // Assignment is a stored assignment as the lease returns it (the token itself
@@ -128,6 +143,19 @@ type Assignment struct {
 	RuntimeSessionID string
 	ExecutionKind    string
 	Request          []byte
+	Dispatcher       string
+	// Slot is the lease slot that leased it (-1: a lease without a slot); set by Lease, not stored.
+	Slot int `json:"-"`
+}
+
+// LeaseParams is one lease.
+type LeaseParams struct {
+	WorkerID, IncarnationID, IdentityID string
+	// Slot is the lease slot (-1: a lease that names none).
+	Slot int
+	// Woken: work was just queued for the worker (its topic was notified), so the one-read check for the
+	// common empty poll is skipped.
+	Woken bool
 }
 
 // AckParams is one acknowledgement.
@@ -186,8 +214,16 @@ type Store interface {
 
 	Enqueue(ctx context.Context, p EnqueueParams) (*Assignment, error)
 	// Lease returns the incarnation's claimed or next queued assignment, or
-	// nil when there is none. It never blocks.
+	// nil when there is none. It never blocks. LeaseSlot does the same for
+	// one lease slot of a worker granted several, as LeaseParams say.
 	Lease(ctx context.Context, workerID, incarnationID, identityID string) (*Assignment, error)
+	LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, error)
+	// Pools lists the pools of workers (slots.go); TakeIdle takes a pool's
+	// longest-idle worker out of its idle set (the caller then enqueues on
+	// it); Online counts a pool's registered workers.
+	Pools(ctx context.Context) ([]Pool, error)
+	TakeIdle(ctx context.Context, pool string) (string, bool, error)
+	Online(ctx context.Context, pool string) (int, error)
 	Ack(ctx context.Context, p AckParams) error
 	// Cancelled answers the worker's cancellation poll (§3.6).
 	Cancelled(ctx context.Context, workerID, incarnationID, assignmentID string) (bool, error)
@@ -206,6 +242,14 @@ type Store interface {
 	Withdraw(ctx context.Context, workerID, assignmentID string) error
 	// ResetWorkspace clears a runtime session's workspace fence (§3.7).
 	ResetWorkspace(ctx context.Context, workerID, incarnationID, runtimeSessionID string) error
+	// Session returns an exec session (nil when unknown or expired); BindSession records which worker
+	// ran it (session.go). Every replica and a restarted hub see the same sessions.
+	Session(ctx context.Context, sid string) (*Session, error)
+	BindSession(ctx context.Context, s Session) error
+	// Abandon ends every assignment dispatcher (a hub replica found dead) was still waiting for, as if
+	// its client had gone away (Complete): work never acknowledged is dropped so that it does not run
+	// for nobody, acknowledged work is cancelled. It returns how many it ended.
+	Abandon(ctx context.Context, dispatcher string) (int, error)
 
 	// Epoch is the identity of the stored data (Backend.Epoch): the hub
 	// learns it at start and detects a store that lost its state.

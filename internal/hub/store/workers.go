@@ -28,8 +28,8 @@ func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registrati
 			return err
 		}
 		// 3. One active incarnation.
-		if t.lock != nil {
-			if (t.reg != nil && t.reg.IncarnationID != inc) || (t.reg == nil && t.lock.IncarnationID != inc) {
+		if len(t.slots.Active) > 0 {
+			if (t.reg != nil && t.reg.IncarnationID != inc) || (t.reg == nil && t.heldByOther(inc)) {
 				return bridge.ErrWorkerBusy
 			}
 		}
@@ -37,11 +37,23 @@ func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registrati
 		if rec.RegOwner != inc {
 			t.takeOver(inc)
 		}
-		// 5. Store the registration.
+		// 5. Store the registration. A worker that was not registered is dispatchable now (or once ready).
+		pool := poolID(rp.Auth.Binding, rp.CapabilitiesJSON)
+		if t.unchanged(rp, pool) {
+			// A heartbeat in the first half of the registration's life that changes nothing writes
+			// nothing: the store pays one read for it (the next one renews).
+			out = *t.reg
+			out.RegisteredAt = t.now
+			return nil
+		}
+		if t.reg == nil || t.reg.IncarnationID != inc || t.reg.Pool != pool {
+			t.joinPool(pool, rp)
+		}
 		t.reg = &Registration{
 			WorkerID: rp.WorkerID, IncarnationID: inc, Generation: rec.RegGeneration, RegisteredAt: t.now,
 			ExpiresAt: t.now.Add(p.leaseTTL), LeaseTTL: p.leaseTTL, Capabilities: rp.Capabilities,
 			CapabilitiesJSON: slices.Clone(rp.CapabilitiesJSON), IdentityID: rp.Auth.IdentityID, Binding: rp.Auth.Binding,
+			Slots: min(max(rp.Slots, 1), MaxSlots), Pool: pool,
 		}
 		t.regDirty = true
 		// The index only lists candidates; Workers checks each registration.
@@ -53,6 +65,23 @@ func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registrati
 		return nil, err
 	}
 	return &out, nil
+}
+
+// unchanged reports a registration identical to the stored one, which has more than half its life left.
+func (t *wtx) unchanged(rp RegisterParams, pool string) bool {
+	r := t.reg
+	return r != nil && r.IncarnationID == rp.IncarnationID && t.rec.RegOwner == rp.IncarnationID && r.Pool == pool &&
+		r.Slots == min(max(rp.Slots, 1), MaxSlots) && r.IdentityID == rp.Auth.IdentityID &&
+		string(r.CapabilitiesJSON) == string(rp.CapabilitiesJSON) && r.ExpiresAt.Sub(t.now) > t.p.leaseTTL/2
+}
+
+// joinPool records the pool a (new or changed) registration belongs to, and tells the hubs (their pool
+// catalogs, and clients queued for capacity).
+func (t *wtx) joinPool(pool string, rp RegisterParams) {
+	t.tx.Put(poolKey(pool), encode(Pool{Binding: rp.Auth.Binding, Capabilities: rp.Capabilities}), Volatile, time.Time{})
+	t.tx.SetAdd(poolsSet, pool)
+	t.tx.Notify(TopicPools)
+	t.tx.Notify(TopicFree)
 }
 
 // takeOver makes inc the registration owner: the previous owner is fenced,
@@ -83,7 +112,7 @@ func (t *wtx) takeOver(inc string) {
 	if t.ready != "" {
 		t.ready, t.readyDirty = "", true
 	}
-	t.tx.Publish()
+	t.tx.Notify(TopicWorker(t.w))
 }
 
 // Ready implements Store (§3.4).
@@ -99,7 +128,7 @@ func (p *Protocol) Ready(ctx context.Context, workerID, incarnationID string, ge
 			return bridge.ErrWorkerFenced
 		}
 		t.ready, t.readyDirty = readyMark(incarnationID, gen), true
-		t.tx.Publish()
+		t.tx.Notify(TopicFree)
 		return nil
 	})
 }
@@ -137,7 +166,16 @@ func (p *Protocol) states(ctx context.Context, ids []string) ([]WorkerState, err
 		if reg != nil && p.locallyQuarantined(w, reg.IncarnationID) {
 			reg = nil
 		}
-		st := WorkerState{WorkerID: w, Online: reg != nil, Ready: isReady(reg, string(v[2])), Busy: v[3] != nil, Registration: reg}
+		slots, err := decode[slotsRec](v[3], "slots")
+		if err != nil {
+			return nil, err
+		}
+		active, capacity := len(loadSlots(slots, p.b.Now()).Active), 1
+		if reg != nil && reg.Slots > 1 {
+			capacity = reg.Slots
+		}
+		st := WorkerState{WorkerID: w, Online: reg != nil, Ready: isReady(reg, string(v[2])), Busy: active >= capacity,
+			Active: active, Registration: reg}
 		if rec != nil {
 			st.Binding = rec.Binding
 		}

@@ -22,6 +22,108 @@ func RunBackend(t *testing.T, newBackend BackendFactory) {
 	t.Run("Transactions", func(t *testing.T) { testTransactions(t, newBackend(t)) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, newBackend(t)) })
 	t.Run("SetsOnceEpoch", func(t *testing.T) { testSetsOnceEpoch(t, newBackend(t)) })
+	t.Run("SortedSets", func(t *testing.T) { testSortedSets(t, newBackend(t)) })
+}
+
+// testSortedSets: order by score then member, keep, removal, counting from a score, an atomic pop that
+// never hands one member to two callers, and writes applied only with their transaction.
+func testSortedSets(t *testing.T, b store.Backend) {
+	t.Cleanup(func() { _ = b.Close() })
+	z := func(fn func(tx store.Txn)) { t.Helper(); write(t, b, fn) }
+	z(func(tx store.Txn) {
+		tx.ZAdd("t:z", "c", 3, false)
+		tx.ZAdd("t:z", "b", 1, false)
+		tx.ZAdd("t:z", "a", 1, false)
+		tx.ZAdd("t:z", "d", 5, false)
+	})
+	z(func(tx store.Txn) {
+		tx.ZAdd("t:z", "a", 9, true)  // keep: a stays at 1
+		tx.ZAdd("t:z", "d", 0, false) // update: d moves first
+		tx.ZRem("t:z", "c")
+	})
+	if m, ok, err := b.ZFirst(ctx, "t:z"); err != nil || !ok || m != "d" {
+		t.Fatalf("first %q %v %v", m, ok, err)
+	}
+	for _, c := range []struct {
+		min  float64
+		want int
+	}{{0, 3}, {1, 2}, {1.5, 0}, {-1, 3}} {
+		if n, err := b.ZCount(ctx, "t:z", c.min); err != nil || n != c.want {
+			t.Fatalf("count from %v: %d %v, want %d", c.min, n, err, c.want)
+		}
+	}
+	var got []string
+	for {
+		m, ok, err := b.ZPopMin(ctx, "t:z")
+		want(t, err, nil)
+		if !ok {
+			break
+		}
+		got = append(got, m)
+	}
+	if !slices.Equal(got, []string{"d", "a", "b"}) {
+		t.Fatalf("pop order %v", got)
+	}
+	if _, ok, _ := b.ZFirst(ctx, "t:empty"); ok {
+		t.Fatal("first of an empty set")
+	}
+	z(func(tx store.Txn) {
+		for i := range 10 {
+			tx.ZAdd("t:b", strconv.Itoa(i), float64(i), false)
+		}
+		tx.ZRemBelow("t:b", 7)
+	})
+	if n, _ := b.ZCount(ctx, "t:b", 0); n != 3 {
+		t.Fatalf("after remove-below: %d members", n)
+	}
+	_ = b.Update(ctx, func(tx store.Txn) error { tx.ZAdd("t:b", "x", 0, false); return store.Abort(errors.New("no")) })
+	if m, _, _ := b.ZFirst(ctx, "t:b"); m != "7" {
+		t.Fatalf("an aborted transaction's ZAdd was applied (first %q)", m)
+	}
+	testConcurrentPops(t, b)
+}
+
+// testConcurrentPops: concurrent pops hand out each member once.
+func testConcurrentPops(t *testing.T, b store.Backend) {
+	const n = 50
+	write(t, b, func(tx store.Txn) {
+		for i := range n {
+			tx.ZAdd("t:p", strconv.Itoa(i), float64(i), false)
+		}
+	})
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				m, ok, err := b.ZPopMin(ctx, "t:p")
+				if err != nil || !ok {
+					return
+				}
+				mu.Lock()
+				seen[m]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("%d distinct members popped, want %d", len(seen), n)
+	}
+	for m, c := range seen {
+		if c != 1 {
+			t.Fatalf("member %s popped %d times", m, c)
+		}
+	}
+}
+
+// write commits the writes fn makes.
+func write(t *testing.T, b store.Backend, fn func(tx store.Txn)) {
+	t.Helper()
+	want(t, b.Update(ctx, func(tx store.Txn) error { fn(tx); return nil }), nil)
 }
 
 func put(t *testing.T, b store.Backend, key, val string, class store.Class, exp time.Time) {

@@ -151,3 +151,38 @@ func (f *FaultBackend) Epoch(ctx context.Context, create bool) (string, error) {
 	})
 	return v, err
 }
+
+// ZPopMin implements store.Backend.
+func (f *FaultBackend) ZPopMin(ctx context.Context, key string) (string, bool, error) {
+	var m string
+	var ok bool
+	err := f.run(ctx, func() error {
+		var err error
+		m, ok, err = f.Backend.ZPopMin(ctx, key)
+		return err
+	})
+	return m, ok, err
+}
+
+// ZFirst implements store.Backend.
+func (f *FaultBackend) ZFirst(ctx context.Context, key string) (string, bool, error) {
+	var m string
+	var ok bool
+	err := f.run(ctx, func() error {
+		var err error
+		m, ok, err = f.Backend.ZFirst(ctx, key)
+		return err
+	})
+	return m, ok, err
+}
+
+// ZCount implements store.Backend.
+func (f *FaultBackend) ZCount(ctx context.Context, key string, min float64) (int, error) {
+	var n int
+	err := f.run(ctx, func() error {
+		var err error
+		n, err = f.Backend.ZCount(ctx, key, min)
+		return err
+	})
+	return n, err
+}

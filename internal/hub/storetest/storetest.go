@@ -35,6 +35,10 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("Expiry", func(t *testing.T) { testExpiry(t, newStore) })
 	t.Run("StatefulFence", func(t *testing.T) { testStatefulFence(t, newStore) })
 	t.Run("WithdrawAndRegistrationExpiry", func(t *testing.T) { testWithdraw(t, newStore) })
+	t.Run("SettleFreesWorker", func(t *testing.T) { testSettleFrees(t, newStore) })
+	t.Run("AbandonDeadDispatcher", func(t *testing.T) { testAbandon(t, newStore) })
+	t.Run("SlotsAndPools", func(t *testing.T) { testSlotsAndPools(t, newStore) })
+	t.Run("Sessions", func(t *testing.T) { testSessions(t, newStore) })
 }
 
 var ctx = context.Background()
@@ -526,4 +530,187 @@ func testWithdraw(t *testing.T, f Factory) {
 	want(t, ack(s, b), nil)
 	want(t, s.Withdraw(ctx, worker, b.ID), bridge.ErrAssignmentFenced)
 	want(t, s.Withdraw(ctx, worker, a.ID), bridge.ErrAssignmentNotFound)
+}
+
+// testSettleFrees: a stored settlement frees the worker and commits a stateful session at once, without
+// waiting for its dispatcher's Complete (a dispatcher that died must not strand either).
+func testSettleFrees(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(true, false))
+	want(t, err, nil)
+	a, err := enqueue(t, s, bridge.NewID(), "sess-f", time.Minute)
+	want(t, err, nil)
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, a), nil)
+	want(t, settle(s, a, auth, bridge.StatusFulfilled, `{"ok":1}`), nil)
+	if st, _ := s.Worker(ctx, worker); st.Busy {
+		t.Fatal("the worker is still locked after its settlement was stored")
+	}
+	b, err := enqueue(t, s, bridge.NewID(), "sess-f", time.Minute)
+	want(t, err, nil) // the session was committed by the settlement
+	// The first dispatcher collects its result later, unchanged.
+	fin, err := s.Complete(ctx, worker, a.ID)
+	if err != nil || string(fin.Canonical) != `{"ok":1}` {
+		t.Fatalf("complete after the next dispatch: %v %v", fin, err)
+	}
+	if st, _ := s.Worker(ctx, worker); !st.Busy {
+		t.Fatal("completing the first assignment released the second one's lock")
+	}
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, b), nil)
+}
+
+// testAbandon: the assignments a dead dispatcher waited for are ended by Abandon: never-acknowledged work
+// is dropped (it never runs), acknowledged work is cancelled and keeps the worker until it settles,
+// settled work is completed; other dispatchers' work is untouched.
+func testAbandon(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(false, false))
+	want(t, err, nil)
+	dispatchBy := func(d string) *store.Assignment {
+		a, err := s.Enqueue(ctx, store.EnqueueParams{WorkerID: worker, AssignmentID: bridge.NewID(), LeaseTokenHash: bridge.HashSecret(token),
+			ExpiresAt: time.Now().Add(time.Minute), ExecutionKind: bridge.KindSandbox, Request: []byte(`{}`), Dispatcher: d})
+		want(t, err, nil)
+		return a
+	}
+	abandon := func(d string, wantN int) {
+		t.Helper()
+		if n, err := s.Abandon(ctx, d); err != nil || n != wantN {
+			t.Fatalf("abandon %s: %d %v, want %d", d, n, err, wantN)
+		}
+	}
+	// Queued, never leased: dropped; the worker is free.
+	a := dispatchBy("dead-1")
+	abandon("live", 0)
+	abandon("dead-1", 1)
+	if l, err := s.Lease(ctx, worker, incA, auth.IdentityID); err != nil || l != nil {
+		t.Fatalf("abandoned work was leased: %+v %v", l, err)
+	}
+	want(t, ack(s, a), bridge.ErrAssignmentFenced)
+	// Acknowledged: cancelled, the worker stays busy until its settlement.
+	b := dispatchBy("dead-2")
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, b), nil)
+	abandon("dead-2", 1)
+	abandon("dead-2", 0)
+	if c, _ := s.Cancelled(ctx, worker, incA, b.ID); !c {
+		t.Fatal("abandoned running work not cancelled")
+	}
+	if st, _ := s.Worker(ctx, worker); !st.Busy {
+		t.Fatal("abandoned running work released the worker before settling")
+	}
+	want(t, settle(s, b, auth, bridge.StatusRejected, `{"r":1}`), nil)
+	if st, _ := s.Worker(ctx, worker); st.Busy {
+		t.Fatal("the late settlement did not free the worker")
+	}
+	// Settled, never collected: completed.
+	c := dispatchBy("dead-3")
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, c), nil)
+	want(t, settle(s, c, auth, bridge.StatusFulfilled, `{"c":1}`), nil)
+	abandon("dead-3", 1)
+	abandon("dead-3", 0)
+}
+
+// testSlotsAndPools: a worker granted K lease slots holds K assignments at once, each slot leasing (and on a
+// lost reply re-leasing) its own; its pool lists it as online, and as idle exactly while it has a free
+// slot, longest idle first; TakeIdle hands it out once.
+func testSlotsAndPools(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	c := caps(false, false)
+	b, _ := bridge.Marshal(c)
+	reg, err := s.Register(ctx, store.RegisterParams{WorkerID: worker, IncarnationID: incA, Capabilities: c, CapabilitiesJSON: b, Auth: auth, Slots: 3})
+	want(t, err, nil)
+	if reg.Slots != 3 || reg.Pool == "" {
+		t.Fatalf("registration %+v", reg)
+	}
+	pools, err := s.Pools(ctx)
+	want(t, err, nil)
+	if len(pools) != 1 || pools[0].ID != reg.Pool || !pools[0].Capabilities.HasRuntime("python") {
+		t.Fatalf("pools %+v", pools)
+	}
+	if n, err := s.Online(ctx, reg.Pool); err != nil || n != 1 {
+		t.Fatalf("online %d %v", n, err)
+	}
+	take := func(wantOK bool) {
+		t.Helper()
+		w, ok, err := s.TakeIdle(ctx, reg.Pool)
+		if err != nil || ok != wantOK || (ok && w != worker) {
+			t.Fatalf("take idle: %q %v %v, want %v", w, ok, err, wantOK)
+		}
+	}
+	var as []*store.Assignment
+	for range 3 {
+		take(true)
+		take(false) // taken: out of the idle set until its enqueue puts it back
+		a, err := enqueue(t, s, bridge.NewID(), "", time.Minute)
+		want(t, err, nil)
+		as = append(as, a)
+	}
+	take(false) // every slot taken
+	_, err = enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, bridge.ErrWorkerBusy)
+	if st, _ := s.Worker(ctx, worker); !st.Busy || st.Active != 3 {
+		t.Fatalf("state %+v", st)
+	}
+	got := map[string]int{}
+	for slot := range 3 {
+		lp := store.LeaseParams{WorkerID: worker, IncarnationID: incA, IdentityID: auth.IdentityID, Slot: slot}
+		l, err := s.LeaseSlot(ctx, lp)
+		want(t, err, nil)
+		lp.Woken = true
+		again, err := s.LeaseSlot(ctx, lp) // a lost reply: the same one
+		want(t, err, nil)
+		if l == nil || again == nil || l.ID != again.ID || l.Slot != slot {
+			t.Fatalf("slot %d: %+v / %+v", slot, l, again)
+		}
+		got[l.ID] = slot
+		want(t, ack(s, l), nil)
+	}
+	if len(got) != 3 {
+		t.Fatalf("slots leased %v", got)
+	}
+	if l, err := s.LeaseSlot(ctx, store.LeaseParams{WorkerID: worker, IncarnationID: incA, IdentityID: auth.IdentityID, Slot: 3, Woken: true}); err == nil && l != nil {
+		t.Fatalf("a slot beyond the grant leased %+v", l)
+	}
+	want(t, settle(s, as[1], auth, bridge.StatusRejected, `{"r":1}`), nil)
+	take(true) // a free slot again
+	if st, _ := s.Worker(ctx, worker); st.Busy || st.Active != 2 {
+		t.Fatalf("state after one settlement %+v", st)
+	}
+}
+
+// testSessions: an exec session's record — bound directly or with its assignment — names its tenant,
+// worker and incarnation; a workspace reset clears the incarnation (the next run rebinds it).
+func testSessions(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	if got, err := s.Session(ctx, "nobody"); err != nil || got != nil {
+		t.Fatalf("unknown session: %+v %v", got, err)
+	}
+	want(t, s.BindSession(ctx, store.Session{ID: "s-1", TenantID: "acme", WorkerID: "w-1", IncarnationID: incB}), nil)
+	got, err := s.Session(ctx, "s-1")
+	if err != nil || got == nil || got.ID != "s-1" || got.TenantID != "acme" || got.WorkerID != "w-1" || got.IncarnationID != incB || got.LastUsed.IsZero() {
+		t.Fatalf("bound session: %+v %v", got, err)
+	}
+	auth := pair(t, s, worker)
+	_, err = register(t, s, incA, auth, caps(true, false))
+	want(t, err, nil)
+	a, err := s.Enqueue(ctx, store.EnqueueParams{WorkerID: worker, AssignmentID: bridge.NewID(), LeaseTokenHash: bridge.HashSecret(token),
+		ExpiresAt: time.Now().Add(time.Minute), RuntimeSessionID: "s-2", ExecutionKind: bridge.KindSandbox, Request: []byte(`{}`),
+		Session: &store.Session{ID: "s-2", TenantID: "acme", Stateful: true}})
+	want(t, err, nil)
+	got, err = s.Session(ctx, "s-2")
+	if err != nil || got == nil || got.WorkerID != worker || got.IncarnationID != incA || !got.Stateful {
+		t.Fatalf("session recorded with its assignment: %+v %v", got, err)
+	}
+	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
+	want(t, ack(s, a), nil)
+	want(t, settle(s, a, auth, bridge.StatusRejected, `{"r":1}`), nil)
+	want(t, s.ResetWorkspace(ctx, worker, incA, "s-2"), nil)
+	if got, _ := s.Session(ctx, "s-2"); got == nil || got.IncarnationID != "" || got.WorkerID != worker {
+		t.Fatalf("session after a reset: %+v", got)
+	}
 }
