@@ -88,7 +88,7 @@ func TestSharedCredentialKeepsAnActiveSession(t *testing.T) {
 	tr := newRunner(t, func(c *Config) { c.MaxSessions, c.MaxSessionsPerOwner, c.EvictIdle = 10, 3, time.Hour })
 	shared := map[string]string{"Authorization": "Bearer one-key-for-every-user"}
 	as := func(sid, src string) (int, map[string]any) {
-		hdr := map[string]string{SessionHeader: sid}
+		hdr := map[string]string{wire.RuntimeSessionHeader: sid}
 		for k, v := range shared {
 			hdr[k] = v
 		}
