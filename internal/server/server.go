@@ -382,15 +382,6 @@ func (s *Server) SelfCheck(ctx context.Context) {
 	s.check.Store(&selfCheck{done: true, ok: reason == "", reason: reason})
 }
 
-// ListenAndServe listens on cfg.Listen and serves until ctx is cancelled, then shuts down gracefully.
-func (s *Server) ListenAndServe(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return err
-	}
-	return s.Serve(ctx, ln)
-}
-
 // TLSConfig builds the TLS configuration (nil without --tls-cert).
 func (s *Server) TLSConfig() (*tls.Config, error) {
 	if s.cfg.TLSCert == "" {

@@ -20,8 +20,8 @@ import (
 	"github.com/codellm/codellm/internal/engine"
 	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/sandbox/cgroup"
-	"github.com/codellm/codellm/internal/wire"
 	"github.com/codellm/codellm/internal/testhelp"
+	"github.com/codellm/codellm/internal/wire"
 )
 
 // TestSoak is the standing guard of issue 14: mixed requests against one server (chat that succeeds,

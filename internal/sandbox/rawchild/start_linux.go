@@ -714,8 +714,6 @@ func catch(sig uintptr) {
 	syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
 }
 
-func nopSignalHandler()
-func sigReturn()
 func nopSignalAddrs() (handler, restorer uintptr)
 
 // report writes a Started or Waited record: kind, then a (little-endian;
