@@ -108,7 +108,7 @@ func TestDeterministicRunGetsNoNetwork(t *testing.T) {
 		t.Fatalf("ordinary run with network: %d %s, hellos %q", status, out, rec.seen())
 	}
 	sout, err := exec.Command(binary(t), "serve", "--listen", freeAddr(t), "--deterministic", "--network-allow", "localhost").CombinedOutput()
-	if code := exitCode(err); code != 1 || !strings.Contains(string(sout), "--deterministic cannot be the default with --network") {
+	if code := exitCode(err); code != 2 || !strings.Contains(string(sout), "--deterministic cannot be the default with --network") {
 		t.Fatalf("serve --deterministic --network-allow: exit %d\n%s", code, sout)
 	}
 }

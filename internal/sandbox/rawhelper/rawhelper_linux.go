@@ -5,6 +5,7 @@ package rawhelper
 import (
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -16,6 +17,15 @@ import (
 // Descriptors of the raw helper (rawchild's 0..3, then Attr.Extra): the
 // workdir, a directory descriptor or a detached tree (hook.Spec.DirIsTree).
 const DirFD = 4
+
+// Without a private root the plan names the workdir in its Landlock rules by
+// the Go helper's descriptor (hook.DirFD); here that number is another
+// descriptor (NetFD: a socket, which Landlock refuses with EBADFD), so the
+// rule is rewritten to this helper's DirFD.
+var (
+	goHelperDirPath = "/proc/self/fd/" + strconv.Itoa(hook.DirFD)
+	dirPath         = "/proc/self/fd/" + strconv.Itoa(DirFD)
+)
 
 // Host is what the compiler needs beyond the spec: facts of the process
 // that forks the helper (the spawner), which the server cannot see.
@@ -480,7 +490,11 @@ func lockdown(p *rawchild.Prog, sp *hook.Spec) {
 		p.Tag(hook.MLandlock)
 		ll := &rawchild.Landlock{ABI: int(sp.LandlockABI), HandledFS: sp.HandledFS, HandledNet: sp.HandledNet, Scoped: sp.Scoped}
 		for _, r := range sp.Rules {
-			ll.Rules = append(ll.Rules, rawchild.LandlockRule{Path: r.Path, Access: r.Access, Optional: r.Optional})
+			path := r.Path
+			if path == goHelperDirPath {
+				path = dirPath // the same workdir, at this helper's descriptor
+			}
+			ll.Rules = append(ll.Rules, rawchild.LandlockRule{Path: path, Access: r.Access, Optional: r.Optional})
 		}
 		if sp.Egress && sp.HandledNet&unix.LANDLOCK_ACCESS_NET_CONNECT_TCP != 0 {
 			ll.ConnectTCP = []uint16{hook.EgressPort} // the egress listener, and nothing else
