@@ -384,6 +384,9 @@ func (h *Hub) routes() *httpserve.Router {
 		"/v1/upload":    h.serveFiles,
 		"/v1/files/":    h.serveFiles,
 		"/v1/download/": h.serveFiles,
+		"/v1/upload/":   h.serveFiles,
+		"/v1/sessions/": h.serveFiles,
+		"/v1/health":    whole(h.serveHealth),
 	} {
 		rt.Handle(pattern, onRawPath(pattern, serve))
 	}

@@ -154,7 +154,7 @@ func (d *Dir) Put(_ context.Context, tenant, sid string, files []Upload) ([]File
 	}
 	var out []File
 	for _, u := range files {
-		f := File{ID: NewID(), SessionID: sid, Name: u.Name, Size: int64(len(u.Data)), EntityID: u.EntityID, Created: now.UTC()}
+		f := newFile(sid, u, now)
 		if err := writeAtomic(filepath.Join(dir, f.ID), u.Data); err != nil {
 			d.unwrite(dir, out, s == nil)
 			return nil, err
@@ -310,5 +310,32 @@ func (d *Dir) Close() error {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
+	return nil
+}
+
+// Delete implements Store. The new meta.json is written before the blob is removed, so a crash between
+// the two leaves an unreferenced blob (removed by the next OpenDir), never a listed file without bytes.
+func (d *Dir) Delete(_ context.Context, tenant, sid, fileID string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return ErrClosed
+	}
+	s := d.live(sid, d.now())
+	if s == nil || s.Tenant != tenant {
+		return ErrNotFound
+	}
+	i := slices.IndexFunc(s.Files, func(f File) bool { return f.ID == fileID })
+	if i < 0 {
+		return ErrNotFound
+	}
+	size := s.Files[i].Size
+	next := &dirSession{Tenant: s.Tenant, Expires: s.Expires, Files: slices.Delete(slices.Clone(s.Files), i, i+1), bytes: s.bytes - size}
+	if err := d.writeMeta(sid, next); err != nil {
+		return err
+	}
+	_ = os.Remove(filepath.Join(d.root, sid, fileID))
+	d.sessions[sid] = next
+	d.total -= size
 	return nil
 }

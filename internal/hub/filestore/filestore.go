@@ -33,12 +33,16 @@ type File struct {
 	Size      int64     `json:"size"`
 	EntityID  string    `json:"entity_id,omitempty"`
 	Created   time.Time `json:"created"`
+	// ReadOnly marks an infrastructure input (a skill's file, LibreChat's read_only upload): a run may
+	// read it, and a run that changes it does not get the change back as a generated file.
+	ReadOnly bool `json:"read_only,omitempty"`
 }
 
 // Upload is one file to store.
 type Upload struct {
 	Name     string
 	EntityID string
+	ReadOnly bool
 	Data     []byte
 }
 
@@ -94,6 +98,9 @@ type Store interface {
 	List(ctx context.Context, tenant, sessionID string) ([]File, error)
 	// Get returns one file and its bytes, or ErrNotFound.
 	Get(ctx context.Context, tenant, sessionID, fileID string) (File, []byte, error)
+	// Delete removes one file (its bytes leave the session's and the store's usage), or answers
+	// ErrNotFound for an unknown, foreign or already deleted one.
+	Delete(ctx context.Context, tenant, sessionID, fileID string) error
 	Close() error
 }
 
@@ -158,6 +165,12 @@ func check(l Limits, tenant, sessionID string, files []Upload) error {
 		}
 	}
 	return nil
+}
+
+// newFile is the record of an upload stored now.
+func newFile(sid string, u Upload, now time.Time) File {
+	return File{ID: NewID(), SessionID: sid, Name: u.Name, Size: int64(len(u.Data)), EntityID: u.EntityID,
+		Created: now.UTC(), ReadOnly: u.ReadOnly}
 }
 
 // batchBytes sums a batch's sizes.

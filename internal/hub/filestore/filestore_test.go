@@ -178,7 +178,48 @@ func TestConformance(t *testing.T) {
 			t.Run("tenants", func(t *testing.T) { testTenants(t, open) })
 			t.Run("limits", func(t *testing.T) { testLimits(t, open) })
 			t.Run("expiry", func(t *testing.T) { testExpiry(t, open) })
+			t.Run("delete", func(t *testing.T) { testDelete(t, open) })
 		})
+	}
+}
+
+// testDelete: a deleted file is gone from List and Get, its bytes leave the session's and the store's
+// usage (the freed room takes a new file), a foreign tenant cannot delete, and a second delete is
+// ErrNotFound. The read-only mark survives the store.
+func testDelete(t *testing.T, open opener) {
+	ctx := context.Background()
+	s := open(t, Limits{MaxSessionBytes: 10, MaxTotalBytes: 10}, newClock())
+	sid := NewID()
+	files, err := s.Put(ctx, "acme", sid, []Upload{{Name: "a.txt", Data: []byte("12345678")}, {Name: "skill/SKILL.md", Data: []byte("#"), ReadOnly: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _, err := s.Get(ctx, "acme", sid, files[1].ID); err != nil || !f.ReadOnly {
+		t.Fatalf("read-only file = %+v %v", f, err)
+	}
+	if _, err := s.Put(ctx, "acme", sid, []Upload{{Name: "b.txt", Data: []byte("12345")}}); !errors.Is(err, ErrSessionFull) {
+		t.Fatalf("full session took more: %v", err)
+	}
+	if err := s.Delete(ctx, "evil", sid, files[0].ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("foreign Delete: %v", err)
+	}
+	if err := s.Delete(ctx, "acme", sid, files[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "acme", sid, files[0].ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second Delete: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "acme", sid, files[0].ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted file still reads: %v", err)
+	}
+	if list, err := s.List(ctx, "acme", sid); err != nil || len(list) != 1 || list[0].ID != files[1].ID {
+		t.Fatalf("List after Delete = %+v %v", list, err)
+	}
+	if _, err := s.Put(ctx, "acme", sid, []Upload{{Name: "b.txt", Data: []byte("12345")}}); err != nil {
+		t.Fatalf("the deleted file's room was not freed: %v", err)
+	}
+	if err := s.Delete(ctx, "acme", NewID(), files[1].ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown session: %v", err)
 	}
 }
 

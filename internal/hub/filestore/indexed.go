@@ -103,7 +103,7 @@ func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) (
 	out := make([]File, 0, len(files))
 	var ids []string
 	for _, u := range files {
-		f := File{ID: NewID(), SessionID: sid, Name: u.Name, Size: int64(len(u.Data)), EntityID: u.EntityID, Created: now.UTC()}
+		f := newFile(sid, u, now)
 		if err := x.blobs.Put(ctx, sid, f.ID, u.Data, expires); err != nil {
 			_ = x.blobs.Delete(context.WithoutCancel(ctx), sid, ids)
 			return nil, err
@@ -255,6 +255,33 @@ func (x *Indexed) Get(ctx context.Context, tenant, sid, fileID string) (File, []
 		return File{}, nil, errCorrupt
 	}
 	return s.Files[i], data, nil
+}
+
+// Delete implements Store: the index forgets the file in one transaction, then its bytes are removed
+// (a failure there leaves bytes no index lists, which expire or are swept with their session).
+func (x *Indexed) Delete(ctx context.Context, tenant, sid, fileID string) error {
+	if !ValidID(sid) {
+		return ErrNotFound
+	}
+	now := x.now()
+	err := x.b.Update(ctx, func(t store.Txn) error {
+		s, u, err := loadSessionUsage(t, sid, tenant, now)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(s.Files, func(f File) bool { return f.ID == fileID })
+		if s.Tenant != tenant || i < 0 {
+			return store.Abort(ErrNotFound)
+		}
+		u.total(now)
+		s.Bytes -= s.Files[i].Size
+		s.Files = slices.Delete(s.Files, i, i+1)
+		return x.write(t, sid, s, u)
+	})
+	if err != nil {
+		return unwrapAbort(err)
+	}
+	return x.blobs.Delete(ctx, sid, []string{fileID})
 }
 
 // sweep lets the blob store drop expired sessions' bytes, at most once a minute.

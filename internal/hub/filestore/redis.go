@@ -114,7 +114,7 @@ func (r *Redis) Put(ctx context.Context, tenant, sid string, files []Upload) ([]
 		r.limits.MaxSessionFiles, r.limits.MaxSessionBytes, r.limits.MaxTotalBytes, len(files), batchBytes(files)}
 	out := make([]File, 0, len(files))
 	for _, u := range files {
-		f := File{ID: NewID(), SessionID: sid, Name: u.Name, Size: int64(len(u.Data)), EntityID: u.EntityID, Created: now.UTC()}
+		f := newFile(sid, u, now)
 		b, _ := json.Marshal(f)
 		args = append(args, f.ID, b, u.Data)
 		out = append(out, f)
@@ -145,6 +145,32 @@ func (r *Redis) Touch(ctx context.Context, tenant, sid string) error {
 		return ErrInvalid
 	}
 	return r.script(ctx, touchLua, []any{r.prefix, sid, r.now().UnixMilli(), tenant, r.limits.TTL.Milliseconds()})
+}
+
+// deleteLua: ARGV = prefix sid now tenant fileId. The file's size comes from its own record, so the
+// session's and the store's usage drop by exactly what Put added.
+var deleteLua = redis.NewScript(reapLua + `
+local tenant, fid = ARGV[4], ARGV[5]
+if not owner or owner ~= tenant then return 'not_found' end
+local meta = redis.call('HGET', fk, fid)
+if not meta then return 'not_found' end
+local size = tonumber(cjson.decode(meta).size)
+redis.call('HDEL', fk, fid)
+redis.call('HDEL', bk, fid)
+redis.call('LREM', ok, 0, fid)
+redis.call('HINCRBY', mk, 'count', -1)
+redis.call('HINCRBY', mk, 'bytes', -size)
+redis.call('DECRBY', p..'fs:total', size)
+redis.call('HINCRBY', p..'fs:sizes', sid, -size)
+return 'ok'
+`)
+
+// Delete implements Store.
+func (r *Redis) Delete(ctx context.Context, tenant, sid, fileID string) error {
+	if !ValidID(sid) || !ValidID(fileID) {
+		return ErrNotFound
+	}
+	return r.script(ctx, deleteLua, []any{r.prefix, sid, r.now().UnixMilli(), tenant, fileID})
 }
 
 func (r *Redis) script(ctx context.Context, s *redis.Script, args []any) error {
