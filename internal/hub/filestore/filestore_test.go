@@ -408,3 +408,64 @@ func TestDirReopen(t *testing.T) {
 		t.Fatalf("the total was not rebuilt at open: %v", err)
 	}
 }
+
+// hookBlobs runs after each blob write, before the Put that wrote it reaches the index.
+type hookBlobs struct {
+	Blobs
+	after func(sid string)
+}
+
+func (h *hookBlobs) Put(ctx context.Context, sid, id string, data []byte, expires time.Time) error {
+	if err := h.Blobs.Put(ctx, sid, id, data, expires); err != nil {
+		return err
+	}
+	h.after(sid)
+	return nil
+}
+
+// TestSweepSparesUploadsInFlight (issue 35 item 8): between a Put's blob writes and its index
+// transaction, a sweep (another upload's, a minute later) and another Put's cleanup in the same new
+// session run. Before the fix the sweep took the blobs for a dead session's and the cleanup removed the
+// session's directory, so the Put failed (500) or answered files whose download was 404.
+func TestSweepSparesUploadsInFlight(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	bs, err := boltstore.Open(filepath.Join(t.TempDir(), "bridge.db"), boltstore.WithClock(c.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	dir, err := OpenDirBlobs(filepath.Join(t.TempDir(), "files"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := &hookBlobs{Blobs: dir}
+	x := NewIndexed(bs.Backend(), hook, Limits{})
+	hook.after = func(sid string) {
+		c.add(2 * time.Minute) // the sweep is due
+		x.sweep(ctx, x.now())
+		_ = dir.Delete(ctx, sid, []string{NewID()}) // a refused Put's cleanup in the same session
+	}
+	for range 3 {
+		sid := NewID()
+		files, err := x.Put(ctx, "acme", sid, []Upload{{Name: "a.txt", Data: []byte("a")}, {Name: "b.txt", Data: []byte("b")}})
+		if err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+		for _, f := range files {
+			if _, b, err := x.Get(ctx, "acme", sid, f.ID); err != nil || len(b) != 1 {
+				t.Fatalf("stored %s reads %q %v", f.Name, b, err)
+			}
+		}
+	}
+	// A dead session's blobs are still swept once nothing is in flight.
+	dead := NewID()
+	if err := dir.Put(ctx, dead, NewID(), []byte("x"), c.now()); err != nil {
+		t.Fatal(err)
+	}
+	c.add(2 * time.Minute)
+	x.sweep(ctx, x.now())
+	if _, err := os.Stat(filepath.Join(dir.root, dead)); !os.IsNotExist(err) {
+		t.Fatalf("the dead session's blobs were kept: %v", err)
+	}
+}

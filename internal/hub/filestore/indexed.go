@@ -28,8 +28,9 @@ type Indexed struct {
 	limits Limits
 	now    func() time.Time
 
-	mu    sync.Mutex
-	swept time.Time
+	mu       sync.Mutex
+	swept    time.Time
+	inflight map[string]int // sessions whose Put has written blobs the index does not list yet
 }
 
 // Blobs stores file bytes by session and id.
@@ -46,7 +47,7 @@ type Blobs interface {
 
 // NewIndexed builds the store over the hub's backend and a blob store.
 func NewIndexed(b store.Backend, blobs Blobs, l Limits) *Indexed {
-	return &Indexed{b: b, blobs: blobs, limits: l.WithDefaults(), now: b.Now}
+	return &Indexed{b: b, blobs: blobs, limits: l.WithDefaults(), now: b.Now, inflight: map[string]int{}}
 }
 
 const usageKey = "files:usage"
@@ -100,6 +101,10 @@ func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) (
 	}
 	now := x.now()
 	expires := now.Add(x.limits.TTL)
+	// Until the index lists them, the session's new blobs are only known here: the sweep must not take
+	// them for a dead session's (issue 35 item 8: it did, and uploads answered 200 downloaded 404).
+	x.hold(sid, 1)
+	defer x.hold(sid, -1)
 	out := make([]File, 0, len(files))
 	var ids []string
 	for _, u := range files {
@@ -296,9 +301,27 @@ func (x *Indexed) sweep(ctx context.Context, now time.Time) {
 		return
 	}
 	_ = x.blobs.Sweep(ctx, func(sid string) bool {
+		if x.busy(sid) {
+			return true
+		}
 		s, err := x.session(ctx, sid)
 		return err != nil || s != nil // keep on doubt
 	})
+}
+
+// hold counts a Put in flight in sid (d = 1 before its blobs are written, -1 when it is done).
+func (x *Indexed) hold(sid string, d int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.inflight[sid] += d; x.inflight[sid] <= 0 {
+		delete(x.inflight, sid)
+	}
+}
+
+func (x *Indexed) busy(sid string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.inflight[sid] > 0
 }
 
 // Close closes the blob store (the backend belongs to the hub).
@@ -339,7 +362,8 @@ func (d *DirBlobs) Delete(_ context.Context, sid string, ids []string) error {
 	for _, id := range ids {
 		_ = os.Remove(filepath.Join(d.root, sid, id))
 	}
-	_ = os.Remove(filepath.Join(d.root, sid)) // only when empty
+	// The session's directory stays: a concurrent Put may have just created it and be about to write
+	// into it (removing it failed that Put with 500). The sweep removes it with its dead session.
 	return nil
 }
 
