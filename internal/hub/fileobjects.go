@@ -30,6 +30,7 @@ import (
 // (all or nothing: a session cap refuses the batch).
 func (h *Hub) handleBatchUpload(w http.ResponseWriter, r *http.Request, key *ClientKey) *clientError {
 	form, ce := h.readUploadRequest(w, r, true)
+	defer form.release()
 	if ce != nil {
 		return ce
 	}

@@ -5,11 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
 )
@@ -244,4 +247,41 @@ func runnerFile(name, content string) *bridge.Object {
 	f.Set("encoding", "base64")
 	f.Set("content", base64.StdEncoding.EncodeToString([]byte(content)))
 	return f
+}
+
+// TestUploadMemoryBound (issue 35 item 10): the upload bytes held in memory across requests are
+// bounded by MaxUploadMemory. While one upload holds most of the budget mid-body, a second is refused
+// 503 upload_busy with Retry-After (without the bound it was read whole, 200); once the first is done
+// the memory is back and the second goes through.
+func TestUploadMemoryBound(t *testing.T) {
+	const budget = 1 << 20
+	h := newTestHub(t, func(c *Config) { c.MaxUploadMemory = budget })
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { _ = pw.CloseWithError(io.ErrUnexpectedEOF) }) // a failed test must not leave the request hanging
+	mw := multipart.NewWriter(pw)
+	req, _ := http.NewRequest(http.MethodPost, h.base+"/upload", pr)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("X-API-Key", apiKey)
+	first := make(chan reply, 1)
+	go func() { first <- doHTTP(t, req) }()
+	fw, _ := mw.CreateFormFile("file", "big.bin")
+	_, _ = fw.Write(bytes.Repeat([]byte("a"), 800<<10))
+	for h.uploads.held() < 800<<10 { // the hub has read (and holds) the first 800 KiB
+		time.Sleep(time.Millisecond)
+	}
+	r := h.upload(t, apiKey, false, uploadPart{"file", "second.bin", strings.Repeat("b", 300<<10)})
+	if r.status != 503 || errField(r) != "upload_busy" || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("second upload while the budget is held: %d %s", r.status, r.body)
+	}
+	_ = mw.Close()
+	_ = pw.Close()
+	if r := <-first; r.status != 200 {
+		t.Fatalf("first upload: %d %s", r.status, r.body)
+	}
+	if n := h.uploads.held(); n != 0 {
+		t.Fatalf("%d bytes still held after both uploads answered", n)
+	}
+	if r := h.upload(t, apiKey, false, uploadPart{"file", "second.bin", strings.Repeat("b", 300<<10)}); r.status != 200 {
+		t.Fatalf("second upload after the first: %d %s", r.status, r.body)
+	}
 }

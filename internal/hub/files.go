@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
@@ -47,9 +48,47 @@ const execOutputPath = "/mnt/data/"
 
 // Default caps of the file surface beyond filestore.Limits.
 const (
-	DefaultMaxExecInputBytes = 10 << 20 // input files of one /v1/exec, all together (§13.1)
+	DefaultMaxExecInputBytes = 10 << 20  // input files of one /v1/exec, all together (§13.1)
+	DefaultMaxUploadMemory   = 256 << 20 // upload bytes held in memory by all requests at once
 	maxUploadParts           = 64
+	uploadChunk              = 64 << 10 // an upload is read (and its memory taken) this much at a time
 )
+
+// uploadBudget bounds the upload bytes the hub holds in memory (issue 35 item 10: eight concurrent
+// uploads took it from 14 to 998 MiB). A request takes memory as it reads and never waits for it, so
+// two half-read uploads cannot wait on each other: one that finds the budget spent is refused.
+type uploadBudget struct {
+	mu        sync.Mutex
+	max, left int64
+}
+
+func (b *uploadBudget) take(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > b.left {
+		return false
+	}
+	b.left -= n
+	return true
+}
+
+func (b *uploadBudget) give(n int64) {
+	b.mu.Lock()
+	b.left += n
+	b.mu.Unlock()
+}
+
+// held is the memory taken now (the metrics' and tests' view).
+func (b *uploadBudget) held() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.max - b.left
+}
+
+func errUploadBusy() *clientError {
+	return &clientError{status: http.StatusServiceUnavailable, code: "upload_busy", retryAfter: 1,
+		message: "The hub holds as many upload bytes as it may (CODELLM_HUB_MAX_UPLOAD_MEMORY); retry shortly"}
+}
 
 func fileError(status int, code, msg string) *clientError {
 	return &clientError{status: status, code: code, message: msg}
@@ -162,6 +201,7 @@ func pathIDs(rest string, n int) ([]string, bool) {
 // LibreChat reads; without it the next /v1/exec's file priming breaks) and as session_id (older ones).
 func (h *Hub) handleUpload(w http.ResponseWriter, r *http.Request, key *ClientKey) *clientError {
 	form, ce := h.readUploadRequest(w, r, false)
+	defer form.release()
 	if ce != nil {
 		return ce
 	}
@@ -199,17 +239,17 @@ func (h *Hub) handleUpload(w http.ResponseWriter, r *http.Request, key *ClientKe
 func (h *Hub) readUploadRequest(w http.ResponseWriter, r *http.Request, batch bool) (*uploadForm, *clientError) {
 	mr, ce := multipartReader(r)
 	if ce != nil {
-		return nil, ce
+		return &uploadForm{}, ce
 	}
 	limits := h.cfg.FileLimits
 	// The whole body may not exceed what one session can hold, plus room for the part headers.
 	r.Body = http.MaxBytesReader(w, r.Body, limits.MaxSessionBytes+1<<20)
-	form := &uploadForm{batch: batch}
+	form := &uploadForm{batch: batch, budget: h.uploads}
 	if ce := form.read(mr, limits); ce != nil {
-		return nil, ce
+		return form, ce
 	}
 	if ce := form.identity(); ce != nil {
-		return nil, ce
+		return form, ce
 	}
 	for i := range form.files {
 		form.files[i].EntityID, form.files[i].ReadOnly = form.entity, form.readOnly
@@ -227,6 +267,16 @@ type uploadForm struct {
 	skipped                        bool         // batch: file parts past maxBatchFiles were skipped
 	entity, sid, kind, id, version string
 	readOnly                       bool
+	budget                         *uploadBudget
+	held                           int64 // memory taken from budget, given back by release
+}
+
+// release gives back the memory the form's files took (they are stored, or refused, by then).
+func (f *uploadForm) release() {
+	if f.held > 0 {
+		f.budget.give(f.held)
+		f.held = 0
+	}
 }
 
 // batchEntry is one file part of a batch: the index of its upload, or why it was refused.
@@ -276,7 +326,7 @@ func (f *uploadForm) readFile(part *multipart.Part, maxBytes int64) *clientError
 	if !f.batch && len(f.files) >= maxUploadParts {
 		return fileError(http.StatusRequestEntityTooLarge, "too_many_files", fmt.Sprintf("At most %d files per upload", maxUploadParts))
 	}
-	up, ce := readUploadFile(part, maxBytes, f.batch)
+	up, ce := f.readUploadFile(part, maxBytes)
 	if ce != nil && (!f.batch || ce.code == "request_too_large" || ce.code == "invalid_request") {
 		return ce
 	}
@@ -351,7 +401,8 @@ func (f *uploadForm) identity() *clientError {
 // readUploadFile reads one file part: a valid file name, at most maxBytes bytes. A batch keeps the
 // part's directories (a skill's "pptx/editing.md", upstream's preservePath); a single upload takes the
 // last element only.
-func readUploadFile(part *multipart.Part, maxBytes int64, keepDirs bool) (filestore.Upload, *clientError) {
+func (f *uploadForm) readUploadFile(part *multipart.Part, maxBytes int64) (filestore.Upload, *clientError) {
+	keepDirs := f.batch
 	name := uploadName(partFileName(part), keepDirs)
 	if msg := filestore.CheckName(name); msg != "" || (!keepDirs && strings.Contains(name, "/")) {
 		if msg == "" {
@@ -359,11 +410,11 @@ func readUploadFile(part *multipart.Part, maxBytes int64, keepDirs bool) (filest
 		}
 		return filestore.Upload{}, fileError(http.StatusBadRequest, "invalid_file_name", fmt.Sprintf("File name %q %s", name, msg))
 	}
-	data, err := io.ReadAll(io.LimitReader(part, maxBytes+1))
-	if err != nil {
-		return filestore.Upload{}, uploadReadError(err)
+	data, ce := f.readData(part, maxBytes)
+	if ce != nil {
+		return filestore.Upload{}, ce
 	}
-	if int64(len(data)) > maxBytes {
+	if data == nil {
 		// Drain the rest so a batch can go on with the next part.
 		if _, err := io.Copy(io.Discard, part); err != nil {
 			return filestore.Upload{}, uploadReadError(err)
@@ -371,6 +422,49 @@ func readUploadFile(part *multipart.Part, maxBytes int64, keepDirs bool) (filest
 		return filestore.Upload{}, fileError(http.StatusRequestEntityTooLarge, "file_too_large", fmt.Sprintf("%q is larger than %d bytes", name, maxBytes))
 	}
 	return filestore.Upload{Name: name, Data: data}, nil
+}
+
+// readData reads a part of at most maxBytes (nil when it is larger) in uploadChunk pieces, taking
+// each piece's memory from the budget before reading it. The pieces are joined into one exact-size
+// slice in exchange for their memory (the join briefly holds both, one file's worth).
+func (f *uploadForm) readData(r io.Reader, maxBytes int64) ([]byte, *clientError) {
+	var chunks [][]byte
+	var size int64
+	giveChunks := func() {
+		f.budget.give(int64(len(chunks)) * uploadChunk)
+		f.held -= int64(len(chunks)) * uploadChunk
+	}
+	for {
+		if !f.budget.take(uploadChunk) {
+			giveChunks()
+			return nil, errUploadBusy()
+		}
+		f.held += uploadChunk
+		c := make([]byte, uploadChunk)
+		n, err := io.ReadFull(r, c)
+		chunks, size = append(chunks, c[:n]), size+int64(n)
+		if size > maxBytes {
+			giveChunks()
+			return nil, nil
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			giveChunks()
+			return nil, uploadReadError(err)
+		}
+	}
+	data := make([]byte, 0, size)
+	for _, c := range chunks {
+		data = append(data, c...)
+	}
+	giveChunks()
+	if !f.budget.take(size) { // only when another upload took the memory the chunks gave back
+		return nil, errUploadBusy()
+	}
+	f.held += size
+	return data, nil
 }
 
 // uploadName takes the last path element of a client's file name (browsers on some systems send a

@@ -71,7 +71,7 @@ type uploadReply struct {
 	Message          string `json:"message"`
 	SessionID        string `json:"session_id"`
 	StorageSessionID string `json:"storage_session_id"` // what LibreChat ≥ 0.8.6 reads (issue 40 item 1)
-	Files     []struct {
+	Files            []struct {
 		FileID   string `json:"fileId"`
 		Filename string `json:"filename"`
 	} `json:"files"`
