@@ -285,3 +285,22 @@ func TestUploadMemoryBound(t *testing.T) {
 		t.Fatalf("second upload after the first: %d %s", r.status, r.body)
 	}
 }
+
+// TestTenantFileQuota (issue 35 item 9): one tenant filling its quota gets 413 tenant_quota_exceeded,
+// and another tenant can still upload (with only the store-wide cap it got 507 for 24 h).
+func TestTenantFileQuota(t *testing.T) {
+	const otherKey = "other-tenant-key"
+	h := newTestHub(t, func(c *Config) {
+		c.ClientKeys = append(c.ClientKeys, ClientKey{Key: otherKey, TenantID: "other"})
+		c.FileLimits.MaxTenantBytes, c.FileLimits.MaxTotalBytes = 10, 15
+	})
+	if r := h.upload(t, apiKey, true, uploadPart{"file", "a", "12345678"}); r.status != 200 {
+		t.Fatalf("first upload: %d %s", r.status, r.body)
+	}
+	if r := h.upload(t, apiKey, true, uploadPart{"file", "b", "12345"}); r.status != 413 || errField(r) != "tenant_quota_exceeded" {
+		t.Fatalf("past the tenant's quota: %d %s", r.status, r.body)
+	}
+	if r := h.upload(t, otherKey, true, uploadPart{"file", "c", "1234567"}); r.status != 200 {
+		t.Fatalf("another tenant: %d %s", r.status, r.body)
+	}
+}

@@ -103,6 +103,9 @@ func (h *Hub) storeError(err error) *clientError {
 		return fileError(http.StatusRequestEntityTooLarge, "too_many_files", err.Error())
 	case errors.Is(err, filestore.ErrSessionFull):
 		return fileError(http.StatusRequestEntityTooLarge, "session_quota_exceeded", err.Error())
+	case errors.Is(err, filestore.ErrTenantFull):
+		return fileError(http.StatusRequestEntityTooLarge, "tenant_quota_exceeded",
+			"This API key's tenant holds as many file bytes as it may (CODELLM_HUB_MAX_TENANT_FILE_BYTES); delete files or wait for sessions to expire")
 	case errors.Is(err, filestore.ErrStoreFull):
 		return fileError(http.StatusInsufficientStorage, "storage_full", "The hub's file store is full")
 	case errors.Is(err, filestore.ErrInvalid):

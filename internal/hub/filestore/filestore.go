@@ -52,6 +52,7 @@ type Limits struct {
 	MaxSessionBytes int64         // all files of a session; default 100 MiB
 	MaxSessionFiles int           // files of a session; default 256
 	MaxTotalBytes   int64         // all sessions together; default 2 GiB
+	MaxTenantBytes  int64         // all sessions of one tenant; default 1 GiB, so no tenant fills the store alone
 	TTL             time.Duration // a session's life after its last write; default 24 h
 }
 
@@ -61,6 +62,7 @@ const (
 	DefaultMaxSessionBytes = 100 << 20
 	DefaultMaxSessionFiles = 256
 	DefaultMaxTotalBytes   = 2 << 30
+	DefaultMaxTenantBytes  = 1 << 30
 	DefaultTTL             = 24 * time.Hour
 )
 
@@ -77,6 +79,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxTotalBytes <= 0 {
 		l.MaxTotalBytes = DefaultMaxTotalBytes
+	}
+	if l.MaxTenantBytes <= 0 {
+		l.MaxTenantBytes = DefaultMaxTenantBytes
 	}
 	if l.TTL <= 0 {
 		l.TTL = DefaultTTL
@@ -112,6 +117,7 @@ var (
 	ErrSessionFull    = fmt.Errorf("%w: session file quota exceeded", ErrLimit)
 	ErrTooManyFiles   = fmt.Errorf("%w: too many files in the session", ErrLimit)
 	ErrStoreFull      = fmt.Errorf("%w: file store is full", ErrLimit)
+	ErrTenantFull     = fmt.Errorf("%w: the tenant's file quota is used up", ErrLimit)
 	ErrInvalid        = errors.New("filestore: invalid request")
 	ErrClosed         = errors.New("filestore: store is closed")
 	errCorrupt        = errors.New("filestore: corrupt record")

@@ -19,7 +19,8 @@ import (
 // Indexed keeps the file index in the hub's own store.Backend — the embedded bbolt file or the shared
 // Redis, with their transactions, expiry and outage handling — and the bytes in a Blobs store (a
 // directory beside the embedded store, or Redis). One record per session, "files:{s:<sid>}", holds its
-// owner, expiry and file list; "files:usage" maps live sessions to their bytes for the total cap. A Put
+// owner, expiry and file list; "files:usage" and one "files:{t:<tenant>}:usage" per tenant count live
+// sessions' bytes by expiry bucket (usage.go) for the store's and the tenant's caps. A Put
 // writes its blobs first and then the index in one transaction, removing the blobs when the transaction
 // refuses (a cap, another tenant) or fails, so the index never lists a file whose bytes are missing.
 type Indexed struct {
@@ -50,8 +51,6 @@ func NewIndexed(b store.Backend, blobs Blobs, l Limits) *Indexed {
 	return &Indexed{b: b, blobs: blobs, limits: l.WithDefaults(), now: b.Now, inflight: map[string]int{}}
 }
 
-const usageKey = "files:usage"
-
 func sessionKey(sid string) string { return "files:{s:" + sid + "}" }
 
 type sessionRec struct {
@@ -59,11 +58,6 @@ type sessionRec struct {
 	Expires time.Time `json:"expires"`
 	Bytes   int64     `json:"bytes"`
 	Files   []File    `json:"files"`
-}
-
-type usageRec map[string]struct {
-	Bytes   int64     `json:"bytes"`
-	Expires time.Time `json:"expires"`
 }
 
 // decodeSession reads a session record; nil (absent, expired by the backend or by its own expiry) is nil.
@@ -79,19 +73,6 @@ func decodeSession(raw []byte, now time.Time) (*sessionRec, error) {
 		return nil, nil
 	}
 	return &s, nil
-}
-
-// total prunes dead sessions from u and sums the rest.
-func (u usageRec) total(now time.Time) int64 {
-	var n int64
-	for sid, e := range u {
-		if !e.Expires.After(now) {
-			delete(u, sid)
-			continue
-		}
-		n += e.Bytes
-	}
-	return n
 }
 
 // Put implements Store.
@@ -118,18 +99,20 @@ func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) (
 	add := batchBytes(files)
 	var all []string
 	err := x.b.Update(ctx, func(t store.Txn) error {
-		s, u, err := loadSessionUsage(t, sid, tenant, now)
+		s, l, err := x.load(t, sid, tenant, now)
 		if err != nil {
 			return err
 		}
-		switch total := u.total(now); {
+		switch {
 		case s.Tenant != tenant:
 			return store.Abort(ErrNotFound)
 		case len(s.Files)+len(files) > x.limits.MaxSessionFiles:
 			return store.Abort(ErrTooManyFiles)
 		case s.Bytes+add > x.limits.MaxSessionBytes:
 			return store.Abort(ErrSessionFull)
-		case total-u[sid].Bytes+s.Bytes+add > x.limits.MaxTotalBytes:
+		case l.tenant.total(now)+add > x.limits.MaxTenantBytes:
+			return store.Abort(ErrTenantFull)
+		case l.global.total(now)+add > x.limits.MaxTotalBytes:
 			return store.Abort(ErrStoreFull)
 		}
 		s.Files, s.Bytes, s.Expires = append(s.Files, out...), s.Bytes+add, expires
@@ -137,7 +120,7 @@ func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) (
 		for _, f := range s.Files {
 			all = append(all, f.ID)
 		}
-		return x.write(t, sid, s, u)
+		return x.write(t, sid, s, l)
 	})
 	if err != nil {
 		_ = x.blobs.Delete(context.WithoutCancel(ctx), sid, ids)
@@ -148,22 +131,31 @@ func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) (
 	return out, nil
 }
 
-// write stores a session record and its usage entry in t.
-func (x *Indexed) write(t store.Txn, sid string, s *sessionRec, u usageRec) error {
-	u[sid] = struct {
-		Bytes   int64     `json:"bytes"`
-		Expires time.Time `json:"expires"`
-	}{s.Bytes, s.Expires}
+// ledger is what a transaction read of the usage records, and the session as it was then.
+type ledger struct {
+	global, tenant *usage
+	tenantKey      string
+	was            sessionRec // the session's bytes and expiry before the change
+}
+
+// write stores a session record and moves its bytes in both usage records, in t.
+func (x *Indexed) write(t store.Txn, sid string, s *sessionRec, l *ledger) error {
+	gran := granularity(x.limits.TTL)
+	for _, u := range []*usage{l.global, l.tenant} {
+		u.move(l.was.Expires, l.was.Bytes, s.Expires, s.Bytes, gran)
+	}
 	sb, err := json.Marshal(s)
 	if err != nil {
 		return store.Abort(err)
 	}
-	ub, err := json.Marshal(u)
-	if err != nil {
-		return store.Abort(err)
-	}
 	t.Put(sessionKey(sid), sb, store.Durable, s.Expires)
-	t.Put(usageKey, ub, store.Durable, time.Time{})
+	for key, u := range map[string]*usage{usageKey: l.global, l.tenantKey: l.tenant} {
+		ub, err := json.Marshal(u)
+		if err != nil {
+			return store.Abort(err)
+		}
+		t.Put(key, ub, store.Durable, u.expires())
+	}
 	return nil
 }
 
@@ -183,20 +175,19 @@ func (x *Indexed) Touch(ctx context.Context, tenant, sid string) error {
 	expires := now.Add(x.limits.TTL)
 	var ids []string
 	err := x.b.Update(ctx, func(t store.Txn) error {
-		s, u, err := loadSessionUsage(t, sid, tenant, now)
+		s, l, err := x.load(t, sid, tenant, now)
 		if err != nil {
 			return err
 		}
 		if s.Tenant != tenant {
 			return store.Abort(ErrNotFound)
 		}
-		u.total(now)
 		s.Expires = expires
 		ids = ids[:0]
 		for _, f := range s.Files {
 			ids = append(ids, f.ID)
 		}
-		return x.write(t, sid, s, u)
+		return x.write(t, sid, s, l)
 	})
 	if err != nil {
 		return unwrapAbort(err)
@@ -270,7 +261,7 @@ func (x *Indexed) Delete(ctx context.Context, tenant, sid, fileID string) error 
 	}
 	now := x.now()
 	err := x.b.Update(ctx, func(t store.Txn) error {
-		s, u, err := loadSessionUsage(t, sid, tenant, now)
+		s, l, err := x.load(t, sid, tenant, now)
 		if err != nil {
 			return err
 		}
@@ -278,10 +269,9 @@ func (x *Indexed) Delete(ctx context.Context, tenant, sid, fileID string) error 
 		if s.Tenant != tenant || i < 0 {
 			return store.Abort(ErrNotFound)
 		}
-		u.total(now)
 		s.Bytes -= s.Files[i].Size
 		s.Files = slices.Delete(s.Files, i, i+1)
-		return x.write(t, sid, s, u)
+		return x.write(t, sid, s, l)
 	})
 	if err != nil {
 		return unwrapAbort(err)
@@ -451,23 +441,28 @@ func (r *RedisBlobs) Close() error {
 	return nil
 }
 
-// loadSessionUsage reads a session's record (a fresh one owned by tenant when absent) and the total-usage
-// record inside one transaction. A record that does not decode aborts the transaction.
-func loadSessionUsage(t store.Txn, sid, tenant string, now time.Time) (*sessionRec, usageRec, error) {
-	u := usageRec{}
-	recs, err := t.Get(sessionKey(sid), usageKey)
+// load reads a session's record (a fresh one owned by tenant when absent) and the store's and the
+// tenant's usage records inside one transaction. A record that does not decode aborts it.
+func (x *Indexed) load(t store.Txn, sid, tenant string, now time.Time) (*sessionRec, *ledger, error) {
+	l := &ledger{tenantKey: tenantUsageKey(tenant)}
+	recs, err := t.Get(sessionKey(sid), usageKey, l.tenantKey)
 	if err != nil {
-		return nil, u, err
+		return nil, nil, err
 	}
 	s, err := decodeSession(recs[0], now)
 	if err != nil {
-		return nil, u, store.Abort(err)
+		return nil, nil, store.Abort(err)
 	}
-	if recs[1] != nil && json.Unmarshal(recs[1], &u) != nil {
-		return nil, u, store.Abort(store.ErrCorrupt)
+	gran := granularity(x.limits.TTL)
+	if l.global, err = decodeUsage(recs[1], gran); err != nil {
+		return nil, nil, store.Abort(err)
+	}
+	if l.tenant, err = decodeUsage(recs[2], gran); err != nil {
+		return nil, nil, store.Abort(err)
 	}
 	if s == nil {
 		s = &sessionRec{Tenant: tenant}
 	}
-	return s, u, nil
+	l.was = sessionRec{Bytes: s.Bytes, Expires: s.Expires}
+	return s, l, nil
 }
