@@ -30,7 +30,8 @@ import (
 // process.js in danny-avila/LibreChat, CodeExecutor.ts in danny-avila/agents):
 //
 //   - POST /v1/upload, multipart/form-data with one or more "file" parts and an optional "entity_id"
-//     field → {"message":"success","session_id","files":[{"fileId","filename"}]}; LibreChat keeps
+//     (or kind/id/version/read_only) field → {"message":"success","storage_session_id","session_id",
+//     "files":[{"fileId","filename"}]}; LibreChat keeps
 //     "<session_id>/<fileId>" as the file's identifier. Each upload starts a new session unless the form
 //     names one of the caller's sessions in "session_id".
 //   - GET /v1/files/{session_id}?detail=summary → [{"name":"<session_id>/<fileId>","lastModified"}]
@@ -40,7 +41,8 @@ import (
 //   - POST /v1/exec with files: [{id, name, session_id}] → written into the run's working directory
 //     (/mnt/data) under name; the files the run creates come back as [{id, name, path, session_id}].
 //
-// A session or file of another tenant answers exactly like an unknown one.
+// The newer routes (batch upload, object metadata, delete, health) are in fileobjects.go. A session or
+// file of another tenant answers exactly like an unknown one.
 
 // execOutputPath is where a run's working directory is inside the sandbox (LibreChat's tool description
 // tells models to save files there).
