@@ -194,7 +194,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, ce)
 		return
 	}
-	inputs, ce := h.execInputs(r.Context(), key, req.Files, lang[1])
+	inputs, readOnly, ce := h.execInputs(r.Context(), key, req.Files, lang[1])
 	if ce != nil {
 		writeExecError(w, ce)
 		return
@@ -224,7 +224,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 	if v := deterministicHeader(out.result); v != "" {
 		w.Header().Set(wire.DeterminismHeader, v)
 	}
-	writeValue(w, http.StatusOK, h.execReply(r.Context(), key, d.sessionID, out.result))
+	writeValue(w, http.StatusOK, h.execReply(r.Context(), key, d.sessionID, out.result, readOnly))
 }
 
 // execSession resolves the request's session_id (the store's session record, which every replica shares,
@@ -321,7 +321,8 @@ func runTimeout(remaining time.Duration) time.Duration {
 
 // execReply maps a runner result to LibreChat's {session_id, stdout, stderr, files?}: compile output
 // first, then run output; a run that codellm stopped (timeout, output cap, signal) says why on stderr.
-func (h *Hub) execReply(ctx context.Context, key *ClientKey, sid string, result *bridge.Object) *bridge.Object {
+// readOnly names the run's read-only inputs, which never come back as generated files.
+func (h *Hub) execReply(ctx context.Context, key *ClientKey, sid string, result *bridge.Object, readOnly []string) *bridge.Object {
 	stdout, stderr := "", ""
 	for _, part := range []string{"compile", "run"} {
 		v, _ := result.Get(part)
@@ -341,7 +342,7 @@ func (h *Hub) execReply(ctx context.Context, key *ClientKey, sid string, result 
 			stderr = appendLine(stderr, part+": "+m)
 		}
 	}
-	refs, notes := h.keepOutputs(ctx, key, sid, result)
+	refs, notes := h.keepOutputs(ctx, key, sid, result, readOnly)
 	for _, n := range notes {
 		stderr = appendLine(stderr, n)
 	}

@@ -28,6 +28,12 @@ type uploadPart struct{ field, filename, content string }
 // of Content-Type to a bare multipart/form-data when bare is set.
 func (h *testHub) upload(t *testing.T, key string, bare bool, parts ...uploadPart) reply {
 	t.Helper()
+	return h.uploadTo(t, "/upload", key, bare, parts...)
+}
+
+// uploadTo is upload to another path (/upload/batch).
+func (h *testHub) uploadTo(t *testing.T, path, key string, bare bool, parts ...uploadPart) reply {
+	t.Helper()
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
 	for _, p := range parts {
@@ -39,7 +45,7 @@ func (h *testHub) upload(t *testing.T, key string, bare bool, parts ...uploadPar
 		_, _ = io.WriteString(fw, p.content)
 	}
 	_ = mw.Close()
-	req, _ := http.NewRequest(http.MethodPost, h.base+"/upload", &buf)
+	req, _ := http.NewRequest(http.MethodPost, h.base+path, &buf)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	if bare {
 		req.Header.Set("Content-Type", "multipart/form-data")
@@ -62,9 +68,10 @@ func (h *testHub) get(t *testing.T, key, path string) reply {
 }
 
 type uploadReply struct {
-	Message   string `json:"message"`
-	SessionID string `json:"session_id"`
-	Files     []struct {
+	Message          string `json:"message"`
+	SessionID        string `json:"session_id"`
+	StorageSessionID string `json:"storage_session_id"` // what LibreChat ≥ 0.8.6 reads (issue 40 item 1)
+	Files            []struct {
 		FileID   string `json:"fileId"`
 		Filename string `json:"filename"`
 	} `json:"files"`
@@ -76,6 +83,9 @@ func mustUpload(t *testing.T, h *testHub, name, content string) uploadReply {
 	var u uploadReply
 	if r.status != 200 || json.Unmarshal(r.body, &u) != nil || u.Message != "success" || len(u.Files) != 1 {
 		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	if u.StorageSessionID != u.SessionID {
+		t.Fatalf("upload: storage_session_id %q, session_id %q: %s", u.StorageSessionID, u.SessionID, r.body)
 	}
 	if !librechatID.MatchString(u.SessionID) || !librechatID.MatchString(u.Files[0].FileID) || u.Files[0].Filename != name {
 		t.Fatalf("upload ids fail LibreChat's isValidID: %s", r.body)

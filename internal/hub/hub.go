@@ -68,6 +68,9 @@ type Config struct {
 	Files             filestore.Store
 	FileLimits        filestore.Limits
 	MaxExecInputBytes int64 // input files of one /v1/exec together; default 10 MiB
+	// MaxUploadMemory bounds the upload bytes all requests hold in memory at once (default 256 MiB);
+	// an upload that would pass it is answered 503 upload_busy with Retry-After.
+	MaxUploadMemory int64
 	// PollInterval is how often a waiter (a lease poll, a dispatcher, a
 	// queued client) re-reads the store when no notification woke it: a
 	// backstop for a notification a shared store's feed lost (default 5 s;
@@ -149,6 +152,9 @@ func (c *Config) defaults() {
 	if c.MaxExecInputBytes <= 0 {
 		c.MaxExecInputBytes = DefaultMaxExecInputBytes
 	}
+	if c.MaxUploadMemory <= 0 {
+		c.MaxUploadMemory = DefaultMaxUploadMemory
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -177,6 +183,7 @@ type Hub struct {
 	idem        *idempotency.Guard // nil: the store has no Backend, or disabled
 	replica     *replicaRecords    // nil: the store has no Backend
 	conns       *conns
+	uploads     *uploadBudget
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -200,6 +207,7 @@ func New(cfg Config, st Store) (*Hub, error) {
 		cfg: cfg, store: st, waits: newWaits(), closing: make(chan struct{}),
 	}
 	h.conns = newConns(cfg.MaxPendingConnections, cfg.MaxWorkerConnections, cfg.MaxClientConnections)
+	h.uploads = &uploadBudget{max: cfg.MaxUploadMemory, left: cfg.MaxUploadMemory}
 	h.metrics = metrics.NewHub(h.onlineWorkers)
 	h.router = h.routes()
 	bs, ok := st.(interface{ Backend() store.Backend })
@@ -384,6 +392,9 @@ func (h *Hub) routes() *httpserve.Router {
 		"/v1/upload":    h.serveFiles,
 		"/v1/files/":    h.serveFiles,
 		"/v1/download/": h.serveFiles,
+		"/v1/upload/":   h.serveFiles,
+		"/v1/sessions/": h.serveFiles,
+		"/v1/health":    whole(h.serveHealth),
 	} {
 		rt.Handle(pattern, onRawPath(pattern, serve))
 	}

@@ -72,6 +72,8 @@ func limitSettings() []config.Setting {
 		limit("HUB_MAX_WORKER_CONNECTIONS", config.Int, "4096", "connections of authenticated workers (one per waiting lease slot); more get 503 connection_limit"),
 		limit("HUB_MAX_CLIENT_CONNECTIONS", config.Int, "1024", "connections of authenticated clients and admins; more get 503 connection_limit"),
 		limit("HUB_MAX_PENDING_CONNECTIONS", config.Int, "256", "connections not yet authenticated; past it the oldest is closed"),
+		limit("HUB_MAX_TENANT_FILE_BYTES", config.Size, "1GiB", "all files of one tenant (API key's tenantId) together"),
+		limit("HUB_MAX_UPLOAD_MEMORY", config.Size, "256MiB", "upload bytes all requests hold in memory at once; past it an upload gets 503 upload_busy"),
 	}
 }
 
@@ -85,6 +87,7 @@ func limitFields(c *Config) map[string]any {
 		"HUB_MAX_SESSION_FILE_BYTES": &c.FileLimits.MaxSessionBytes, "HUB_MAX_FILE_STORE_BYTES": &c.FileLimits.MaxTotalBytes,
 		"HUB_MAX_EXEC_INPUT_BYTES": &c.MaxExecInputBytes, "HUB_MAX_WORKER_CONNECTIONS": &c.MaxWorkerConnections,
 		"HUB_MAX_CLIENT_CONNECTIONS": &c.MaxClientConnections, "HUB_MAX_PENDING_CONNECTIONS": &c.MaxPendingConnections,
+		"HUB_MAX_UPLOAD_MEMORY": &c.MaxUploadMemory, "HUB_MAX_TENANT_FILE_BYTES": &c.FileLimits.MaxTenantBytes,
 	}
 }
 

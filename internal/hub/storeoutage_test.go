@@ -218,3 +218,20 @@ func TestFileStoreOutage(t *testing.T) {
 		t.Fatalf("file list with the file store down: %d %q %s", r.status, r.header.Get("Retry-After"), r.body)
 	}
 }
+
+// TestHealthFollowsStore: upstream's /v1/health (issue 40 item 7) answers 200 "OK" without a key while
+// the store answers, and 503 while it is down.
+func TestHealthFollowsStore(t *testing.T) {
+	h, fb, _ := newFaultHub(t)
+	if r := get(t, h.srv.URL+"/v1/health"); r.status != 200 || string(r.body) != "OK" {
+		t.Fatalf("health: %d %s", r.status, r.body)
+	}
+	fb.SetDown(true)
+	if r := get(t, h.srv.URL+"/v1/health"); r.status != 503 || string(r.body) != "Service Unavailable" {
+		t.Fatalf("health during an outage: %d %s", r.status, r.body)
+	}
+	fb.SetDown(false)
+	if r := get(t, h.srv.URL+"/v1/health"); r.status != 200 {
+		t.Fatalf("health after: %d %s", r.status, r.body)
+	}
+}

@@ -26,6 +26,7 @@ type Dir struct {
 	closed   bool
 	sessions map[string]*dirSession
 	total    int64
+	tenants  map[string]int64 // bytes by tenant
 	swept    time.Time
 }
 
@@ -41,7 +42,7 @@ func OpenDir(root string, l Limits) (*Dir, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("filestore: %w", err)
 	}
-	d := &Dir{root: root, limits: l.WithDefaults(), now: time.Now, sessions: map[string]*dirSession{}}
+	d := &Dir{root: root, limits: l.WithDefaults(), now: time.Now, sessions: map[string]*dirSession{}, tenants: map[string]int64{}}
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("filestore: %w", err)
@@ -57,6 +58,7 @@ func OpenDir(root string, l Limits) (*Dir, error) {
 		}
 		d.sessions[e.Name()] = s
 		d.total += s.bytes
+		d.tenants[s.Tenant] += s.bytes
 	}
 	return d, nil
 }
@@ -101,7 +103,15 @@ func (d *Dir) sweep(now time.Time) {
 func (d *Dir) drop(sid string, s *dirSession) {
 	delete(d.sessions, sid)
 	d.total -= s.bytes
+	d.account(s.Tenant, -s.bytes)
 	_ = os.RemoveAll(filepath.Join(d.root, sid))
+}
+
+// account adds n bytes to tenant's count, forgetting a tenant with none. d.mu is held.
+func (d *Dir) account(tenant string, n int64) {
+	if d.tenants[tenant] += n; d.tenants[tenant] <= 0 {
+		delete(d.tenants, tenant)
+	}
 }
 
 // live returns the session if it exists and has not expired. d.mu is held.
@@ -141,6 +151,8 @@ func (d *Dir) Put(_ context.Context, tenant, sid string, files []Upload) ([]File
 		return nil, ErrTooManyFiles
 	case have+add > d.limits.MaxSessionBytes:
 		return nil, ErrSessionFull
+	case d.tenants[tenant]+add > d.limits.MaxTenantBytes:
+		return nil, ErrTenantFull
 	case d.total+add > d.limits.MaxTotalBytes:
 		return nil, ErrStoreFull
 	}
@@ -154,7 +166,7 @@ func (d *Dir) Put(_ context.Context, tenant, sid string, files []Upload) ([]File
 	}
 	var out []File
 	for _, u := range files {
-		f := File{ID: NewID(), SessionID: sid, Name: u.Name, Size: int64(len(u.Data)), EntityID: u.EntityID, Created: now.UTC()}
+		f := newFile(sid, u, now)
 		if err := writeAtomic(filepath.Join(dir, f.ID), u.Data); err != nil {
 			d.unwrite(dir, out, s == nil)
 			return nil, err
@@ -168,6 +180,7 @@ func (d *Dir) Put(_ context.Context, tenant, sid string, files []Upload) ([]File
 	}
 	d.sessions[sid] = next
 	d.total += add
+	d.account(tenant, add)
 	return out, nil
 }
 
@@ -310,5 +323,33 @@ func (d *Dir) Close() error {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
+	return nil
+}
+
+// Delete implements Store. The new meta.json is written before the blob is removed, so a crash between
+// the two leaves an unreferenced blob (removed by the next OpenDir), never a listed file without bytes.
+func (d *Dir) Delete(_ context.Context, tenant, sid, fileID string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return ErrClosed
+	}
+	s := d.live(sid, d.now())
+	if s == nil || s.Tenant != tenant {
+		return ErrNotFound
+	}
+	i := slices.IndexFunc(s.Files, func(f File) bool { return f.ID == fileID })
+	if i < 0 {
+		return ErrNotFound
+	}
+	size := s.Files[i].Size
+	next := &dirSession{Tenant: s.Tenant, Expires: s.Expires, Files: slices.Delete(slices.Clone(s.Files), i, i+1), bytes: s.bytes - size}
+	if err := d.writeMeta(sid, next); err != nil {
+		return err
+	}
+	_ = os.Remove(filepath.Join(d.root, sid, fileID))
+	d.sessions[sid] = next
+	d.total -= size
+	d.account(tenant, -size)
 	return nil
 }

@@ -33,12 +33,16 @@ type File struct {
 	Size      int64     `json:"size"`
 	EntityID  string    `json:"entity_id,omitempty"`
 	Created   time.Time `json:"created"`
+	// ReadOnly marks an infrastructure input (a skill's file, LibreChat's read_only upload): a run may
+	// read it, and a run that changes it does not get the change back as a generated file.
+	ReadOnly bool `json:"read_only,omitempty"`
 }
 
 // Upload is one file to store.
 type Upload struct {
 	Name     string
 	EntityID string
+	ReadOnly bool
 	Data     []byte
 }
 
@@ -48,6 +52,7 @@ type Limits struct {
 	MaxSessionBytes int64         // all files of a session; default 100 MiB
 	MaxSessionFiles int           // files of a session; default 256
 	MaxTotalBytes   int64         // all sessions together; default 2 GiB
+	MaxTenantBytes  int64         // all sessions of one tenant; default 1 GiB, so no tenant fills the store alone
 	TTL             time.Duration // a session's life after its last write; default 24 h
 }
 
@@ -57,6 +62,7 @@ const (
 	DefaultMaxSessionBytes = 100 << 20
 	DefaultMaxSessionFiles = 256
 	DefaultMaxTotalBytes   = 2 << 30
+	DefaultMaxTenantBytes  = 1 << 30
 	DefaultTTL             = 24 * time.Hour
 )
 
@@ -73,6 +79,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxTotalBytes <= 0 {
 		l.MaxTotalBytes = DefaultMaxTotalBytes
+	}
+	if l.MaxTenantBytes <= 0 {
+		l.MaxTenantBytes = DefaultMaxTenantBytes
 	}
 	if l.TTL <= 0 {
 		l.TTL = DefaultTTL
@@ -94,6 +103,9 @@ type Store interface {
 	List(ctx context.Context, tenant, sessionID string) ([]File, error)
 	// Get returns one file and its bytes, or ErrNotFound.
 	Get(ctx context.Context, tenant, sessionID, fileID string) (File, []byte, error)
+	// Delete removes one file (its bytes leave the session's and the store's usage), or answers
+	// ErrNotFound for an unknown, foreign or already deleted one.
+	Delete(ctx context.Context, tenant, sessionID, fileID string) error
 	Close() error
 }
 
@@ -105,6 +117,7 @@ var (
 	ErrSessionFull    = fmt.Errorf("%w: session file quota exceeded", ErrLimit)
 	ErrTooManyFiles   = fmt.Errorf("%w: too many files in the session", ErrLimit)
 	ErrStoreFull      = fmt.Errorf("%w: file store is full", ErrLimit)
+	ErrTenantFull     = fmt.Errorf("%w: the tenant's file quota is used up", ErrLimit)
 	ErrInvalid        = errors.New("filestore: invalid request")
 	ErrClosed         = errors.New("filestore: store is closed")
 	errCorrupt        = errors.New("filestore: corrupt record")
@@ -158,6 +171,12 @@ func check(l Limits, tenant, sessionID string, files []Upload) error {
 		}
 	}
 	return nil
+}
+
+// newFile is the record of an upload stored now.
+func newFile(sid string, u Upload, now time.Time) File {
+	return File{ID: NewID(), SessionID: sid, Name: u.Name, Size: int64(len(u.Data)), EntityID: u.EntityID,
+		Created: now.UTC(), ReadOnly: u.ReadOnly}
 }
 
 // batchBytes sums a batch's sizes.

@@ -19,7 +19,8 @@ import (
 // Indexed keeps the file index in the hub's own store.Backend — the embedded bbolt file or the shared
 // Redis, with their transactions, expiry and outage handling — and the bytes in a Blobs store (a
 // directory beside the embedded store, or Redis). One record per session, "files:{s:<sid>}", holds its
-// owner, expiry and file list; "files:usage" maps live sessions to their bytes for the total cap. A Put
+// owner, expiry and file list; "files:usage" and one "files:{t:<tenant>}:usage" per tenant count live
+// sessions' bytes by expiry bucket (usage.go) for the store's and the tenant's caps. A Put
 // writes its blobs first and then the index in one transaction, removing the blobs when the transaction
 // refuses (a cap, another tenant) or fails, so the index never lists a file whose bytes are missing.
 type Indexed struct {
@@ -28,8 +29,9 @@ type Indexed struct {
 	limits Limits
 	now    func() time.Time
 
-	mu    sync.Mutex
-	swept time.Time
+	mu       sync.Mutex
+	swept    time.Time
+	inflight map[string]int // sessions whose Put has written blobs the index does not list yet
 }
 
 // Blobs stores file bytes by session and id.
@@ -46,10 +48,8 @@ type Blobs interface {
 
 // NewIndexed builds the store over the hub's backend and a blob store.
 func NewIndexed(b store.Backend, blobs Blobs, l Limits) *Indexed {
-	return &Indexed{b: b, blobs: blobs, limits: l.WithDefaults(), now: b.Now}
+	return &Indexed{b: b, blobs: blobs, limits: l.WithDefaults(), now: b.Now, inflight: map[string]int{}}
 }
-
-const usageKey = "files:usage"
 
 func sessionKey(sid string) string { return "files:{s:" + sid + "}" }
 
@@ -58,11 +58,6 @@ type sessionRec struct {
 	Expires time.Time `json:"expires"`
 	Bytes   int64     `json:"bytes"`
 	Files   []File    `json:"files"`
-}
-
-type usageRec map[string]struct {
-	Bytes   int64     `json:"bytes"`
-	Expires time.Time `json:"expires"`
 }
 
 // decodeSession reads a session record; nil (absent, expired by the backend or by its own expiry) is nil.
@@ -80,19 +75,6 @@ func decodeSession(raw []byte, now time.Time) (*sessionRec, error) {
 	return &s, nil
 }
 
-// total prunes dead sessions from u and sums the rest.
-func (u usageRec) total(now time.Time) int64 {
-	var n int64
-	for sid, e := range u {
-		if !e.Expires.After(now) {
-			delete(u, sid)
-			continue
-		}
-		n += e.Bytes
-	}
-	return n
-}
-
 // Put implements Store.
 func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) ([]File, error) {
 	if err := check(x.limits, tenant, sid, files); err != nil {
@@ -100,10 +82,14 @@ func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) (
 	}
 	now := x.now()
 	expires := now.Add(x.limits.TTL)
+	// Until the index lists them, the session's new blobs are only known here: the sweep must not take
+	// them for a dead session's (issue 35 item 8: it did, and uploads answered 200 downloaded 404).
+	x.hold(sid, 1)
+	defer x.hold(sid, -1)
 	out := make([]File, 0, len(files))
 	var ids []string
 	for _, u := range files {
-		f := File{ID: NewID(), SessionID: sid, Name: u.Name, Size: int64(len(u.Data)), EntityID: u.EntityID, Created: now.UTC()}
+		f := newFile(sid, u, now)
 		if err := x.blobs.Put(ctx, sid, f.ID, u.Data, expires); err != nil {
 			_ = x.blobs.Delete(context.WithoutCancel(ctx), sid, ids)
 			return nil, err
@@ -113,18 +99,20 @@ func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) (
 	add := batchBytes(files)
 	var all []string
 	err := x.b.Update(ctx, func(t store.Txn) error {
-		s, u, err := loadSessionUsage(t, sid, tenant, now)
+		s, l, err := x.load(t, sid, tenant, now)
 		if err != nil {
 			return err
 		}
-		switch total := u.total(now); {
+		switch {
 		case s.Tenant != tenant:
 			return store.Abort(ErrNotFound)
 		case len(s.Files)+len(files) > x.limits.MaxSessionFiles:
 			return store.Abort(ErrTooManyFiles)
 		case s.Bytes+add > x.limits.MaxSessionBytes:
 			return store.Abort(ErrSessionFull)
-		case total-u[sid].Bytes+s.Bytes+add > x.limits.MaxTotalBytes:
+		case l.tenant.total(now)+add > x.limits.MaxTenantBytes:
+			return store.Abort(ErrTenantFull)
+		case l.global.total(now)+add > x.limits.MaxTotalBytes:
 			return store.Abort(ErrStoreFull)
 		}
 		s.Files, s.Bytes, s.Expires = append(s.Files, out...), s.Bytes+add, expires
@@ -132,7 +120,7 @@ func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) (
 		for _, f := range s.Files {
 			all = append(all, f.ID)
 		}
-		return x.write(t, sid, s, u)
+		return x.write(t, sid, s, l)
 	})
 	if err != nil {
 		_ = x.blobs.Delete(context.WithoutCancel(ctx), sid, ids)
@@ -143,22 +131,31 @@ func (x *Indexed) Put(ctx context.Context, tenant, sid string, files []Upload) (
 	return out, nil
 }
 
-// write stores a session record and its usage entry in t.
-func (x *Indexed) write(t store.Txn, sid string, s *sessionRec, u usageRec) error {
-	u[sid] = struct {
-		Bytes   int64     `json:"bytes"`
-		Expires time.Time `json:"expires"`
-	}{s.Bytes, s.Expires}
+// ledger is what a transaction read of the usage records, and the session as it was then.
+type ledger struct {
+	global, tenant *usage
+	tenantKey      string
+	was            sessionRec // the session's bytes and expiry before the change
+}
+
+// write stores a session record and moves its bytes in both usage records, in t.
+func (x *Indexed) write(t store.Txn, sid string, s *sessionRec, l *ledger) error {
+	gran := granularity(x.limits.TTL)
+	for _, u := range []*usage{l.global, l.tenant} {
+		u.move(l.was.Expires, l.was.Bytes, s.Expires, s.Bytes, gran)
+	}
 	sb, err := json.Marshal(s)
 	if err != nil {
 		return store.Abort(err)
 	}
-	ub, err := json.Marshal(u)
-	if err != nil {
-		return store.Abort(err)
-	}
 	t.Put(sessionKey(sid), sb, store.Durable, s.Expires)
-	t.Put(usageKey, ub, store.Durable, time.Time{})
+	for key, u := range map[string]*usage{usageKey: l.global, l.tenantKey: l.tenant} {
+		ub, err := json.Marshal(u)
+		if err != nil {
+			return store.Abort(err)
+		}
+		t.Put(key, ub, store.Durable, u.expires())
+	}
 	return nil
 }
 
@@ -178,20 +175,19 @@ func (x *Indexed) Touch(ctx context.Context, tenant, sid string) error {
 	expires := now.Add(x.limits.TTL)
 	var ids []string
 	err := x.b.Update(ctx, func(t store.Txn) error {
-		s, u, err := loadSessionUsage(t, sid, tenant, now)
+		s, l, err := x.load(t, sid, tenant, now)
 		if err != nil {
 			return err
 		}
 		if s.Tenant != tenant {
 			return store.Abort(ErrNotFound)
 		}
-		u.total(now)
 		s.Expires = expires
 		ids = ids[:0]
 		for _, f := range s.Files {
 			ids = append(ids, f.ID)
 		}
-		return x.write(t, sid, s, u)
+		return x.write(t, sid, s, l)
 	})
 	if err != nil {
 		return unwrapAbort(err)
@@ -257,6 +253,32 @@ func (x *Indexed) Get(ctx context.Context, tenant, sid, fileID string) (File, []
 	return s.Files[i], data, nil
 }
 
+// Delete implements Store: the index forgets the file in one transaction, then its bytes are removed
+// (a failure there leaves bytes no index lists, which expire or are swept with their session).
+func (x *Indexed) Delete(ctx context.Context, tenant, sid, fileID string) error {
+	if !ValidID(sid) {
+		return ErrNotFound
+	}
+	now := x.now()
+	err := x.b.Update(ctx, func(t store.Txn) error {
+		s, l, err := x.load(t, sid, tenant, now)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(s.Files, func(f File) bool { return f.ID == fileID })
+		if s.Tenant != tenant || i < 0 {
+			return store.Abort(ErrNotFound)
+		}
+		s.Bytes -= s.Files[i].Size
+		s.Files = slices.Delete(s.Files, i, i+1)
+		return x.write(t, sid, s, l)
+	})
+	if err != nil {
+		return unwrapAbort(err)
+	}
+	return x.blobs.Delete(ctx, sid, []string{fileID})
+}
+
 // sweep lets the blob store drop expired sessions' bytes, at most once a minute.
 func (x *Indexed) sweep(ctx context.Context, now time.Time) {
 	x.mu.Lock()
@@ -269,9 +291,27 @@ func (x *Indexed) sweep(ctx context.Context, now time.Time) {
 		return
 	}
 	_ = x.blobs.Sweep(ctx, func(sid string) bool {
+		if x.busy(sid) {
+			return true
+		}
 		s, err := x.session(ctx, sid)
 		return err != nil || s != nil // keep on doubt
 	})
+}
+
+// hold counts a Put in flight in sid (d = 1 before its blobs are written, -1 when it is done).
+func (x *Indexed) hold(sid string, d int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.inflight[sid] += d; x.inflight[sid] <= 0 {
+		delete(x.inflight, sid)
+	}
+}
+
+func (x *Indexed) busy(sid string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.inflight[sid] > 0
 }
 
 // Close closes the blob store (the backend belongs to the hub).
@@ -312,7 +352,8 @@ func (d *DirBlobs) Delete(_ context.Context, sid string, ids []string) error {
 	for _, id := range ids {
 		_ = os.Remove(filepath.Join(d.root, sid, id))
 	}
-	_ = os.Remove(filepath.Join(d.root, sid)) // only when empty
+	// The session's directory stays: a concurrent Put may have just created it and be about to write
+	// into it (removing it failed that Put with 500). The sweep removes it with its dead session.
 	return nil
 }
 
@@ -400,23 +441,28 @@ func (r *RedisBlobs) Close() error {
 	return nil
 }
 
-// loadSessionUsage reads a session's record (a fresh one owned by tenant when absent) and the total-usage
-// record inside one transaction. A record that does not decode aborts the transaction.
-func loadSessionUsage(t store.Txn, sid, tenant string, now time.Time) (*sessionRec, usageRec, error) {
-	u := usageRec{}
-	recs, err := t.Get(sessionKey(sid), usageKey)
+// load reads a session's record (a fresh one owned by tenant when absent) and the store's and the
+// tenant's usage records inside one transaction. A record that does not decode aborts it.
+func (x *Indexed) load(t store.Txn, sid, tenant string, now time.Time) (*sessionRec, *ledger, error) {
+	l := &ledger{tenantKey: tenantUsageKey(tenant)}
+	recs, err := t.Get(sessionKey(sid), usageKey, l.tenantKey)
 	if err != nil {
-		return nil, u, err
+		return nil, nil, err
 	}
 	s, err := decodeSession(recs[0], now)
 	if err != nil {
-		return nil, u, store.Abort(err)
+		return nil, nil, store.Abort(err)
 	}
-	if recs[1] != nil && json.Unmarshal(recs[1], &u) != nil {
-		return nil, u, store.Abort(store.ErrCorrupt)
+	gran := granularity(x.limits.TTL)
+	if l.global, err = decodeUsage(recs[1], gran); err != nil {
+		return nil, nil, store.Abort(err)
+	}
+	if l.tenant, err = decodeUsage(recs[2], gran); err != nil {
+		return nil, nil, store.Abort(err)
 	}
 	if s == nil {
 		s = &sessionRec{Tenant: tenant}
 	}
-	return s, u, nil
+	l.was = sessionRec{Bytes: s.Bytes, Expires: s.Expires}
+	return s, l, nil
 }

@@ -16,7 +16,8 @@ import (
 // Redis is the shared store for hub replicas. A session is three keys that expire together —
 // <p>fs:{s:<sid>}:meta (hash: tenant, bytes, count), …:files (hash id → File JSON) and …:blobs (hash
 // id → bytes) — and the global accounting is <p>fs:sessions (sorted set of session → expiry in ms) with
-// <p>fs:sizes (hash session → bytes) and <p>fs:total. Put and Touch are one Lua script each, so caps are
+// <p>fs:sizes (hash session → bytes) and <p>fs:total, and per tenant <p>fs:tenants (hash tenant → bytes)
+// with <p>fs:owners (hash session → tenant). Put and Touch are one Lua script each, so caps are
 // checked and the batch written atomically, and expired sessions are subtracted from the total first.
 // Like the hub's redisstore it needs one Redis (not Cluster) with maxmemory-policy noeviction.
 type Redis struct {
@@ -65,6 +66,8 @@ local p, sid, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local function forget(s)
   local b = tonumber(redis.call('HGET', p..'fs:sizes', s) or '0')
   redis.call('DECRBY', p..'fs:total', b)
+  local t = redis.call('HGET', p..'fs:owners', s)
+  if t then redis.call('HINCRBY', p..'fs:tenants', t, -b) redis.call('HDEL', p..'fs:owners', s) end
   redis.call('HDEL', p..'fs:sizes', s)
   redis.call('ZREM', p..'fs:sessions', s)
 end
@@ -77,26 +80,31 @@ local owner = redis.call('HGET', mk, 'tenant')
 if not owner and redis.call('HEXISTS', p..'fs:sizes', sid) == 1 then forget(sid) end
 `
 
-// putLua: ARGV = prefix sid now tenant ttl maxFiles maxSession maxTotal n add, then n × (id json data).
+// putLua: ARGV = prefix sid now tenant ttl maxFiles maxSession maxTotal n add maxTenant, then n × (id
+// json data).
 var putLua = redis.NewScript(reapLua + `
 local tenant, ttl = ARGV[4], tonumber(ARGV[5])
 local maxFiles, maxSession, maxTotal = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local n, add = tonumber(ARGV[9]), tonumber(ARGV[10])
+local n, add, maxTenant = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 if owner and owner ~= tenant then return 'not_found' end
+local held = tonumber(redis.call('HGET', p..'fs:tenants', tenant) or '0')
 local count = tonumber(redis.call('HGET', mk, 'count') or '0')
 local bytes = tonumber(redis.call('HGET', mk, 'bytes') or '0')
 local total = tonumber(redis.call('GET', p..'fs:total') or '0')
 if count + n > maxFiles then return 'too_many_files' end
 if bytes + add > maxSession then return 'session_full' end
+if held + add > maxTenant then return 'tenant_full' end
 if total + add > maxTotal then return 'store_full' end
 for i = 0, n - 1 do
-  local id = ARGV[11 + i*3]
-  redis.call('HSET', fk, id, ARGV[12 + i*3])
-  redis.call('HSET', bk, id, ARGV[13 + i*3])
+  local id = ARGV[12 + i*3]
+  redis.call('HSET', fk, id, ARGV[13 + i*3])
+  redis.call('HSET', bk, id, ARGV[14 + i*3])
   redis.call('RPUSH', ok, id)
 end
 redis.call('HSET', mk, 'tenant', tenant, 'count', count + n, 'bytes', bytes + add)
 redis.call('INCRBY', p..'fs:total', add)
+redis.call('HINCRBY', p..'fs:tenants', tenant, add)
+redis.call('HSET', p..'fs:owners', sid, tenant)
 redis.call('HSET', p..'fs:sizes', sid, bytes + add)
 redis.call('ZADD', p..'fs:sessions', now + ttl, sid)
 redis.call('PEXPIRE', mk, ttl)
@@ -111,10 +119,10 @@ func (r *Redis) Put(ctx context.Context, tenant, sid string, files []Upload) ([]
 	}
 	now := r.now()
 	args := []any{r.prefix, sid, now.UnixMilli(), tenant, r.limits.TTL.Milliseconds(),
-		r.limits.MaxSessionFiles, r.limits.MaxSessionBytes, r.limits.MaxTotalBytes, len(files), batchBytes(files)}
+		r.limits.MaxSessionFiles, r.limits.MaxSessionBytes, r.limits.MaxTotalBytes, len(files), batchBytes(files), r.limits.MaxTenantBytes}
 	out := make([]File, 0, len(files))
 	for _, u := range files {
-		f := File{ID: NewID(), SessionID: sid, Name: u.Name, Size: int64(len(u.Data)), EntityID: u.EntityID, Created: now.UTC()}
+		f := newFile(sid, u, now)
 		b, _ := json.Marshal(f)
 		args = append(args, f.ID, b, u.Data)
 		out = append(out, f)
@@ -132,6 +140,7 @@ if owner and owner ~= tenant then return 'not_found' end
 if not owner then
   redis.call('HSET', mk, 'tenant', tenant, 'count', 0, 'bytes', 0)
   redis.call('HSET', p..'fs:sizes', sid, 0)
+  redis.call('HSET', p..'fs:owners', sid, tenant)
 end
 redis.call('ZADD', p..'fs:sessions', now + ttl, sid)
 redis.call('PEXPIRE', mk, ttl)
@@ -145,6 +154,33 @@ func (r *Redis) Touch(ctx context.Context, tenant, sid string) error {
 		return ErrInvalid
 	}
 	return r.script(ctx, touchLua, []any{r.prefix, sid, r.now().UnixMilli(), tenant, r.limits.TTL.Milliseconds()})
+}
+
+// deleteLua: ARGV = prefix sid now tenant fileId. The file's size comes from its own record, so the
+// session's and the store's usage drop by exactly what Put added.
+var deleteLua = redis.NewScript(reapLua + `
+local tenant, fid = ARGV[4], ARGV[5]
+if not owner or owner ~= tenant then return 'not_found' end
+local meta = redis.call('HGET', fk, fid)
+if not meta then return 'not_found' end
+local size = tonumber(cjson.decode(meta).size)
+redis.call('HDEL', fk, fid)
+redis.call('HDEL', bk, fid)
+redis.call('LREM', ok, 0, fid)
+redis.call('HINCRBY', mk, 'count', -1)
+redis.call('HINCRBY', mk, 'bytes', -size)
+redis.call('DECRBY', p..'fs:total', size)
+redis.call('HINCRBY', p..'fs:tenants', tenant, -size)
+redis.call('HINCRBY', p..'fs:sizes', sid, -size)
+return 'ok'
+`)
+
+// Delete implements Store.
+func (r *Redis) Delete(ctx context.Context, tenant, sid, fileID string) error {
+	if !ValidID(sid) || !ValidID(fileID) {
+		return ErrNotFound
+	}
+	return r.script(ctx, deleteLua, []any{r.prefix, sid, r.now().UnixMilli(), tenant, fileID})
 }
 
 func (r *Redis) script(ctx context.Context, s *redis.Script, args []any) error {
@@ -166,6 +202,8 @@ func (r *Redis) script(ctx context.Context, s *redis.Script, args []any) error {
 		return ErrSessionFull
 	case "store_full":
 		return ErrStoreFull
+	case "tenant_full":
+		return ErrTenantFull
 	}
 	return fmt.Errorf("%w: script answered %q", errCorrupt, res)
 }
