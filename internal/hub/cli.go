@@ -168,8 +168,22 @@ func checkServeSettings(cfg *Config, v *config.Values, stderr io.Writer) (redisU
 		return "", "", err
 	}
 	applyLimits(cfg, v)
+	if cfg.CredentialTTL != 0 && cfg.CredentialTTL < MinCredentialTTL {
+		return "", "", fmt.Errorf("CODELLM_HUB_CREDENTIAL_TTL is %v, under the minimum %v: a worker refreshes a credential "+
+			"once it expires within its refresh window (60 s) plus its estimate of the hub's clock offset (+60 s until it "+
+			"learns it) and rejects a new one that is not later than that, so a shorter lifetime makes it exit with an "+
+			"authentication error and get 401 for good; set it to %v or more (or leave it unset for 5m)", cfg.CredentialTTL, MinCredentialTTL, MinCredentialTTL)
+	}
 	return redisURL, path, nil
 }
+
+// MinCredentialTTL is the shortest worker credential lifetime `codellm hub serve` accepts (issue 40 item
+// 11). A worker (codellm's, and LibreChat's @librechat/code, which share bridge-protocol §4.2) treats a
+// credential expiring within now + clock offset (+60 s before its first registration) + 60 s as due, and
+// refuses a refreshed one that does not expire after that threshold; a minute on top covers the refresh
+// round trip (10 s timeout) and clock skew. Config itself takes any lifetime: tests pair it with a worker
+// whose windows they shorten.
+const MinCredentialTTL = 3 * time.Minute
 
 // requireCredentials refuses a hub nobody could use or everybody could: without an admin token pairing
 // and the admin routes are closed to all (and a static worker token would be empty); without a client

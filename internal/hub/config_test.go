@@ -48,6 +48,12 @@ func TestServeConfigRules(t *testing.T) {
 		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_MAX_BODY": "0"}, "CODELLM_HUB_MAX_BODY"},
 		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_MAX_BODY": "64X"}, "CODELLM_HUB_MAX_BODY"},
 		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_MAX_BODY": "1.5MiB"}, "CODELLM_HUB_MAX_BODY"},
+		// Issue 40 item 11: a credential a worker refreshes 2 minutes ahead must outlive that, or the worker
+		// exits on its first refresh and gets 401 for good (worker's TestMinCredentialTTL).
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_CREDENTIAL_TTL": "90s"}, "CODELLM_HUB_CREDENTIAL_TTL is 1m30s, under the minimum 3m0s"},
+		{"127.0.0.1:1", map[string]string{"LIBRECHAT_CODE_HUB_CREDENTIAL_TTL": "2m"}, "under the minimum 3m0s"},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_CREDENTIAL_TTL": "3m"}, ""},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_CREDENTIAL_TTL": "15m"}, ""},
 	} {
 		var stderr bytes.Buffer
 		lookup := func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }

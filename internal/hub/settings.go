@@ -54,7 +54,7 @@ func limit(env string, kind config.Kind, def, usage string) config.Setting {
 // limitSettings are the hub's environment-only limits; each unset one keeps New's default.
 func limitSettings() []config.Setting {
 	return []config.Setting{
-		limit("HUB_CREDENTIAL_TTL", config.Duration, "5m", "worker credential lifetime"),
+		limit("HUB_CREDENTIAL_TTL", config.Duration, "5m", "worker credential lifetime (at least 3m: a worker refreshes 2 minutes ahead)"),
 		limit("HUB_PAIRING_TTL", config.Duration, "10m", "pairing code lifetime"),
 		limit("HUB_EXEC_TIMEOUT", config.Duration, "1m", "deadline of a /v1/exec request"),
 		limit("HUB_CHAT_TIMEOUT", config.Duration, "2m", "deadline of a chat request"),

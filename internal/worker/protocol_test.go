@@ -327,3 +327,37 @@ func TestCancellationStopsRunningBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Issue 40 item 11: a worker with the protocol's refresh timing (60 s window, +60 s initial clock
+// offset) cannot live on a 2-minute credential: it finds the paired one due at once, refreshes, and
+// rejects the new one as not later than its threshold (exit 3, 401 for good after). hub.MinCredentialTTL,
+// the least `codellm hub serve` accepts, keeps it running with no refresh at all until the credential is
+// near its end. The hub side (serve refusing the shorter TTL) is hub's TestServeConfigRules.
+func TestMinCredentialTTL(t *testing.T) {
+	for _, c := range []struct {
+		ttl     time.Duration
+		refused bool
+	}{{2 * time.Minute, true}, {hub.MinCredentialTTL, false}} {
+		h := newTestHub(t, func(cfg *hub.Config) { cfg.CredentialTTL = c.ttl })
+		id, path := h.pair(t, "ttl")
+		cfg := baseConfig(h, id, path, newEmbedded(t, false))
+		if cfg.Timing.RefreshWindow != 0 || cfg.Timing.InitialClockOffset != 0 {
+			t.Fatal("the test needs the worker's default refresh window and clock offset")
+		}
+		r := start(t, cfg)
+		if c.refused {
+			err := r.wait(t, 20*time.Second)
+			if ExitCode(err) != ExitAuth || !strings.Contains(err.Error(), "not after the refresh threshold") {
+				t.Fatalf("TTL %v: exit %d, %v", c.ttl, ExitCode(err), err)
+			}
+			continue
+		}
+		h.waitReady(t, "ttl")
+		if strings.Contains(r.logs.String(), "credential rotated") || r.w.Credential() != id.Credential {
+			t.Fatalf("TTL %v: the worker refreshed a fresh credential:\n%s", c.ttl, r.logs.String())
+		}
+		if err := r.stop(t); err != nil {
+			t.Fatalf("TTL %v: %v", c.ttl, err)
+		}
+	}
+}
