@@ -741,9 +741,12 @@ func reportFailed(f *frame, step, errno, tag uint32, what *byte, nwhat uintptr) 
 	put32(rec[5:9], errno)
 	put32(rec[9:13], tag)
 	rec[13], rec[14] = byte(nwhat), byte(nwhat>>8)
-	syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&rec[0])), failHeader)
+	// RawSyscall6, not RawSyscall: one frame less on the deepest nosplit
+	// chain (idleMain ... forkInit, reportFailed), which arm64's linker
+	// otherwise finds 8 bytes over the nosplit stack limit.
+	syscall.RawSyscall6(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(&rec[0])), failHeader, 0, 0, 0)
 	if nwhat > 0 {
-		syscall.RawSyscall(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(what)), nwhat)
+		syscall.RawSyscall6(syscall.SYS_WRITE, 3, uintptr(unsafe.Pointer(what)), nwhat, 0, 0, 0)
 	}
 }
 
