@@ -38,6 +38,7 @@ test: deps
 	$(GO) vet ./...
 	GO=$(GO) .ci/lint  # staticcheck and deadcode at pinned versions, no allow-list
 	$(GO) vet -tags codellm_trace ./internal/sandbox/... ./internal/runner/  # bench's trace row builds this
+	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -o /dev/null ./cmd/codellm  # links: vet does not see the nosplit stack limit
 	$(GO) build -o bin/test-summary ./test/summary
 	{ CGO_ENABLED=0 $(GO) test -json -count=1 -timeout 25m ./... ; \
 	  CODELLM_TEST_GO_HELPER=1 CGO_ENABLED=0 $(GO) test -json -count=1 -timeout 10m ./internal/sandbox/ ; \
