@@ -54,11 +54,7 @@ open("/mnt/data/out.txt", "w").write("result")
 // unchanged and its metadata says readOnly. A chat attachment referenced by storage_session_id runs,
 // and once deleted it is refused (400 file_not_found) and gone from the session.
 func TestLibreChatSkillsAndDelete(t *testing.T) {
-	h := newTestHub(t, withFiles(t))
-	id, path := h.pair(t, "lc-skills")
-	r := start(t, baseConfig(h, id, path, newEmbedded(t, false)))
-	h.waitReady(t, "lc-skills")
-	defer r.stop(t)
+	h, _ := libreChatWorker(t, "lc-skills", newEmbedded(t, false))
 
 	b := postForm(t, h, "/upload/batch", [][2]string{{"kind", "skill"}, {"id", "skill_1"}, {"version", "2"}, {"read_only", "true"}},
 		[][2]string{{"skill/SKILL.md", "# greet\n"}, {"skill/helper.py", "def greet():\n    return 'hello from skill'\n"}})

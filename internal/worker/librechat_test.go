@@ -42,6 +42,17 @@ func withFiles(t testing.TB) func(*hub.Config) {
 	}
 }
 
+// libreChatWorker starts a hub with file routes and one worker named name on sup, ready (start stops the worker when
+// the test ends).
+func libreChatWorker(t *testing.T, name string, sup Supervisor) (*testHub, *running) {
+	t.Helper()
+	h := newTestHub(t, withFiles(t))
+	id, path := h.pair(t, name)
+	r := start(t, baseConfig(h, id, path, sup))
+	h.waitReady(t, name)
+	return h, r
+}
+
 // uploadLikeLibreChat posts one file as crud.js's uploadCodeEnvFile does: form-data with entity_id and
 // file, Content-Type overridden to a bare multipart/form-data, User-Id and X-API-Key headers.
 func uploadLikeLibreChat(t *testing.T, h *testHub, name string, data []byte) (sid, fid string) {
@@ -136,11 +147,7 @@ func TestLibreChatFileRoundTrip(t *testing.T) {
 	for _, stateful := range []bool{false, true} {
 		name := map[bool]string{false: "stateless", true: "stateful"}[stateful]
 		t.Run(name, func(t *testing.T) {
-			h := newTestHub(t, withFiles(t))
-			id, path := h.pair(t, "lc-"+name)
-			r := start(t, baseConfig(h, id, path, newEmbedded(t, stateful)))
-			h.waitReady(t, "lc-"+name)
-			defer r.stop(t)
+			h, _ := libreChatWorker(t, "lc-"+name, newEmbedded(t, stateful))
 
 			csv := []byte("month,amount\n1,10.5\n2,20\n3,7.25\n")
 			upSID, upFID := uploadLikeLibreChat(t, h, "sales.csv", csv)
@@ -185,11 +192,7 @@ func TestLibreChatFileRoundTrip(t *testing.T) {
 // TestStatefulTimeoutKeepsServing: `while True: pass` on a stateful worker returns 200 with its partial
 // output and a timeout note; the worker keeps running and the session keeps its files.
 func TestStatefulTimeoutKeepsServing(t *testing.T) {
-	h := newTestHub(t, withFiles(t))
-	id, path := h.pair(t, "lc-loop")
-	r := start(t, baseConfig(h, id, path, newEmbedded(t, true)))
-	h.waitReady(t, "lc-loop")
-	defer r.stop(t)
+	h, r := libreChatWorker(t, "lc-loop", newEmbedded(t, true))
 	first := execLikeLibreChat(t, h, map[string]any{"lang": "py", "code": "open('state.txt','w').write('kept')\nprint('ready')"})
 	rep := h.client(t, context.Background(), "/v1/exec",
 		`{"lang":"py","session_id":"`+first.SessionID+`","code":"print('started', flush=True)\nwhile True: pass"}`,
@@ -230,11 +233,7 @@ func TestChatThroughEndpointWorker(t *testing.T) {
 	if err != nil || !ep.Stateful() {
 		t.Fatalf("endpoint: %v", err)
 	}
-	h := newTestHub(t, withFiles(t))
-	id, path := h.pair(t, "lc-ep")
-	r := start(t, baseConfig(h, id, path, ep))
-	h.waitReady(t, "lc-ep")
-	defer r.stop(t)
+	h, _ := libreChatWorker(t, "lc-ep", ep)
 
 	chat := `{"model":"codellm","messages":[{"role":"user","content":"` + "```bash\\necho '{\\\"answer\\\":\\\"via the worker\\\"}'\\n```" + `"}]}`
 	rep := h.client(t, context.Background(), "/v1/chat/completions", chat, nil)
