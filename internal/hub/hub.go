@@ -398,6 +398,9 @@ func (h *Hub) routes() *httpserve.Router {
 	} {
 		rt.Handle(pattern, onRawPath(pattern, serve))
 	}
+	// LibreChat's workspace tools (outside the table so that its alignment, and other routes' lines, stay).
+	toolsExecute := h.clientRoute(http.MethodPost, toolRefusals, h.handleWorkspaceExecute)
+	rt.Handle("/v1/workspace-tools/execute", onRawPath("/v1/workspace-tools/execute", whole(toolsExecute)))
 	return rt
 }
 
