@@ -98,6 +98,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 		DynamicWorkers: v.Bool("dynamic-workers"), WorkerIDs: v.List("worker-ids"), SignedPathPrefix: v.String("signed-path-prefix"),
 		Logger: slog.New(slog.NewTextHandler(stderr, nil)).With("component", "hub"),
 	}
+	cfg.RuntimeSessionMode = v.String("runtime-session-mode")
 	v.Warn(cfg.Logger)
 	redisURL, path, err := checkServeSettings(&cfg, v, stderr)
 	if err != nil {

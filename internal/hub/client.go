@@ -141,6 +141,8 @@ type execRequest struct {
 	SessionID string            `json:"session_id"`
 	Files     []json.RawMessage `json:"files"`
 	UserID    string            `json:"user_id"`
+	// RuntimeSessionHint names a runtime session on the stateful profile (runtimesession.go).
+	RuntimeSessionHint json.RawMessage `json:"runtime_session_hint"`
 	// Metadata carries codellm's deterministic-mode fields (deterministic, seed, now), forwarded to the
 	// worker's runner; LibreChat sends none.
 	Metadata map[string]json.RawMessage `json:"metadata"`
@@ -184,13 +186,25 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, ce)
 		return
 	}
+	rs, pe := h.execProfile(w, r, key, req.RuntimeSessionHint)
+	if pe != nil {
+		pe.write(w)
+		return
+	}
 	deadline, err := h.deadline(r, h.cfg.ExecTimeout)
 	if err != nil {
 		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: err.Error()})
 		return
 	}
 	d := &dispatchReq{caller: key, kind: bridge.KindSandbox, deadline: deadline, pinned: r.Header.Get("X-Codellm-Worker-Id")}
-	if ce := h.execSession(r.Context(), d, req.SessionID); ce != nil {
+	var warm bool
+	if rs != nil {
+		// The hint decides the session; a session_id beside it (the previous answer's) is the same one.
+		warm, ce = h.runtimeSessionRun(r.Context(), d, rs)
+	} else {
+		ce = h.execSession(r.Context(), d, req.SessionID)
+	}
+	if ce != nil {
 		writeExecError(w, ce)
 		return
 	}
@@ -211,7 +225,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, h.fail(err))
 		return
 	}
-	if h.cfg.Files != nil && (req.SessionID != "" || len(req.Files) > 0) {
+	if h.cfg.Files != nil && (req.SessionID != "" || len(req.Files) > 0 || rs != nil) {
 		// Other hub replicas learn the session (and its owner) from the shared file store.
 		if err := h.cfg.Files.Touch(context.WithoutCancel(r.Context()), key.TenantID, d.sessionID); err != nil {
 			h.cfg.Logger.Warn("file store: touch session failed", "session", d.sessionID, "err", err)
@@ -224,7 +238,11 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 	if v := deterministicHeader(out.result); v != "" {
 		w.Header().Set(wire.DeterminismHeader, v)
 	}
-	writeValue(w, http.StatusOK, h.execReply(r.Context(), key, d.sessionID, out.result, readOnly))
+	reply := h.execReply(r.Context(), key, d.sessionID, out.result, readOnly)
+	if rs != nil {
+		echoRuntimeSession(reply, rs, warm, out)
+	}
+	writeValue(w, http.StatusOK, reply)
 }
 
 // execSession resolves the request's session_id (the store's session record, which every replica shares,
@@ -241,18 +259,7 @@ func (h *Hub) execSession(ctx context.Context, d *dispatchReq, sid string) *clie
 		return h.fail(err)
 	}
 	if s != nil {
-		if s.TenantID != d.caller.TenantID {
-			return &clientError{status: http.StatusNotFound, code: "session_not_found"}
-		}
-		if time.Since(s.LastUsed) > store.SessionRefresh || s.IncarnationID == "" {
-			// Due for a refresh, or reset: this run records it again (with the incarnation that runs it).
-			d.session = &store.Session{ID: sid, TenantID: s.TenantID}
-		}
-		d.affinity, d.stateful = s.WorkerID, s.Stateful
-		if s.Stateful {
-			return h.sessionWorker(ctx, s)
-		}
-		return nil
+		return h.useSession(ctx, d, s)
 	}
 	if h.cfg.Files != nil {
 		// A session an upload created: from this run on, a session of the store too.
@@ -264,6 +271,25 @@ func (h *Hub) execSession(ctx context.Context, d *dispatchReq, sid string) *clie
 	return &clientError{status: http.StatusNotFound, code: "session_not_found"}
 }
 
+// useSession continues the store's session s with d: on its worker when its state lives there.
+func (h *Hub) useSession(ctx context.Context, d *dispatchReq, s *store.Session) *clientError {
+	if s.TenantID != d.caller.TenantID {
+		return &clientError{status: http.StatusNotFound, code: "session_not_found"}
+	}
+	if time.Since(s.LastUsed) > store.SessionRefresh || s.IncarnationID == "" {
+		// Due for a refresh, or reset: this run records it again (with the incarnation that runs it).
+		d.session = &store.Session{ID: s.ID, TenantID: s.TenantID}
+	}
+	d.affinity, d.stateful = s.WorkerID, s.Stateful
+	if s.Stateful {
+		return h.sessionWorker(ctx, s)
+	}
+	return nil
+}
+
+// sessionLost is the code of a stateful session whose worker process went away with its files.
+const sessionLost = "session_lost"
+
 // sessionWorker refuses a stateful session whose files are gone: another incarnation of its worker
 // registered since it last ran (the session's runner went with the previous process), so continuing it
 // would silently run in an empty workspace. A worker that is merely offline may come back: dispatch
@@ -274,7 +300,7 @@ func (h *Hub) sessionWorker(ctx context.Context, s *store.Session) *clientError 
 		return h.fail(err)
 	}
 	if st.Registration != nil && s.IncarnationID != "" && st.Registration.IncarnationID != s.IncarnationID {
-		return &clientError{status: http.StatusConflict, code: "session_lost", message: "The session's worker " + s.WorkerID +
+		return &clientError{status: http.StatusConflict, code: sessionLost, message: "The session's worker " + s.WorkerID +
 			" restarted since the session last ran, and its files were held by the previous worker process; start a new session (omit session_id)"}
 	}
 	return nil

@@ -93,6 +93,10 @@ type Config struct {
 	MaxClientConnections  int
 	MaxPendingConnections int
 
+	// RuntimeSessionMode is how /v1/exec treats runtime_session_hint (runtimesession.go):
+	// RuntimeSessionsAffinity (the default), RuntimeSessionsStrict or RuntimeSessionsStateless.
+	RuntimeSessionMode string
+
 	// replicaBeat is how often this replica renews its heartbeat and sweeps dead replicas (default 5 s;
 	// tests shorten it).
 	replicaBeat time.Duration
@@ -158,6 +162,9 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.RuntimeSessionMode == "" {
+		c.RuntimeSessionMode = RuntimeSessionsAffinity
+	}
 }
 
 // ErrConfig is wrapped by configuration errors.
@@ -197,6 +204,9 @@ func New(cfg Config, st Store) (*Hub, error) {
 		if !bridge.ValidWorkerID(id) {
 			return nil, errors.Join(ErrConfig, errors.New("invalid worker ID in allow-list: "+id))
 		}
+	}
+	if m := cfg.RuntimeSessionMode; m != RuntimeSessionsAffinity && m != RuntimeSessionsStrict && m != RuntimeSessionsStateless {
+		return nil, errors.Join(ErrConfig, errors.New("runtime session mode must be affinity, strict or stateless, not "+m))
 	}
 	for _, k := range cfg.ClientKeys {
 		if k.Key == "" || !bridge.ValidWorkerID(k.TenantID) {
