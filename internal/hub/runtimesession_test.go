@@ -54,7 +54,9 @@ func TestRuntimeSessionHint(t *testing.T) {
 
 	g := &goldenClient{h: h, t: t, norm: normalizer{}, answer: []string{executionProfileHeader}}
 	stateful := map[string]string{"X-API-Key": apiKey, expectedProfileHeader: profileStateful}
-	hinted := func(hint string) string { return `{"lang":"py","code":"print(1)","runtime_session_hint":"` + hint + `"}` }
+	hinted := func(hint string) string {
+		return `{"lang":"py","code":"print(1)","runtime_session_hint":"` + hint + `"}`
+	}
 	first := g.do("first exec of a hint: new", "POST", "/exec", stateful, hinted("v2:user:conv-1"))
 	second := g.do("second exec of the hint: reused, same session", "POST", "/exec", stateful, hinted("v2:user:conv-1"))
 	var a, b struct {
