@@ -60,10 +60,9 @@ func TestRuntimeSessionHint(t *testing.T) {
 	first := g.do("first exec of a hint: new", "POST", "/exec", stateful, hinted("v2:user:conv-1"))
 	second := g.do("second exec of the hint: reused, same session", "POST", "/exec", stateful, hinted("v2:user:conv-1"))
 	var a, b struct {
-		SessionID          string `json:"session_id"`
-		RuntimeSessionID   string `json:"runtime_session_id"`
-		RuntimeStatus      string `json:"runtime_status"`
-		RuntimeSessionHint string `json:"runtime_session_hint"`
+		SessionID        string `json:"session_id"`
+		RuntimeSessionID string `json:"runtime_session_id"`
+		RuntimeStatus    string `json:"runtime_status"`
 	}
 	_ = json.Unmarshal(first.body, &a)
 	_ = json.Unmarshal(second.body, &b)

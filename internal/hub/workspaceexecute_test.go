@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
 )
@@ -118,6 +119,7 @@ func TestWorkspaceToolsExecute(t *testing.T) {
 	w.mustRegister()
 	var mu sync.Mutex
 	var seen []string
+	expires := map[string]string{} // command → the assignment's expiresAt
 	stop := w.serve(func(a *bridge.Assignment) bridge.Settlement {
 		req := a.Request.Object()
 		b, _ := bridge.Canonical(req)
@@ -134,6 +136,10 @@ func TestWorkspaceToolsExecute(t *testing.T) {
 		case op == "read_file":
 			return fulfilled(a, w.incarnation, `{"protocolVersion":1,"operation":"read_file","workspaceId":"primary","path":"README.md","content":"# LibreChat","startLine":1,"endLine":1,"truncated":false}`)
 		case op == "execute_command":
+			cmd, _ := req.Get("command")
+			mu.Lock()
+			expires[cmd.(string)] = a.ExpiresAt
+			mu.Unlock()
 			return fulfilled(a, w.incarnation, `{"protocolVersion":1,"operation":"execute_command","workspaceId":"primary","exitCode":0,"stdout":"ready\n","stderr":"","truncated":false,"timedOut":false}`)
 		}
 		s := rejected(a, w.incarnation, "Workspace edit must match exactly once")
@@ -151,6 +157,9 @@ func TestWorkspaceToolsExecute(t *testing.T) {
 		t.Fatalf("read_file: %d %s", r.status, r.body)
 	}
 	g.do("execute_command (LibreChat's bash tool)", "POST", route, lc, command)
+	long := `{"protocolVersion":1,"operation":"execute_command","workspaceId":"primary","command":"make test","timeoutMs":300000}`
+	sent := time.Now()
+	g.do("execute_command with a 5-minute limit", "POST", route, lc, long)
 	g.do("read_file without the worker header: the one worker offering the workspace", "POST", route, map[string]string{"X-API-Key": apiKey}, read)
 	g.do("rejected: INVALID_PATH is 422", "POST", route, lc, `{"protocolVersion":1,"operation":"read_file","workspaceId":"primary","path":"missing.md"}`)
 	g.do("rejected: EDIT_CONFLICT is 409", "POST", route, lc, `{"protocolVersion":1,"operation":"edit_file","workspaceId":"primary","path":"a.ts","oldText":"x","newText":"y"}`)
@@ -162,8 +171,12 @@ func TestWorkspaceToolsExecute(t *testing.T) {
 	g.do("no key", "POST", route, map[string]string{workspaceWorkerHeader: "user-worker"}, read)
 	g.do("GET", "GET", route, lc, "")
 	mu.Lock()
-	if len(seen) != 5 || seen[0] != read || seen[1] != command {
+	if len(seen) != 6 || seen[0] != read || seen[1] != command {
 		t.Errorf("the worker saw %q; want the requests as sent, and nothing for refused ones", seen)
+	}
+	// The command's own limit, not the 1-minute exec deadline, bounds its assignment (plus 5 s to settle; expiresAt has millisecond precision).
+	if at, err := time.Parse(time.RFC3339Nano, expires["make test"]); err != nil || at.Before(sent.Add(304*time.Second)) {
+		t.Errorf("a 5-minute command's assignment expires at %q (sent %s)", expires["make test"], sent.Format(time.RFC3339Nano))
 	}
 	mu.Unlock()
 

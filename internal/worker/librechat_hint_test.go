@@ -3,7 +3,11 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -43,5 +47,46 @@ func TestLibreChatStatefulByHint(t *testing.T) {
 	other, id3, st3 := statefulExec(t, h, "v2:user:another-conversation", "import os\nprint(os.path.exists('/mnt/data/notes.txt'))")
 	if other.Stdout != "False\n" || id3 == id1 || st3 != "new" || other.SessionID == first.SessionID {
 		t.Fatalf("another hint: %+v %s %s", other, id3, st3)
+	}
+}
+
+// TestLibreChatWorkspaceExecute: LibreChat's workspace tools against a real worker with a workspace,
+// through POST /v1/workspace-tools/execute as @librechat/agents' executeWorkspaceTool calls it (the bare
+// request, Bearer key, X-LibreChat-Code-Worker-ID): a write lands in the directory, a read returns it as
+// the bare result, and the worker's own rejections come back with the Code API's statuses.
+func TestLibreChatWorkspaceExecute(t *testing.T) {
+	h := newTestHub(t, nil)
+	id, path := h.pair(t, "lc-ws")
+	ws := newWorkspace(t, true)
+	start(t, ws.apply(baseConfig(h, id, path, newEmbedded(t, false))))
+	h.waitReady(t, "lc-ws")
+	call := func(body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, h.base+"/workspace-tools/execute", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-LibreChat-Code-Worker-ID", "lc-ws")
+		r := doHTTP(t, req)
+		var m map[string]any
+		if err := json.Unmarshal(r.body, &m); err != nil {
+			t.Fatalf("%s: %d %s", body, r.status, r.body)
+		}
+		return r.status, m
+	}
+	if st, m := call(`{"protocolVersion":1,"operation":"write_file","workspaceId":"primary","path":"app.ts","content":"const ready = true;\n"}`); st != 200 || m["created"] != true {
+		t.Fatalf("write_file: %d %v", st, m)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws.root, "app.ts")); err != nil || string(b) != "const ready = true;\n" {
+		t.Fatalf("the file in the workspace: %q %v", b, err)
+	}
+	st, m := call(`{"protocolVersion":1,"operation":"read_file","workspaceId":"primary","path":"app.ts","startLine":1,"maxLines":200}`)
+	if st != 200 || m["operation"] != "read_file" || m["content"] != "const ready = true;" || m["result"] != nil {
+		t.Fatalf("read_file: %d %v", st, m)
+	}
+	if st, m := call(`{"protocolVersion":1,"operation":"edit_file","workspaceId":"primary","path":"app.ts","oldText":"absent","newText":"x"}`); st != 409 || m["code"] != "EDIT_CONFLICT" {
+		t.Fatalf("edit conflict: %d %v", st, m)
+	}
+	if st, m := call(`{"protocolVersion":1,"operation":"read_file","workspaceId":"primary","path":"missing.ts"}`); st != 422 || m["code"] == nil {
+		t.Fatalf("missing file: %d %v", st, m)
 	}
 }
