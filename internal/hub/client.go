@@ -197,13 +197,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		return
 	}
 	d := &dispatchReq{caller: key, kind: bridge.KindSandbox, deadline: deadline, pinned: r.Header.Get("X-Codellm-Worker-Id")}
-	var warm bool
-	if rs != nil {
-		// The hint decides the session; a session_id beside it (the previous answer's) is the same one.
-		warm, ce = h.runtimeSessionRun(r.Context(), d, rs)
-	} else {
-		ce = h.execSession(r.Context(), d, req.SessionID)
-	}
+	warm, ce := h.execTarget(r.Context(), d, rs, req.SessionID)
 	if ce != nil {
 		writeExecError(w, ce)
 		return
@@ -243,6 +237,15 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		echoRuntimeSession(reply, rs, warm, out)
 	}
 	writeValue(w, http.StatusOK, reply)
+}
+
+// execTarget resolves the session d runs in: the hint's runtime session (rs), else the request's
+// session_id; a session_id beside a hint (the previous answer's) is ignored. warm: see runtimeSessionRun.
+func (h *Hub) execTarget(ctx context.Context, d *dispatchReq, rs *runtimeSession, sid string) (warm bool, ce *clientError) {
+	if rs != nil {
+		return h.runtimeSessionRun(ctx, d, rs)
+	}
+	return false, h.execSession(ctx, d, sid)
 }
 
 // execSession resolves the request's session_id (the store's session record, which every replica shares,
