@@ -21,3 +21,21 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+// The same round trip on the stateful profile, every exec in one runtime session by its hint (a store
+// session read per exec, and the session's worker as the only target), to compare with the above.
+func BenchmarkExecRoundTripHinted(b *testing.B) {
+	h := newTestHub(b, nil)
+	w := newWorker(b, h, "bench-vm")
+	w.caps.StatefulWorkspace = true
+	w.pair(h)
+	w.mustRegister()
+	stop := w.serve(func(a *bridge.Assignment) bridge.Settlement { return runnerReply(a, w.incarnation) })
+	defer stop()
+	hdr := map[string]string{expectedProfileHeader: profileStateful}
+	for b.Loop() {
+		if r := h.client(b, "/v1/exec", `{"lang":"py","code":"x","runtime_session_hint":"v2:user:bench"}`, hdr); r.status != 200 {
+			b.Fatalf("%d %s", r.status, r.body)
+		}
+	}
+}
