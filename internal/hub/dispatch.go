@@ -98,12 +98,18 @@ type plan struct {
 	pools  []string
 	// catalog is the pool copy the plan was made from (for the pools' capabilities).
 	catalog []store.Pool
+	// session is the stateful session the target holds ("" for none): a run of it waits for the
+	// session's run in progress (its own FIFO), not behind the worker's other sessions.
+	session string
 }
 
 // sig names the plan for the queue: requests with the same plan are interchangeable, so they wait in
 // one FIFO (per tenant), and a request never waits behind one that needs other workers.
 func (p *plan) sig() string {
 	if p.target != "" {
+		if p.session != "" {
+			return "w:" + p.target + "/" + p.session
+		}
 		return "w:" + p.target
 	}
 	h := sha256.Sum256([]byte(strings.Join(p.pools, ",")))
@@ -128,7 +134,11 @@ func (h *Hub) makePlan(ctx context.Context, d *dispatchReq) (*plan, error) {
 		if (d.accept != nil && !d.accept(caps)) || (d.runtimeLabel != "" && !caps.HasRuntime(d.runtimeLabel)) {
 			return nil, bridge.ErrWorkerMismatch
 		}
-		return &plan{target: t, caps: *caps}, nil
+		p := &plan{target: t, caps: *caps}
+		if d.stateful && d.pinned == "" {
+			p.session = d.sessionID
+		}
+		return p, nil
 	}
 	for fresh := false; ; fresh = true {
 		catalog, err := h.pools.get(ctx, h.store)

@@ -1,11 +1,13 @@
 package hub
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
 )
@@ -124,3 +126,97 @@ func TestRuntimeSessionHint(t *testing.T) {
 }
 
 func equalStrings(a, b []string) bool { return strings.Join(a, "\x00") == strings.Join(b, "\x00") }
+
+// TestRuntimeSessionRunsAreSerial: a second exec of a runtime session while its first still runs (LibreChat
+// sends a conversation's parallel tool calls with one hint) waits for the first and then runs in the
+// session, instead of the 409 session_quarantined it got on the old code; meanwhile another session of the
+// same worker takes its free slot rather than waiting behind it in the worker's queue. A run that expired unsettled still quarantines.
+func TestRuntimeSessionRunsAreSerial(t *testing.T) {
+	h := newTestHub(t, nil)
+	w := newWorker(t, h, "state-vm")
+	w.caps.StatefulWorkspace = true
+	w.caps.WorkspaceLeaseSlots = 2
+	w.pair(h)
+	w.mustRegister()
+	leaseSlot := func(slot int) *bridge.Assignment {
+		t.Helper()
+		wait, s := 2000.0, float64(slot)
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+			r := w.send(context.Background(), bridge.PathLease(w.id), bridge.LeaseRequest{ProtocolVersion: 1, WaitMs: &wait,
+				IncarnationID: w.incarnation, WorkspaceLeaseSlot: &s})
+			var lr bridge.LeaseResponse
+			if r.status != 200 || json.Unmarshal(r.body, &lr) != nil {
+				t.Fatalf("lease slot %d: %d %s", slot, r.status, r.body)
+			}
+			if lr.Assignment != nil {
+				w.ack(lr.Assignment)
+				return lr.Assignment
+			}
+		}
+		t.Fatalf("nothing for slot %d", slot)
+		return nil
+	}
+	hdr := map[string]string{expectedProfileHeader: profileStateful}
+	body := func(hint, code string) string {
+		return `{"lang":"py","code":"` + code + `","runtime_session_hint":"` + hint + `"}`
+	}
+	// conv-2 already ran on the worker: its next run is for that worker too.
+	warmup := asyncClient(t, h, "/v1/exec", body("conv-2", "warm"), hdr)
+	wu := leaseSlot(0)
+	w.settle(wu, runnerReply(wu, w.incarnation))
+	if r := recv(t, warmup); r.status != 200 {
+		t.Fatalf("conv-2: %d %s", r.status, r.body)
+	}
+	first := asyncClient(t, h, "/v1/exec", body("conv-1", "one"), hdr)
+	a := leaseSlot(0)
+	second := asyncClient(t, h, "/v1/exec", body("conv-1", "two"), hdr)
+	sid := a.RuntimeSessionID
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n, err := h.store.Backend().ZCount(context.Background(), queueKey("default", "w:state-vm/"+sid), -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			select {
+			case r := <-second:
+				t.Fatalf("the second exec of the session did not wait: %d %s", r.status, r.body)
+			default:
+				t.Fatal("the second exec of the session never queued")
+			}
+		}
+	}
+	other := asyncClient(t, h, "/v1/exec", body("conv-2", "other"), hdr)
+	o := leaseSlot(1)
+	if o.RuntimeSessionID != wu.RuntimeSessionID {
+		t.Fatalf("the free slot went to %q, not conv-2's session", o.RuntimeSessionID)
+	}
+	w.settle(o, runnerReply(o, w.incarnation))
+	if r := recv(t, other); r.status != 200 {
+		t.Fatalf("other session: %d %s", r.status, r.body)
+	}
+	w.settle(a, runnerReply(a, w.incarnation))
+	if r := recv(t, first); r.status != 200 {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	b := leaseSlot(0)
+	if b.RuntimeSessionID != sid {
+		t.Fatalf("the waiting exec ran in %q, not the session %q", b.RuntimeSessionID, sid)
+	}
+	w.settle(b, runnerReply(b, w.incarnation))
+	if r := recv(t, second); r.status != 200 || !strings.Contains(string(r.body), `"stdout":"ran:two"`) || !strings.Contains(string(r.body), `"runtime_status":"reused"`) {
+		t.Fatalf("second: %d %s", r.status, r.body)
+	}
+
+	// Control: a run that expired after its ack leaves the session quarantined, as before.
+	late := asyncClient(t, h, "/v1/exec", body("conv-1", "late"), map[string]string{expectedProfileHeader: profileStateful, "X-Codellm-Timeout-Ms": "300"})
+	leaseSlot(0)
+	if r := recv(t, late); r.status != 504 {
+		t.Fatalf("expired run: %d %s", r.status, r.body)
+	}
+	if r := h.client(t, "/v1/exec", body("conv-1", "after"), hdr); r.status != 409 || !strings.Contains(string(r.body), "session_quarantined") {
+		t.Fatalf("after an expired run: %d %s", r.status, r.body)
+	}
+}

@@ -8,6 +8,24 @@ import (
 	"github.com/codellm/codellm/internal/bridge"
 )
 
+// fencedBy says why a session whose workspace fence names assignment id cannot take another run now. A
+// run of the session still in progress (its slot held, unsettled, unfinished, before its deadline) makes
+// the worker busy for the session: the new run waits for it, as a session's runs are serial (LibreChat
+// sends a conversation's parallel tool calls in one session). Anything else left the workspace
+// quarantined.
+func (t *wtx) fencedBy(id string) error {
+	if _, running := t.slots.Active[id]; running {
+		a, err := t.asg(id)
+		if err != nil {
+			return err
+		}
+		if a != nil && a.Settlement == nil && !a.Finished && t.now.Before(a.A.ExpiresAt) {
+			return bridge.ErrWorkerBusy
+		}
+	}
+	return bridge.ErrWorkspaceQuarantined
+}
+
 // Enqueue implements Store (§7.3 dispatch steps 1–3).
 func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, error) {
 	var out Assignment
@@ -19,8 +37,8 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 		if ep.RuntimeSessionID != "" && !t.reg.Capabilities.StatefulWorkspace {
 			return bridge.ErrWorkerMismatch
 		}
-		if ep.RuntimeSessionID != "" && rec.WorkspaceFences[sessionKey(ep.RuntimeSessionID)] != "" {
-			return bridge.ErrWorkspaceQuarantined
+		if fence := rec.WorkspaceFences[sessionKey(ep.RuntimeSessionID)]; ep.RuntimeSessionID != "" && fence != "" {
+			return t.fencedBy(fence)
 		}
 		t.notIdle = ep.FromIdle
 		if t.busy() {

@@ -468,6 +468,9 @@ func testStatefulFence(t *testing.T, f Factory) {
 	want(t, err, nil)
 	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
 	want(t, ack(s, a), nil)
+	// While it runs, another run of the session waits for it (busy), not for a reset (quarantined).
+	_, err = enqueue(t, s, bridge.NewID(), "sess-1", time.Minute)
+	want(t, err, bridge.ErrWorkerBusy)
 	want(t, settle(s, a, auth, bridge.StatusFulfilled, `{"ok":1}`), nil)
 	_, err = s.Complete(ctx, worker, a.ID)
 	want(t, err, nil)
@@ -481,6 +484,8 @@ func testStatefulFence(t *testing.T, f Factory) {
 	_, err = s.Complete(ctx, worker, b.ID)
 	want(t, err, bridge.ErrAssignmentExpired)
 	want(t, s.ResetWorkspace(ctx, worker, incA, "sess-1"), bridge.ErrWorkerBusy)
+	_, err = enqueue(t, s, bridge.NewID(), "sess-1", time.Minute) // its lock still held, but the run is over
+	want(t, err, bridge.ErrWorkspaceQuarantined)
 	time.Sleep(1050 * time.Millisecond) // lock expires
 	_, err = enqueue(t, s, bridge.NewID(), "sess-1", time.Minute)
 	want(t, err, bridge.ErrWorkspaceQuarantined)
