@@ -274,6 +274,9 @@ func readClientJWT(cfg *Config, v *config.Values) error {
 		return fmt.Errorf("CODELLM_HUB_CLIENT_JWT_*: %v", err)
 	}
 	cfg.ClientJWT = &ClientJWT{Issuer: v.String("client-jwt-issuer"), Audience: v.String("client-jwt-audience"), Keys: keys}
+	if err := cfg.ClientJWT.check(); err != nil { // before anything is opened
+		return fmt.Errorf("CODELLM_HUB_CLIENT_JWT_*: %v", err)
+	}
 	return nil
 }
 
