@@ -98,7 +98,7 @@ func TestLibreChatSignedTokenPinnedWorker(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name, token, header string
-		status             int
+		status              int
 	}{
 		{"header names another worker than the token", token, "other-vm", 403},
 		{"header without a code_worker_id claim", mintLikeLibreChat("6650c0ffee0000000000abcd", "acme", ""), "user-vm", 403},
