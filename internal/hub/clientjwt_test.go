@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"math/big"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -263,8 +264,9 @@ func TestClientJWTKeys(t *testing.T) {
 	}
 }
 
-// BenchmarkClientJWTVerify measures one token check (each authenticated request with a signed token
-// pays it): EdDSA, LibreChat's default, and RS256.
+// BenchmarkClientJWTVerify measures one token check, EdDSA (LibreChat's default) and RS256, and the
+// same token again from the verifier's memory (a request authenticates up to three times; LibreChat
+// reuses a token for up to 30 s).
 func BenchmarkClientJWTVerify(b *testing.B) {
 	c := testClientJWT(b)
 	claims, _ := json.Marshal(lcClaims(jwtNow, "u1", "acme", "vm-a"))
@@ -274,10 +276,49 @@ func BenchmarkClientJWTVerify(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
+				if _, err := c.verifyToken(bc.tok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(bc.name+"/remembered", func(b *testing.B) {
+			for b.Loop() {
 				if _, err := c.verify(bc.tok); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
+	}
+}
+
+// TestClientJWTMemory: a remembered token is refused once the verifier would refuse it (at exp + the
+// 30 s skew), and the memory stays bounded.
+func TestClientJWTMemory(t *testing.T) {
+	c := testClientJWT(t)
+	clock := jwtNow
+	c.now = func() time.Time { return clock }
+	tok := mintLC(t, lcClaims(jwtNow, "u1", "acme", ""))
+	if _, err := c.verify(tok); err != nil {
+		t.Fatal(err)
+	}
+	clock = jwtNow.Add(300*time.Second + jwtClockSkew - time.Second)
+	if _, err := c.verify(tok); err != nil {
+		t.Fatal("within the skew:", err)
+	}
+	clock = jwtNow.Add(300*time.Second + jwtClockSkew)
+	var je *jwtError
+	if _, err := c.verify(tok); !errors.As(err, &je) || je.reason != "expired" {
+		t.Fatalf("remembered token past its expiry: %v", err)
+	}
+	clock = jwtNow
+	for i := range maxSeenTokens + 10 {
+		claims := lcClaims(jwtNow, "u1", "acme", "")
+		claims["jti"] = strconv.Itoa(i)
+		if _, err := c.verify(mintLC(t, claims)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.seen.m); n > maxSeenTokens {
+		t.Fatalf("%d tokens remembered", n)
 	}
 }

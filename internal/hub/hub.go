@@ -37,9 +37,10 @@ type ClientKey struct {
 	Roles    []string `json:"roles,omitempty"`
 	Groups   []string `json:"groups,omitempty"`
 	// CodeWorkerID is the worker a signed token pins (its code_worker_id claim); signed marks an identity
-	// from a signed token rather than a static key (clientjwt.go).
+	// from a signed token rather than a static key, until the instant its token expires (clientjwt.go).
 	CodeWorkerID string `json:"-"`
 	signed       bool
+	until        time.Time
 }
 
 // Auth modes of the worker routes (§4.1).
