@@ -119,7 +119,7 @@ func (h *Hub) authenticate(r *http.Request) (*ClientKey, string) {
 	if !bearer {
 		return nil, invalid
 	}
-	if k, why := jwtBearer(h, tok); k != nil || why != "" {
+	if k, why := h.signedBearer(tok); k != nil || why != "" {
 		return k, why
 	}
 	return nil, invalid
