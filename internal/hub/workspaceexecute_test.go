@@ -150,7 +150,7 @@ func TestWorkspaceToolsExecute(t *testing.T) {
 
 	g := &goldenClient{h: h, t: t, norm: normalizer{}}
 	const route = "/workspace-tools/execute"
-	lc := map[string]string{"Authorization": "Bearer " + apiKey, workspaceWorkerHeader: "user-worker"}
+	lc := map[string]string{"Authorization": "Bearer " + apiKey, HeaderLibreChatWorker: "user-worker"}
 	read := `{"protocolVersion":1,"operation":"read_file","workspaceId":"primary","path":"README.md","startLine":1,"maxLines":200}`
 	command := `{"protocolVersion":1,"operation":"execute_command","workspaceId":"primary","command":"pwd","cwd":"packages/api","timeoutMs":30000,"maxOutputBytes":262144}`
 	if r := g.do("read_file", "POST", route, lc, read); r.status != 200 {
@@ -166,9 +166,9 @@ func TestWorkspaceToolsExecute(t *testing.T) {
 	g.do("not offered: write_file without overwrite needs the create mode", "POST", route, lc, `{"protocolVersion":1,"operation":"write_file","workspaceId":"primary","path":"n.ts","content":"x","overwrite":false}`)
 	g.do("invalid request: a path leaving the workspace", "POST", route, lc, `{"protocolVersion":1,"operation":"read_file","workspaceId":"primary","path":"../etc/passwd"}`)
 	g.do("invalid request: not JSON", "POST", route, lc, `{`)
-	g.do("invalid worker header", "POST", route, map[string]string{"X-API-Key": apiKey, workspaceWorkerHeader: "no such/worker"}, read)
-	g.do("a worker that is not online", "POST", route, map[string]string{"X-API-Key": apiKey, workspaceWorkerHeader: "other-worker"}, read)
-	g.do("no key", "POST", route, map[string]string{workspaceWorkerHeader: "user-worker"}, read)
+	g.do("invalid worker header", "POST", route, map[string]string{"X-API-Key": apiKey, HeaderLibreChatWorker: "no such/worker"}, read)
+	g.do("a worker that is not online", "POST", route, map[string]string{"X-API-Key": apiKey, HeaderLibreChatWorker: "other-worker"}, read)
+	g.do("no key", "POST", route, map[string]string{HeaderLibreChatWorker: "user-worker"}, read)
 	g.do("GET", "GET", route, lc, "")
 	mu.Lock()
 	if len(seen) != 6 || seen[0] != read || seen[1] != command {

@@ -64,6 +64,17 @@ func (h *Hub) handleWorkspaceTools(w http.ResponseWriter, r *http.Request, key *
 		writeToolError(w, http.StatusBadRequest, "Body must be a JSON object {workerId, request}", string(bridge.CodeAssignmentInvalid), 0)
 		return
 	}
+	if pin, ce := h.pinnedWorker(r, key); ce != nil || (pin != "" && pin != workerID) {
+		if ce == nil {
+			status := http.StatusBadRequest
+			if key.signed {
+				status = http.StatusForbidden // the token pins another worker
+			}
+			ce = pinError(status, "workerId "+quoteClaim(workerID)+" is not the pinned worker "+quoteClaim(pin))
+		}
+		writeToolError(w, ce.status, ce.message, "", 0)
+		return
+	}
 	req, err := bridge.ValidateWorkspaceRequest(reqObj)
 	if err != nil {
 		writeToolError(w, http.StatusBadRequest, "Invalid workspace tool request", string(bridge.CodeAssignmentInvalid), 0)
@@ -138,10 +149,6 @@ func (h *Hub) runWorkspaceTool(w http.ResponseWriter, r *http.Request, key *Clie
 	return out.result
 }
 
-// workspaceWorkerHeader names the worker a LibreChat workspace tool call is for (LibreChat's
-// codeExecutionHeaders; the Code API's bridge/selection.ts).
-const workspaceWorkerHeader = "X-LibreChat-Code-Worker-ID"
-
 // handleWorkspaceExecute is POST /v1/workspace-tools/execute, the route LibreChat's workspace tools call
 // (@librechat/agents executeWorkspaceTool): the body is the bare §9 request, the worker is named by
 // X-LibreChat-Code-Worker-ID, and the answer is the Code API's: the result itself on 200, {error} or
@@ -173,16 +180,17 @@ func (h *Hub) handleWorkspaceExecute(w http.ResponseWriter, r *http.Request, key
 	}
 }
 
-// workspaceWorker picks the worker of a workspace tool call: the one X-LibreChat-Code-Worker-ID names,
-// else the only online worker this caller may use that offers the request. Several such workers are
-// refused rather than guessed between (a write must not land in another machine's workspace of the
-// same name). A non-zero status is the refusal, msg its error.
+// workspaceWorker picks the worker of a workspace tool call: the pinned one (pinnedWorker: the
+// X-LibreChat-Code-Worker-ID header, a signed token's code_worker_id), else the only online worker this
+// caller may use that offers the request. Several such workers are refused rather than guessed between (a
+// write must not land in another machine's workspace of the same name). A non-zero status is the refusal,
+// msg its error.
 func (h *Hub) workspaceWorker(r *http.Request, key *ClientKey, req *bridge.WorkspaceRequest) (id string, status int, msg string) {
-	if v := r.Header.Values(workspaceWorkerHeader); len(v) > 0 {
-		id = strings.TrimSpace(v[0])
-		if len(v) > 1 || !bridge.ValidWorkerID(id) {
-			return "", http.StatusBadRequest, "Invalid code bridge worker ID: " + workspaceWorkerHeader + " must be one worker ID"
-		}
+	id, ce := h.pinnedWorker(r, key)
+	if ce != nil {
+		return "", ce.status, ce.message
+	}
+	if id != "" {
 		return id, 0, ""
 	}
 	all, err := h.store.Workers(r.Context())
@@ -199,12 +207,12 @@ func (h *Hub) workspaceWorker(r *http.Request, key *ClientKey, req *bridge.Works
 	switch len(ids) {
 	case 0:
 		return "", http.StatusServiceUnavailable, "No code bridge worker was selected: no online worker offers " + req.Operation +
-			" on workspace " + req.WorkspaceID + "; name one in " + workspaceWorkerHeader
+			" on workspace " + req.WorkspaceID + "; name one in " + HeaderLibreChatWorker
 	case 1:
 		return ids[0], 0, ""
 	}
 	return "", http.StatusBadRequest, "Workers " + strings.Join(ids, ", ") + " all offer workspace " + req.WorkspaceID +
-		"; name one in " + workspaceWorkerHeader
+		"; name one in " + HeaderLibreChatWorker
 }
 
 // upstreamToolStatus maps a workspace rejection's errorCode to the Code API's status for it: 422 unless
