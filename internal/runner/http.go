@@ -156,6 +156,8 @@ func jsonKind(goKind string) string {
 	switch goKind {
 	case "int64", "int":
 		return "an integer"
+	case "float64":
+		return "a number"
 	case "string", "ptr":
 		return "a string"
 	case "slice":
