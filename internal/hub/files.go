@@ -50,7 +50,7 @@ const execOutputPath = "/mnt/data/"
 
 // Default caps of the file surface beyond filestore.Limits.
 const (
-	DefaultMaxExecInputBytes = 10 << 20  // input files of one /v1/exec, all together (§13.1)
+	DefaultMaxExecInputBytes = 25 << 20  // input files of one /v1/exec, all together (§13.1)
 	DefaultMaxUploadMemory   = 256 << 20 // upload bytes held in memory by all requests at once
 	maxUploadParts           = 64
 	uploadChunk              = 64 << 10 // an upload is read (and its memory taken) this much at a time

@@ -67,7 +67,7 @@ type Config struct {
 	// file references). FileLimits must be the limits Files was opened with.
 	Files             filestore.Store
 	FileLimits        filestore.Limits
-	MaxExecInputBytes int64 // input files of one /v1/exec together; default 10 MiB
+	MaxExecInputBytes int64 // input files of one /v1/exec together; default 25 MiB
 	// MaxUploadMemory bounds the upload bytes all requests hold in memory at once (default 256 MiB);
 	// an upload that would pass it is answered 503 upload_busy with Retry-After.
 	MaxUploadMemory int64
@@ -113,7 +113,7 @@ func (c *Config) defaults() {
 	def(&c.CredentialTTL, 300*time.Second)
 	def(&c.PairingTTL, 10*time.Minute)
 	def(&c.ClockSkew, 60*time.Second)
-	def(&c.ExecTimeout, 60*time.Second)
+	def(&c.ExecTimeout, 300*time.Second) // upstream JOB_TIMEOUT
 	def(&c.ChatTimeout, 120*time.Second)
 	def(&c.MaxTimeout, 600*time.Second)
 	def(&c.QueueTimeout, 30*time.Second)
