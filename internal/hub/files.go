@@ -141,6 +141,10 @@ func (h *Hub) fileRoute(w http.ResponseWriter, r *http.Request, p string) bool {
 			writeExecError(w, fileError(http.StatusNotImplemented, "files_unavailable", "This hub has no file store"))
 			return
 		}
+		if ce := h.admit(r.Context(), w, h.limits.forFile(p), key); ce != nil {
+			writeExecError(w, ce)
+			return
+		}
 		if e := serve(key); e != nil {
 			writeExecError(w, e)
 		}

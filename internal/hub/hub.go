@@ -92,6 +92,9 @@ type Config struct {
 	MaxWorkerConnections  int
 	MaxClientConnections  int
 	MaxPendingConnections int
+	// RateLimits are the per-caller limits of /v1/exec and the file routes (ratelimit.go; upstream's
+	// defaults, on unless Off).
+	RateLimits RateLimits
 
 	// replicaBeat is how often this replica renews its heartbeat and sweeps dead replicas (default 5 s;
 	// tests shorten it).
@@ -149,6 +152,7 @@ func (c *Config) defaults() {
 		c.MaxSettleBody = 32 << 20
 	}
 	c.FileLimits = c.FileLimits.WithDefaults()
+	c.RateLimits.defaults()
 	if c.MaxExecInputBytes <= 0 {
 		c.MaxExecInputBytes = DefaultMaxExecInputBytes
 	}
@@ -184,6 +188,7 @@ type Hub struct {
 	replica     *replicaRecords    // nil: the store has no Backend
 	conns       *conns
 	uploads     *uploadBudget
+	limits      *limiters
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -209,6 +214,7 @@ func New(cfg Config, st Store) (*Hub, error) {
 	h.conns = newConns(cfg.MaxPendingConnections, cfg.MaxWorkerConnections, cfg.MaxClientConnections)
 	h.uploads = &uploadBudget{max: cfg.MaxUploadMemory, left: cfg.MaxUploadMemory}
 	h.metrics = metrics.NewHub(h.onlineWorkers)
+	h.limits = newLimiters(cfg.RateLimits)
 	h.router = h.routes()
 	bs, ok := st.(interface{ Backend() store.Backend })
 	if !ok {
@@ -371,7 +377,7 @@ func (c *closeUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 // not found, as it always was.
 func (h *Hub) routes() *httpserve.Router {
 	rt := httpserve.NewRouter(notFound, func(w http.ResponseWriter, r *http.Request, _ []string) { notFound(w, r) })
-	exec := h.idempotent(h.clientRoute(http.MethodPost, execRefusals, h.handleExec), writeExecError)
+	exec := h.idempotent(h.clientRoute(http.MethodPost, execRefusals, h.rateLimited(h.limits.exec, writeExecError, h.handleExec)), writeExecError)
 	chat := h.idempotent(h.clientRoute(http.MethodPost, chatRefusals, h.handleChat), writeChatError)
 	tools := h.clientRoute(http.MethodPost, toolRefusals, h.handleWorkspaceTools)
 	whole := func(f http.HandlerFunc) func(w http.ResponseWriter, r *http.Request, _ string) {

@@ -1,6 +1,11 @@
 package hub
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -73,5 +78,123 @@ func TestExecBodyTimeout(t *testing.T) {
 	}
 	if calls.Load() != n {
 		t.Fatal("a refused timeout reached the worker")
+	}
+}
+
+// TestRateLimits: upstream's per-caller limits are on by default. The 21st /v1/exec of a caller within
+// 30 s is 429 in upstream's exec body ({error: rate_limited, message, retry_after_seconds}) with
+// Retry-After and the RateLimit-* headers, and reaches no worker; another caller (another user of the
+// tenant) keeps its own budget; file listings have theirs. With the limits off nothing is refused.
+func TestRateLimits(t *testing.T) {
+	keys := func(c *Config) {
+		c.ClientKeys = append(c.ClientKeys, ClientKey{Key: "second-user-key", TenantID: "default", UserID: "u2"})
+	}
+	h := newTestHub(t, keys)
+	w := newWorker(t, h, "vm-rate")
+	w.pair(h)
+	w.mustRegister()
+	var calls atomic.Int32
+	stop := w.serve(func(a *bridge.Assignment) bridge.Settlement { calls.Add(1); return runnerReply(a, w.incarnation) })
+	defer stop()
+	exec := `{"lang":"py","code":"print(1)"}`
+	for i := 1; i <= 20; i++ {
+		r := h.client(t, "/v1/exec", exec, nil)
+		if r.status != 200 || r.header.Get("RateLimit-Limit") != "20" || r.header.Get("RateLimit-Remaining") != strconv.Itoa(20-i) ||
+			r.header.Get("RateLimit-Policy") != "20;w=30" {
+			t.Fatalf("exec %d: %d %v %s", i, r.status, r.header, r.body)
+		}
+	}
+	n := calls.Load()
+	r := h.client(t, "/v1/exec", exec, nil)
+	var body map[string]any
+	if err := json.Unmarshal(r.body, &body); err != nil || r.status != 429 || len(body) != 3 || body["error"] != "rate_limited" ||
+		body["retry_after_seconds"] != float64(mustAtoi(t, r.header.Get("Retry-After"))) ||
+		!regexp.MustCompile(`^Too many CodeAPI execution requests\. Please retry in [0-9]+ seconds?\.$`).MatchString(fmt.Sprint(body["message"])) ||
+		r.header.Get("RateLimit-Remaining") != "0" {
+		t.Fatalf("21st exec: %d %v %s", r.status, r.header, r.body)
+	}
+	if calls.Load() != n {
+		t.Fatal("a rate-limited exec reached the worker")
+	}
+	// Another user of the same tenant has a budget of its own.
+	if r := h.client(t, "/v1/exec", exec, map[string]string{"X-API-Key": "second-user-key"}); r.status != 200 {
+		t.Fatalf("another caller: %d %s", r.status, r.body)
+	}
+	// File listings count apart from execs, with upstream's sentence.
+	sid := mustUpload(t, h, "a.txt", "x").SessionID
+	for i := 0; i < 120; i++ {
+		if r := h.get(t, apiKey, "/files/"+sid); r.status != 200 {
+			t.Fatalf("listing %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if r := h.get(t, apiKey, "/files/"+sid); r.status != 429 || errField(r) != "rate_limited" ||
+		!strings.Contains(string(r.body), `"message":"Too many file list requests. Please retry in `) {
+		t.Fatalf("121st listing: %d %s", r.status, r.body)
+	}
+
+	off := newTestHub(t, func(c *Config) { c.RateLimits.Off = true })
+	for i := 0; i < 25; i++ {
+		// No worker: past the limiter every request meets the same refusal, never 429.
+		if r := off.client(t, "/v1/exec", exec, nil); r.status == 429 || r.header.Get("RateLimit-Limit") != "" {
+			t.Fatalf("limits off, exec %d: %d %s", i, r.status, r.body)
+		}
+	}
+}
+
+// TestRateLimitSharedByReplicas: two hub replicas over one store count one caller's requests together,
+// so running more replicas does not multiply a caller's budget.
+func TestRateLimitSharedByReplicas(t *testing.T) {
+	h := newTestHub(t, func(c *Config) { c.RateLimits.Listing = RateLimit{Max: 3, Window: time.Minute} })
+	other := h.replicaOf(t)
+	sid := mustUpload(t, h, "a.txt", "x").SessionID
+	for i, hub := range []*testHub{h, other, h} {
+		if r := hub.get(t, apiKey, "/files/"+sid); r.status != 200 {
+			t.Fatalf("listing %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if r := other.get(t, apiKey, "/files/"+sid); r.status != 429 {
+		t.Fatalf("4th listing on the other replica: %d %s", r.status, r.body)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
+}
+
+// replicaOf starts a second hub replica over h's store and file store, with h's configuration.
+func (h *testHub) replicaOf(t *testing.T) *testHub {
+	t.Helper()
+	r, err := New(h.cfg, h.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(r)
+	t.Cleanup(func() {
+		r.Close()
+		srv.Close()
+	})
+	return &testHub{Hub: r, srv: srv, base: srv.URL + "/v1", store: h.store}
+}
+
+// TestRateLimitFailsClosed: a limit the store cannot count refuses (503 store_unavailable with
+// Retry-After, counted as a rate_limit store error) instead of letting the request through unchecked.
+func TestRateLimitFailsClosed(t *testing.T) {
+	h, fb, _ := newFaultHub(t)
+	w := newWorker(t, h, "rate-outage-vm")
+	w.pair(h)
+	w.mustRegister()
+	fb.SetDown(true)
+	r := h.client(t, "/v1/exec", `{"lang":"py","code":"x"}`, nil)
+	if r.status != 503 || errField(r) != "store_unavailable" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("exec during outage: %d %s", r.status, r.body)
+	}
+	fb.SetDown(false)
+	if m := get(t, h.srv.URL+"/metrics"); !strings.Contains(string(m.body), `codellm_hub_store_errors_total{operation="rate_limit"} 1`) {
+		t.Fatalf("no rate_limit store error counted:\n%s", m.body)
 	}
 }

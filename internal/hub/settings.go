@@ -42,6 +42,7 @@ func serveSettings() []config.Setting {
 		{Name: "store-kind", Env: "HUB_STORE", Kind: config.String, EnvOnly: true, Default: "embedded", Usage: "embedded or redis (then CODELLM_HUB_REDIS_URL)"},
 		{Name: "redis-url", Env: "HUB_REDIS_URL", Kind: config.String, EnvOnly: true, Usage: "redis://HOST:PORT/DB of the shared store"},
 		{Name: "data-dir", Env: "HUB_DATA_DIR", Kind: config.String, EnvOnly: true, Usage: "directory of the embedded store (default ~/.local/state/codellm/hub)"},
+		{Name: "rate-limits", Env: "HUB_RATE_LIMITS", Kind: config.Bool, EnvOnly: true, Default: "true", Usage: "per-caller rate limits of /v1/exec and the file routes (CODELLM_HUB_*_RATE_*; false turns them off)"},
 	}, limitSettings()...)
 }
 
@@ -74,6 +75,14 @@ func limitSettings() []config.Setting {
 		limit("HUB_MAX_PENDING_CONNECTIONS", config.Int, "256", "connections not yet authenticated; past it the oldest is closed"),
 		limit("HUB_MAX_TENANT_FILE_BYTES", config.Size, "1GiB", "all files of one tenant (API key's tenantId) together"),
 		limit("HUB_MAX_UPLOAD_MEMORY", config.Size, "256MiB", "upload bytes all requests hold in memory at once; past it an upload gets 503 upload_busy"),
+		limit("HUB_EXEC_RATE_MAX", config.Int, "20", "/v1/exec requests of one caller (API key's tenant and user) per HUB_EXEC_RATE_WINDOW; more get 429 rate_limited"),
+		limit("HUB_EXEC_RATE_WINDOW", config.Duration, "30s", "window of HUB_EXEC_RATE_MAX"),
+		limit("HUB_UPLOAD_RATE_MAX", config.Int, "30", "uploads (/v1/upload, /v1/upload/batch) of one caller per HUB_UPLOAD_RATE_WINDOW"),
+		limit("HUB_UPLOAD_RATE_WINDOW", config.Duration, "5m", "window of HUB_UPLOAD_RATE_MAX"),
+		limit("HUB_DOWNLOAD_RATE_MAX", config.Int, "60", "downloads of one caller per HUB_DOWNLOAD_RATE_WINDOW"),
+		limit("HUB_DOWNLOAD_RATE_WINDOW", config.Duration, "1m", "window of HUB_DOWNLOAD_RATE_MAX"),
+		limit("HUB_LIST_RATE_MAX", config.Int, "120", "file listings (GET /v1/files/{session}) of one caller per HUB_LIST_RATE_WINDOW"),
+		limit("HUB_LIST_RATE_WINDOW", config.Duration, "1m", "window of HUB_LIST_RATE_MAX"),
 	}
 }
 
@@ -88,6 +97,10 @@ func limitFields(c *Config) map[string]any {
 		"HUB_MAX_EXEC_INPUT_BYTES": &c.MaxExecInputBytes, "HUB_MAX_WORKER_CONNECTIONS": &c.MaxWorkerConnections,
 		"HUB_MAX_CLIENT_CONNECTIONS": &c.MaxClientConnections, "HUB_MAX_PENDING_CONNECTIONS": &c.MaxPendingConnections,
 		"HUB_MAX_UPLOAD_MEMORY": &c.MaxUploadMemory, "HUB_MAX_TENANT_FILE_BYTES": &c.FileLimits.MaxTenantBytes,
+		"HUB_EXEC_RATE_MAX": &c.RateLimits.Exec.Max, "HUB_EXEC_RATE_WINDOW": &c.RateLimits.Exec.Window,
+		"HUB_UPLOAD_RATE_MAX": &c.RateLimits.Upload.Max, "HUB_UPLOAD_RATE_WINDOW": &c.RateLimits.Upload.Window,
+		"HUB_DOWNLOAD_RATE_MAX": &c.RateLimits.Download.Max, "HUB_DOWNLOAD_RATE_WINDOW": &c.RateLimits.Download.Window,
+		"HUB_LIST_RATE_MAX": &c.RateLimits.Listing.Max, "HUB_LIST_RATE_WINDOW": &c.RateLimits.Listing.Window,
 	}
 }
 
