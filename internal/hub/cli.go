@@ -97,7 +97,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 		AdminToken: v.String("admin-token"), WorkerToken: v.String("worker-token"), AuthMode: v.String("auth-mode"),
 		DynamicWorkers: v.Bool("dynamic-workers"), WorkerIDs: v.List("worker-ids"), SignedPathPrefix: v.String("signed-path-prefix"),
 		RateLimits: RateLimits{Off: !v.Bool("rate-limits")},
-		Logger: slog.New(slog.NewTextHandler(stderr, nil)).With("component", "hub"),
+		Logger:     slog.New(slog.NewTextHandler(stderr, nil)).With("component", "hub"),
 	}
 	v.Warn(cfg.Logger)
 	redisURL, path, err := checkServeSettings(&cfg, v, stderr)

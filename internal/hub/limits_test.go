@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
+	"github.com/codellm/codellm/internal/hub/boltstore"
 	"github.com/codellm/codellm/internal/hub/filestore"
 )
 
@@ -133,9 +134,13 @@ func TestRateLimits(t *testing.T) {
 	}
 
 	off := newTestHub(t, func(c *Config) { c.RateLimits.Off = true })
+	ow := newWorker(t, off, "vm-unlimited")
+	ow.pair(off)
+	ow.mustRegister()
+	stopOff := ow.serve(func(a *bridge.Assignment) bridge.Settlement { return runnerReply(a, ow.incarnation) })
+	defer stopOff()
 	for i := 0; i < 25; i++ {
-		// No worker: past the limiter every request meets the same refusal, never 429.
-		if r := off.client(t, "/v1/exec", exec, nil); r.status == 429 || r.header.Get("RateLimit-Limit") != "" {
+		if r := off.client(t, "/v1/exec", exec, nil); r.status != 200 || r.header.Get("RateLimit-Limit") != "" {
 			t.Fatalf("limits off, exec %d: %d %s", i, r.status, r.body)
 		}
 	}
@@ -197,4 +202,53 @@ func TestRateLimitFailsClosed(t *testing.T) {
 	if m := get(t, h.srv.URL+"/metrics"); !strings.Contains(string(m.body), `codellm_hub_store_errors_total{operation="rate_limit"} 1`) {
 		t.Fatalf("no rate_limit store error counted:\n%s", m.body)
 	}
+}
+
+// TestQueueWhileNoWorker: a request that finds no worker online waits in the queue, as the Code API's
+// job queue holds it, and runs once a worker registers: one the hub never saw (its pools are empty, as
+// after the hub's restart) and one whose registration lapsed (while it re-registers). The wait is
+// bounded: by QueueMax (429 at once) and by the queue timeout (then 503 worker_unavailable, nothing ran).
+func TestQueueWhileNoWorker(t *testing.T) {
+	h := newTestHub(t, func(c *Config) { c.QueueTimeout = 20 * time.Second; c.QueueMax = 1 }, boltstore.WithLeaseTTL(time.Second))
+	waitQueued := func(sig string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if n, err := h.replica.b.ZCount(t.Context(), queueKey("default", sig), -1); err == nil && n == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no request waits in queue %s", sig)
+			}
+		}
+	}
+	timeout := map[string]string{"X-Codellm-Timeout-Ms": "30000"}
+
+	// No worker ever registered.
+	resp := asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"first"}`, timeout)
+	waitQueued("no-worker")
+	// The queue's bound: QueueMax requests wait, the next one is told at once.
+	if r := h.client(t, "/v1/exec", `{"lang":"py","code":"x"}`, nil); r.status != 429 || errField(r) != "rate_limited" {
+		t.Fatalf("a request past QueueMax: %d %s", r.status, r.body)
+	}
+	w := newWorker(t, h, "late-vm")
+	w.pair(h)
+	stop := w.serve(func(a *bridge.Assignment) bridge.Settlement { return runnerReply(a, w.incarnation) })
+	if r := recv(t, resp); r.status != 200 || !strings.Contains(string(r.body), "ran:first") {
+		t.Fatalf("the waiting request: %d %s", r.status, r.body)
+	}
+
+	// Its registration lapses (the worker restarts), and it comes back.
+	stop()
+	waitOffline(t, h, w.id)
+	p, err := h.makePlan(t.Context(), &dispatchReq{caller: &h.cfg.ClientKeys[0], kind: bridge.KindSandbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp = asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"second"}`, timeout)
+	waitQueued(p.sig())
+	stop = w.serve(func(a *bridge.Assignment) bridge.Settlement { return runnerReply(a, w.incarnation) })
+	if r := recv(t, resp); r.status != 200 || !strings.Contains(string(r.body), "ran:second") {
+		t.Fatalf("the request waiting for the re-registration: %d %s", r.status, r.body)
+	}
+	stop()
 }
