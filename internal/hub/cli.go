@@ -96,8 +96,7 @@ func serveCLI(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	cfg := Config{
 		AdminToken: v.String("admin-token"), WorkerToken: v.String("worker-token"), AuthMode: v.String("auth-mode"),
 		DynamicWorkers: v.Bool("dynamic-workers"), WorkerIDs: v.List("worker-ids"), SignedPathPrefix: v.String("signed-path-prefix"),
-		RateLimits: RateLimits{Off: !v.Bool("rate-limits")},
-		Logger:     slog.New(slog.NewTextHandler(stderr, nil)).With("component", "hub"),
+		Logger: slog.New(slog.NewTextHandler(stderr, nil)).With("component", "hub"),
 	}
 	v.Warn(cfg.Logger)
 	redisURL, path, err := checkServeSettings(&cfg, v, stderr)
@@ -169,6 +168,13 @@ func checkServeSettings(cfg *Config, v *config.Values, stderr io.Writer) (redisU
 		return "", "", err
 	}
 	applyLimits(cfg, v)
+	switch s := v.String("rate-limits"); strings.ToLower(s) {
+	case "on", "true", "1":
+	case "off", "false", "0":
+		cfg.RateLimits.Off = true
+	default:
+		return "", "", fmt.Errorf("CODELLM_HUB_RATE_LIMITS is %q: use on (upstream's per-caller limits) or off", s)
+	}
 	if cfg.CredentialTTL != 0 && cfg.CredentialTTL < MinCredentialTTL {
 		return "", "", fmt.Errorf("CODELLM_HUB_CREDENTIAL_TTL is %v, under the minimum %v: a worker refreshes a credential "+
 			"once it expires within its refresh window (60 s) plus its estimate of the hub's clock offset (+60 s until it "+

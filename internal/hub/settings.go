@@ -42,7 +42,7 @@ func serveSettings() []config.Setting {
 		{Name: "store-kind", Env: "HUB_STORE", Kind: config.String, EnvOnly: true, Default: "embedded", Usage: "embedded or redis (then CODELLM_HUB_REDIS_URL)"},
 		{Name: "redis-url", Env: "HUB_REDIS_URL", Kind: config.String, EnvOnly: true, Usage: "redis://HOST:PORT/DB of the shared store"},
 		{Name: "data-dir", Env: "HUB_DATA_DIR", Kind: config.String, EnvOnly: true, Usage: "directory of the embedded store (default ~/.local/state/codellm/hub)"},
-		{Name: "rate-limits", Env: "HUB_RATE_LIMITS", Kind: config.Bool, EnvOnly: true, Default: "true", Usage: "per-caller rate limits of /v1/exec and the file routes (CODELLM_HUB_*_RATE_*; false turns them off)"},
+		{Name: "rate-limits", Env: "HUB_RATE_LIMITS", Kind: config.String, EnvOnly: true, Default: "on", Usage: "on or off: per-caller rate limits of /v1/exec and the file routes (CODELLM_HUB_*_RATE_*)"},
 	}, limitSettings()...)
 }
 
