@@ -78,7 +78,7 @@ func TestErrors(t *testing.T) {
 		msg    string // substring of message
 		code   string // "error" member
 	}{
-		{"content type", `{` + ok + `}`, "text/plain", nil, 415, "Content-Type must be application/json", ""},
+		{"content type", `{` + ok + `}`, "text/plain", nil, 415, `requests must be of type application/json (Piston's rule), got Content-Type "text/plain"`, ""},
 		{"not json", `{"language":`, "", nil, 400, "invalid JSON", ""},
 		{"not an object", `[1]`, "", nil, 400, "must be a JSON object", ""},
 		{"trailing data", `{` + ok + `} {}`, "", nil, 400, "trailing data", ""},
