@@ -142,7 +142,7 @@ func (h *Hub) fileRoute(w http.ResponseWriter, r *http.Request, p string) bool {
 			return
 		}
 		if ce := h.admit(r.Context(), w, h.limits.forFile(p), key); ce != nil {
-			writeExecError(w, ce)
+			writeFileLimit(w, ce)
 			return
 		}
 		if e := serve(key); e != nil {

@@ -12,13 +12,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/store"
 )
 
 // Per-caller rate limits, as the Code API applies them (LibreChat-AI/code-interpreter
 // service/src/middleware/limits.ts): /v1/exec, uploads, downloads and file listings each allow a number
 // of requests per window to one caller, and answer 429 past it with Retry-After and the draft-6
-// RateLimit-* headers. The count lives in the hub's store, so that every replica of a shared store
+// RateLimit-* headers: /v1/exec with {error: "rate_limited", message, retry_after_seconds}, the file
+// routes with {error: "<sentence>"}, as upstream. The count lives in the hub's store, so that every replica of a shared store
 // counts against the same budget (upstream keeps it in its Redis), in fixed windows as upstream's store
 // does. A caller is the API key's tenant and user (or, for a key without a user, the key itself).
 
@@ -104,6 +106,21 @@ func (h *Hub) rateLimited(l *limiter, write func(http.ResponseWriter, *clientErr
 		}
 		serve(w, r, key)
 	}
+}
+
+// writeFileLimit answers a file route's 429 as upstream's file limiters do, {"error": "<sentence>"}
+// with Retry-After (only its exec limiter has the structured body); other refusals (the store's) in the
+// file routes' envelope.
+func writeFileLimit(w http.ResponseWriter, ce *clientError) {
+	if ce.code != "rate_limited" {
+		writeExecError(w, ce)
+		return
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(ce.retryAfter))
+	o := &bridge.Object{}
+	o.Set("error", ce.message)
+	b, _ := bridge.Canonical(o)
+	writeJSON(w, ce.status, b)
 }
 
 // caller is who a limit counts: the tenant and the key's user, or a hash of the key itself.
