@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -159,6 +160,9 @@ type execRequest struct {
 	UserID    string            `json:"user_id"`
 	// RuntimeSessionHint names a runtime session on the stateful profile (runtimesession.go).
 	RuntimeSessionHint json.RawMessage `json:"runtime_session_hint"`
+	// Timeout caps the run in milliseconds (upstream's body field): a positive number, rounded up, at
+	// most the request's own budget. Raw, so that a wrong type gets its own message.
+	Timeout json.RawMessage `json:"timeout"`
 	// Metadata carries codellm's deterministic-mode fields (deterministic, seed, now), forwarded to the
 	// worker's runner; LibreChat sends none.
 	Metadata map[string]json.RawMessage `json:"metadata"`
@@ -194,10 +198,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "lang must be one of py js ts c cpp java php rs go d f90 r bash, and code a string"})
 		return
 	}
-	meta, ce := execMetadata(req.Metadata)
-	if ce == nil {
-		meta, ce = execNetworkAllow(meta, req.Metadata)
-	}
+	meta, runCap, ce := execOptions(&req)
 	if ce != nil {
 		writeExecError(w, ce)
 		return
@@ -228,7 +229,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, ce)
 		return
 	}
-	body := execBody(lang, *req.Code, req.Args, inputs, d.sessionID, deadline)
+	body := execBody(lang, *req.Code, req.Args, inputs, d.sessionID, deadline, runCap)
 	if meta != nil {
 		body.Set("metadata", meta)
 	}
@@ -258,6 +259,20 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		echoRuntimeSession(reply, rs, warm, out)
 	}
 	writeValue(w, http.StatusOK, reply)
+}
+
+// execOptions checks the body's codellm metadata (deterministic mode, network allow-list) and its
+// timeout, returning the metadata to forward and the run's cap.
+func execOptions(req *execRequest) (*bridge.Object, time.Duration, *clientError) {
+	meta, ce := execMetadata(req.Metadata)
+	if ce == nil {
+		meta, ce = execNetworkAllow(meta, req.Metadata)
+	}
+	if ce != nil {
+		return nil, 0, ce
+	}
+	runCap, ce := execTimeout(req.Timeout)
+	return meta, runCap, ce
 }
 
 // execTarget resolves the session d runs in: the hint's runtime session (rs), else the request's
@@ -330,10 +345,24 @@ func (h *Hub) sessionWorker(ctx context.Context, s *store.Session) *clientError 
 	return nil
 }
 
+// execTimeout reads /v1/exec's body timeout as upstream does: absent or null is none (0), a positive
+// number of milliseconds is rounded up, anything else is 400 with upstream's message.
+func execTimeout(raw json.RawMessage) (time.Duration, *clientError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var ms float64
+	if err := json.Unmarshal(raw, &ms); err != nil || ms <= 0 || ms > float64(math.MaxInt64/int64(time.Millisecond)) {
+		return 0, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "timeout must be a positive number of milliseconds"}
+	}
+	return time.Duration(math.Ceil(ms)) * time.Millisecond, nil
+}
+
 // execBody builds the runner request of §13.1. run_timeout leaves the hub time to collect the result
 // before its own deadline, so a program that never ends comes back with its partial output and a
-// timeout status instead of expiring the assignment.
-func execBody(lang [2]string, code string, args []string, inputs []any, sid string, deadline time.Time) *bridge.Object {
+// timeout status instead of expiring the assignment. runCap (0: none), the body's timeout, lowers the
+// run's limit further; the deadline stays the request's, as upstream keeps JOB_TIMEOUT for its wait.
+func execBody(lang [2]string, code string, args []string, inputs []any, sid string, deadline time.Time, runCap time.Duration) *bridge.Object {
 	body := &bridge.Object{}
 	body.Set("language", lang[0])
 	body.Set("version", "*")
@@ -354,6 +383,9 @@ func execBody(lang [2]string, code string, args []string, inputs []any, sid stri
 		compile := budget / 3
 		body.Set("compile_timeout", float64(compile.Milliseconds()))
 		budget -= compile
+	}
+	if runCap > 0 {
+		budget = min(budget, runCap)
 	}
 	body.Set("run_timeout", float64(budget.Milliseconds()))
 	return body
