@@ -184,6 +184,7 @@ type Hub struct {
 	replica     *replicaRecords    // nil: the store has no Backend
 	conns       *conns
 	uploads     *uploadBudget
+	backend     store.Backend // the store's records (programmatic executions, programmatic.go)
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -215,6 +216,7 @@ func New(cfg Config, st Store) (*Hub, error) {
 		return nil, errors.Join(ErrConfig, errors.New("the hub store exposes no record backend"))
 	}
 	bs.Backend().OnNotify(h.Notify)
+	h.backend = bs.Backend()
 	h.replica = startReplica(st, bs.Backend(), cfg.replicaBeat, h.closing, func(dead string, n int) {
 		h.cfg.Logger.Warn("ended the assignments of a hub replica that stopped", "replica", dead, "assignments", n)
 	})
@@ -398,6 +400,7 @@ func (h *Hub) routes() *httpserve.Router {
 	} {
 		rt.Handle(pattern, onRawPath(pattern, serve))
 	}
+	h.programmaticRoutes(rt, whole)
 	return rt
 }
 
