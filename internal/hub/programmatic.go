@@ -540,18 +540,17 @@ func ptcRunFailure(run *bridge.Object) string {
 		return "The worker's result has no run"
 	}
 	code, _ := run.Get("code")
-	sig, _ := run.Get("signal")
+	status, _ := run.Get("status")
 	msg, _ := run.Get("message")
-	if m, ok := msg.(string); ok && m != "" {
-		if c, ok := code.(float64); !ok || c != 0 {
-			return m
-		}
+	c, exited := code.(float64)
+	if m, ok := msg.(string); ok && m != "" && status != "RE" {
+		return m // the runner stopped it: timeout, output or memory limit, signal
 	}
-	if s, ok := sig.(string); ok && s != "" {
-		return "Sandbox was stopped by " + s
-	}
-	if c, ok := code.(float64); ok && c != 0 {
+	if exited && c != 0 {
 		return fmt.Sprintf("Sandbox exited with code %d", int(c))
+	}
+	if m, ok := msg.(string); ok && m != "" && !exited {
+		return m
 	}
 	return ""
 }

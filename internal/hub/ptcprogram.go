@@ -213,10 +213,23 @@ async def _ptc_call(tool_name, args):
 	}
 	// The caller's code runs as written (no re-indentation into a wrapper, so its multi-line strings and
 	// line numbers stay intact), compiled with top-level await.
-	fmt.Fprintf(&b, `_ptc_code = compile(%s, "main.py", "exec", flags=_ptc_ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-_ptc_run = eval(_ptc_code, globals())
-if asyncio.iscoroutine(_ptc_run):
-    asyncio.run(_ptc_run)
+	// Its traceback lines are the caller's own: the source is registered under the name "<code>".
+	fmt.Fprintf(&b, `import linecache as _ptc_linecache
+_ptc_src = %s
+_ptc_linecache.cache["<code>"] = (len(_ptc_src), None, _ptc_src.splitlines(True), "<code>")
+_ptc_code = compile(_ptc_src, "<code>", "exec", flags=_ptc_ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+try:
+    _ptc_run = eval(_ptc_code, globals())
+    if asyncio.iscoroutine(_ptc_run):
+        asyncio.run(_ptc_run)
+except SystemExit:
+    raise
+except BaseException as _ptc_e:
+    # Printed by the traceback module (the interpreter's own hook reads lines from disk), from the
+    # caller's first frame.
+    import traceback as _ptc_traceback
+    _ptc_traceback.print_exception(type(_ptc_e), _ptc_e, _ptc_e.__traceback__.tb_next)
+    sys.exit(1)
 `, jsonLiteral(code))
 	return b.String()
 }
