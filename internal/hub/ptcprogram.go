@@ -298,8 +298,11 @@ declare -a _ptc_tool _ptc_input _ptc_out _ptc_err
 		fmt.Fprintf(&b, "%s() { _ptc_call %s \"${1-}\"; }\n", ptcFunctionName("bash", t.Name), shQuote(t.Name))
 	}
 	fmt.Fprintf(&b, `_ptc_code=%s
-( _PTC_MAIN=$BASHPID; eval "$_ptc_code" )
+# The shell's own report of the killed subshell ("Killed") is not the program's output.
+exec 3>&2
+{ ( _PTC_MAIN=$BASHPID; eval "$_ptc_code" ) 2>&3 3>&-; } 2>/dev/null
 _ptc_rc=$?
+exec 3>&-
 if [ -f "$_PTC_RUN/pending.head" ]; then
     { IFS= read -r _ptc_id; IFS= read -r _ptc_name; } < "$_PTC_RUN/pending.head"
     printf '\n%%s\n' "$_PTC_START"

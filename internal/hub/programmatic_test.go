@@ -1,0 +1,130 @@
+package hub
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/codellm/codellm/internal/bridge"
+)
+
+// localRunner settles a sandbox assignment by running its entry file (main.py or main.sh, the generated
+// programmatic program) with the local interpreter in a fresh directory, as a runner would.
+func localRunner(t *testing.T, w *testWorker) func(a *bridge.Assignment) bridge.Settlement {
+	return func(a *bridge.Assignment) bridge.Settlement {
+		body, _ := a.Request.Object().Get("body")
+		lang, _ := body.(*bridge.Object).Get("language")
+		files, _ := body.(*bridge.Object).Get("files")
+		entry := files.([]any)[0].(*bridge.Object)
+		name, _ := entry.Get("name")
+		content, _ := entry.Get("content")
+		dir := t.TempDir()
+		_ = os.WriteFile(filepath.Join(dir, name.(string)), []byte(content.(string)), 0o644)
+		interp := map[string]string{"python": "python3", "bash": "bash"}[lang.(string)]
+		cmd := exec.Command(interp, name.(string))
+		cmd.Dir = dir
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		code := 0.0
+		if err := cmd.Run(); err != nil {
+			ee, ok := err.(*exec.ExitError)
+			if !ok {
+				t.Errorf("%s: %v", interp, err)
+			} else {
+				code = float64(ee.ExitCode())
+			}
+		}
+		run := &bridge.Object{}
+		run.Set("stdout", stdout.String())
+		run.Set("stderr", stderr.String())
+		run.Set("code", code)
+		run.Set("signal", nil)
+		if code != 0 {
+			run.Set("status", "RE")
+			run.Set("message", "non-zero exit code")
+		}
+		out := &bridge.Object{}
+		out.Set("run", run)
+		out.Set("language", lang)
+		return bridge.Settlement{ProtocolVersion: 1, Generation: a.Generation, LeaseToken: a.LeaseToken, IncarnationID: w.incarnation, Status: bridge.StatusFulfilled, Result: bridge.NewRaw(out)}
+	}
+}
+
+var goldenToken = regexp.MustCompile(`"continuation_token":"[^"]*"`)
+
+// TestProgrammaticGolden pins /v1/exec/programmatic and its cancel route to upstream's shapes
+// (code-interpreter service/src/routes/programmatic.ts; agents' ProgrammaticExecutionResponse): a python
+// and a bash execution round trip by round trip, and the refusals with their statuses and messages.
+// Regenerate with `go test ./internal/hub -run TestProgrammaticGolden -update`.
+func TestProgrammaticGolden(t *testing.T) {
+	for _, interp := range []string{"python3", "bash"} {
+		if _, err := exec.LookPath(interp); err != nil {
+			t.Skipf("%s is not installed", interp)
+		}
+	}
+	h := newTestHub(t, nil)
+	w := newWorker(t, h, "vm-ptc")
+	w.pair(h)
+	w.mustRegister()
+	defer w.serve(localRunner(t, w))()
+	tools := `[{"name":"get-weather","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]`
+	norm := normalizer{}
+	var got []fileCall
+	var token string
+	call := func(name, path, body string, hdr map[string]string) {
+		r := h.client(t, path, strings.ReplaceAll(body, "<token>", token), hdr)
+		if m := regexp.MustCompile(`"continuation_token":"([^"]*)"`).FindStringSubmatch(string(r.body)); m != nil {
+			token = m[1]
+		}
+		got = append(got, fileCall{Name: name, Method: "POST", Path: path, Form: norm.apply(body), Status: r.status,
+			Body: norm.apply(goldenToken.ReplaceAllString(string(r.body), `"continuation_token":"<token>"`))})
+	}
+	const ptc = "/v1/exec/programmatic"
+	call("python: first request", ptc, `{"code":"print('hi')\nw = await get_weather(city='Paris')\nprint(w['temp'])","tools":`+tools+`,"session_id":"","timeout":20000}`, nil)
+	call("python: continuation", ptc, `{"continuation_token":"<token>","tool_results":[{"call_id":"call_001","result":{"temp":21},"is_error":false}]}`, nil)
+	call("bash: first request", ptc, `{"lang":"bash","code":"echo start\nget_weather '{\"city\":\"Oslo\"}' || echo failed","tools":`+tools+`,"timeout":20000}`, nil)
+	call("bash: continuation with a tool error", ptc, `{"continuation_token":"<token>","tool_results":[{"call_id":"call_001","result":null,"is_error":true,"error_message":"no such city"}]}`, nil)
+	call("python: code that fails", ptc, `{"code":"raise SystemExit(3)","tools":`+tools+`}`, nil)
+	call("missing code", ptc, `{"tools":`+tools+`}`, nil)
+	call("too many tools", ptc, `{"code":"x","tools":[`+strings.TrimSuffix(strings.Repeat(`{"name":"t"},`, 101), ",")+`]}`, nil)
+	call("not JSON", ptc, `nope`, nil)
+	call("bad request ID", ptc, `{"code":"x","tools":`+tools+`}`, map[string]string{"X-LibreChat-Code-Request-ID": "short"})
+	call("tool_results not an array", ptc, `{"continuation_token":"x","tool_results":{}}`, nil)
+	call("cancel: no request_id", ptc+"/cancel", `{}`, nil)
+	call("cancel: an ID not seen yet", ptc+"/cancel", `{"request_id":"abcdefghijklmnop"}`, nil)
+
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(got)
+	const path = "testdata/programmatic_golden.json"
+	if *updateGolden {
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wl []fileCall
+	_ = json.Unmarshal(want, &wl)
+	for i := range got {
+		if i >= len(wl) || got[i] != wl[i] {
+			t.Errorf("call %d differs:\n got %+v", i, got[i])
+			if i < len(wl) {
+				t.Errorf("want %+v", wl[i])
+			}
+		}
+	}
+	if len(wl) != len(got) {
+		t.Errorf("%d calls, golden file has %d", len(got), len(wl))
+	}
+}
