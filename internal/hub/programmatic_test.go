@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,5 +127,56 @@ func TestProgrammaticGolden(t *testing.T) {
 	}
 	if len(wl) != len(got) {
 		t.Errorf("%d calls, golden file has %d", len(got), len(wl))
+	}
+}
+
+// ptcScriptedRunner answers a programmatic run without running it: the run stops at the next call the
+// program's embedded history lacks, until calls calls were made, then completes. It isolates the hub's
+// cost of a round trip (store transactions, program generation, dispatch) from the interpreter's.
+func ptcScriptedRunner(w *testWorker, calls int) func(a *bridge.Assignment) bridge.Settlement {
+	start := regexp.MustCompile(`_PTC_START = "([^"]+)"`)
+	end := regexp.MustCompile(`_PTC_END = "([^"]+)"`)
+	return func(a *bridge.Assignment) bridge.Settlement {
+		body, _ := a.Request.Object().Get("body")
+		files, _ := body.(*bridge.Object).Get("files")
+		program, _ := files.([]any)[0].(*bridge.Object).Get("content")
+		src := program.(string)
+		n := strings.Count(src, `\"tool_name\":`) + 1 // recorded calls, as the history literal spells them
+		stdout := "done\n"
+		if n <= calls {
+			stdout = fmt.Sprintf("\n%s\n{\"call_id\": \"call_%03d\", \"tool_name\": \"t\"}\n{}\n%s\n",
+				start.FindStringSubmatch(src)[1], n, end.FindStringSubmatch(src)[1])
+		}
+		run := &bridge.Object{}
+		run.Set("stdout", stdout)
+		run.Set("stderr", "")
+		run.Set("code", 0.0)
+		out := &bridge.Object{}
+		out.Set("run", run)
+		return bridge.Settlement{ProtocolVersion: 1, Generation: a.Generation, LeaseToken: a.LeaseToken, IncarnationID: w.incarnation, Status: bridge.StatusFulfilled, Result: bridge.NewRaw(out)}
+	}
+}
+
+// One programmatic execution of two tool calls (three runs: two round trips) through a real listener
+// and the bbolt store, with a worker that answers at once.
+func BenchmarkProgrammaticExecution(b *testing.B) {
+	h := newTestHub(b, nil)
+	w := newWorker(b, h, "bench-ptc")
+	w.pair(h)
+	w.mustRegister()
+	defer w.serve(ptcScriptedRunner(w, 2))()
+	tok := regexp.MustCompile(`"continuation_token":"([^"]*)"`)
+	for b.Loop() {
+		r := h.client(b, "/v1/exec/programmatic", `{"code":"x","tools":[{"name":"t"}]}`, nil)
+		for i := 1; ; i++ {
+			m := tok.FindStringSubmatch(string(r.body))
+			if m == nil {
+				break
+			}
+			r = h.client(b, "/v1/exec/programmatic", fmt.Sprintf(`{"continuation_token":%q,"tool_results":[{"call_id":"call_%03d","result":1,"is_error":false}]}`, m[1], i), nil)
+		}
+		if r.status != 200 || !strings.Contains(string(r.body), `"status":"completed"`) {
+			b.Fatalf("%d %s", r.status, r.body)
+		}
 	}
 }
