@@ -347,6 +347,8 @@ func (h *Hub) ptcContinue(ctx context.Context, key *ClientKey, req *ptcRequest, 
 			return nil, &ptcFail{http.StatusForbidden, "Forbidden"}
 		case step < old.Step-1 || step > old.Step:
 			return nil, &ptcFail{http.StatusConflict, "This continuation_token was already used; continue with the newest one"}
+		case step == old.Step-1 && old.Answered == answered && old.Last == nil:
+			return nil, &ptcFail{http.StatusConflict, "This continuation was already answered, and its answer was too large to keep for a retry; start a new execution"}
 		case step == old.Step-1 && old.Answered == answered && time.Now().After(old.BusyUntil):
 			replay = old.Last // a retry of an answered step: the same answer, nothing runs again
 			return nil, nil
@@ -435,6 +437,13 @@ func (h *Hub) ptcStep(ctx context.Context, key *ClientKey, st *ptcState, answere
 		}
 		next := *st
 		next.Step, next.Last, next.Answered, next.BusyUntil = st.Step+1, body, answered, time.Time{}
+		if len(body) > ptcMaxStateBytes/2 {
+			// Too large to keep beside the state: the answer still goes out, a retry is told it was given.
+			next.Last = nil
+			if next.Done {
+				next.History, next.Code, next.Tools = nil, "", nil
+			}
+		}
 		return &next, nil
 	})
 	if fail != nil {

@@ -133,7 +133,7 @@ func TestProgrammaticGolden(t *testing.T) {
 // ptcScriptedRunner answers a programmatic run without running it: the run stops at the next call the
 // program's embedded history lacks, until calls calls were made, then completes. It isolates the hub's
 // cost of a round trip (store transactions, program generation, dispatch) from the interpreter's.
-func ptcScriptedRunner(w *testWorker, calls int) func(a *bridge.Assignment) bridge.Settlement {
+func ptcScriptedRunner(w *testWorker, calls int, final string) func(a *bridge.Assignment) bridge.Settlement {
 	start := regexp.MustCompile(`_PTC_START = "([^"]+)"`)
 	end := regexp.MustCompile(`_PTC_END = "([^"]+)"`)
 	return func(a *bridge.Assignment) bridge.Settlement {
@@ -142,7 +142,7 @@ func ptcScriptedRunner(w *testWorker, calls int) func(a *bridge.Assignment) brid
 		program, _ := files.([]any)[0].(*bridge.Object).Get("content")
 		src := program.(string)
 		n := strings.Count(src, `\"tool_name\":`) + 1 // recorded calls, as the history literal spells them
-		stdout := "done\n"
+		stdout := final
 		if n <= calls {
 			stdout = fmt.Sprintf("\n%s\n{\"call_id\": \"call_%03d\", \"tool_name\": \"t\"}\n{}\n%s\n",
 				start.FindStringSubmatch(src)[1], n, end.FindStringSubmatch(src)[1])
@@ -164,7 +164,7 @@ func BenchmarkProgrammaticExecution(b *testing.B) {
 	w := newWorker(b, h, "bench-ptc")
 	w.pair(h)
 	w.mustRegister()
-	defer w.serve(ptcScriptedRunner(w, 2))()
+	defer w.serve(ptcScriptedRunner(w, 2, "done\n"))()
 	tok := regexp.MustCompile(`"continuation_token":"([^"]*)"`)
 	for b.Loop() {
 		r := h.client(b, "/v1/exec/programmatic", `{"code":"x","tools":[{"name":"t"}]}`, nil)
@@ -178,5 +178,32 @@ func BenchmarkProgrammaticExecution(b *testing.B) {
 		if r.status != 200 || !strings.Contains(string(r.body), `"status":"completed"`) {
 			b.Fatalf("%d %s", r.status, r.body)
 		}
+	}
+}
+
+// TestProgrammaticLargeAnswer: a final answer too large to keep beside the execution's state (over half of
+// its cap) still reaches the client whole; a retry of that continuation is told it was answered (409)
+// instead of running the code again.
+func TestProgrammaticLargeAnswer(t *testing.T) {
+	h := newTestHub(t, nil)
+	w := newWorker(t, h, "vm-ptc-large")
+	w.pair(h)
+	w.mustRegister()
+	big := strings.Repeat("x", ptcMaxStateBytes/2+1)
+	defer w.serve(ptcScriptedRunner(w, 1, big))()
+	first := h.client(t, "/v1/exec/programmatic", `{"code":"x","tools":[{"name":"t"}]}`, nil)
+	m := goldenToken.FindString(string(first.body))
+	if first.status != 200 || m == "" {
+		t.Fatalf("first: %d %s", first.status, first.body)
+	}
+	cont := `{` + m + `,"tool_results":[{"call_id":"call_001","result":1,"is_error":false}]}`
+	last := h.client(t, "/v1/exec/programmatic", cont, nil)
+	var res struct{ Status, Stdout string }
+	if last.status != 200 || json.Unmarshal(last.body, &res) != nil || res.Status != "completed" || res.Stdout != big {
+		t.Fatalf("large answer: %d %.200s", last.status, last.body)
+	}
+	again := h.client(t, "/v1/exec/programmatic", cont, nil)
+	if again.status != 409 || !strings.Contains(string(again.body), "too large to keep for a retry") {
+		t.Fatalf("retry: %d %.300s", again.status, again.body)
 	}
 }
