@@ -164,6 +164,9 @@ func checkServeSettings(cfg *Config, v *config.Values, stderr io.Writer) (redisU
 	if err := readClientKeys(cfg, apiKey, v.String("client-keys-file")); err != nil {
 		return "", "", err
 	}
+	if err := readClientJWT(cfg, v); err != nil {
+		return "", "", err
+	}
 	if err := requireCredentials(cfg); err != nil {
 		return "", "", err
 	}
@@ -192,8 +195,8 @@ func requireCredentials(cfg *Config) error {
 	if cfg.AdminToken == "" {
 		return errors.New("no admin token: set CODELLM_HUB_ADMIN_TOKEN (or --admin-token) to a secret of at least 32 characters; it guards pairing and the admin routes (or pass --demo on a loopback listener to generate one)")
 	}
-	if len(cfg.ClientKeys) == 0 {
-		return errors.New("no client key: set CODELLM_HUB_API_KEY (or --api-key), or --client-keys-file; without one no client can call /v1/exec or /v1/chat/completions (or pass --demo on a loopback listener to generate one)")
+	if len(cfg.ClientKeys) == 0 && cfg.ClientJWT == nil {
+		return errors.New("no client key: set CODELLM_HUB_API_KEY (or --api-key), --client-keys-file, or CODELLM_HUB_CLIENT_JWT_PUBLIC_KEY for signed tokens; without one no client can call /v1/exec or /v1/chat/completions (or pass --demo on a loopback listener to generate one)")
 	}
 	return nil
 }
@@ -257,6 +260,23 @@ func readClientKeys(cfg *Config, apiKey, keysFile string) error {
 		return fmt.Errorf("client keys %s: %v", keysFile, err)
 	}
 	cfg.ClientKeys = append(cfg.ClientKeys, keys...)
+	return nil
+}
+
+// readClientJWT enables signed client tokens when a public key or a JWKS is given.
+func readClientJWT(cfg *Config, v *config.Values) error {
+	jwks, pub := v.String("client-jwt-jwks"), v.String("client-jwt-public-key")
+	if strings.TrimSpace(jwks) == "" && strings.TrimSpace(pub) == "" {
+		return nil
+	}
+	keys, err := ParseClientJWTKeys(jwks, pub, v.String("client-jwt-kid"))
+	if err != nil {
+		return fmt.Errorf("CODELLM_HUB_CLIENT_JWT_*: %v", err)
+	}
+	cfg.ClientJWT = &ClientJWT{Issuer: v.String("client-jwt-issuer"), Audience: v.String("client-jwt-audience"), Keys: keys}
+	if err := cfg.ClientJWT.check(); err != nil { // before anything is opened
+		return fmt.Errorf("CODELLM_HUB_CLIENT_JWT_*: %v", err)
+	}
 	return nil
 }
 

@@ -21,10 +21,11 @@ import (
 // ChatRuntimeLabel is the capability label of workers that serve chat (§13.2).
 const ChatRuntimeLabel = "codellm.openai.chat.v1"
 
-// clientRefusals are how one client route answers a wrong method, a missing or unknown key and a full
-// client connection cap, each in the route's own envelope.
+// clientRefusals are how one client route answers a wrong method, a missing or unknown key (with why)
+// and a full client connection cap, each in the route's own envelope.
 type clientRefusals struct {
-	method, auth, limit func(w http.ResponseWriter)
+	method, limit func(w http.ResponseWriter)
+	auth          func(w http.ResponseWriter, msg string)
 }
 
 // connLimitMessage explains a 503 connection_limit.
@@ -37,8 +38,8 @@ var (
 			w.Header().Set("Allow", http.MethodPost)
 			writeExecError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed"})
 		},
-		auth: func(w http.ResponseWriter) {
-			writeExecError(w, &clientError{status: http.StatusUnauthorized, code: "unauthorized", message: "Missing or invalid API key"})
+		auth: func(w http.ResponseWriter, msg string) {
+			writeExecError(w, &clientError{status: http.StatusUnauthorized, code: "unauthorized", message: msg})
 		},
 		limit: func(w http.ResponseWriter) {
 			writeExecError(w, &clientError{status: http.StatusServiceUnavailable, code: "connection_limit", message: connLimitMessage, retryAfter: 1})
@@ -48,8 +49,8 @@ var (
 		method: func(w http.ResponseWriter) {
 			writeChatError(w, &clientError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", message: "Use POST"})
 		},
-		auth: func(w http.ResponseWriter) {
-			writeChatError(w, &clientError{status: http.StatusUnauthorized, code: "invalid_api_key", message: "Missing or invalid API key"})
+		auth: func(w http.ResponseWriter, msg string) {
+			writeChatError(w, &clientError{status: http.StatusUnauthorized, code: "invalid_api_key", message: msg})
 		},
 		limit: func(w http.ResponseWriter) {
 			writeChatError(w, &clientError{status: http.StatusServiceUnavailable, code: "connection_limit", message: connLimitMessage, retryAfter: 1})
@@ -60,8 +61,8 @@ var (
 			w.Header().Set("Allow", http.MethodPost)
 			writeToolError(w, http.StatusMethodNotAllowed, "Use POST", "", 0)
 		},
-		auth: func(w http.ResponseWriter) {
-			writeToolError(w, http.StatusUnauthorized, "Missing or invalid API key", "", 0)
+		auth: func(w http.ResponseWriter, msg string) {
+			writeToolError(w, http.StatusUnauthorized, msg, "", 0)
 		},
 		limit: func(w http.ResponseWriter) {
 			writeToolError(w, http.StatusServiceUnavailable, connLimitMessage, "", 1)
@@ -77,9 +78,9 @@ func (h *Hub) clientRoute(method string, refuse clientRefusals, serve func(w htt
 			refuse.method(w)
 			return
 		}
-		key := h.clientKey(r)
+		key, why := h.authenticate(r)
 		if key == nil {
-			refuse.auth(w)
+			refuse.auth(w, why)
 			return
 		}
 		if !h.conns.admit(r, connClient) {
@@ -91,22 +92,37 @@ func (h *Hub) clientRoute(method string, refuse clientRefusals, serve func(w htt
 	}
 }
 
-// clientKey authenticates a client request: X-API-Key or Bearer (§13).
+// clientKey authenticates a client request (authenticate), nil when it is refused.
 func (h *Hub) clientKey(r *http.Request) *ClientKey {
+	k, _ := h.authenticate(r)
+	return k
+}
+
+// authenticate identifies a client request (§13): a static key in X-API-Key or Bearer, else a bearer
+// that is a signed per-user token (clientjwt.go). A refusal comes with why, for the 401.
+func (h *Hub) authenticate(r *http.Request) (*ClientKey, string) {
+	const invalid = "Missing or invalid API key"
 	tok := r.Header.Get("X-API-Key")
-	if tok == "" {
+	bearer := tok == ""
+	if bearer {
 		tok, _ = httpserve.Bearer(r)
 	}
 	if tok == "" {
-		return nil
+		return nil, invalid
 	}
 	for i := range h.cfg.ClientKeys {
 		if httpserve.Equal(tok, h.cfg.ClientKeys[i].Key) {
 			k := h.cfg.ClientKeys[i]
-			return &k
+			return &k, ""
 		}
 	}
-	return nil
+	if !bearer {
+		return nil, invalid
+	}
+	if k, why := h.signedBearer(tok); k != nil || why != "" {
+		return k, why
+	}
+	return nil, invalid
 }
 
 func writeExecError(w http.ResponseWriter, e *clientError) {
@@ -189,7 +205,12 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: err.Error()})
 		return
 	}
-	d := &dispatchReq{caller: key, kind: bridge.KindSandbox, deadline: deadline, pinned: r.Header.Get("X-Codellm-Worker-Id")}
+	pin, ce := h.pinnedWorker(r, key)
+	if ce != nil {
+		writeExecError(w, ce)
+		return
+	}
+	d := &dispatchReq{caller: key, kind: bridge.KindSandbox, deadline: deadline, pinned: pin}
 	if ce := h.execSession(r.Context(), d, req.SessionID); ce != nil {
 		writeExecError(w, ce)
 		return
@@ -462,11 +483,16 @@ func (h *Hub) handleChat(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeChatError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: err.Error()})
 		return
 	}
+	pin, ce := h.pinnedWorker(r, key)
+	if ce != nil {
+		writeChatError(w, ce)
+		return
+	}
 	headers := &bridge.Object{}
 	headers.Set(wire.OperationHeader, wire.OperationChat)
 	d := &dispatchReq{
 		caller: key, kind: bridge.KindSandbox, request: assignmentRequest(body, headers), runtimeLabel: ChatRuntimeLabel,
-		model: req.Model, deadline: deadline, pinned: r.Header.Get("X-Codellm-Worker-Id"),
+		model: req.Model, deadline: deadline, pinned: pin,
 	}
 	out, err := h.dispatch(r.Context(), d)
 	if err != nil {

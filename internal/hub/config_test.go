@@ -3,6 +3,8 @@ package hub
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"flag"
 	"net/http"
 	"os"
@@ -181,4 +183,35 @@ func field(s, prefix string) string {
 		return ""
 	}
 	return strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0])
+}
+
+// Signed client tokens are read from CODELLM_HUB_CLIENT_JWT_* or the Code API's CODEAPI_JWT_* names: a
+// public key alone is enough client authentication to start (no API key needed), a bad key is a usage
+// error naming the settings. Each run stops at opening its store (a path under a regular file).
+func TestServeSignedTokenSettings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(testEdKey.Public())
+	pub := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	for _, c := range []struct {
+		env  map[string]string
+		want string // "" for "got as far as the store"
+	}{
+		{map[string]string{"CODELLM_HUB_CLIENT_JWT_PUBLIC_KEY": pub}, ""},
+		{map[string]string{"CODEAPI_JWT_PUBLIC_KEY": pub, "CODEAPI_JWT_KID": "k1"}, ""},
+		{map[string]string{"CODEAPI_JWT_JWKS_JSON": `{"keys":[]}`}, "signed client tokens need at least one public key"},
+		{map[string]string{"CODELLM_HUB_CLIENT_JWT_PUBLIC_KEY": "not a key"}, "CODELLM_HUB_CLIENT_JWT_*: client token public key"},
+		{nil, "no client key"},
+	} {
+		var stderr bytes.Buffer
+		lookup := func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }
+		code := runCLI(context.Background(), []string{"serve", "--listen", "127.0.0.1:1", "--admin-token", adminToken, "--store", filepath.Join(file, "bridge.db")}, &stderr, &stderr, lookup)
+		out := stderr.String()
+		storeErr := strings.Contains(out, "not a directory")
+		if c.want == "" && (code != 6 || !storeErr) || c.want != "" && (code != 2 || !strings.Contains(out, c.want)) {
+			t.Errorf("%v: exit %d: %s (want %q)", c.env, code, out, c.want)
+		}
+	}
 }

@@ -244,6 +244,9 @@ func (h *Hub) dispatchOnce(ctx context.Context, d *dispatchReq, p *plan, tk *tic
 
 // noWorker is the answer when no worker could take d at all.
 func (h *Hub) noWorker(d *dispatchReq) error {
+	if d.pinned != "" {
+		return errUnavailable("Worker " + quoteClaim(d.pinned) + " is not online at this hub (not paired, not registered, or disconnected)")
+	}
 	if d.stateful {
 		return errUnavailable("The session's worker " + d.affinity + " is not available; a stateful session's files live on it and cannot move to another worker")
 	}

@@ -52,7 +52,9 @@ func (h *testHub) uploadTo(t *testing.T, path, key string, bare bool, parts ...u
 	}
 	req.Header.Set("User-Agent", "LibreChat/1.0")
 	req.Header.Set("User-Id", "user-1")
-	if key != "" {
+	if strings.HasPrefix(key, "Bearer ") { // a signed token
+		req.Header.Set("Authorization", key)
+	} else if key != "" {
 		req.Header.Set("X-API-Key", key)
 	}
 	return doHTTP(t, req)

@@ -36,6 +36,11 @@ type ClientKey struct {
 	UserID   string   `json:"userId,omitempty"`
 	Roles    []string `json:"roles,omitempty"`
 	Groups   []string `json:"groups,omitempty"`
+	// CodeWorkerID is the worker a signed token pins (its code_worker_id claim); signed marks an identity
+	// from a signed token rather than a static key, until the instant its token expires (clientjwt.go).
+	CodeWorkerID string `json:"-"`
+	signed       bool
+	until        time.Time
 }
 
 // Auth modes of the worker routes (§4.1).
@@ -46,10 +51,12 @@ const (
 
 // Config is the hub's configuration. Zero durations take the spec defaults.
 type Config struct {
-	AdminToken       string
-	WorkerToken      string // static mode; defaults to AdminToken
-	AuthMode         string // AuthPaired (default) or AuthStatic
-	ClientKeys       []ClientKey
+	AdminToken  string
+	WorkerToken string // static mode; defaults to AdminToken
+	AuthMode    string // AuthPaired (default) or AuthStatic
+	ClientKeys  []ClientKey
+	// ClientJWT, when set, also admits clients by LibreChat's signed per-user token (clientjwt.go).
+	ClientJWT        *ClientJWT
 	DynamicWorkers   bool
 	WorkerIDs        []string // optional allow-list; empty admits any valid ID
 	CredentialTTL    time.Duration
@@ -203,6 +210,13 @@ func New(cfg Config, st Store) (*Hub, error) {
 		if k.Key == "" || !bridge.ValidWorkerID(k.TenantID) {
 			return nil, errors.Join(ErrConfig, errors.New("client keys need a key and a valid tenantId"))
 		}
+	}
+	if cfg.ClientJWT != nil {
+		jwt := *cfg.ClientJWT
+		if err := jwt.check(); err != nil {
+			return nil, errors.Join(ErrConfig, err)
+		}
+		cfg.ClientJWT = &jwt
 	}
 	h := &Hub{
 		cfg: cfg, store: st, waits: newWaits(), closing: make(chan struct{}),

@@ -18,6 +18,11 @@ func bridgeAlias(env string) []config.Alias {
 	return []config.Alias{{Env: env, Family: "CODEAPI_BRIDGE"}}
 }
 
+// codeapiAlias is the Code API's own name for a hub variable (its JWT verifier's CODEAPI_JWT_*).
+func codeapiAlias(env string) []config.Alias {
+	return []config.Alias{{Env: env, Family: "CODEAPI"}}
+}
+
 var adminTokenSetting = config.Setting{Name: "admin-token", Env: "HUB_ADMIN_TOKEN", Kind: config.String, Secret: true,
 	Usage: "admin bearer token (pairing, the admin routes, /metrics)"}
 
@@ -38,6 +43,11 @@ func serveSettings() []config.Setting {
 		{Name: "behind-proxy", Env: "HUB_BEHIND_PROXY", Kind: config.Bool, Usage: "allow a non-loopback plain-HTTP listener behind a TLS proxy"},
 		{Name: "demo", Kind: config.Bool, FlagOnly: true, Usage: "generate the admin token and API key that are not given and print them once (loopback listener only; to try the hub on one machine)"},
 		{Name: "redis-allow-eviction", Env: "HUB_REDIS_ALLOW_EVICTION", Kind: config.Bool, Usage: "start even though Redis may evict keys (maxmemory-policy is not noeviction); see docs/operator.md"},
+		{Name: "client-jwt-public-key", Env: "HUB_CLIENT_JWT_PUBLIC_KEY", Kind: config.String, EnvOnly: true, Aliases: codeapiAlias("CODEAPI_JWT_PUBLIC_KEY"), Usage: "public key (PEM or JWK, Ed25519 or RSA) of LibreChat's signed per-user client tokens; enables them beside the API keys"},
+		{Name: "client-jwt-kid", Env: "HUB_CLIENT_JWT_KID", Kind: config.String, EnvOnly: true, Default: DefaultClientJWTKID, Aliases: codeapiAlias("CODEAPI_JWT_KID"), Usage: "kid of CODELLM_HUB_CLIENT_JWT_PUBLIC_KEY"},
+		{Name: "client-jwt-jwks", Env: "HUB_CLIENT_JWT_JWKS", Kind: config.String, EnvOnly: true, Aliases: codeapiAlias("CODEAPI_JWT_JWKS_JSON"), Usage: "JWKS ({\"keys\":[…]}, each with its kid) of signed client tokens, for key rotation"},
+		{Name: "client-jwt-issuer", Env: "HUB_CLIENT_JWT_ISSUER", Kind: config.String, EnvOnly: true, Default: DefaultClientJWTIssuer, Aliases: codeapiAlias("CODEAPI_JWT_ISSUER"), Usage: "iss a signed client token must carry"},
+		{Name: "client-jwt-audience", Env: "HUB_CLIENT_JWT_AUDIENCE", Kind: config.String, EnvOnly: true, Default: DefaultClientJWTAudience, Aliases: codeapiAlias("CODEAPI_JWT_AUDIENCE"), Usage: "aud a signed client token must carry"},
 		{Name: "signed-path-prefix", Env: "HUB_SIGNED_PATH_PREFIX", Kind: config.String, EnvOnly: true, Usage: "prefix a proxy strips from worker request paths, prepended before verifying signatures"},
 		{Name: "store-kind", Env: "HUB_STORE", Kind: config.String, EnvOnly: true, Default: "embedded", Usage: "embedded or redis (then CODELLM_HUB_REDIS_URL)"},
 		{Name: "redis-url", Env: "HUB_REDIS_URL", Kind: config.String, EnvOnly: true, Usage: "redis://HOST:PORT/DB of the shared store"},

@@ -63,6 +63,17 @@ func (h *Hub) handleWorkspaceTools(w http.ResponseWriter, r *http.Request, key *
 		writeToolError(w, http.StatusBadRequest, "Body must be a JSON object {workerId, request}", string(bridge.CodeAssignmentInvalid), 0)
 		return
 	}
+	if pin, ce := h.pinnedWorker(r, key); ce != nil || (pin != "" && pin != workerID) {
+		if ce == nil {
+			status := http.StatusBadRequest
+			if key.signed {
+				status = http.StatusForbidden // the token pins another worker
+			}
+			ce = pinError(status, "workerId "+quoteClaim(workerID)+" is not the pinned worker "+quoteClaim(pin))
+		}
+		writeToolError(w, ce.status, ce.message, "", 0)
+		return
+	}
 	req, err := bridge.ValidateWorkspaceRequest(reqObj)
 	if err != nil {
 		writeToolError(w, http.StatusBadRequest, "Invalid workspace tool request", string(bridge.CodeAssignmentInvalid), 0)
