@@ -59,6 +59,7 @@ type ptcState struct {
 	Tools       []ptcTool                  `json:"tools"`
 	Files       []json.RawMessage          `json:"files,omitempty"`
 	TimeoutMs   int64                      `json:"timeoutMs"`
+	Pinned      string                     `json:"pinned,omitempty"` // the worker every run goes to ("": any)
 	History     map[string]ptcHistoryEntry `json:"history"`
 	// Pending is the call the last run stopped at (its input as printed); only its result is accepted.
 	Pending   *ptcHistoryEntry `json:"pending,omitempty"`
@@ -144,8 +145,8 @@ var ptcRefusals = clientRefusals{
 		w.Header().Set("Allow", http.MethodPost)
 		writePTCError(w, http.StatusMethodNotAllowed, "Use POST")
 	},
-	auth: func(w http.ResponseWriter) {
-		writePTCError(w, http.StatusUnauthorized, "Missing or invalid API key")
+	auth: func(w http.ResponseWriter, msg string) {
+		writePTCError(w, http.StatusUnauthorized, msg)
 	},
 	limit: func(w http.ResponseWriter) {
 		w.Header().Set("Retry-After", "1")
@@ -168,7 +169,8 @@ func (h *Hub) programmaticRoutes(rt *httpserve.Router, whole func(http.HandlerFu
 
 func ptcStateKey(executionID string) string { return "ptc:x:" + executionID }
 
-// ptcOwner identifies the caller an execution or a request ID belongs to: its tenant and its key.
+// ptcOwner identifies the caller an execution or a request ID belongs to: its tenant and its key (for a
+// signed token, the user it names, so a fresh token of the same user continues).
 func ptcOwner(key *ClientKey) string {
 	sum := sha256.Sum256([]byte(key.TenantID + "\x00" + key.Key))
 	return hex.EncodeToString(sum[:16])
@@ -225,7 +227,7 @@ func (h *Hub) handleProgrammatic(w http.ResponseWriter, r *http.Request, key *Cl
 	if req.ContinuationToken != "" {
 		reply, fail = h.ptcContinue(r.Context(), key, &req, cancel)
 	} else {
-		reply, fail = h.ptcStart(r.Context(), key, &req, cancel)
+		reply, fail = h.ptcStart(r, key, &req, cancel)
 	}
 	if fail != nil {
 		writePTCError(w, fail.status, fail.message)
@@ -234,12 +236,20 @@ func (h *Hub) handleProgrammatic(w http.ResponseWriter, r *http.Request, key *Cl
 	writeJSON(w, http.StatusOK, reply)
 }
 
-// ptcStart validates a first request (upstream's messages), stores the execution and runs it once.
-func (h *Hub) ptcStart(ctx context.Context, key *ClientKey, req *ptcRequest, cancel *ptcCancel) ([]byte, *ptcFail) {
+// ptcStart validates a first request (upstream's messages), stores the execution and runs it once. Its
+// worker pin (X-LibreChat-Code-Worker-ID, a signed token's code_worker_id) holds for every run of the
+// execution, as upstream keeps the selected bridge worker in the execution's state.
+func (h *Hub) ptcStart(r *http.Request, key *ClientKey, req *ptcRequest, cancel *ptcCancel) ([]byte, *ptcFail) {
+	ctx := r.Context()
 	st, fail := h.ptcNewState(key, req)
 	if fail != nil {
 		return nil, fail
 	}
+	pin, ce := h.pinnedWorker(r, key)
+	if ce != nil {
+		return nil, &ptcFail{ce.status, ce.message}
+	}
+	st.Pinned = pin
 	// The files are resolved now, so that a bad reference is refused before anything runs.
 	if _, _, ce := h.execInputs(ctx, key, st.Files, ptcEntry(st.Language)); ce != nil {
 		return nil, &ptcFail{ce.status, ce.message}
@@ -472,7 +482,7 @@ func (h *Hub) ptcRun(ctx context.Context, key *ClientKey, st *ptcState, cancel *
 	}
 	timeout := time.Duration(st.TimeoutMs) * time.Millisecond
 	deadline := time.Now().Add(timeout + ptcRunGrace)
-	d := &dispatchReq{caller: key, kind: bridge.KindSandbox, deadline: deadline}
+	d := &dispatchReq{caller: key, kind: bridge.KindSandbox, deadline: deadline, pinned: st.Pinned}
 	// Every run is a fresh, stateless sandbox (upstream runs PTC stateless), even on a stateful worker.
 	if ce := h.execSession(ctx, d, ""); ce != nil {
 		return failed(ce.message)

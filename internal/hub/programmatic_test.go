@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/codellm/codellm/internal/bridge"
@@ -205,5 +206,47 @@ func TestProgrammaticLargeAnswer(t *testing.T) {
 	again := h.client(t, "/v1/exec/programmatic", cont, nil)
 	if again.status != 409 || !strings.Contains(string(again.body), "too large to keep for a retry") {
 		t.Fatalf("retry: %d %.300s", again.status, again.body)
+	}
+}
+
+// TestProgrammaticPinned: X-LibreChat-Code-Worker-ID on the first request pins every run of the
+// execution, continuations included (they carry no header, as agents' client sends none): a pin to a
+// worker that is not online never runs elsewhere, a malformed one is 400 in the route's envelope.
+func TestProgrammaticPinned(t *testing.T) {
+	h := newTestHub(t, nil)
+	w := newWorker(t, h, "vm-pin")
+	w.pair(h)
+	w.mustRegister()
+	var ran []string
+	var mu sync.Mutex
+	script := ptcScriptedRunner(w, 1, "done\n")
+	defer w.serve(func(a *bridge.Assignment) bridge.Settlement {
+		mu.Lock()
+		ran = append(ran, a.AssignmentID)
+		mu.Unlock()
+		return script(a)
+	})()
+	body := `{"code":"x","tools":[{"name":"t"}],"timeout":2000}`
+	ghost := h.client(t, "/v1/exec/programmatic", body, map[string]string{HeaderLibreChatWorker: "ghost-vm"})
+	if ghost.status != 200 || !strings.Contains(string(ghost.body), `"status":"error","error":"worker_unavailable: `) {
+		t.Fatalf("pin to a worker that is not online: %d %s", ghost.status, ghost.body)
+	}
+	if bad := h.client(t, "/v1/exec/programmatic", body, map[string]string{HeaderLibreChatWorker: "-bad id"}); bad.status != 400 ||
+		!strings.HasPrefix(string(bad.body), `{"error":"Invalid code bridge worker ID`) {
+		t.Fatalf("malformed pin: %d %s", bad.status, bad.body)
+	}
+	mu.Lock()
+	if len(ran) != 0 {
+		t.Fatalf("a pinned execution ran on another worker: %v", ran)
+	}
+	mu.Unlock()
+	first := h.client(t, "/v1/exec/programmatic", body, map[string]string{HeaderLibreChatWorker: "vm-pin"})
+	m := goldenToken.FindString(string(first.body))
+	if first.status != 200 || m == "" {
+		t.Fatalf("pinned to the serving worker: %d %s", first.status, first.body)
+	}
+	last := h.client(t, "/v1/exec/programmatic", `{`+m+`,"tool_results":[{"call_id":"call_001","result":1,"is_error":false}]}`, nil)
+	if last.status != 200 || !strings.Contains(string(last.body), `"status":"completed"`) || len(ran) != 2 {
+		t.Fatalf("continuation: %d %s (runs %d)", last.status, last.body, len(ran))
 	}
 }
