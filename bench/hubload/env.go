@@ -111,7 +111,8 @@ type hubProc struct {
 // startHub starts a replica on store (redis://… or a bbolt path).
 func startHub(bin, store string, env []string) (*hubProc, error) {
 	cmd := exec.Command(bin, "hub", "serve", "--listen", "127.0.0.1:0", "--admin-token", adminToken, "--api-key", apiKey, "--store", store)
-	cmd.Env = append(append(os.Environ(), "HOME="+os.TempDir()), env...)
+	// One API key sends the whole load: the per-caller rate limits would measure themselves.
+	cmd.Env = append(append(os.Environ(), "HOME="+os.TempDir(), "CODELLM_HUB_RATE_LIMITS=off"), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

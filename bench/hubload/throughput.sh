@@ -35,6 +35,7 @@ wait "$serve" 2>/dev/null || true
 
 hub=http://127.0.0.1:18090
 export CODELLM_HUB_ADMIN_TOKEN=throughput-admin
+export CODELLM_HUB_RATE_LIMITS=off # one API key sends the whole load
 "$BIN" hub serve --listen 127.0.0.1:18090 --api-key throughput-key --store "$dir/hub/bridge.db" >"$dir/hub.log" 2>&1 &
 up "$hub/healthz"
 i=1

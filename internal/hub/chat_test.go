@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/openai"
@@ -66,7 +67,8 @@ func TestChatCompletions(t *testing.T) {
 }
 
 func TestChatNoCapableWorker(t *testing.T) {
-	h := newTestHub(t, nil)
+	// A capable worker could still register: the request waits the queue timeout for one.
+	h := newTestHub(t, func(c *Config) { c.QueueTimeout = 200 * time.Millisecond })
 	w := newWorker(t, h, "plain")
 	w.pair(h)
 	w.mustRegister()

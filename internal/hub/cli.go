@@ -171,6 +171,13 @@ func checkServeSettings(cfg *Config, v *config.Values, stderr io.Writer) (redisU
 		return "", "", err
 	}
 	applyLimits(cfg, v)
+	switch s := v.String("rate-limits"); strings.ToLower(s) {
+	case "on", "true", "1":
+	case "off", "false", "0":
+		cfg.RateLimits.Off = true
+	default:
+		return "", "", fmt.Errorf("CODELLM_HUB_RATE_LIMITS is %q: use on (upstream's per-caller limits) or off", s)
+	}
 	if cfg.CredentialTTL != 0 && cfg.CredentialTTL < MinCredentialTTL {
 		return "", "", fmt.Errorf("CODELLM_HUB_CREDENTIAL_TTL is %v, under the minimum %v: a worker refreshes a credential "+
 			"once it expires within its refresh window (60 s) plus its estimate of the hub's clock offset (+60 s until it "+

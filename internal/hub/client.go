@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -157,6 +158,9 @@ type execRequest struct {
 	SessionID string            `json:"session_id"`
 	Files     []json.RawMessage `json:"files"`
 	UserID    string            `json:"user_id"`
+	// Timeout caps the run in milliseconds (upstream's body field): a positive number, rounded up, at
+	// most the request's own budget. Raw, so that a wrong type gets its own message.
+	Timeout json.RawMessage `json:"timeout"`
 	// Metadata carries codellm's deterministic-mode fields (deterministic, seed, now), forwarded to the
 	// worker's runner; LibreChat sends none.
 	Metadata map[string]json.RawMessage `json:"metadata"`
@@ -200,6 +204,11 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, ce)
 		return
 	}
+	runCap, ce := execTimeout(req.Timeout)
+	if ce != nil {
+		writeExecError(w, ce)
+		return
+	}
 	deadline, err := h.deadline(r, h.cfg.ExecTimeout)
 	if err != nil {
 		writeExecError(w, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: err.Error()})
@@ -220,7 +229,7 @@ func (h *Hub) handleExec(w http.ResponseWriter, r *http.Request, key *ClientKey)
 		writeExecError(w, ce)
 		return
 	}
-	body := execBody(lang, *req.Code, req.Args, inputs, d.sessionID, deadline)
+	body := execBody(lang, *req.Code, req.Args, inputs, d.sessionID, deadline, runCap)
 	if meta != nil {
 		body.Set("metadata", meta)
 	}
@@ -301,10 +310,24 @@ func (h *Hub) sessionWorker(ctx context.Context, s *store.Session) *clientError 
 	return nil
 }
 
+// execTimeout reads /v1/exec's body timeout as upstream does: absent or null is none (0), a positive
+// number of milliseconds is rounded up, anything else is 400 with upstream's message.
+func execTimeout(raw json.RawMessage) (time.Duration, *clientError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var ms float64
+	if err := json.Unmarshal(raw, &ms); err != nil || ms <= 0 || ms > float64(math.MaxInt64/int64(time.Millisecond)) {
+		return 0, &clientError{status: http.StatusBadRequest, code: "invalid_request", message: "timeout must be a positive number of milliseconds"}
+	}
+	return time.Duration(math.Ceil(ms)) * time.Millisecond, nil
+}
+
 // execBody builds the runner request of §13.1. run_timeout leaves the hub time to collect the result
 // before its own deadline, so a program that never ends comes back with its partial output and a
-// timeout status instead of expiring the assignment.
-func execBody(lang [2]string, code string, args []string, inputs []any, sid string, deadline time.Time) *bridge.Object {
+// timeout status instead of expiring the assignment. runCap (0: none), the body's timeout, lowers the
+// run's limit further; the deadline stays the request's, as upstream keeps JOB_TIMEOUT for its wait.
+func execBody(lang [2]string, code string, args []string, inputs []any, sid string, deadline time.Time, runCap time.Duration) *bridge.Object {
 	body := &bridge.Object{}
 	body.Set("language", lang[0])
 	body.Set("version", "*")
@@ -325,6 +348,9 @@ func execBody(lang [2]string, code string, args []string, inputs []any, sid stri
 		compile := budget / 3
 		body.Set("compile_timeout", float64(compile.Milliseconds()))
 		budget -= compile
+	}
+	if runCap > 0 {
+		budget = min(budget, runCap)
 	}
 	body.Set("run_timeout", float64(budget.Milliseconds()))
 	return body

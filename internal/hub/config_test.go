@@ -56,6 +56,11 @@ func TestServeConfigRules(t *testing.T) {
 		{"127.0.0.1:1", map[string]string{"LIBRECHAT_CODE_HUB_CREDENTIAL_TTL": "2m"}, "under the minimum 3m0s"},
 		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_CREDENTIAL_TTL": "3m"}, ""},
 		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_CREDENTIAL_TTL": "15m"}, ""},
+		// Issue 40 item 8: the per-caller rate limits' switch.
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_RATE_LIMITS": "off"}, ""},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_RATE_LIMITS": "on"}, ""},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_RATE_LIMITS": "sometimes"}, `CODELLM_HUB_RATE_LIMITS is "sometimes": use on`},
+		{"127.0.0.1:1", map[string]string{"CODELLM_HUB_EXEC_RATE_MAX": "0"}, "CODELLM_HUB_EXEC_RATE_MAX"},
 	} {
 		var stderr bytes.Buffer
 		lookup := func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }

@@ -26,8 +26,11 @@ type clientError struct {
 
 func (e *clientError) Error() string { return e.code + ": " + e.message }
 
+// codeWorkerUnavailable is the code of a 503 that says no worker could take the request.
+const codeWorkerUnavailable = "worker_unavailable"
+
 func errUnavailable(msg string) *clientError {
-	return &clientError{status: http.StatusServiceUnavailable, code: "worker_unavailable", message: msg, retryAfter: 5}
+	return &clientError{status: http.StatusServiceUnavailable, code: codeWorkerUnavailable, message: msg, retryAfter: 5}
 }
 
 // dispatchReq is one client request to run on some worker.
@@ -175,15 +178,19 @@ func (h *Hub) online(ctx context.Context, p *plan) (bool, error) {
 
 // dispatch runs d on one worker and returns its settlement (§7.3, §13.3–§13.5). A request that finds no
 // free worker waits in its tenant's queue in the store (queue.go): first come, first served across every
-// replica, woken when capacity is freed, answered 429 at the queue timeout or when the queue is full.
+// replica, woken when capacity is freed, answered 429 at the queue timeout or when the queue is full. One
+// that finds no worker online waits the same way, as the Code API's job queue holds a job until a worker
+// takes it (a worker restarting or re-registering is back within seconds): 503 worker_unavailable only
+// at the queue timeout. A request bound to one worker (pinned, or its stateful session's) never waits
+// for it: 503 at once.
 func (h *Hub) dispatch(ctx context.Context, d *dispatchReq) (*outcome, error) {
-	p, err := h.makePlan(ctx, d)
-	if err != nil {
-		return nil, err
-	}
 	queueUntil := time.Now().Add(h.cfg.QueueTimeout)
 	if d.deadline.Before(queueUntil) {
 		queueUntil = d.deadline
+	}
+	p, err := h.awaitPlan(ctx, d, queueUntil)
+	if err != nil {
+		return nil, err
 	}
 	tk := h.newTicket(d.caller.TenantID, p.sig(), queueUntil)
 	defer tk.leave(context.WithoutCancel(ctx))
@@ -217,7 +224,10 @@ func (h *Hub) dispatchOnce(ctx context.Context, d *dispatchReq, p *plan, tk *tic
 			return nil, nil, true
 		}
 		if up, err := h.online(ctx, p); err != nil || !up {
-			return nil, errors.Join(err, h.noWorker(d)), false
+			if err != nil || p.target != "" || !time.Now().Before(tk.until) {
+				return nil, errors.Join(err, h.noWorker(d)), false
+			}
+			// None online: wait in the queue for one to come back (woken by its Ready, TopicFree).
 		}
 	}
 	if !tk.joined {
@@ -240,6 +250,44 @@ func (h *Hub) dispatchOnce(ctx context.Context, d *dispatchReq, p *plan, tk *tic
 		return nil, errUnavailable("Request abandoned"), false
 	}
 	return nil, nil, true
+}
+
+// awaitPlan is makePlan that, while no worker could take d at all (none registered that fits it, as
+// while the only worker re-registers), waits until until for one to register: woken by the
+// registration (TopicFree), in a queue of its own per tenant so that such waits are bounded by QueueMax
+// too. A request bound to one worker does not wait.
+func (h *Hub) awaitPlan(ctx context.Context, d *dispatchReq, until time.Time) (*plan, error) {
+	var tk *ticket
+	defer func() {
+		if tk != nil {
+			tk.leave(context.WithoutCancel(ctx))
+		}
+	}()
+	for {
+		free, release := h.waits.watch(store.TopicFree)
+		p, err := h.makePlan(ctx, d)
+		var ce *clientError
+		if err == nil || d.target() != "" || !errors.As(err, &ce) || ce.code != codeWorkerUnavailable || !time.Now().Before(until) {
+			release()
+			return p, err
+		}
+		if tk == nil {
+			tk = h.newTicket(d.caller.TenantID, "no-worker", until)
+			if full, err := tk.join(ctx, h.cfg.QueueMax); err != nil || full {
+				release()
+				return nil, errors.Join(err, rateLimited(h.cfg.QueueTimeout))
+			}
+		} else if err := tk.renew(ctx); err != nil {
+			release()
+			return nil, err
+		}
+		awake := h.sleep2(ctx, free, nil, min(h.cfg.PollInterval, time.Second, time.Until(until)))
+		release()
+		if !awake {
+			return nil, errUnavailable("Request abandoned")
+		}
+		h.pools.invalidate() // the registration may have made a pool this replica's copy lacks
+	}
 }
 
 // noWorker is the answer when no worker could take d at all.

@@ -336,8 +336,8 @@ func waitOffline(t *testing.T, h *testHub, id string) {
 	}
 }
 
-// E33: no worker → 503 at once; all busy → 429 after the queue wait; a full
-// queue → 429 at once.
+// E33: no worker → 503 after the queue wait (one may register meanwhile: TestQueueWhileNoWorker); all
+// busy → 429 after the queue wait; a full queue → 429 at once.
 func TestOverload(t *testing.T) {
 	h := newTestHub(t, func(c *Config) { c.QueueMax = 1; c.QueueTimeout = 400 * time.Millisecond })
 	r := h.client(t, "/v1/exec", `{"lang":"py","code":"x"}`, nil)

@@ -50,7 +50,7 @@ const execOutputPath = "/mnt/data/"
 
 // Default caps of the file surface beyond filestore.Limits.
 const (
-	DefaultMaxExecInputBytes = 10 << 20  // input files of one /v1/exec, all together (§13.1)
+	DefaultMaxExecInputBytes = 25 << 20  // input files of one /v1/exec, all together (§13.1)
 	DefaultMaxUploadMemory   = 256 << 20 // upload bytes held in memory by all requests at once
 	maxUploadParts           = 64
 	uploadChunk              = 64 << 10 // an upload is read (and its memory taken) this much at a time
@@ -139,6 +139,10 @@ func (h *Hub) fileRoute(w http.ResponseWriter, r *http.Request, p string) bool {
 	h.clientRoute(method, refuse, func(w http.ResponseWriter, r *http.Request, key *ClientKey) {
 		if h.cfg.Files == nil {
 			writeExecError(w, fileError(http.StatusNotImplemented, "files_unavailable", "This hub has no file store"))
+			return
+		}
+		if ce := h.admit(r.Context(), w, h.limits.forFile(p), key); ce != nil {
+			writeFileLimit(w, ce)
 			return
 		}
 		if e := serve(key); e != nil {

@@ -74,7 +74,7 @@ type Config struct {
 	// file references). FileLimits must be the limits Files was opened with.
 	Files             filestore.Store
 	FileLimits        filestore.Limits
-	MaxExecInputBytes int64 // input files of one /v1/exec together; default 10 MiB
+	MaxExecInputBytes int64 // input files of one /v1/exec together; default 25 MiB
 	// MaxUploadMemory bounds the upload bytes all requests hold in memory at once (default 256 MiB);
 	// an upload that would pass it is answered 503 upload_busy with Retry-After.
 	MaxUploadMemory int64
@@ -99,6 +99,9 @@ type Config struct {
 	MaxWorkerConnections  int
 	MaxClientConnections  int
 	MaxPendingConnections int
+	// RateLimits are the per-caller limits of /v1/exec and the file routes (ratelimit.go; upstream's
+	// defaults, on unless Off).
+	RateLimits RateLimits
 
 	// replicaBeat is how often this replica renews its heartbeat and sweeps dead replicas (default 5 s;
 	// tests shorten it).
@@ -120,7 +123,7 @@ func (c *Config) defaults() {
 	def(&c.CredentialTTL, 300*time.Second)
 	def(&c.PairingTTL, 10*time.Minute)
 	def(&c.ClockSkew, 60*time.Second)
-	def(&c.ExecTimeout, 60*time.Second)
+	def(&c.ExecTimeout, 300*time.Second) // upstream JOB_TIMEOUT
 	def(&c.ChatTimeout, 120*time.Second)
 	def(&c.MaxTimeout, 600*time.Second)
 	def(&c.QueueTimeout, 30*time.Second)
@@ -156,6 +159,7 @@ func (c *Config) defaults() {
 		c.MaxSettleBody = 32 << 20
 	}
 	c.FileLimits = c.FileLimits.WithDefaults()
+	c.RateLimits.defaults()
 	if c.MaxExecInputBytes <= 0 {
 		c.MaxExecInputBytes = DefaultMaxExecInputBytes
 	}
@@ -191,6 +195,7 @@ type Hub struct {
 	replica     *replicaRecords    // nil: the store has no Backend
 	conns       *conns
 	uploads     *uploadBudget
+	limits      *limiters
 	backend     store.Backend // the store's records (programmatic executions, programmatic.go)
 }
 
@@ -224,6 +229,7 @@ func New(cfg Config, st Store) (*Hub, error) {
 	h.conns = newConns(cfg.MaxPendingConnections, cfg.MaxWorkerConnections, cfg.MaxClientConnections)
 	h.uploads = &uploadBudget{max: cfg.MaxUploadMemory, left: cfg.MaxUploadMemory}
 	h.metrics = metrics.NewHub(h.onlineWorkers)
+	h.limits = newLimiters(cfg.RateLimits)
 	h.router = h.routes()
 	bs, ok := st.(interface{ Backend() store.Backend })
 	if !ok {
@@ -387,7 +393,7 @@ func (c *closeUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 // not found, as it always was.
 func (h *Hub) routes() *httpserve.Router {
 	rt := httpserve.NewRouter(notFound, func(w http.ResponseWriter, r *http.Request, _ []string) { notFound(w, r) })
-	exec := h.idempotent(h.clientRoute(http.MethodPost, execRefusals, h.handleExec), writeExecError)
+	exec := h.idempotent(h.clientRoute(http.MethodPost, execRefusals, h.rateLimited(h.limits.exec, writeExecError, h.handleExec)), writeExecError)
 	chat := h.idempotent(h.clientRoute(http.MethodPost, chatRefusals, h.handleChat), writeChatError)
 	tools := h.clientRoute(http.MethodPost, toolRefusals, h.handleWorkspaceTools)
 	whole := func(f http.HandlerFunc) func(w http.ResponseWriter, r *http.Request, _ string) {

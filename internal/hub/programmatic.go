@@ -156,9 +156,10 @@ var ptcRefusals = clientRefusals{
 
 // programmaticRoutes adds the two routes to rt (whole serves a handler on its exact path).
 func (h *Hub) programmaticRoutes(rt *httpserve.Router, whole func(http.HandlerFunc) func(http.ResponseWriter, *http.Request, string)) {
-	run := h.idempotent(h.clientRoute(http.MethodPost, ptcRefusals, h.handleProgrammatic), func(w http.ResponseWriter, e *clientError) {
-		writePTCError(w, e.status, e.message)
-	})
+	// Every request, continuations too, counts against the caller's /v1/exec limit and is refused in its
+	// body, as upstream's executionLimiter guards both routes.
+	run := h.idempotent(h.clientRoute(http.MethodPost, ptcRefusals, h.rateLimited(h.limits.exec, writeExecError, h.handleProgrammatic)),
+		func(w http.ResponseWriter, e *clientError) { writePTCError(w, e.status, e.message) })
 	for pattern, serve := range map[string]http.HandlerFunc{
 		"/v1/exec/programmatic":        run,
 		"/v1/exec/programmatic/cancel": h.clientRoute(http.MethodPost, ptcRefusals, h.handleProgrammaticCancel),
@@ -487,8 +488,7 @@ func (h *Hub) ptcRun(ctx context.Context, key *ClientKey, st *ptcState, cancel *
 	if ce := h.execSession(ctx, d, ""); ce != nil {
 		return failed(ce.message)
 	}
-	body := execBody([2]string{st.Language, ptcEntry(st.Language)}, program, nil, inputs, d.sessionID, deadline)
-	body.Set("run_timeout", float64(timeout.Milliseconds()))
+	body := execBody([2]string{st.Language, ptcEntry(st.Language)}, program, nil, inputs, d.sessionID, deadline, timeout)
 	owner := &bridge.Object{}
 	owner.Set(bridge.HeaderSessionOwner, bridge.SessionOwner(key.TenantID))
 	d.request = assignmentRequest(body, owner)

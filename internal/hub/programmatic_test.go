@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
 )
@@ -161,7 +162,7 @@ func ptcScriptedRunner(w *testWorker, calls int, final string) func(a *bridge.As
 // One programmatic execution of two tool calls (three runs: two round trips) through a real listener
 // and the bbolt store, with a worker that answers at once.
 func BenchmarkProgrammaticExecution(b *testing.B) {
-	h := newTestHub(b, nil)
+	h := newTestHub(b, func(c *Config) { c.RateLimits = RateLimits{Off: true} })
 	w := newWorker(b, h, "bench-ptc")
 	w.pair(h)
 	w.mustRegister()
@@ -248,5 +249,17 @@ func TestProgrammaticPinned(t *testing.T) {
 	last := h.client(t, "/v1/exec/programmatic", `{`+m+`,"tool_results":[{"call_id":"call_001","result":1,"is_error":false}]}`, nil)
 	if last.status != 200 || !strings.Contains(string(last.body), `"status":"completed"`) || len(ran) != 2 {
 		t.Fatalf("continuation: %d %s (runs %d)", last.status, last.body, len(ran))
+	}
+}
+
+// TestProgrammaticRateLimited: programmatic requests, continuations included, count against the caller's
+// /v1/exec limit and are refused in its body (upstream's executionLimiter guards both routes).
+func TestProgrammaticRateLimited(t *testing.T) {
+	h := newTestHub(t, func(c *Config) { c.RateLimits = RateLimits{Exec: RateLimit{Max: 2, Window: time.Hour}} })
+	for i, want := range []int{400, 400, 429} {
+		r := h.client(t, "/v1/exec/programmatic", `{"tools":[{"name":"t"}]}`, nil)
+		if r.status != want || (want == 429 && (!strings.HasPrefix(string(r.body), `{"error":"rate_limited"`) || r.header.Get("Retry-After") == "")) {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
 	}
 }

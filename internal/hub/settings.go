@@ -52,6 +52,7 @@ func serveSettings() []config.Setting {
 		{Name: "store-kind", Env: "HUB_STORE", Kind: config.String, EnvOnly: true, Default: "embedded", Usage: "embedded or redis (then CODELLM_HUB_REDIS_URL)"},
 		{Name: "redis-url", Env: "HUB_REDIS_URL", Kind: config.String, EnvOnly: true, Usage: "redis://HOST:PORT/DB of the shared store"},
 		{Name: "data-dir", Env: "HUB_DATA_DIR", Kind: config.String, EnvOnly: true, Usage: "directory of the embedded store (default ~/.local/state/codellm/hub)"},
+		{Name: "rate-limits", Env: "HUB_RATE_LIMITS", Kind: config.String, EnvOnly: true, Default: "on", Usage: "on or off: per-caller rate limits of /v1/exec and the file routes (CODELLM_HUB_*_RATE_*)"},
 	}, limitSettings()...)
 }
 
@@ -66,24 +67,32 @@ func limitSettings() []config.Setting {
 	return []config.Setting{
 		limit("HUB_CREDENTIAL_TTL", config.Duration, "5m", "worker credential lifetime (at least 3m: a worker refreshes 2 minutes ahead)"),
 		limit("HUB_PAIRING_TTL", config.Duration, "10m", "pairing code lifetime"),
-		limit("HUB_EXEC_TIMEOUT", config.Duration, "1m", "deadline of a /v1/exec request"),
+		limit("HUB_EXEC_TIMEOUT", config.Duration, "5m", "deadline of a /v1/exec request (upstream JOB_TIMEOUT)"),
 		limit("HUB_CHAT_TIMEOUT", config.Duration, "2m", "deadline of a chat request"),
 		limit("HUB_MAX_TIMEOUT", config.Duration, "10m", "the most X-Codellm-Timeout-Ms may raise a deadline to"),
-		limit("HUB_QUEUE_TIMEOUT", config.Duration, "30s", "longest wait for a busy worker before 429"),
+		limit("HUB_QUEUE_TIMEOUT", config.Duration, "30s", "longest wait for a busy worker (then 429) or for one to come online (then 503)"),
 		limit("HUB_QUEUE_MAX", config.Int, "100", "waiting requests per tenant"),
 		limit("HUB_IDEMPOTENCY_TTL", config.Duration, "10m", "replay window of Idempotency-Key responses"),
 		limit("HUB_FILE_TTL", config.Duration, "24h", "lifetime of uploaded files"),
 		limit("HUB_MAX_BODY", config.Size, "1MiB", "client request body"),
 		limit("HUB_MAX_SETTLE_BODY", config.Size, "32MiB", "worker settle body"),
-		limit("HUB_MAX_FILE_BYTES", config.Size, "10MiB", "one uploaded file"),
+		limit("HUB_MAX_FILE_BYTES", config.Size, "25MiB", "one uploaded file (upstream MAX_FILE_SIZE)"),
 		limit("HUB_MAX_SESSION_FILE_BYTES", config.Size, "100MiB", "all files of a session"),
 		limit("HUB_MAX_FILE_STORE_BYTES", config.Size, "2GiB", "all files together"),
-		limit("HUB_MAX_EXEC_INPUT_BYTES", config.Size, "10MiB", "input files of one /v1/exec together"),
+		limit("HUB_MAX_EXEC_INPUT_BYTES", config.Size, "25MiB", "input files of one /v1/exec together (one file of the largest size fits)"),
 		limit("HUB_MAX_WORKER_CONNECTIONS", config.Int, "4096", "connections of authenticated workers (one per waiting lease slot); more get 503 connection_limit"),
 		limit("HUB_MAX_CLIENT_CONNECTIONS", config.Int, "1024", "connections of authenticated clients and admins; more get 503 connection_limit"),
 		limit("HUB_MAX_PENDING_CONNECTIONS", config.Int, "256", "connections not yet authenticated; past it the oldest is closed"),
 		limit("HUB_MAX_TENANT_FILE_BYTES", config.Size, "1GiB", "all files of one tenant (API key's tenantId) together"),
 		limit("HUB_MAX_UPLOAD_MEMORY", config.Size, "256MiB", "upload bytes all requests hold in memory at once; past it an upload gets 503 upload_busy"),
+		limit("HUB_EXEC_RATE_MAX", config.Int, "20", "/v1/exec requests of one caller (API key's tenant and user) per CODELLM_HUB_EXEC_RATE_WINDOW; more get 429 rate_limited"),
+		limit("HUB_EXEC_RATE_WINDOW", config.Duration, "30s", "window of CODELLM_HUB_EXEC_RATE_MAX"),
+		limit("HUB_UPLOAD_RATE_MAX", config.Int, "30", "uploads (/v1/upload, /v1/upload/batch) of one caller per CODELLM_HUB_UPLOAD_RATE_WINDOW"),
+		limit("HUB_UPLOAD_RATE_WINDOW", config.Duration, "5m", "window of CODELLM_HUB_UPLOAD_RATE_MAX"),
+		limit("HUB_DOWNLOAD_RATE_MAX", config.Int, "60", "downloads of one caller per CODELLM_HUB_DOWNLOAD_RATE_WINDOW"),
+		limit("HUB_DOWNLOAD_RATE_WINDOW", config.Duration, "1m", "window of CODELLM_HUB_DOWNLOAD_RATE_MAX"),
+		limit("HUB_LIST_RATE_MAX", config.Int, "120", "file listings (GET /v1/files/{session}) of one caller per CODELLM_HUB_LIST_RATE_WINDOW"),
+		limit("HUB_LIST_RATE_WINDOW", config.Duration, "1m", "window of CODELLM_HUB_LIST_RATE_MAX"),
 	}
 }
 
@@ -98,6 +107,10 @@ func limitFields(c *Config) map[string]any {
 		"HUB_MAX_EXEC_INPUT_BYTES": &c.MaxExecInputBytes, "HUB_MAX_WORKER_CONNECTIONS": &c.MaxWorkerConnections,
 		"HUB_MAX_CLIENT_CONNECTIONS": &c.MaxClientConnections, "HUB_MAX_PENDING_CONNECTIONS": &c.MaxPendingConnections,
 		"HUB_MAX_UPLOAD_MEMORY": &c.MaxUploadMemory, "HUB_MAX_TENANT_FILE_BYTES": &c.FileLimits.MaxTenantBytes,
+		"HUB_EXEC_RATE_MAX": &c.RateLimits.Exec.Max, "HUB_EXEC_RATE_WINDOW": &c.RateLimits.Exec.Window,
+		"HUB_UPLOAD_RATE_MAX": &c.RateLimits.Upload.Max, "HUB_UPLOAD_RATE_WINDOW": &c.RateLimits.Upload.Window,
+		"HUB_DOWNLOAD_RATE_MAX": &c.RateLimits.Download.Max, "HUB_DOWNLOAD_RATE_WINDOW": &c.RateLimits.Download.Window,
+		"HUB_LIST_RATE_MAX": &c.RateLimits.Listing.Max, "HUB_LIST_RATE_WINDOW": &c.RateLimits.Listing.Window,
 	}
 }
 

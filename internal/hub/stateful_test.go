@@ -104,7 +104,8 @@ func TestBindings(t *testing.T) {
 		{Key: "k-u7", TenantID: "acme", UserID: "u-7"},
 		{Key: "k-other", TenantID: "globex", UserID: "u-42"},
 	}
-	h := newTestHub(t, func(c *Config) { c.ClientKeys = keys; c.DynamicWorkers = true })
+	// A caller no registered worker admits waits the queue timeout (an admitting worker may register).
+	h := newTestHub(t, func(c *Config) { c.ClientKeys = keys; c.DynamicWorkers = true; c.QueueTimeout = 200 * time.Millisecond })
 	w := newWorker(t, h, "bound-vm")
 	wantCode(t, h.admin(t, http.MethodPost, "/bridge/pairings", bridge.CreatePairingRequest{WorkerID: w.id}), 400, "")
 	r := h.admin(t, http.MethodPost, "/bridge/pairings", bridge.CreatePairingRequest{WorkerID: w.id, Binding: &bridge.Binding{TenantID: "acme", Principal: bridge.Principal{Type: "user", ID: "u-42"}}})

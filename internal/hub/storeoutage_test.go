@@ -35,8 +35,8 @@ func (l *lockedBuf) Write(p []byte) (int, error) {
 func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // newFaultHub is a test hub whose store can be taken down: the protocol over
-// a FaultBackend over the embedded backend.
-func newFaultHub(t *testing.T) (*testHub, *storetest.FaultBackend, *lockedBuf) {
+// a FaultBackend over the embedded backend. mods change its configuration.
+func newFaultHub(t *testing.T, mods ...func(*Config)) (*testHub, *storetest.FaultBackend, *lockedBuf) {
 	t.Helper()
 	bs, err := boltstore.Open(filepath.Join(t.TempDir(), "bridge.db"))
 	if err != nil {
@@ -51,6 +51,9 @@ func newFaultHub(t *testing.T) (*testHub, *storetest.FaultBackend, *lockedBuf) {
 	logs := &lockedBuf{}
 	cfg := Config{AdminToken: adminToken, ClientKeys: []ClientKey{{Key: apiKey, TenantID: "default"}},
 		PollInterval: 20 * time.Millisecond, Files: fs, Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
 	h, err := New(cfg, st)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +80,8 @@ func get(t *testing.T, url string) reply {
 // /healthz stays 200, store errors are counted by operation and logged once;
 // an assignment in flight across the outage completes once it ends.
 func TestStoreOutage(t *testing.T) {
-	h, fb, logs := newFaultHub(t)
+	// Without the rate limiter, whose store read would refuse the execs first (TestRateLimitFailsClosed).
+	h, fb, logs := newFaultHub(t, func(c *Config) { c.RateLimits.Off = true })
 	w := newWorker(t, h, "outage-vm")
 	w.pair(h)
 	w.mustRegister()

@@ -21,7 +21,7 @@ import (
 const (
 	StatusRuntimeError = "RE" // exited non-zero
 	StatusSignal       = "SG" // died of a signal codellm did not send (a sandbox limit is named in message)
-	StatusTimeout      = "TO" // killed at run_timeout
+	StatusTimeout      = "TO" // killed at run_timeout or at run_cpu_time (Piston's isolate reports both as TO)
 	StatusStdoutLimit  = "OL" // stdout passed MaxOutputBytes: killed, stdout truncated
 	StatusStderrLimit  = "EL" // stderr passed MaxOutputBytes: killed, stderr truncated
 	StatusInternal     = "XX" // canceled by the caller or by a session reset
@@ -265,6 +265,9 @@ func stageResult(o *execution.Supervised, stage string, timeout time.Duration, m
 	switch {
 	case o.Status == execution.WallTimeout:
 		status, msg = StatusTimeout, fmt.Sprintf("%s timed out after %d ms", stage, timeout.Milliseconds())
+	case o.Status == execution.CPULimit:
+		// Piston clients read TO as "took too long", whichever clock ran out.
+		status, msg = StatusTimeout, fmt.Sprintf("%s killed at its %s", stage, o.LimitDesc)
 	case o.StdoutCut:
 		status, msg = StatusStdoutLimit, fmt.Sprintf("stdout length exceeded (limit %d bytes)", maxOut)
 	case o.StderrCut:

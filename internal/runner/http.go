@@ -62,7 +62,7 @@ func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
 	mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		writeError(w, &Error{Status: http.StatusUnsupportedMediaType, Kind: ErrUnsupportedMedia,
-			Message: "Content-Type must be application/json"})
+			Message: fmt.Sprintf("requests must be of type application/json (Piston's rule), got Content-Type %q", req.Header.Get("Content-Type"))})
 		return
 	}
 	if req.ContentLength > r.cfg.MaxBodyBytes {
@@ -156,6 +156,8 @@ func jsonKind(goKind string) string {
 	switch goKind {
 	case "int64", "int":
 		return "an integer"
+	case "float64":
+		return "a number"
 	case "string", "ptr":
 		return "a string"
 	case "slice":

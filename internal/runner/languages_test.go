@@ -67,7 +67,7 @@ func TestCompileError(t *testing.T) {
 		t.Fatalf("run after a failed compile: %+v", resp.Run)
 	}
 	// compile_timeout is the compile's own limit.
-	req = ExecuteRequest{Language: "c", Version: "*", CompileTimeout: ptr(int64(1)),
+	req = ExecuteRequest{Language: "c", Version: "*", CompileTimeout: ptr(float64(1)),
 		Files: []File{{Name: "main.c", Content: ptr("int main(void) { return 0; }")}}}
 	if resp, err = tr.Execute(t.Context(), "", req); err != nil || resp.Compile.Status == nil || *resp.Compile.Status != StatusTimeout {
 		t.Fatalf("compile_timeout: %v %+v", err, resp)

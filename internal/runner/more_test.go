@@ -230,7 +230,7 @@ func TestExecuteJSON(t *testing.T) {
 		t.Fatalf("%d %s (%v)", status, body, err)
 	}
 	status, body = tr.ExecuteJSON(context.Background(), "j", []byte(`{"language":"bash","version":"*","files":[{"content":"cat f"}],"run_timeout":-1}`))
-	if status != 400 || !strings.Contains(string(body), `"message":"run_timeout must be a positive number of milliseconds, got -1"`) {
+	if status != 400 || !strings.Contains(string(body), `"message":"run_timeout must be non-negative milliseconds (0 means the server's maximum), got -1"`) {
 		t.Fatalf("%d %s", status, body)
 	}
 	status, body = tr.ExecuteJSON(context.Background(), "j", []byte(`{"language":"bash","version":"*","files":[{"content":"cat f"}]}`))

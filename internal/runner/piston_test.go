@@ -39,7 +39,7 @@ func TestLibreChatLeniency(t *testing.T) {
 		{Name: "./main.sh", Content: ptr("cat data.txt; echo \"$lower_name\"")},
 		{Name: "data.txt", Content: ptr("old\n")},
 		{Name: "./data.txt", Content: ptr("new\n")},
-	}, EnvVars: map[string]string{"lower_name": "ok"}, RunTimeout: ptr(int64(1 << 40)), RunCPUTime: ptr(int64(1 << 40))}
+	}, EnvVars: map[string]string{"lower_name": "ok"}, RunTimeout: ptr(float64(1 << 40)), RunCPUTime: ptr(float64(1 << 40))}
 	resp, err := tr.Execute(t.Context(), "", req)
 	if err != nil || resp.Run.Stdout != "new\nok\n" {
 		t.Fatalf("lenient request: %v %+v", err, resp)

@@ -93,7 +93,7 @@ func checkFilesOut(t *testing.T, tr *testRunner) {
 		t.Fatalf("files out %q (truncated %v), run %+v", got, resp.FilesTruncated, resp.Run)
 	}
 	req = code("bash", "echo kept > kept.txt; sleep 30")
-	req.RunTimeout = ptr(int64(300))
+	req.RunTimeout = ptr(float64(300))
 	resp = tr.exec("", req)
 	if resp.Run.Status == nil || *resp.Run.Status != StatusTimeout || len(resp.Files) != 1 || resp.Files[0].Name != "kept.txt" {
 		t.Fatalf("timed-out run: %+v, files %+v", resp.Run, resp.Files)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path"
 	"regexp"
 	"slices"
@@ -36,10 +37,10 @@ type ExecuteRequest struct {
 	Files              []File            `json:"files"`
 	Stdin              *string           `json:"stdin,omitempty"`
 	Args               []string          `json:"args,omitempty"`
-	RunTimeout         *int64            `json:"run_timeout,omitempty"`
-	CompileTimeout     *int64            `json:"compile_timeout,omitempty"`
-	RunCPUTime         *int64            `json:"run_cpu_time,omitempty"`
-	CompileCPUTime     *int64            `json:"compile_cpu_time,omitempty"`
+	RunTimeout         *float64          `json:"run_timeout,omitempty"` // ms; fractional and 0 accepted, as Piston
+	CompileTimeout     *float64          `json:"compile_timeout,omitempty"`
+	RunCPUTime         *float64          `json:"run_cpu_time,omitempty"`
+	CompileCPUTime     *float64          `json:"compile_cpu_time,omitempty"`
 	RunMemoryLimit     *int64            `json:"run_memory_limit,omitempty"`
 	CompileMemoryLimit *int64            `json:"compile_memory_limit,omitempty"`
 	EnvVars            map[string]string `json:"env_vars,omitempty"`
@@ -112,9 +113,7 @@ func (r *Runner) prepare(req *ExecuteRequest) (*prepared, *Error) {
 		return nil, err
 	}
 
-	if req.Stdin != nil {
-		p.stdin = []byte(*req.Stdin)
-	}
+	p.stdin = pistonStdin(req.Stdin)
 	if err := checkArgs(req.Args); err != nil {
 		return nil, err
 	}
@@ -223,7 +222,7 @@ func (r *Runner) checkLimits(req *ExecuteRequest, p *prepared) *Error {
 	if err != nil {
 		return err
 	}
-	if req.RunCPUTime != nil {
+	if req.RunCPUTime != nil && *req.RunCPUTime != 0 {
 		// RLIMIT_CPU counts whole seconds: round up, so a limit never ends a run earlier than asked.
 		p.cpu = (time.Duration(cpu)*time.Millisecond + time.Second - 1).Truncate(time.Second)
 	}
@@ -231,7 +230,7 @@ func (r *Runner) checkLimits(req *ExecuteRequest, p *prepared) *Error {
 	if err != nil {
 		return err
 	}
-	if req.CompileCPUTime != nil {
+	if req.CompileCPUTime != nil && *req.CompileCPUTime != 0 {
 		p.compileCPU = (time.Duration(ccpu)*time.Millisecond + time.Second - 1).Truncate(time.Second)
 	}
 	if p.memory, err = r.checkMemory("run_memory_limit", req.RunMemoryLimit); err != nil {
@@ -243,17 +242,36 @@ func (r *Runner) checkLimits(req *ExecuteRequest, p *prepared) *Error {
 	return nil
 }
 
-// checkMillis validates an optional duration in ms; absent means the maximum, and more than the maximum
-// is clamped to it, as LibreChat's runner does (a client asking for more than the server allows gets
-// what the server allows; Piston refuses, but LibreChat's hub derives run_timeout from its own deadline).
-func checkMillis(field string, v *int64, maxMS int64) (int64, *Error) {
-	if v == nil {
+// checkMillis validates an optional duration in ms; absent or 0 means the maximum (Piston skips a zero
+// limit and runs with its configured one), a fraction is rounded up to whole milliseconds, and more than
+// the maximum is clamped to it, as LibreChat's runner does (a client asking for more than the server
+// allows gets what the server allows; Piston refuses, but LibreChat's hub derives run_timeout from its
+// own deadline).
+func checkMillis(field string, v *float64, maxMS int64) (int64, *Error) {
+	if v == nil || *v == 0 {
 		return maxMS, nil
 	}
-	if *v <= 0 {
-		return 0, badRequest(fmt.Sprintf("%s must be a positive number of milliseconds, got %d", field, *v))
+	if *v < 0 {
+		return 0, badRequest(fmt.Sprintf("%s must be non-negative milliseconds (0 means the server's maximum), got %v", field, *v))
 	}
-	return min(*v, maxMS), nil
+	if *v >= float64(maxMS) {
+		return maxMS, nil
+	}
+	return int64(math.Ceil(*v)), nil
+}
+
+// pistonStdin is the stdin a run reads: Piston adds a trailing newline when the request's stdin lacks
+// one (an absent stdin is then a single newline), so line-reading programs (input(), read) see the last
+// line complete instead of EOF.
+func pistonStdin(stdin *string) []byte {
+	s := ""
+	if stdin != nil {
+		s = *stdin
+	}
+	if !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	return []byte(s)
 }
 
 // checkMemory validates an optional memory limit in bytes; absent or −1 means the maximum.

@@ -59,9 +59,9 @@ func TestStdinArgsEnv(t *testing.T) {
 	if resp.Run.Stdout != want {
 		t.Fatalf("stdout %q stderr %q, want %q", resp.Run.Stdout, resp.Run.Stderr, want)
 	}
-	// No stdin: immediate EOF, not a hang.
+	// No stdin: Piston's single newline, then EOF, not a hang.
 	resp = tr.exec("", code("python", "import sys; print(repr(sys.stdin.read()))"))
-	if resp.Run.Stdout != "''\n" {
+	if resp.Run.Stdout != "'\\n'\n" {
 		t.Fatalf("empty stdin: stdout %q stderr %q", resp.Run.Stdout, resp.Run.Stderr)
 	}
 }
@@ -78,11 +78,11 @@ func TestErrors(t *testing.T) {
 		msg    string // substring of message
 		code   string // "error" member
 	}{
-		{"content type", `{` + ok + `}`, "text/plain", nil, 415, "Content-Type must be application/json", ""},
+		{"content type", `{` + ok + `}`, "text/plain", nil, 415, `requests must be of type application/json (Piston's rule), got Content-Type "text/plain"`, ""},
 		{"not json", `{"language":`, "", nil, 400, "invalid JSON", ""},
 		{"not an object", `[1]`, "", nil, 400, "must be a JSON object", ""},
 		{"trailing data", `{` + ok + `} {}`, "", nil, 400, "trailing data", ""},
-		{"wrong type", `{"language":"bash","version":"*","files":[{"content":"echo"}],"run_timeout":"5"}`, "", nil, 400, "run_timeout must be an integer", ""},
+		{"wrong type", `{"language":"bash","version":"*","files":[{"content":"echo"}],"run_timeout":"5"}`, "", nil, 400, "run_timeout must be a number", ""},
 		{"env value type", `{` + ok + `,"env_vars":{"A":1}}`, "", nil, 400, "env_vars values must be strings, got JSON number", ""},
 		{"env type", `{` + ok + `,"env_vars":"A=1"}`, "", nil, 400, "env_vars must be an object, got JSON string", ""},
 		{"files type", `{"language":"bash","version":"*","files":{}}`, "", nil, 400, "files must be an array, got JSON object", ""},
@@ -99,7 +99,7 @@ func TestErrors(t *testing.T) {
 		{"scratch name", `{"language":"bash","version":"*","files":[{"name":"tmp/x","content":"echo"}]}`, "", nil, 400, "reserved scratch", ""},
 		{"file as dir", `{"language":"bash","version":"*","files":[{"name":"a","content":"echo"},{"name":"a/b","content":""}]}`, "", nil, 400, "uses it as a directory", ""},
 		{"bad cache key", `{"language":"bash","version":"*","files":[{"content":"echo","input_cache_key":"XYZ"}]}`, "", nil, 400, "input_cache_key", ""},
-		{"timeout zero", `{` + ok + `,"run_timeout":0}`, "", nil, 400, "run_timeout must be a positive", ""},
+		{"timeout negative", `{` + ok + `,"run_timeout":-0.5}`, "", nil, 400, "run_timeout must be non-negative", ""},
 		{"memory over max", `{` + ok + `,"run_memory_limit":268435457}`, "", nil, 400, "run_memory_limit cannot exceed the configured limit of 268435456 bytes", ""},
 		{"memory too small", `{` + ok + `,"run_memory_limit":1000}`, "", nil, 400, "run_memory_limit must be -1 or at least", ""},
 		{"compile memory", `{` + ok + `,"compile_memory_limit":-5}`, "", nil, 400, "compile_memory_limit must be -1", ""},
@@ -312,7 +312,7 @@ func TestDirtySession(t *testing.T) {
 	}
 	// Stopped at the timeout mid-write: the reply says so and the session stays usable.
 	req := code("bash", "echo partial; while true; do echo x >> f; done")
-	req.RunTimeout = ptr[int64](300)
+	req.RunTimeout = ptr[float64](300)
 	resp := tr.exec("d1", req)
 	if resp.Run.Status == nil || *resp.Run.Status != StatusTimeout || resp.Run.Stdout != "partial\n" {
 		t.Fatalf("timeout run: %+v", resp.Run)
@@ -464,10 +464,12 @@ func TestCPUTimeLimit(t *testing.T) {
 		native(t) // mode off applies no CPU limit
 	}
 	req := code("bash", "while :; do :; done")
-	req.RunCPUTime = ptr[int64](1000)
-	req.RunTimeout = ptr[int64](15000)
+	req.RunCPUTime = ptr[float64](1000)
+	req.RunTimeout = ptr[float64](15000)
 	resp := tr.exec("", req)
-	if resp.Run.Signal == nil || resp.Run.Status == nil || *resp.Run.Status != StatusSignal {
+	// Piston's isolate reports a CPU-time kill as TO, like a wall-clock one.
+	if resp.Run.Signal == nil || resp.Run.Status == nil || *resp.Run.Status != StatusTimeout ||
+		resp.Run.Message == nil || !strings.Contains(*resp.Run.Message, "CPU time limit 1s") {
 		t.Fatalf("CPU-bound loop under run_cpu_time 1000: %+v", resp.Run)
 	}
 	if resp.Run.WallTime >= 15000 {

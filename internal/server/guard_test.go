@@ -136,3 +136,36 @@ func TestDescriptorExhaustionIsNotSandboxUnavailable(t *testing.T) {
 		t.Fatalf("EPERM: %+v", e)
 	}
 }
+
+// TestRunnerRoutesRefuseInPistonEnvelope: a body that is not JSON on a route registered with Route (the
+// runner API, /api/v2/…) is refused 415 {"message"}, the envelope Piston clients parse, never the OpenAI
+// one; the chat routes keep theirs. No handler runs.
+func TestRunnerRoutesRefuseInPistonEnvelope(t *testing.T) {
+	ts := startServer(t, options{})
+	ran := false
+	ts.srv.Route(http.MethodPost, "/api/v2/execute", "runner.execute", func(w http.ResponseWriter, _ *http.Request) { ran = true })
+	for _, ctype := range []string{"", "text/plain"} {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/api/v2/execute", strings.NewReader(`{"language":"bash"}`))
+		req.Header.Del("Content-Type")
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var body map[string]any
+		if err := json.Unmarshal(raw, &body); err != nil || resp.StatusCode != 415 || len(body) != 1 ||
+			!strings.HasPrefix(fmt.Sprint(body["message"]), "requests must be of type application/json") {
+			t.Errorf("Content-Type %q: %d %s, want 415 with only a message", ctype, resp.StatusCode, raw)
+		}
+	}
+	if ran {
+		t.Error("the handler ran for a refused body")
+	}
+	if st, b := browserPost(t, ts.URL, "/v1/chat/completions", "text/plain", "", ""); st != 415 || !strings.Contains(b, `"code":"unsupported_media_type"`) {
+		t.Errorf("chat route: %d %s, want the OpenAI envelope", st, b)
+	}
+}

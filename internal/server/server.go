@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -189,22 +190,34 @@ func (s *Server) Metrics() *metrics.Service { return s.metrics }
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Route registers an extra handler on the main listener behind the same authentication (used by the
-// runner API). pattern is an exact path or a prefix ending in "/". Register before serving.
+// runner API). pattern is an exact path or a prefix ending in "/". Register before serving. A body that
+// is not JSON is refused in Piston's envelope ({"message"}), the one the runner API answers everywhere.
 func (s *Server) Route(method, pattern, name string, h http.HandlerFunc) {
-	s.router.Handle(method+" "+pattern, s.route(routeHandler{name: name, auth: true,
-		h: func(w http.ResponseWriter, r *http.Request, rl *reqLog) { h(w, r) }}))
+	s.router.Handle(method+" "+pattern, s.routeWith(routeHandler{name: name, auth: true,
+		h: func(w http.ResponseWriter, r *http.Request, rl *reqLog) { h(w, r) }}, s.refusePiston))
+}
+
+// refusePiston answers a refused request body as Piston does: 415 {"message"}.
+func (s *Server) refusePiston(w http.ResponseWriter, r *http.Request, ref *httpguard.Refusal) {
+	reqLogOf(r).Code = ref.Code
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ref.Status)
+	json.NewEncoder(w).Encode(map[string]string{"message": "requests must be of type application/json: " + ref.Message})
 }
 
 // route is one route's handler on the router: it names the request for the log and the metrics, then
 // checks the content type and the credential, in that order, and runs rh (made idempotent).
-func (s *Server) route(rh routeHandler) http.Handler {
+func (s *Server) route(rh routeHandler) http.Handler { return s.routeWith(rh, s.refuse) }
+
+// routeWith is route with the content type's refusal written by refuse.
+func (s *Server) routeWith(rh routeHandler, refuse httpserve.Refuse) http.Handler {
 	h := s.idempotent(rh.name, rh.h)
 	var inner http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w, r, reqLogOf(r)) })
 	if rh.auth {
 		inner = httpserve.Auth(s.authCheck(), s.unauthorized, inner)
 	}
 	inner = s.inFlight(rh.name, inner)
-	inner = httpserve.JSONBodies(s.refuse, inner)
+	inner = httpserve.JSONBodies(refuse, inner)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reqLogOf(r).route = rh.name
 		inner.ServeHTTP(w, r)

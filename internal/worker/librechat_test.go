@@ -212,6 +212,18 @@ func TestStatefulTimeoutKeepsServing(t *testing.T) {
 	}
 }
 
+// TestLibreChatBodyTimeout: the body's timeout (ms, as LibreChat's CodeExecutor may send it) ends the run
+// at that limit on the real worker: the reply is 200 with the partial output and the runner's timeout
+// note naming the body's limit, not the hub's 300 s default.
+func TestLibreChatBodyTimeout(t *testing.T) {
+	h, _ := libreChatWorker(t, "lc-timeout", newEmbedded(t, false))
+	rep := h.client(t, context.Background(), "/v1/exec", `{"lang":"bash","code":"echo started; sleep 60","timeout":1500}`, nil)
+	m := decodeExec(t, rep)
+	if stderr, _ := m["stderr"].(string); rep.status != 200 || m["stdout"] != "started\n" || !strings.Contains(stderr, "timed out after 1500 ms") {
+		t.Fatalf("timeout 1500: %d %s", rep.status, rep.body)
+	}
+}
+
 // TestChatThroughEndpointWorker: a worker that forwards assignments over HTTP (the endpoint supervisor,
 // as LibreChat's own worker does) to codellm's runner routes in stateful endpoint mode
 // (/sessions/{runtimeSessionId}/api/v2): the hub's chat assignment (X-Codellm-Operation) reaches the

@@ -48,7 +48,7 @@ type Upload struct {
 
 // Limits are the caps every backend enforces. Zero fields take the defaults.
 type Limits struct {
-	MaxFileBytes    int64         // one file; default 10 MiB
+	MaxFileBytes    int64         // one file; default 25 MiB (upstream MAX_FILE_SIZE)
 	MaxSessionBytes int64         // all files of a session; default 100 MiB
 	MaxSessionFiles int           // files of a session; default 256
 	MaxTotalBytes   int64         // all sessions together; default 2 GiB
@@ -58,7 +58,7 @@ type Limits struct {
 
 // Defaults of Limits.
 const (
-	DefaultMaxFileBytes    = 10 << 20
+	DefaultMaxFileBytes    = 25 << 20
 	DefaultMaxSessionBytes = 100 << 20
 	DefaultMaxSessionFiles = 256
 	DefaultMaxTotalBytes   = 2 << 30

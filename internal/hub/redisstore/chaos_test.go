@@ -118,7 +118,8 @@ func replicaAt(t *testing.T, url string) *replica {
 		t.Fatal(err)
 	}
 	cfg := hub.Config{AdminToken: adminToken, ClientKeys: []hub.ClientKey{{Key: apiKey, TenantID: "default"}},
-		PollInterval: 20 * time.Millisecond, ExecTimeout: 5 * time.Second, QueueTimeout: time.Second}
+		PollInterval: 20 * time.Millisecond, ExecTimeout: 5 * time.Second, QueueTimeout: time.Second,
+		RateLimits: hub.RateLimits{Off: true}} // one caller sends the whole load (the limits: limits_test.go)
 	return serveReplica(t, st, cfg, true)
 }
 

@@ -133,7 +133,8 @@ func TestCrossReplicaWake(t *testing.T) {
 // once.
 func TestConcurrentAssignments(t *testing.T) {
 	prefix := freshPrefix()
-	reps := []*replica{newReplica(t, prefix, true, nil), newReplica(t, prefix, true, nil)}
+	unlimited := func(c *hub.Config) { c.RateLimits.Off = true } // one caller sends all 200 (the limits: limits_test.go)
+	reps := []*replica{newReplica(t, prefix, true, unlimited), newReplica(t, prefix, true, unlimited)}
 
 	var mu sync.Mutex
 	settled := map[string]int{}
