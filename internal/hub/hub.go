@@ -203,6 +203,7 @@ type Hub struct {
 	conns       *conns
 	uploads     *uploadBudget
 	limits      *limiters
+	backend     store.Backend // the store's records (programmatic executions, programmatic.go)
 }
 
 // New builds a hub over st. The hub does not own st; the caller closes it
@@ -245,6 +246,7 @@ func New(cfg Config, st Store) (*Hub, error) {
 		return nil, errors.Join(ErrConfig, errors.New("the hub store exposes no record backend"))
 	}
 	bs.Backend().OnNotify(h.Notify)
+	h.backend = bs.Backend()
 	h.replica = startReplica(st, bs.Backend(), cfg.replicaBeat, h.closing, func(dead string, n int) {
 		h.cfg.Logger.Warn("ended the assignments of a hub replica that stopped", "replica", dead, "assignments", n)
 	})
@@ -431,6 +433,7 @@ func (h *Hub) routes() *httpserve.Router {
 	// LibreChat's workspace tools (outside the table so that its alignment, and other routes' lines, stay).
 	toolsExecute := h.clientRoute(http.MethodPost, toolRefusals, h.handleWorkspaceExecute)
 	rt.Handle("/v1/workspace-tools/execute", onRawPath("/v1/workspace-tools/execute", whole(toolsExecute)))
+	h.programmaticRoutes(rt, whole)
 	return rt
 }
 
