@@ -248,27 +248,7 @@ _PTC_RUN="$PWD/.ptc_run"
 rm -rf "$_PTC_RUN" && mkdir -p "$_PTC_RUN" && printf 0 > "$_PTC_RUN/count" || exit 1
 declare -a _ptc_tool _ptc_input _ptc_out _ptc_err
 `, shQuote(start), shQuote(end))
-	ids := make([]string, 0, len(history))
-	for id := range history {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		var n int
-		if _, err := fmt.Sscanf(id, "call_%d", &n); err != nil {
-			continue
-		}
-		e := history[id]
-		out, isErr := bashResult(e), 0
-		if e.IsError {
-			out, isErr = e.ErrorMessage, 1
-			if out == "" {
-				out = "Tool execution failed"
-			}
-		}
-		fmt.Fprintf(&b, "_ptc_tool[%d]=%s; _ptc_input[%d]=%s; _ptc_out[%d]=%s; _ptc_err[%d]=%d\n",
-			n, shQuote(e.ToolName), n, shQuote(e.Input), n, shQuote(out), n, isErr)
-	}
+	writeBashHistory(&b, history)
 	b.WriteString(`_ptc_call() {
     local n id
     n=$(( $(cat "$_PTC_RUN/count") + 1 ))
@@ -318,6 +298,32 @@ rm -rf "$_PTC_RUN"
 exit $_ptc_rc
 `, shQuote(code))
 	return b.String()
+}
+
+// writeBashHistory sets the replay's arrays: for each earlier call by number, its tool, input, what the
+// tool function prints and whether it fails.
+func writeBashHistory(b *strings.Builder, history map[string]ptcHistoryEntry) {
+	ids := make([]string, 0, len(history))
+	for id := range history {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		var n int
+		if _, err := fmt.Sscanf(id, "call_%d", &n); err != nil {
+			continue
+		}
+		e := history[id]
+		out, isErr := bashResult(e), 0
+		if e.IsError {
+			out, isErr = e.ErrorMessage, 1
+			if out == "" {
+				out = "Tool execution failed"
+			}
+		}
+		fmt.Fprintf(b, "_ptc_tool[%d]=%s; _ptc_input[%d]=%s; _ptc_out[%d]=%s; _ptc_err[%d]=%d\n",
+			n, shQuote(e.ToolName), n, shQuote(e.Input), n, shQuote(out), n, isErr)
+	}
 }
 
 // bashResult is a result as a bash tool function prints it: a string as is, anything else as compact
