@@ -109,11 +109,13 @@ func TestDocumentedMetricsExposed(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("chat: %d %s", status, body)
 	}
-	// An authentication refusal and a last block over the output cap, for the series that need them.
+	// An authentication refusal and a last block over the output cap, for the series that need them. The
+	// block sleeps after its output so that the cap's kill, not its own exit 0, ends it (head alone could
+	// finish writing before the kill lands, and exit_code="0" would then count 2).
 	if status, _ := testhelp.GetBearer(t, ts.URL+"/v1/models", "wrong-key"); status != 401 {
 		t.Fatalf("wrong key: %d", status)
 	}
-	if status, _, body := ts.post(t, "/v1/chat/completions", chat(block("bash", "head -c 2000000 /dev/zero"))); status != 422 {
+	if status, _, body := ts.post(t, "/v1/chat/completions", chat(block("bash", "head -c 2000000 /dev/zero; exec sleep 30"))); status != 422 {
 		t.Fatalf("output limit: %d %s", status, body)
 	}
 	status, _, body = ts.get(t, "/metrics")
