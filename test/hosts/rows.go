@@ -60,7 +60,7 @@ var Rows = []Row{
 		Checks: []string{"doctor"}, Refusal: []string{"userns", "user.max_user_namespaces"},
 		Host: "user namespaces switched off (`user.max_user_namespaces=0`)"},
 	{Name: "arm64-6.1-v2", Arch: "arm64", Kernel: "6.1", Cgroup: "v2", Delegated: true, UserNS: true,
-		Checks: []string{"doctor", "serve", "sandbox", "rawchild", "cgroup"},
+		Checks: []string{"doctor", "serve", "sandbox", "sandbox-go", "rawchild", "cgroup"},
 		Host:   "arm64 (Graviton, Ampere) Debian 12 under systemd with `Delegate=yes`"},
 }
 
