@@ -28,6 +28,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/codellm/codellm/internal/httpguard"
 )
 
 // Headers of the relay protocol.
@@ -43,8 +45,6 @@ const (
 	DefaultTimeout       = 30 * time.Second
 	DefaultMaxConcurrent = 8
 	DefaultPort          = 3000
-	// MaxHeaderBytes admits the large scoped grants skill-heavy executions carry (upstream's 512 KiB).
-	MaxHeaderBytes = 512 << 10
 )
 
 // Config is a relay's settings.
@@ -269,9 +269,8 @@ func copyHeaders(dst, src http.Header, names ...string) {
 	}
 }
 
-// Server is an http.Server for the relay with upstream's bounds: header reads and whole requests within
-// the timeout, headers up to MaxHeaderBytes, idle connections kept at most 5 s.
-func (r *Relay) Server(addr string) *http.Server {
-	return &http.Server{Addr: addr, Handler: r, ReadHeaderTimeout: r.cfg.Timeout, ReadTimeout: r.cfg.Timeout,
-		IdleTimeout: min(r.cfg.Timeout, 5*time.Second), MaxHeaderBytes: MaxHeaderBytes}
+// Limits are the relay listener's bounds, upstream's: headers and whole requests within the timeout, idle
+// connections kept at most 5 s. (Go's default header cap, 1 MiB, admits the 512 KiB grants upstream allows.)
+func (r *Relay) Limits() httpguard.Limits {
+	return httpguard.Limits{ReadHeader: r.cfg.Timeout, Body: r.cfg.Timeout, Idle: min(r.cfg.Timeout, 5*time.Second)}
 }
