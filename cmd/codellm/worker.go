@@ -45,6 +45,7 @@ type workerFlags struct {
 	docker                                 *worker.Docker // the docker supervisor, for the runtime command sandbox
 	metricsListen                          string
 	runsEgress, commandsEgress             *sandbox.EgressReport // the egress proxies, for /readyz
+	relay                                  relayFlags            // the in-process file relay (filerelay.go)
 }
 
 // containerFlags configure the docker supervisors (§11.4).
@@ -108,6 +109,8 @@ func (f *workerFlags) bindRun(v *config.Values) {
 	c.packages, c.sandbox = v.String("docker-packages-path"), v.String("container-sandbox")
 	c.memory, c.pids = v.Size("container-memory-limit"), v.Int("container-pids-limit")
 	c.sessionTTL, c.maxSessions = v.Duration("container-session-ttl"), v.Int("container-max-sessions")
+	f.relay.upstream, f.relay.manifestKey = v.String("file-relay-upstream"), v.String("execution-manifest-public-key")
+	f.relay.bindLimits(v)
 }
 
 // parseInterspersed parses flags that may come before, between or after the positional arguments
@@ -128,6 +131,7 @@ var workerCommands = []subcommand{
 	{"run", "[flags]", "connect to the hub and run what it assigns (the default: `codellm worker` alone runs)"},
 	{"reset-workspace", "<runtimeSessionId>", "ask the hub to fence a runtime session and remove its local state"},
 	{"clear-workspace-quarantine", "[--worker-dir D | --default-workspace]", "remove the mutation quarantine marker (inspect the directory first)"},
+	{"relay", "[flags]", "serve the file relay alone: sandboxes' by-reference inputs and generated files to the Code API's egress gateway"},
 }
 
 func cmdWorker(args []string, stdout, stderr io.Writer) int {
@@ -149,8 +153,10 @@ func cmdWorker(args []string, stdout, stderr io.Writer) int {
 		return workerReset(args, stdout, stderr)
 	case "clear-workspace-quarantine":
 		return workerClear(args, stdout, stderr)
+	case "relay":
+		return workerRelay(args, stderr)
 	}
-	return config.UsageError(stderr, "worker", fmt.Errorf("unknown command %q (pair, run, reset-workspace, clear-workspace-quarantine)", sub))
+	return config.UsageError(stderr, "worker", fmt.Errorf("unknown command %q (pair, run, reset-workspace, clear-workspace-quarantine, relay)", sub))
 }
 
 func workerFail(stderr io.Writer, err error) int {
@@ -513,10 +519,16 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 		return nil, nil, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 	}
 	f.runsEgress = sb.Report().Egress
+	fe, stopRelay, err := f.relay.fileEgress(log)
+	if err != nil {
+		sc.Close()
+		return nil, nil, nil, err
+	}
 	// Workspaces bounded as serve's are by default (issue 14): a worker is usually not root, so this is the
 	// sandbox's private tmpfs, copied back for sessions.
-	rn, err := runner.New(ef.runnerConfig(runner.Config{WorkspaceSize: defaultWorkspaceSize}, ecfg, sb, log))
+	rn, err := runner.New(ef.runnerConfig(runner.Config{WorkspaceSize: defaultWorkspaceSize, FileEgress: fe}, ecfg, sb, log))
 	if err != nil {
+		stopRelay()
 		sc.Close()
 		return nil, nil, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 	}
@@ -525,13 +537,14 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 	// The sandbox self-test runs before registration; a failure is fatal (§11.2).
 	if reason := eng.SelfCheck(context.Background(), log); reason != "" {
 		rn.Close()
+		stopRelay()
 		sc.Close()
 		return nil, nil, nil, fmt.Errorf("%w: sandbox self-test failed: %s", worker.ErrConfig, reason)
 	}
 	cfg.Supervisor = worker.NewEmbedded(rn, chat.New(chat.Config{Engine: eng, Logger: log}).Handler(), f.stateful)
 	// The Sandbox is closed too: it kills its pre-started helpers and removes its pooled run cgroups, which
 	// would otherwise outlive the worker until the next codellm start swept them.
-	return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close(); sb.Close(); sc.Close() }, nil
+	return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close(); stopRelay(); sb.Close(); sc.Close() }, nil
 }
 
 // buildSupervisor makes the runtime supervisor named sup (§11.4) and puts it in cfg. It returns the
@@ -539,6 +552,11 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 // and a func to call when the worker stops.
 func (f *workerFlags) buildSupervisor(sup string, ef *execFlags, cfg *worker.Config, log *slog.Logger) ([]string, *workspace.Options, func(), error) {
 	nop := func() {}
+	if sup != "embedded" && (f.relay.upstream != "" || f.relay.manifestKey != "") {
+		// The docker supervisors' runtime containers run with --network none, and an endpoint runner is
+		// not codellm's to configure: neither can reach a relay yet.
+		return nil, nil, nil, fmt.Errorf("%w: the file relay (--file-relay-upstream) works with --runtime-supervisor embedded only, not %s", worker.ErrConfig, sup)
+	}
 	switch sup {
 	case "embedded":
 		return f.embeddedSupervisor(ef, cfg, log)
