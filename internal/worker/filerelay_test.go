@@ -54,6 +54,10 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Write(data)
 	case http.MethodPut:
+		if r.Header.Get("X-Original-Filename") == "refused.txt" {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
 		g.objects[key], g.names[key] = b, r.Header.Get("X-Original-Filename")
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"stored":true}`)
@@ -292,5 +296,68 @@ func TestFileRelayWithoutGrant(t *testing.T) {
 	}
 	if s := rg.gw.seen(); len(s) != 0 {
 		t.Fatalf("the gateway was reached: %v", s)
+	}
+}
+
+// TestFileRelayOutputBounds: generated files beyond the manifest's max_output_files or max_upload_bytes,
+// or refused by the gateway, are left out with files_truncated — never answered as references that do not
+// resolve — and every answered reference is stored.
+func TestFileRelayOutputBounds(t *testing.T) {
+	rg := newRelayRig(t)
+	code := `open("a.txt", "w").write("a")
+open("big.txt", "w").write("x" * 2048)
+open("refused.txt", "w").write("r")
+open("z1.txt", "w").write("1")
+open("z2.txt", "w").write("2")
+`
+	b, err := bridge.ParseObject([]byte(`{"language":"python","version":"*","files":[{"name":"main.py","content":` +
+		jsonString(code) + `}],"session_id":"exec-2","output_session_id":"sess-out","egress_grant":"grant-1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Set(execmanifest.BodyMember, rg.manifest(t, b, func(c *bridge.Object) {
+		c.Set("input_files", []any{})
+		c.Set("read_sessions", []any{})
+		c.Set("max_output_files", float64(2))
+		c.Set("max_upload_bytes", float64(1024))
+	}))
+	res, err := rg.run(t, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := res.Get("files")
+	var names []string
+	for _, f := range files.([]any) {
+		fo := f.(*bridge.Object)
+		name, _ := fo.Get("name")
+		id, _ := fo.Get("id")
+		names = append(names, name.(string))
+		if _, ok := rg.gw.objects["/sessions/sess-out/objects/"+id.(string)]; !ok {
+			t.Fatalf("%v answered as %v but not stored", name, id)
+		}
+	}
+	trunc, _ := res.Get("files_truncated")
+	// big.txt is over max_upload_bytes, refused.txt refused by the gateway, and after a.txt and z1.txt the
+	// manifest's two output files are used up: z2.txt is left out.
+	if strings.Join(names, ",") != "a.txt,z1.txt" || trunc != true {
+		t.Fatalf("files %v truncated %v", names, trunc)
+	}
+}
+
+// TestFileRelayMissingInput: an input the gateway does not have is a known-clean 400 naming it; the
+// code never runs.
+func TestFileRelayMissingInput(t *testing.T) {
+	rg := newRelayRig(t)
+	delete(rg.gw.objects, "/sessions/sess-in/objects/obj-data")
+	b := relayBody(t)
+	b.Set(execmanifest.BodyMember, rg.manifest(t, b, nil))
+	_, err := rg.run(t, b, nil)
+	var re *RunError
+	if !errors.As(err, &re) || re.Status != 400 || !re.KnownClean ||
+		!strings.Contains(re.Message, `answered HTTP 404 for object "obj-data" of session "sess-in"`) {
+		t.Fatalf("err = %#v", err)
+	}
+	if s := rg.gw.seen(); len(s) != 1 {
+		t.Fatalf("gateway saw %v, want only the failed read", s)
 	}
 }
