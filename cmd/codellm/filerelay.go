@@ -16,7 +16,6 @@ import (
 	"github.com/codellm/codellm/internal/execmanifest"
 	"github.com/codellm/codellm/internal/filerelay"
 	"github.com/codellm/codellm/internal/httpserve"
-	"github.com/codellm/codellm/internal/runner"
 	"github.com/codellm/codellm/internal/worker"
 )
 
@@ -40,7 +39,7 @@ func relayLimitSettings() []config.Setting {
 // workerRelaySettings are `worker run`'s: the egress gateway and the manifest key turn the relay on.
 func workerRelaySettings() []config.Setting {
 	return append([]config.Setting{
-		{Name: "file-relay-upstream", Kind: config.String, Usage: "the LibreChat Code API's egress gateway base URL (https): by-reference inputs and generated files go through an in-process file relay, under signed execution manifests (embedded supervisor only)"},
+		{Name: "file-relay-upstream", Kind: config.String, Usage: "the LibreChat Code API's egress gateway base URL (https): by-reference inputs and generated files go through an in-process file relay, under signed execution manifests (any runtime supervisor)"},
 		{Name: "execution-manifest-public-key", Kind: config.String, Usage: "the Code API's Ed25519 execution manifest verifier key (PEM or base64 SPKI DER); required with --file-relay-upstream"},
 	}, relayLimitSettings()...)
 }
@@ -104,9 +103,9 @@ func workerRelay(args []string, stderr io.Writer) int {
 }
 
 // fileEgress starts the worker's in-process relay on a loopback port when --file-relay-upstream is set
-// and returns the runner's FileEgress pointing at it, and a func stopping it. Its token is random per
+// and returns the FileEgress the worker wraps its supervisor with, and a func stopping it. Its token is random per
 // process: nothing outside this process ever needs it.
-func (f *relayFlags) fileEgress(log *slog.Logger) (*runner.FileEgress, func(), error) {
+func (f *relayFlags) fileEgress(log *slog.Logger) (*worker.FileEgress, func(), error) {
 	if f.upstream == "" {
 		if f.manifestKey != "" {
 			return nil, nil, fmt.Errorf("%w: --execution-manifest-public-key needs --file-relay-upstream", worker.ErrConfig)
@@ -140,7 +139,7 @@ func (f *relayFlags) fileEgress(log *slog.Logger) (*runner.FileEgress, func(), e
 		}
 	}()
 	log.Info("file relay", "listen", ln.Addr().String(), "upstream", f.upstream)
-	fe := &runner.FileEgress{RelayURL: "http://" + ln.Addr().String(), Token: f.token, Key: key,
-		Timeout: time.Duration(f.timeoutMS) * time.Millisecond}
+	fe := &worker.FileEgress{RelayURL: "http://" + ln.Addr().String(), Token: f.token, Key: key,
+		Timeout: time.Duration(f.timeoutMS) * time.Millisecond, MaxBytes: f.maxBytes}
 	return fe, func() { cancel(); <-done }, nil
 }

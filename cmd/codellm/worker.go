@@ -348,6 +348,14 @@ func workerRun(args []string, stderr io.Writer) int {
 		return workerFail(stderr, err)
 	}
 	defer closeSup()
+	fe, stopRelay, err := f.relay.fileEgress(log)
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	defer stopRelay()
+	if fe != nil { // every supervisor: the worker, not the sandbox, talks to the relay
+		cfg.Supervisor = worker.WithFileEgress(cfg.Supervisor, fe)
+	}
 	if f.runtimes != "" { // --runtimes replaces the supervisor's labels
 		runtimes = splitList(f.runtimes)
 	}
@@ -519,16 +527,10 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 		return nil, nil, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 	}
 	f.runsEgress = sb.Report().Egress
-	fe, stopRelay, err := f.relay.fileEgress(log)
-	if err != nil {
-		sc.Close()
-		return nil, nil, nil, err
-	}
 	// Workspaces bounded as serve's are by default (issue 14): a worker is usually not root, so this is the
 	// sandbox's private tmpfs, copied back for sessions.
-	rn, err := runner.New(ef.runnerConfig(runner.Config{WorkspaceSize: defaultWorkspaceSize, FileEgress: fe}, ecfg, sb, log))
+	rn, err := runner.New(ef.runnerConfig(runner.Config{WorkspaceSize: defaultWorkspaceSize}, ecfg, sb, log))
 	if err != nil {
-		stopRelay()
 		sc.Close()
 		return nil, nil, nil, fmt.Errorf("%w: %w", worker.ErrConfig, err)
 	}
@@ -537,14 +539,13 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 	// The sandbox self-test runs before registration; a failure is fatal (§11.2).
 	if reason := eng.SelfCheck(context.Background(), log); reason != "" {
 		rn.Close()
-		stopRelay()
 		sc.Close()
 		return nil, nil, nil, fmt.Errorf("%w: sandbox self-test failed: %s", worker.ErrConfig, reason)
 	}
 	cfg.Supervisor = worker.NewEmbedded(rn, chat.New(chat.Config{Engine: eng, Logger: log}).Handler(), f.stateful)
 	// The Sandbox is closed too: it kills its pre-started helpers and removes its pooled run cgroups, which
 	// would otherwise outlive the worker until the next codellm start swept them.
-	return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close(); stopRelay(); sb.Close(); sc.Close() }, nil
+	return append(ecfg.Programs.Names(), chatRuntimeLabel), &workspace.Options{Sandbox: sb}, func() { rn.Close(); sb.Close(); sc.Close() }, nil
 }
 
 // buildSupervisor makes the runtime supervisor named sup (§11.4) and puts it in cfg. It returns the
@@ -552,11 +553,6 @@ func (f *workerFlags) embeddedSupervisor(ef *execFlags, cfg *worker.Config, log 
 // and a func to call when the worker stops.
 func (f *workerFlags) buildSupervisor(sup string, ef *execFlags, cfg *worker.Config, log *slog.Logger) ([]string, *workspace.Options, func(), error) {
 	nop := func() {}
-	if sup != "embedded" && (f.relay.upstream != "" || f.relay.manifestKey != "") {
-		// The docker supervisors' runtime containers run with --network none, and an endpoint runner is
-		// not codellm's to configure: neither can reach a relay yet.
-		return nil, nil, nil, fmt.Errorf("%w: the file relay (--file-relay-upstream) works with --runtime-supervisor embedded only, not %s", worker.ErrConfig, sup)
-	}
 	switch sup {
 	case "embedded":
 		return f.embeddedSupervisor(ef, cfg, log)

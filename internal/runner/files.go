@@ -23,9 +23,6 @@ type OutFile struct {
 	Encoding       string  `json:"encoding,omitempty"` // "base64" when Content is present
 	Content        *string `json:"content,omitempty"`
 	ContentOmitted bool    `json:"content_omitted,omitempty"` // larger than the content cap
-	// ID is the object the file was stored as through the file relay (FileEgress); its content is then
-	// not in the reply.
-	ID string `json:"id,omitempty"`
 }
 
 var errTooManyEntries = errors.New("workspace has too many entries to scan")

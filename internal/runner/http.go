@@ -91,14 +91,7 @@ func (r *Runner) handleExecute(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	var status int
-	var reply []byte
-	var resp *ExecuteResponse
-	if r.cfg.FileEgress != nil {
-		status, reply, resp = r.executeEgress(WithOwner(req.Context(), ownerOf(req)), sid, body, req.Header)
-	} else {
-		status, reply, resp = r.executeJSON(WithOwner(req.Context(), ownerOf(req)), sid, body)
-	}
+	status, reply, resp := r.executeJSON(WithOwner(req.Context(), ownerOf(req)), sid, body)
 	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", retryAfter)
 	}

@@ -96,10 +96,6 @@ type Config struct {
 	// privateWorkspace forces the private mode even for root (tests of a non-root runner).
 	privateWorkspace bool
 
-	// FileEgress, when set, takes by-reference inputs and stores generated files through the worker's
-	// file relay under a verified execution manifest, which every execute must then carry (fileegress.go).
-	FileEgress *FileEgress
-
 	FilesOutMaxBytes int64 // content is returned for changed files up to this size; default 1 MiB
 	FilesOutMaxCount int   // at most this many changed files are listed; default 32
 

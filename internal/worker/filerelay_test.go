@@ -2,8 +2,8 @@ package worker
 
 // The file relay with signed execution manifests end to end (issue 40 item 10): an assignment as a
 // LibreChat Code API sends it — by-reference inputs, an Ed25519 execution manifest and an egress grant —
-// runs on the embedded supervisor; the runner reads the inputs and stores the generated file through the
-// worker's file relay, which talks to a stand-in for the Code API's egress gateway (upstream's service
+// runs on the embedded supervisor wrapped by WithFileEgress, which reads the inputs and stores the
+// generated file through the worker's file relay, which talks to a stand-in for the Code API's egress gateway (upstream's service
 // cannot run here, so an httptest server plays its object routes).
 
 import (
@@ -22,7 +22,6 @@ import (
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/execmanifest"
 	"github.com/codellm/codellm/internal/filerelay"
-	"github.com/codellm/codellm/internal/runner"
 )
 
 // gateway is the egress gateway stand-in: one stored input, uploads kept by object path, every request
@@ -71,12 +70,18 @@ func (g *gateway) seen() []string {
 }
 
 type relayRig struct {
-	sup  *Embedded
+	sup  Supervisor
 	gw   *gateway
 	priv ed25519.PrivateKey
 }
 
 func newRelayRig(t *testing.T) *relayRig {
+	t.Helper()
+	return newRelayRigOn(t, newEmbedded(t, false))
+}
+
+// newRelayRigOn wraps inner with the file egress of a relay in front of a fresh gateway stand-in.
+func newRelayRigOn(t *testing.T, inner Supervisor) *relayRig {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -96,9 +101,7 @@ func newRelayRig(t *testing.T) *relayRig {
 	t.Cleanup(rs.Close)
 	client := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)
-	sup := newEmbeddedWith(t, false, func(c *runner.Config) {
-		c.FileEgress = &runner.FileEgress{RelayURL: rs.URL, Token: "relay-token", Key: pub, Client: client}
-	})
+	sup := WithFileEgress(inner, &FileEgress{RelayURL: rs.URL, Token: "relay-token", Key: pub, Client: client})
 	return &relayRig{sup: sup, gw: gw, priv: priv}
 }
 
@@ -106,10 +109,14 @@ const relayCode = `print(open("data.csv").read().strip())
 open("out.txt", "w").write("rows=2")
 `
 
-// body is the execute body the Code API's service worker sends for relayCode, without its manifest.
+// relayBody is the execute body the Code API's service worker sends for relayCode, without its manifest.
 func relayBody(t *testing.T) *bridge.Object {
-	o, err := bridge.ParseObject([]byte(`{"language":"python","version":"*","files":[
-		{"name":"main.py","content":` + jsonString(relayCode) + `},
+	return relayBodyIn(t, "python", "main.py", relayCode)
+}
+
+func relayBodyIn(t *testing.T, lang, entry, code string) *bridge.Object {
+	o, err := bridge.ParseObject([]byte(`{"language":"` + lang + `","version":"*","files":[
+		{"name":"` + entry + `","content":` + jsonString(code) + `},
 		{"id":"obj-data","storage_session_id":"sess-in","name":"data.csv"}],
 		"session_id":"exec-1","output_session_id":"sess-out","egress_grant":"grant-1"}`))
 	if err != nil {
@@ -164,6 +171,29 @@ func (rg *relayRig) run(t *testing.T, body *bridge.Object, headers [][2]string) 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return rg.sup.Execute(ctx, RunnerCall{AssignmentID: "a-1", Body: b, Headers: headers})
+}
+
+// TestFileRelayDockerSupervisor: the same exchange with the runner in a runtime container, which keeps
+// --network none: the worker, not the container, reads and stores the files.
+func TestFileRelayDockerSupervisor(t *testing.T) {
+	rg := newRelayRigOn(t, newTestDocker(t))
+	body := relayBodyIn(t, "bash", "main.sh", "cat data.csv\nprintf rows=2 > out.txt\n")
+	body.Set(execmanifest.BodyMember, rg.manifest(t, body, nil))
+	res, err := rg.run(t, body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, _ := res.Get("run")
+	stdout, _ := run.(*bridge.Object).Get("stdout")
+	files, _ := res.Get("files")
+	fl, _ := files.([]any)
+	if stdout != "a,b\n1,2\n" || len(fl) != 1 {
+		t.Fatalf("stdout %q files %s", stdout, canonicalOf(files))
+	}
+	id, _ := fl[0].(*bridge.Object).Get("id")
+	if got := string(rg.gw.objects["/sessions/sess-out/objects/"+id.(string)]); got != "rows=2" {
+		t.Fatalf("gateway stored %q", got)
+	}
 }
 
 // TestFileRelayInputsAndOutputs: the manifest in the body (and, separately, in the header) authorises
@@ -354,7 +384,7 @@ func TestFileRelayMissingInput(t *testing.T) {
 	_, err := rg.run(t, b, nil)
 	var re *RunError
 	if !errors.As(err, &re) || re.Status != 400 || !re.KnownClean ||
-		!strings.Contains(re.Message, `answered HTTP 404 for object "obj-data" of session "sess-in"`) {
+		!strings.Contains(re.Message, `object "obj-data" of session "sess-in": the file relay answered HTTP 404`) {
 		t.Fatalf("err = %#v", err)
 	}
 	if s := rg.gw.seen(); len(s) != 1 {
