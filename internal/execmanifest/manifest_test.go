@@ -32,7 +32,7 @@ type golden struct {
 	Token      string          `json:"token"`
 }
 
-func loadGolden(t *testing.T) (golden, ed25519.PublicKey, *bridge.Object) {
+func loadGolden(t testing.TB) (golden, ed25519.PublicKey, *bridge.Object) {
 	t.Helper()
 	raw, err := os.ReadFile("testdata/golden.json")
 	if err != nil {

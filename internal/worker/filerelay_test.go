@@ -391,3 +391,46 @@ func TestFileRelayMissingInput(t *testing.T) {
 		t.Fatalf("gateway saw %v, want only the failed read", s)
 	}
 }
+
+// recordingSupervisor answers every call with a generated file and keeps what it was given.
+type recordingSupervisor struct {
+	Embedded
+	calls []RunnerCall
+}
+
+func (r *recordingSupervisor) Execute(_ context.Context, call RunnerCall) (*bridge.Object, error) {
+	r.calls = append(r.calls, call)
+	return bridge.ParseObject([]byte(`{"run":{"stdout":""},"files":[{"name":"out.txt","size":2,"encoding":"base64","content":"b2s="}]}`))
+}
+
+// TestFileRelayRunnerHoldsNoCapability: what reaches the runner carries neither the manifest nor the
+// grant, in the body or the headers — sandboxed code could otherwise replay them against the gateway —
+// and the input arrives inline. The relay's request budget (max_requests) bounds the uploads: with one
+// request left after the input, a second generated file is not stored.
+func TestFileRelayRunnerHoldsNoCapability(t *testing.T) {
+	inner := &recordingSupervisor{}
+	rg := newRelayRigOn(t, inner)
+	body := relayBody(t)
+	tok := rg.manifest(t, body, func(c *bridge.Object) { c.Set("max_requests", float64(1)) })
+	res, err := rg.run(t, body, [][2]string{{execmanifest.Header, tok}, {filerelay.GrantHeader, "grant-1"}, {"X-Other", "kept"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := inner.calls[0]
+	text := string(got.Body)
+	if strings.Contains(text, "execution_manifest") || strings.Contains(text, "egress_grant") || strings.Contains(text, "grant-1") {
+		t.Fatalf("runner body holds a capability: %s", text)
+	}
+	if len(got.Headers) != 1 || got.Headers[0][0] != "X-Other" {
+		t.Fatalf("runner headers %v", got.Headers)
+	}
+	if !strings.Contains(text, `{"name":"data.csv","content":"YSxiCjEsMgo=","encoding":"base64"}`) {
+		t.Fatalf("input not inline: %s", text)
+	}
+	if files, _ := res.Get("files"); len(files.([]any)) != 0 {
+		t.Fatalf("stored past max_requests: %s", canonicalOf(files))
+	}
+	if s := rg.gw.seen(); len(s) != 1 {
+		t.Fatalf("gateway saw %v, want the input read only", s)
+	}
+}
