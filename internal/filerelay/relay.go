@@ -1,8 +1,9 @@
 // Package filerelay is the worker's file relay (`codellm worker relay`, and the worker's in-process relay
-// under the embedded supervisor): the one door through which a sandbox reaches the LibreChat Code API's
-// egress gateway to read its by-reference inputs and store its generated files.
+// under every runtime supervisor): the one door to the LibreChat Code API's egress gateway, through which
+// an execution's by-reference inputs are read and its generated files stored. codellm's worker calls it
+// on the sandbox's behalf; the standalone relay serves whatever sandboxes an operator points at it.
 //
-// The relay holds no credential the sandbox could misuse beyond its own run: it authenticates the sandbox
+// The relay holds no credential a caller could misuse beyond its own run: it authenticates the caller
 // by the worker-derived relay token (X-LibreChat-Code-Relay-Token, compared in constant time), forwards
 // only the egress gateway's object routes, and forwards a request only with the execution's egress grant
 // (X-CodeAPI-Egress-Grant), which the gateway checks against the execution's signed manifest. The relay
