@@ -159,7 +159,7 @@ var containerCLI = config.Setting{Name: "container-cli", Kind: config.String, De
 
 // workerRunSettings are worker run's own settings beside workerSettings and the execution ones.
 func workerRunSettings() []config.Setting {
-	return []config.Setting{
+	return append([]config.Setting{
 		{Name: "runtime-supervisor", Kind: config.String, Usage: "embedded (default), endpoint, docker, docker-nsjail (alias docker-macos-nsjail)"},
 		containerCLI,
 		{Name: "runtime-image", Kind: config.String, Usage: "runtime image of the docker supervisors"},
@@ -185,7 +185,7 @@ func workerRunSettings() []config.Setting {
 		{Name: "lease-wait", Kind: config.Duration, Default: "25s", Usage: "long-poll wait per lease (at most 30s)"},
 		{Name: "workspace-lease-slots", Kind: config.Int, Default: "1", Usage: "assignments run at once, one lease slot each (LibreChat's lease slots; granted by the hub; 1 with a writable or command workspace)"},
 		{Name: "metrics-listen", Kind: config.String, Usage: "loopback address serving GET /metrics and /readyz (empty: no inbound port)"},
-	}
+	}, workerRelaySettings()...)
 }
 
 // referenceSection is one command's part of docs/operator.md's generated settings reference.
@@ -210,10 +210,13 @@ func settingsReference() []referenceSection {
 	worker := newFlagSet("worker run", "worker run", io.Discard)
 	(&workerFlags{}).register(worker, true)
 	(&execFlags{}).register(worker)
+	relay := newFlagSet("worker relay", "worker relay", io.Discard)
+	register(relay, relaySettings(), nil)
 	return []referenceSection{
 		{"`codellm serve`", serve, nil},
 		{"`codellm run`, `debug`, `blocks`, `doctor` (the execution settings of serve, plus their own)", local, nil},
 		{"`codellm worker` (`run`; `pair`, `reset-workspace` and `clear-workspace-quarantine` take the first eight)", worker, nil},
+		{"`codellm worker relay` (the file relay alone)", relay, nil},
 		{"`codellm workspace` (command line only: each is a per-call opt-in)", ws, nil},
 		{"`codellm hub serve`", hubServe, hubFamilies},
 		{"`codellm hub pair|revoke|status`", hubAdmin, hubFamilies},

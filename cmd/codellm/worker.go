@@ -45,6 +45,7 @@ type workerFlags struct {
 	docker                                 *worker.Docker // the docker supervisor, for the runtime command sandbox
 	metricsListen                          string
 	runsEgress, commandsEgress             *sandbox.EgressReport // the egress proxies, for /readyz
+	relay                                  relayFlags            // the in-process file relay (filerelay.go)
 }
 
 // containerFlags configure the docker supervisors (§11.4).
@@ -108,6 +109,8 @@ func (f *workerFlags) bindRun(v *config.Values) {
 	c.packages, c.sandbox = v.String("docker-packages-path"), v.String("container-sandbox")
 	c.memory, c.pids = v.Size("container-memory-limit"), v.Int("container-pids-limit")
 	c.sessionTTL, c.maxSessions = v.Duration("container-session-ttl"), v.Int("container-max-sessions")
+	f.relay.upstream, f.relay.manifestKey = v.String("file-relay-upstream"), v.String("execution-manifest-public-key")
+	f.relay.bindLimits(v)
 }
 
 // parseInterspersed parses flags that may come before, between or after the positional arguments
@@ -128,6 +131,7 @@ var workerCommands = []subcommand{
 	{"run", "[flags]", "connect to the hub and run what it assigns (the default: `codellm worker` alone runs)"},
 	{"reset-workspace", "<runtimeSessionId>", "ask the hub to fence a runtime session and remove its local state"},
 	{"clear-workspace-quarantine", "[--worker-dir D | --default-workspace]", "remove the mutation quarantine marker (inspect the directory first)"},
+	{"relay", "[flags]", "serve the file relay alone: sandboxes' by-reference inputs and generated files to the Code API's egress gateway"},
 }
 
 func cmdWorker(args []string, stdout, stderr io.Writer) int {
@@ -149,8 +153,10 @@ func cmdWorker(args []string, stdout, stderr io.Writer) int {
 		return workerReset(args, stdout, stderr)
 	case "clear-workspace-quarantine":
 		return workerClear(args, stdout, stderr)
+	case "relay":
+		return workerRelay(args, stderr)
 	}
-	return config.UsageError(stderr, "worker", fmt.Errorf("unknown command %q (pair, run, reset-workspace, clear-workspace-quarantine)", sub))
+	return config.UsageError(stderr, "worker", fmt.Errorf("unknown command %q (pair, run, reset-workspace, clear-workspace-quarantine, relay)", sub))
 }
 
 func workerFail(stderr io.Writer, err error) int {
@@ -342,6 +348,14 @@ func workerRun(args []string, stderr io.Writer) int {
 		return workerFail(stderr, err)
 	}
 	defer closeSup()
+	fe, stopRelay, err := f.relay.fileEgress(log)
+	if err != nil {
+		return workerFail(stderr, err)
+	}
+	defer stopRelay()
+	if fe != nil { // every supervisor: the worker, not the sandbox, talks to the relay
+		cfg.Supervisor = worker.WithFileEgress(cfg.Supervisor, fe)
+	}
 	if f.runtimes != "" { // --runtimes replaces the supervisor's labels
 		runtimes = splitList(f.runtimes)
 	}
