@@ -8,7 +8,6 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -119,38 +118,7 @@ func TestFileRoutesGolden(t *testing.T) {
 	} {
 		record(c.name, c.method, "/v1"+c.path, "", h.call(t, c.method, c.path, c.key))
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // keep <idN> readable
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(got)
-	data := buf.Bytes()
-	const path = "testdata/files_golden.json"
-	if *updateGolden {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(data, want) {
-		var wl []fileCall
-		_ = json.Unmarshal(want, &wl)
-		for i := range got {
-			if i >= len(wl) || got[i] != wl[i] {
-				t.Errorf("call %d differs:\n got %+v", i, got[i])
-				if i < len(wl) {
-					t.Errorf("want %+v", wl[i])
-				}
-			}
-		}
-		if len(wl) != len(got) {
-			t.Errorf("%d calls, golden file has %d", len(got), len(wl))
-		}
-	}
+	compareGoldenCalls(t, "testdata/files_golden.json", got) // <idN> stays readable
 }
 
 // TestBatchFilesLimit: past upstream's 200 files a batch stores the first 200 and says so.

@@ -1,9 +1,7 @@
 package hub
 
 import (
-	"bytes"
 	"encoding/json"
-	"os"
 	"regexp"
 	"testing"
 	"time"
@@ -79,23 +77,5 @@ func TestLimitsGolden(t *testing.T) {
 	} {
 		record(c.name, "GET", "/v1"+c.path, "", h.call(t, "GET", c.path, apiKey))
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(got)
-	const path = "testdata/limits_golden.json"
-	if *updateGolden {
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(buf.Bytes(), want) {
-		t.Errorf("the calls differ from %s:\n%s", path, buf.Bytes())
-	}
+	compareGoldenCalls(t, "testdata/limits_golden.json", got)
 }

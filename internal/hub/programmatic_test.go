@@ -101,35 +101,7 @@ func TestProgrammaticGolden(t *testing.T) {
 	call("cancel: no request_id", ptc+"/cancel", `{}`, nil)
 	call("cancel: an ID not seen yet", ptc+"/cancel", `{"request_id":"abcdefghijklmnop"}`, nil)
 
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(got)
-	const path = "testdata/programmatic_golden.json"
-	if *updateGolden {
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wl []fileCall
-	_ = json.Unmarshal(want, &wl)
-	for i := range got {
-		if i >= len(wl) || got[i] != wl[i] {
-			t.Errorf("call %d differs:\n got %+v", i, got[i])
-			if i < len(wl) {
-				t.Errorf("want %+v", wl[i])
-			}
-		}
-	}
-	if len(wl) != len(got) {
-		t.Errorf("%d calls, golden file has %d", len(got), len(wl))
-	}
+	compareGoldenCalls(t, "testdata/programmatic_golden.json", got)
 }
 
 // ptcScriptedRunner answers a programmatic run without running it: the run stops at the next call the

@@ -117,7 +117,7 @@ func TestRuntimeSessionHint(t *testing.T) {
 	g.do("strict: stateful without a hint", "POST", "/exec", stateful, `{"lang":"py","code":"x"}`)
 	g.h = off
 	g.do("stateless hub: stateful expected", "POST", "/exec", stateful, hinted("h"))
-	matchGolden(t, "testdata/runtime_session_golden.json", g.calls)
+	compareGoldenCalls(t, "testdata/runtime_session_golden.json", g.calls)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(runs) != 10 || runs[8] != a.SessionID || runs[9] != a.SessionID {

@@ -5,7 +5,6 @@ import (
 	"crypto"
 	"encoding/json"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -140,29 +139,6 @@ func TestWorkerPinGolden(t *testing.T) {
 		if r := h.client(t, exec, code, hdr); r.status != 200 {
 			t.Errorf("%s, no pin: %d %s", name, r.status, r.body)
 		}
-	}
-}
-
-// compareGolden compares v, as indented JSON, with the golden file at path (or rewrites it with -update).
-func compareGolden(t *testing.T, path string, v any) {
-	t.Helper()
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-	if *updateGolden {
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(buf.Bytes(), want) {
-		t.Errorf("%s differs (rerun with -update and review the diff):\n%s", path, buf.String())
 	}
 }
 

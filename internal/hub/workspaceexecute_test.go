@@ -1,10 +1,7 @@
 package hub
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -24,44 +21,6 @@ type goldenCall struct {
 	Status  int               `json:"status"`
 	Answer  map[string]string `json:"answerHeaders,omitempty"`
 	Body    string            `json:"body"`
-}
-
-// matchGolden compares calls with the golden file path (or rewrites it under -update), call by call.
-func matchGolden(t *testing.T, path string, got []goldenCall) {
-	t.Helper()
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(got)
-	if *updateGolden {
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []goldenCall
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatal(err)
-	}
-	for i := range max(len(got), len(want)) {
-		switch {
-		case i >= len(want):
-			t.Errorf("call %d (%s) is not in %s", i, got[i].Name, path)
-		case i >= len(got):
-			t.Errorf("call %d (%s) of %s was not made", i, want[i].Name, path)
-		default:
-			g, _ := json.Marshal(got[i])
-			w, _ := json.Marshal(want[i])
-			if !bytes.Equal(g, w) {
-				t.Errorf("call %d differs:\n got  %s\n want %s", i, g, w)
-			}
-		}
-	}
 }
 
 // goldenClient makes golden calls against h and records them.
@@ -187,5 +146,5 @@ func TestWorkspaceToolsExecute(t *testing.T) {
 	w2.pair(h)
 	w2.mustRegister()
 	g.do("two workers offer the workspace and no header names one", "POST", route, map[string]string{"X-API-Key": apiKey}, read)
-	matchGolden(t, "testdata/workspace_tools_golden.json", g.calls)
+	compareGoldenCalls(t, "testdata/workspace_tools_golden.json", g.calls)
 }
