@@ -40,9 +40,13 @@ func VerifyRequest(token string, key ed25519.PublicKey, body *bridge.Object, now
 	if out := OutputSession(body); out == "" || c.OutputSessionID != out {
 		return nil, fail(ReasonScopeMismatch, "Execution manifest output session does not match request")
 	}
-	files, e := RequestInputFiles(body)
+	refs, e := RequestInputFiles(body)
 	if e != nil {
 		return nil, e
+	}
+	files := make([]InputFile, len(refs))
+	for i, r := range refs {
+		files[i] = r.InputFile
 	}
 	if !slices.Equal(sortFiles(files), sortFiles(slices.Clone(c.InputFiles))) {
 		return nil, fail(ReasonScopeMismatch, "Execution manifest input file scope does not match request")
@@ -64,13 +68,20 @@ func VerifyRequest(token string, key ed25519.PublicKey, body *bridge.Object, now
 	return c, nil
 }
 
+// RequestFile is one by-reference file of an execute body: what a manifest must authorise, and where in
+// the body's files it stands.
+type RequestFile struct {
+	InputFile
+	Index int
+}
+
 // RequestInputFiles lists the body's by-reference files (those with a non-empty string "id") as the Code
 // API describes them in a manifest: the storage session is the file's storage_session_id, else the body's
 // output session; an unnamed file is "file<index>.code".
-func RequestInputFiles(body *bridge.Object) ([]InputFile, *Error) {
+func RequestInputFiles(body *bridge.Object) ([]RequestFile, *Error) {
 	v, _ := body.Get("files")
 	arr, _ := v.([]any)
-	var files []InputFile
+	var files []RequestFile
 	for i, e := range arr {
 		fo, _ := e.(*bridge.Object)
 		id, _ := getString(fo, "id")
@@ -88,7 +99,7 @@ func RequestInputFiles(body *bridge.Object) ([]InputFile, *Error) {
 		if name == "" {
 			name = "file" + strconv.Itoa(i) + ".code"
 		}
-		files = append(files, InputFile{ID: id, SessionID: sid, Name: name})
+		files = append(files, RequestFile{InputFile{ID: id, SessionID: sid, Name: name}, i})
 	}
 	return files, nil
 }

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -120,26 +119,18 @@ func withoutHeaders(h [][2]string, names ...string) [][2]string {
 // name the manifest authorised (file<index>.code when unnamed). A gateway refusal (4xx other than 408 and
 // 429) is the request's fault and nothing has run: a known-clean 400. Anything else is 502.
 func (ex *egressRun) fetchInputs(ctx context.Context, body *bridge.Object) error {
+	refs, me := execmanifest.RequestInputFiles(body) // the verified manifest authorised exactly these
+	if me != nil {
+		return refusal(http.StatusBadRequest, me.Message)
+	}
 	v, _ := body.Get("files")
 	files, _ := v.([]any)
-	for i, e := range files {
-		fo, _ := e.(*bridge.Object)
-		id, _ := stringMember(fo, "id")
-		if id == "" {
-			continue
-		}
-		sid, ok := stringMember(fo, "storage_session_id")
-		if !ok {
-			sid = execmanifest.OutputSession(body)
-		}
-		name, _ := stringMember(fo, "name")
-		if name == "" {
-			name = "file" + strconv.Itoa(i) + ".code"
-		}
-		limit := ex.fe.MaxBytes
-		if limit <= 0 {
-			limit = filerelay.DefaultMaxBytes
-		}
+	limit := ex.fe.MaxBytes
+	if limit <= 0 {
+		limit = filerelay.DefaultMaxBytes
+	}
+	for _, ref := range refs {
+		i, id, sid, name := ref.Index, ref.ID, ref.SessionID, ref.Name
 		data, status, err := ex.exchange(ctx, http.MethodGet, sid, id, nil, nil, limit)
 		at := fmt.Sprintf("files[%d]: object %q of session %q", i, id, sid)
 		switch {
