@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,7 +50,9 @@ func TestSupportedHostsTable(t *testing.T) {
 
 // TestHostMatrix boots every row (CODELLM_HOST_MATRIX=1; downloads into
 // CODELLM_HOSTS_CACHE, default /var/cache/codellm-hosts) and judges it.
-// CODELLM_HOST_ROWS, a regular expression, picks rows.
+// CODELLM_HOST_ROWS, a regular expression, picks rows; CODELLM_HOST_CHECKS,
+// a comma-separated list, keeps only those of each row's checks (e.g.
+// doctor,bench to sample the spawn row again without the rest).
 func TestHostMatrix(t *testing.T) {
 	if os.Getenv("CODELLM_HOST_MATRIX") != "1" {
 		t.Skip("the host matrix boots kernels under qemu: CODELLM_HOST_MATRIX=1 runs it (.ci/run does)")
@@ -76,6 +79,7 @@ func TestHostMatrix(t *testing.T) {
 		if !pick.MatchString(r.Name) {
 			continue
 		}
+		r.Checks = keepChecks(r.Checks, os.Getenv("CODELLM_HOST_CHECKS"))
 		t.Run(r.Name, func(t *testing.T) {
 			start := time.Now()
 			res := boot(t, r, filepath.Join(out, r.Arch))
@@ -87,6 +91,22 @@ func TestHostMatrix(t *testing.T) {
 		})
 	}
 	logSpawnCPU(t, spawnCPU)
+}
+
+// keepChecks is checks less those not in the comma-separated list keep
+// (all of them when keep is empty), in their order.
+func keepChecks(checks []string, keep string) []string {
+	if keep == "" {
+		return checks
+	}
+	want := strings.Split(keep, ",")
+	var kept []string
+	for _, c := range checks {
+		if slices.Contains(want, c) {
+			kept = append(kept, c)
+		}
+	}
+	return kept
 }
 
 // benchCPU is the codellm variant's mean CPU per spawn from the bench
