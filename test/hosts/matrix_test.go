@@ -75,6 +75,7 @@ func TestHostMatrix(t *testing.T) {
 		built[r.Arch] = true
 	}
 	spawnCPU := map[string]float64{} // bench's codellm CPU per block, by row
+	var failed []string              // one line per failed check, repeated at the end
 	for _, r := range Rows {
 		if !pick.MatchString(r.Name) {
 			continue
@@ -84,13 +85,18 @@ func TestHostMatrix(t *testing.T) {
 			start := time.Now()
 			res := boot(t, r, filepath.Join(out, r.Arch))
 			t.Logf("%s: %s on %s, %d CPUs, booted and checked in %s", r.Name, res.kernel, res.arch, res.cpus, time.Since(start).Round(time.Second))
-			judge(t, r, res)
+			failed = append(failed, judge(t, r, res)...)
 			if cpu, ok := benchCPU(res.out["bench"]); ok {
 				spawnCPU[r.Name] = cpu
 			}
 		})
 	}
 	logSpawnCPU(t, spawnCPU)
+	if len(failed) > 0 {
+		// Again at the end: CI shows the log's tail, and a row's own
+		// output scrolls away under the rows after it.
+		t.Errorf("failed checks:\n%s", strings.Join(failed, "\n"))
+	}
 }
 
 // keepChecks is checks less those not in the comma-separated list keep
@@ -219,23 +225,55 @@ func parse(console []byte) result {
 	return res
 }
 
-// judge checks every check of r against what the guest printed.
-func judge(t *testing.T, r Row, res result) {
+// judge checks every check of r against what the guest printed and
+// returns a line for each failed one, with its failing tests.
+func judge(t *testing.T, r Row, res result) []string {
 	t.Helper()
 	if !res.done {
-		t.Fatalf("the guest did not finish its checks; console:\n%s", tail([]byte(res.console)))
+		t.Errorf("the guest did not finish its checks; console:\n%s", tail([]byte(res.console)))
+		return []string{r.Name + ": the guest did not finish its checks"}
 	}
+	var failed []string
 	for _, c := range r.Checks {
 		rc, ok := res.rc[c]
 		out := res.out[c]
 		if !ok {
 			t.Errorf("check %s did not run", c)
+			failed = append(failed, r.Name+"/"+c+": did not run")
 			continue
 		}
 		if err := verdict(r, c, rc, out); err != nil {
 			t.Errorf("check %s: %v\n%s", c, err, out)
+			failed = append(failed, fmt.Sprintf("%s/%s: %v%s", r.Name, c, err, failingLines(out)))
 		}
 	}
+	return failed
+}
+
+// failingLines is, for a check that ran go tests, each "--- FAIL" line with
+// the lines the test printed before it; for any other, its last lines. At
+// most 16 lines, the last ones.
+func failingLines(out string) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	var kept, since []string
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "--- FAIL"):
+			kept = append(append(kept, since...), l)
+			since = nil
+		case strings.HasPrefix(l, "--- "):
+			since = nil
+		default:
+			since = append(since, l)
+		}
+	}
+	if kept == nil {
+		kept = lines
+	}
+	if len(kept) > 16 {
+		kept = kept[len(kept)-16:]
+	}
+	return "\n    " + strings.Join(kept, "\n    ")
 }
 
 func verdict(r Row, check string, rc int, out string) error {
@@ -278,4 +316,14 @@ func tail(b []byte) string {
 		b = b[len(b)-8000:]
 	}
 	return string(b)
+}
+
+func TestFailingLines(t *testing.T) {
+	out := "    a_test.go:1: fine\n--- PASS: TestA (0.1s)\n    b_test.go:9: got 3, want 4\n--- FAIL: TestB (0.2s)\nFAIL\n"
+	if got, want := failingLines(out), "\n    "+"    b_test.go:9: got 3, want 4\n    --- FAIL: TestB (0.2s)"; got != want {
+		t.Errorf("failingLines = %q, want %q", got, want)
+	}
+	if got, want := failingLines("a\nb\n"), "\n    a\n    b"; got != want {
+		t.Errorf("failingLines without go tests = %q, want %q", got, want)
+	}
 }
