@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,9 @@ type backend struct {
 	// local listener was told at once).
 	origin string
 	notify atomic.Pointer[func(string)]
+	// epoch is InsertNew's memo of the keyspace epoch, trusted for epochRecheck.
+	epoch        epochMemo
+	epochRecheck time.Duration
 }
 
 var _ store.Backend = (*backend)(nil)
@@ -126,8 +130,9 @@ func (b *backend) Epoch(ctx context.Context, create bool) (string, error) {
 }
 
 // insertScript: KEYS[1] epoch, KEYS[2] key; ARGV[1] notBefore (ms), ARGV[2]
-// TTL (ms). Returns 1 when the key is new and now recorded. A missing epoch
-// means the data was lost: it is re-created, so older proofs fail.
+// TTL (ms). Returns {1 when the key is new and now recorded, else 0; the
+// epoch}. A missing epoch means the data was lost: it is re-created, so older
+// proofs fail.
 var insertScript = redis.NewScript(`
 local e = redis.call('GET', KEYS[1])
 if not e then
@@ -135,22 +140,71 @@ if not e then
   e = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('SET', KEYS[1], e)
 end
-if tonumber(ARGV[1]) < tonumber(e) then return 0 end
-if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 1 end
-return 0`)
+if tonumber(ARGV[1]) < tonumber(e) then return {0, tostring(e)} end
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return {1, tostring(e)} end
+return {0, tostring(e)}`)
+
+// DefaultEpochRecheck is how long InsertNew trusts the epoch it last read.
+const DefaultEpochRecheck = time.Second
+
+// epochMemo is the keyspace epoch as this process last read it. Every
+// worker request inserts a nonce; reading the epoch each time tripled its
+// cost in Redis commands (EVALSHA, GET, SET against one SET). Trusting the
+// reading for a second is safe because a data loss erases the workers'
+// credentials with the nonces: a replayed request is refused by its
+// credential check (STORE_RESET) before its nonce matters, and the memo only
+// covers the loss of the last second, which no credential survived either.
+type epochMemo struct {
+	mu      sync.Mutex
+	ms      int64
+	checked time.Time
+}
+
+func (m *epochMemo) get(now time.Time, maxAge time.Duration) (int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ms, !m.checked.IsZero() && now.Sub(m.checked) < maxAge && now.Sub(m.checked) >= 0
+}
+
+func (m *epochMemo) set(ms int64, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ms, m.checked = ms, now
+}
 
 // InsertNew implements store.Backend: SET NX PX, refused for a notBefore
-// older than the keyspace.
+// older than the keyspace. The epoch is read with the insert (one script)
+// when the memo of it is older than epochRecheck; otherwise the insert is a
+// plain SET NX PX.
 func (b *backend) InsertNew(ctx context.Context, key string, ttl time.Duration, notBefore time.Time) (bool, error) {
 	if b.closed.Load() {
 		return false, ErrClosed
 	}
-	ok, err := insertScript.Run(ctx, b.rdb, []string{b.epochKey(), b.key(key)}, notBefore.UnixMilli(),
-		max(ttl.Milliseconds(), 1)).Int()
+	ttlMS := max(ttl.Milliseconds(), 1)
+	now := b.now()
+	if e, ok := b.epoch.get(now, b.epochRecheck); ok {
+		if notBefore.UnixMilli() < e {
+			return false, nil
+		}
+		ok, err := b.rdb.SetNX(ctx, b.key(key), "1", time.Duration(ttlMS)*time.Millisecond).Result()
+		if err != nil {
+			return false, b.fail(err)
+		}
+		return ok, nil
+	}
+	res, err := insertScript.Run(ctx, b.rdb, []string{b.epochKey(), b.key(key)}, notBefore.UnixMilli(), ttlMS).Slice()
 	if err != nil {
 		return false, b.fail(err)
 	}
-	return ok == 1, nil
+	if len(res) != 2 {
+		return false, b.fail(fmt.Errorf("insert script answered %d values", len(res)))
+	}
+	inserted, _ := res[0].(int64)
+	epoch, _ := res[1].(string)
+	if e, perr := strconv.ParseInt(epoch, 10, 64); perr == nil {
+		b.epoch.set(e, now)
+	}
+	return inserted == 1, nil
 }
 
 // Update implements store.Backend: WATCH what fn reads, MULTI/EXEC what it

@@ -3,9 +3,10 @@
 // Redis and any number of hub replicas can serve any worker. A transaction
 // is optimistic (WATCH the records it reads, decide, MULTI/EXEC, rerun when
 // another replica won); lifetimes are key expiry; InsertNew is SET NX PX
-// guarded by the keyspace epoch; and a transaction that changed dispatchable
-// state publishes on a channel, so a replica wakes its long polls at once
-// when another replica queues work. The protocol rules are store.Protocol's.
+// guarded by the keyspace epoch (read with an insert at most once a
+// second); and a transaction that changed dispatchable state publishes on a
+// channel, so a replica wakes its long polls at once when another replica
+// queues work. The protocol rules are store.Protocol's.
 //
 // Requirements on the server: a single Redis (or a Sentinel-managed
 // primary), not Redis Cluster — a few transactions touch global keys (code
@@ -48,8 +49,9 @@ var (
 type Option func(*config)
 
 type config struct {
-	proto  store.Options
-	prefix string
+	proto        store.Options
+	prefix       string
+	epochRecheck time.Duration
 }
 
 // WithLeaseTTL sets the registration lifetime (default 60 s).
@@ -60,6 +62,10 @@ func WithNonceTTL(d time.Duration) Option { return func(c *config) { c.proto.Non
 
 // WithGrace sets how long records outlive an assignment deadline (default 30 s).
 func WithGrace(d time.Duration) Option { return func(c *config) { c.proto.Grace = d } }
+
+// WithEpochRecheck sets how long a nonce insert trusts the keyspace epoch it
+// last read (default DefaultEpochRecheck); 0 reads it with every insert.
+func WithEpochRecheck(d time.Duration) Option { return func(c *config) { c.epochRecheck = d } }
 
 // WithPrefix replaces the key namespace (tests isolate stores this way).
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
@@ -114,11 +120,11 @@ func New(ctx context.Context, rdb *redis.Client, opts ...Option) (*Store, error)
 	quietPool()
 	// Generations are reserved in blocks, as the embedded store does: a dispatch then need not rewrite
 	// the worker's durable record.
-	c := config{prefix: DefaultPrefix, proto: store.Options{GenerationBlock: 1024}}
+	c := config{prefix: DefaultPrefix, proto: store.Options{GenerationBlock: 1024}, epochRecheck: DefaultEpochRecheck}
 	for _, o := range opts {
 		o(&c)
 	}
-	b := &backend{rdb: rdb, prefix: c.prefix, now: time.Now, origin: bridge.NewID()}
+	b := &backend{rdb: rdb, prefix: c.prefix, now: time.Now, origin: bridge.NewID(), epochRecheck: c.epochRecheck}
 	// The epoch is when this keyspace was born. If Redis loses its data the
 	// nonces go with it, so InsertNew re-creates the epoch and rejects every
 	// proof dated before it (§7.4, fail closed).

@@ -43,7 +43,10 @@ type Backend interface {
 	// twice as long) unless it is already recorded, reporting whether it
 	// inserted. It also reports false when the backend's memory of such keys
 	// may have begun after notBefore (it restarted or lost its data since),
-	// so that a caller treating a false as "seen before" fails closed.
+	// so that a caller treating a false as "seen before" fails closed. A
+	// shared backend may notice a loss of its data up to a second late
+	// (redisstore.DefaultEpochRecheck): the loss erased the credentials a
+	// replay would need as well.
 	InsertNew(ctx context.Context, key string, ttl time.Duration, notBefore time.Time) (bool, error)
 	// Epoch returns the identity of this store's data: a value written when
 	// the data was created and lost with it ("" when absent). With create it
