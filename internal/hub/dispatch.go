@@ -382,6 +382,10 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, w string, caps brid
 		p.Session = &s
 	}
 	p.FromIdle = fromIdle
+	// The settlement is watched from before the enqueue: a worker already waiting can lease, run and
+	// settle it before Enqueue has returned here, and a notification nobody watched is gone.
+	settled, release := h.waits.watch(store.TopicAssignment(p.AssignmentID))
+	defer release()
 	a, err := h.store.Enqueue(ctx, p)
 	if errors.Is(err, store.ErrUnavailable) {
 		return nil, h.unenqueue(ctx, p, err)
@@ -393,7 +397,7 @@ func (h *Hub) tryWorker(ctx context.Context, d *dispatchReq, w string, caps brid
 	if d.enqueued != nil {
 		d.enqueued()
 	}
-	st, err := h.await(ctx, a)
+	st, err := h.await(ctx, a, settled)
 	h.metrics.Assignments.WithLabelValues(assignmentState(st, err)).Inc()
 	if err != nil {
 		return nil, err
@@ -438,8 +442,8 @@ func assignmentState(st *store.Settlement, err error) string {
 // cancellation mark; the wait then continues so the worker's rejection is collected and the lock released.
 // Once the worker may have started the run (it acknowledged it) the request never ends in a status that
 // invites a retry: a run that cannot be accounted for is errOutcomeUnknown, never a 503 or a second run.
-func (h *Hub) await(ctx context.Context, a *store.Assignment) (*store.Settlement, error) {
-	w := &awaiting{a: a, clientGone: ctx.Done(), closing: h.closing, fresh: true}
+func (h *Hub) await(ctx context.Context, a *store.Assignment, settled <-chan struct{}) (*store.Settlement, error) {
+	w := &awaiting{a: a, clientGone: ctx.Done(), closing: h.closing, fresh: true, settled: settled}
 	bg := context.WithoutCancel(ctx)
 	for {
 		if st, err, done := h.awaitOnce(bg, w); done {
@@ -455,6 +459,9 @@ type awaiting struct {
 	// fresh: just enqueued (nothing to read yet); woken: its topic was notified (its settlement, or a
 	// wake-up of everything after the change feed lost messages).
 	fresh, woken bool
+	// settled is the watch taken before the enqueue: closed when the settlement was stored before the first
+	// wait began (then the first wait reads it instead of sleeping).
+	settled <-chan struct{}
 }
 
 // awaitOnce reads the assignment's state once and sleeps until its settlement is notified, the backstop,
@@ -463,6 +470,14 @@ func (h *Hub) awaitOnce(ctx context.Context, w *awaiting) (*store.Settlement, er
 	a := w.a
 	ch, release := h.waits.watch(store.TopicAssignment(a.ID))
 	defer release()
+	if w.settled != nil {
+		select {
+		case <-w.settled:
+			w.fresh, w.woken = false, true
+		default:
+		}
+		w.settled = nil
+	}
 	if !time.Now().Before(a.ExpiresAt) {
 		st, err := h.complete(ctx, a)
 		return st, err, true

@@ -13,6 +13,7 @@ import (
 
 	"github.com/codellm/codellm/internal/bridge"
 	"github.com/codellm/codellm/internal/hub/boltstore"
+	"github.com/codellm/codellm/internal/hub/store"
 )
 
 // asyncClient fires a client request in the background.
@@ -483,5 +484,47 @@ func TestLeaseSlots(t *testing.T) {
 		if r := recv(t, ch); r.status != 200 || !bytes.Contains(r.body, []byte("ran:s")) {
 			t.Fatalf("request %d: %d %s", i, r.status, r.body)
 		}
+	}
+}
+
+// settleDuringEnqueue is the hub's store with a hook that runs after an enqueue committed and before
+// Enqueue returns to the dispatcher.
+type settleDuringEnqueue struct {
+	*boltstore.Store
+	hook func()
+}
+
+func (s *settleDuringEnqueue) Enqueue(ctx context.Context, ep store.EnqueueParams) (*store.Assignment, error) {
+	a, err := s.Store.Enqueue(ctx, ep)
+	if err == nil && s.hook != nil {
+		s.hook()
+	}
+	return a, err
+}
+
+// A worker that leases, runs and settles an assignment before Enqueue has returned to its dispatcher (a
+// waiting worker on a fast store can) still answers the client at once: the dispatcher watches the
+// settlement from before the enqueue. Without that watch the notification went to nobody and the client
+// waited for the backstop poll (an hour here; recv gives up after 15 s).
+func TestSettledBeforeEnqueueReturns(t *testing.T) {
+	wrapped := &settleDuringEnqueue{}
+	h := newTestHubOver(t, func(c *Config) { c.PollInterval = time.Hour },
+		func(st *boltstore.Store) Store { wrapped.Store = st; return wrapped })
+	w := newWorker(t, h, "fast-vm")
+	w.pair(h)
+	w.mustRegister()
+	wrapped.hook = func() {
+		a := w.mustLease()
+		if r := w.ack(a); r.status != 200 {
+			t.Errorf("ack: %d %s", r.status, r.body)
+			return
+		}
+		if r := w.settle(a, runnerReply(a, w.incarnation)); r.status != 200 {
+			t.Errorf("settle: %d %s", r.status, r.body)
+		}
+	}
+	r := recv(t, asyncClient(t, h, "/v1/exec", `{"lang":"py","code":"print(7)"}`, nil))
+	if r.status != 200 || !bytes.Contains(r.body, []byte("ran:print(7)")) {
+		t.Fatalf("exec: %d %s", r.status, r.body)
 	}
 }

@@ -45,6 +45,12 @@ type testHub struct {
 
 func newTestHub(t testing.TB, mod func(*Config), opts ...boltstore.Option) *testHub {
 	t.Helper()
+	return newTestHubOver(t, mod, nil, opts...)
+}
+
+// newTestHubOver is newTestHub whose hub sees the store through wrap (nil: as it is).
+func newTestHubOver(t testing.TB, mod func(*Config), wrap func(*boltstore.Store) Store, opts ...boltstore.Option) *testHub {
+	t.Helper()
 	st, err := boltstore.Open(filepath.Join(t.TempDir(), "bridge.db"), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +67,11 @@ func newTestHub(t testing.TB, mod func(*Config), opts ...boltstore.Option) *test
 		}
 		cfg.Files = filestore.NewIndexed(st.Backend(), blobs, cfg.FileLimits)
 	}
-	h, err := New(cfg, st)
+	var seen Store = st
+	if wrap != nil {
+		seen = wrap(st)
+	}
+	h, err := New(cfg, seen)
 	if err != nil {
 		t.Fatal(err)
 	}
