@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -207,8 +209,11 @@ func (b *backend) InsertNew(ctx context.Context, key string, ttl time.Duration, 
 	return inserted == 1, nil
 }
 
-// Update implements store.Backend: WATCH what fn reads, MULTI/EXEC what it
-// writes, rerun when a watched key changed meanwhile.
+// Update implements store.Backend optimistically: fn reads with plain MGETs,
+// and one script applies its writes only if every record it read is still
+// as read (compared by SHA-1), else fn runs again. WATCH/MULTI/EXEC did the
+// same with three more commands per transaction and two per extra read; a
+// transaction that writes nothing is its reads alone.
 func (b *backend) Update(ctx context.Context, fn func(store.Txn) error) error {
 	if b.closed.Load() {
 		return ErrClosed
@@ -217,28 +222,25 @@ func (b *backend) Update(ctx context.Context, fn func(store.Txn) error) error {
 		return err
 	}
 	for attempt := range maxAttempts {
-		var ferr error
-		aborted := false
-		var t *txn
-		err := b.rdb.Watch(ctx, func(tx *redis.Tx) error {
-			t = &txn{b: b, ctx: ctx, tx: tx, now: b.now(), writes: map[string]*write{}}
-			ferr = fn(t)
-			if t.failed != nil {
-				aborted, ferr = true, t.failed
-				return errAborted
-			}
-			if cause, abort := store.IsAbort(ferr); abort {
-				aborted, ferr = true, cause
-				return errAborted
-			}
-			return t.commit()
-		})
+		t := &txn{b: b, ctx: ctx, now: b.now(), writes: map[string]*write{}, read: map[string]string{}}
+		ferr := fn(t)
+		if t.failed != nil {
+			return t.failed
+		}
+		if cause, abort := store.IsAbort(ferr); abort {
+			return cause
+		}
+		committed, err := t.commit()
 		switch {
-		case aborted:
-			return ferr
-		case err == nil:
-			b.told(t)
-		case errors.Is(err, redis.TxFailedErr):
+		case err != nil:
+			if b.closed.Load() {
+				return ErrClosed
+			}
+			if errors.Is(err, context.Canceled) {
+				return err
+			}
+			return b.fail(err)
+		case !committed:
 			// Lost the race; back off a little, randomised so that two
 			// replicas do not retry in lockstep.
 			d := time.Duration(rand.IntN(1+min(attempt, 10))) * time.Millisecond
@@ -248,21 +250,12 @@ func (b *backend) Update(ctx context.Context, fn func(store.Txn) error) error {
 				return ctx.Err()
 			}
 			continue
-		case err != nil:
-			if b.closed.Load() {
-				return ErrClosed
-			}
-			if errors.Is(err, context.Canceled) {
-				return err
-			}
-			return b.fail(err)
 		}
+		b.told(t)
 		return ferr
 	}
 	return store.Unavailable(ErrContention)
 }
-
-var errAborted = errors.New("redisstore: transaction aborted")
 
 // told gives a committed transaction's topics to this process's listener.
 func (b *backend) told(t *txn) {
@@ -282,15 +275,27 @@ type write struct {
 type txn struct {
 	b      *backend
 	ctx    context.Context
-	tx     *redis.Tx
 	now    time.Time
 	writes map[string]*write // nil: delete
 	order  []string
-	sets   []func(p redis.Pipeliner)
-	topics []string
+	// read maps each record read (its Redis key) to the SHA-1 of the value
+	// read ("" when absent), checked by the commit script; readOrder keeps
+	// the script's arguments in a stable order.
+	read      map[string]string
+	readOrder []string
+	ops       []setOp
+	topics    []string
 	// at maps a topic to the one replica it is for (NotifyAt).
 	at     map[string]string
 	failed error
+}
+
+// setOp is one set or sorted-set change of the commit: the script's
+// operation name, the key and its arguments.
+type setOp struct {
+	op   string
+	key  string
+	args []string
 }
 
 func (t *txn) Get(keys ...string) ([][]byte, error) {
@@ -309,19 +314,30 @@ func (t *txn) Get(keys ...string) ([][]byte, error) {
 	if len(fetch) == 0 {
 		return out, nil
 	}
-	if err := t.tx.Watch(t.ctx, fetch...).Err(); err != nil {
-		t.failed = t.b.fail(err)
-		return nil, t.failed
-	}
-	raw, err := t.tx.MGet(t.ctx, fetch...).Result()
+	raw, err := t.b.rdb.MGet(t.ctx, fetch...).Result()
 	if err != nil {
 		t.failed = t.b.fail(err)
 		return nil, t.failed
 	}
 	for j, v := range values(raw) {
 		out[at[j]] = v
+		// A record read twice keeps its first reading: the commit checks
+		// that one, so a change between the two readings is a conflict.
+		if _, seen := t.read[fetch[j]]; !seen {
+			t.read[fetch[j]] = digest(v)
+			t.readOrder = append(t.readOrder, fetch[j])
+		}
 	}
 	return out, nil
+}
+
+// digest is what the commit script compares: "" for an absent record.
+func digest(v []byte) string {
+	if v == nil {
+		return ""
+	}
+	sum := sha1.Sum(v)
+	return hex.EncodeToString(sum[:])
 }
 
 func (t *txn) set(key string, w *write) {
@@ -337,15 +353,12 @@ func (t *txn) Put(key string, value []byte, _ store.Class, expiresAt time.Time) 
 
 func (t *txn) Delete(key string) { t.set(key, nil) }
 
-func (t *txn) SetAdd(set, member string) {
-	k := t.b.key(set)
-	t.sets = append(t.sets, func(p redis.Pipeliner) { p.SAdd(t.ctx, k, member) })
+func (t *txn) op(op, key string, args ...string) {
+	t.ops = append(t.ops, setOp{op: op, key: t.b.key(key), args: args})
 }
 
-func (t *txn) SetRemove(set, member string) {
-	k := t.b.key(set)
-	t.sets = append(t.sets, func(p redis.Pipeliner) { p.SRem(t.ctx, k, member) })
-}
+func (t *txn) SetAdd(set, member string)    { t.op("sadd", set, member) }
+func (t *txn) SetRemove(set, member string) { t.op("srem", set, member) }
 
 // NotifyAt implements store.Txn: published on that replica's own channel.
 func (t *txn) NotifyAt(replica, topic string) {
@@ -365,65 +378,113 @@ func (t *txn) Notify(topic string) {
 }
 func (t *txn) Now() time.Time { return t.now }
 
-// commit writes everything in one MULTI/EXEC (nothing when nothing changed).
-func (t *txn) commit() error {
-	if len(t.order) == 0 && len(t.sets) == 0 && len(t.topics) == 0 {
-		return nil
+// commitScript applies a transaction if what it read is unchanged.
+// KEYS: the records read, then one key per write or set operation.
+// ARGV[1]: how many records were read; then their digests (SHA-1 hex, ""
+// for absent); then the operations, each a name and its arguments:
+// set VALUE PX (PX 0: no expiry), del, sadd M, srem M, zadd SCORE M,
+// zaddnx SCORE M, zrem M, zrembelow MAX ("(score"), pub CHANNEL MESSAGE
+// (pub takes no key). Returns 1 when applied, 0 when a record changed.
+var commitScript = redis.NewScript(`
+local r = tonumber(ARGV[1])
+if r > 0 then
+  local cur = redis.call('MGET', unpack(KEYS, 1, r))
+  for i = 1, r do
+    local want, v = ARGV[1 + i], cur[i]
+    if v then
+      if want ~= redis.sha1hex(v) then return 0 end
+    elseif want ~= '' then
+      return 0
+    end
+  end
+end
+local k, a = r, r + 2
+while a <= #ARGV do
+  local op = ARGV[a]
+  if op == 'pub' then
+    redis.call('PUBLISH', ARGV[a + 1], ARGV[a + 2]); a = a + 3
+  else
+    k = k + 1
+    local key = KEYS[k]
+    if op == 'set' then
+      if ARGV[a + 2] == '0' then redis.call('SET', key, ARGV[a + 1])
+      else redis.call('SET', key, ARGV[a + 1], 'PX', ARGV[a + 2]) end
+      a = a + 3
+    elseif op == 'del' then redis.call('DEL', key); a = a + 1
+    elseif op == 'sadd' then redis.call('SADD', key, ARGV[a + 1]); a = a + 2
+    elseif op == 'srem' then redis.call('SREM', key, ARGV[a + 1]); a = a + 2
+    elseif op == 'zadd' then redis.call('ZADD', key, ARGV[a + 1], ARGV[a + 2]); a = a + 3
+    elseif op == 'zaddnx' then redis.call('ZADD', key, 'NX', ARGV[a + 1], ARGV[a + 2]); a = a + 3
+    elseif op == 'zrem' then redis.call('ZREM', key, ARGV[a + 1]); a = a + 2
+    elseif op == 'zrembelow' then redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[a + 1]); a = a + 2
+    else return redis.error_reply('commit script: unknown operation ' .. tostring(op)) end
+  end
+end
+return 1`)
+
+// commit applies the writes, set operations and notifications with
+// commitScript, reporting false when a record read changed meanwhile. A
+// transaction that changes nothing and notifies nothing sends nothing.
+func (t *txn) commit() (bool, error) {
+	if len(t.order) == 0 && len(t.ops) == 0 && len(t.topics) == 0 {
+		return true, nil
 	}
-	_, err := t.tx.TxPipelined(t.ctx, func(p redis.Pipeliner) error {
-		for _, k := range t.order {
-			w, key := t.writes[k], t.b.key(k)
-			switch {
-			case w == nil:
-				p.Del(t.ctx, key)
-			case w.exp.IsZero():
-				p.Set(t.ctx, key, w.val, 0)
-			case w.exp.Sub(t.now) < time.Millisecond:
-				// go-redis treats a zero TTL as "no expiry".
-				p.Del(t.ctx, key)
-			default:
-				p.Set(t.ctx, key, w.val, w.exp.Sub(t.now))
-			}
+	keys := slices.Clone(t.readOrder)
+	args := []any{len(t.readOrder)}
+	for _, k := range t.readOrder {
+		args = append(args, t.read[k])
+	}
+	for _, k := range t.order {
+		w := t.writes[k]
+		keys = append(keys, t.b.key(k))
+		switch {
+		case w == nil:
+			args = append(args, "del")
+		case w.exp.IsZero():
+			args = append(args, "set", w.val, 0)
+		case w.exp.Sub(t.now) < time.Millisecond:
+			// Already expired: the record is gone.
+			args = append(args, "del")
+		default:
+			args = append(args, "set", w.val, w.exp.Sub(t.now).Milliseconds())
 		}
-		for _, f := range t.sets {
-			f(p)
+	}
+	for _, o := range t.ops {
+		keys = append(keys, o.key)
+		args = append(args, o.op)
+		for _, a := range o.args {
+			args = append(args, a)
 		}
-		for _, topic := range t.topics {
-			ch := t.b.changesChannel()
-			if r := t.at[topic]; r != "" {
-				ch += ":" + r
-			}
-			p.Publish(t.ctx, ch, t.b.origin+"\n"+topic)
+	}
+	for _, topic := range t.topics {
+		ch := t.b.changesChannel()
+		if r := t.at[topic]; r != "" {
+			ch += ":" + r
 		}
-		return nil
-	})
-	return err
+		args = append(args, "pub", ch, t.b.origin+"\n"+topic)
+	}
+	n, err := commitScript.Run(t.ctx, t.b.rdb, keys, args...).Int()
+	if err != nil {
+		return false, err
+	}
+	return n == 1, nil
 }
 
 // ZAdd implements store.Txn: ZADD (NX with keep) in the commit.
 func (t *txn) ZAdd(key, member string, score float64, keep bool) {
-	k := t.b.key(key)
-	t.sets = append(t.sets, func(p redis.Pipeliner) {
-		if keep {
-			p.ZAddNX(t.ctx, k, redis.Z{Score: score, Member: member})
-		} else {
-			p.ZAdd(t.ctx, k, redis.Z{Score: score, Member: member})
-		}
-	})
+	op := "zadd"
+	if keep {
+		op = "zaddnx"
+	}
+	t.op(op, key, strconv.FormatFloat(score, 'f', -1, 64), member)
 }
 
 // ZRem implements store.Txn.
-func (t *txn) ZRem(key, member string) {
-	k := t.b.key(key)
-	t.sets = append(t.sets, func(p redis.Pipeliner) { p.ZRem(t.ctx, k, member) })
-}
+func (t *txn) ZRem(key, member string) { t.op("zrem", key, member) }
 
 // ZRemBelow implements store.Txn: ZREMRANGEBYSCORE key -inf (score.
 func (t *txn) ZRemBelow(key string, score float64) {
-	k := t.b.key(key)
-	t.sets = append(t.sets, func(p redis.Pipeliner) {
-		p.ZRemRangeByScore(t.ctx, k, "-inf", "("+strconv.FormatFloat(score, 'f', -1, 64))
-	})
+	t.op("zrembelow", key, "("+strconv.FormatFloat(score, 'f', -1, 64))
 }
 
 // ZPopMin implements store.Backend.

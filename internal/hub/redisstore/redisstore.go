@@ -1,8 +1,8 @@
 // Package redisstore is the hub's shared store on Redis (spec §7.4): the
 // store.Backend primitives over Redis, so every record of §7.1 lives in
 // Redis and any number of hub replicas can serve any worker. A transaction
-// is optimistic (WATCH the records it reads, decide, MULTI/EXEC, rerun when
-// another replica won); lifetimes are key expiry; InsertNew is SET NX PX
+// is optimistic (read with MGET, decide, then one script writes only if
+// what was read is unchanged, else decide again); lifetimes are key expiry; InsertNew is SET NX PX
 // guarded by the keyspace epoch (read with an insert at most once a
 // second); and a transaction that changed dispatchable state publishes on a
 // channel, so a replica wakes its long polls at once when another replica
