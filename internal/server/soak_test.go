@@ -227,7 +227,8 @@ func snapshot(t *testing.T) usage {
 	return u
 }
 
-// descendants counts the live processes below pid.
+// descendants counts the live processes below pid (a zombie, "Z", or a dead
+// process its reaper is collecting, "X", is not live).
 func descendants(pid int) int {
 	parent := map[int]int{}
 	entries, _ := os.ReadDir("/proc")
@@ -245,7 +246,7 @@ func descendants(pid int) int {
 			continue
 		}
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 1 && f[0] != "Z" {
+		if len(f) > 1 && f[0] != "Z" && f[0] != "X" {
 			parent[p], _ = strconv.Atoi(f[1])
 		}
 	}
