@@ -200,7 +200,9 @@ func (w *sigWorker) serve(waitMs float64, onSettle func(a *bridge.Assignment, r 
 			if w.ack(ctx, a).status != 200 {
 				continue
 			}
-			sr := w.settle(ctx, a)
+			// A settle under way finishes after stop: the settlement is stored (and its client answered)
+			// before the worker hears its 200, so stopping may come in between.
+			sr := w.settle(context.WithoutCancel(ctx), a)
 			if onSettle != nil {
 				onSettle(a, sr)
 			}
