@@ -270,7 +270,10 @@ func start(t testing.TB, cfg Config) *running {
 	hard, hc := context.WithCancel(context.Background())
 	r := &running{w: w, drain: dc, hard: hc, done: make(chan error, 1), logs: logs}
 	go func() { r.done <- w.Run(drain, hard) }()
+	key := cfg.BaseURL + "\x00" + cfg.WorkerID
+	startedWorkers.Store(key, r)
 	t.Cleanup(func() {
+		startedWorkers.CompareAndDelete(key, r)
 		r.stop(t)
 		if t.Failed() {
 			t.Logf("worker log:\n%s", logs.String())
@@ -302,10 +305,22 @@ func (r *running) stop(t testing.TB) error {
 }
 
 // waitOnline waits until the hub reports the worker ready.
+// startedWorkers are the workers start ran, by hub base URL and worker ID, so that waitReady can wait
+// for the one it names to finish its registration.
+var startedWorkers sync.Map
+
+// waitReady waits until the hub reports workerID ready and, for a worker this test started, until the
+// worker has finished §8.2's registration: it registers the compatible set first (the hub reports it
+// ready then) and its negotiated set right after, so a request needing a negotiated capability (a
+// workspace write, say) sent in between is answered WORKER_MISMATCH. CI hit that window.
 func (h *testHub) waitReady(t testing.TB, workerID string) *bridge.StatusResponse {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
+		if v, ok := startedWorkers.Load(h.base + "\x00" + workerID); ok && !v.(*running).w.Registered() {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
 		r := h.admin(t, http.MethodGet, bridge.PathStatus(workerID), nil)
 		var st bridge.StatusResponse
 		_ = json.Unmarshal(r.body, &st)
