@@ -483,8 +483,8 @@ func (h *Hub) awaitOnce(ctx context.Context, w *awaiting) (*store.Settlement, er
 		return st, err, true
 	}
 	if w.woken {
-		if st, err := h.store.Settlement(ctx, a.WorkerID, a.ID); err == nil && st != nil {
-			st, err := h.complete(ctx, a)
+		// Told of the settlement: collect it in one read (an outage or an early wake-up keeps waiting).
+		if st, err := h.store.Collect(ctx, a.WorkerID, a.ID); st != nil {
 			return st, err, true
 		}
 	} else if !w.fresh {

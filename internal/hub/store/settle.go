@@ -67,6 +67,10 @@ func (p *Protocol) settleOn(ctx context.Context, owner string, sp SettleParams) 
 		// collect the result.
 		t.releaseLock(a.A.ID)
 		t.tx.NotifyAt(a.A.Dispatcher, TopicAssignment(a.A.ID))
+		// Nothing is left for a sweeper to finish should the dispatcher die now, so the assignment leaves
+		// its dispatcher's list here, and collecting the settlement (Complete) writes nothing.
+		t.undispatch(a)
+		a.A.Dispatcher = ""
 		return nil
 	}, ok, asgKey(owner, sp.AssignmentID))
 }
@@ -108,6 +112,16 @@ func (t *wtx) settleChecks(a *asgRec, owner string, sp SettleParams) error {
 // fence stays (the session remains quarantined) and the incarnation is
 // quarantined (§10.3, fail closed).
 func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) (*Settlement, error) {
+	return p.complete(ctx, workerID, assignmentID, false)
+}
+
+// Collect implements Store: Complete once a settlement is stored, and before that nothing (no write).
+func (p *Protocol) Collect(ctx context.Context, workerID, assignmentID string) (*Settlement, error) {
+	return p.complete(ctx, workerID, assignmentID, true)
+}
+
+// complete is Complete; with settledOnly an assignment without a settlement is left as it is (nil, nil).
+func (p *Protocol) complete(ctx context.Context, workerID, assignmentID string, settledOnly bool) (*Settlement, error) {
 	var out *Settlement
 	var commitsSession bool
 	var inc string
@@ -117,9 +131,13 @@ func (p *Protocol) Complete(ctx context.Context, workerID, assignmentID string) 
 		if err != nil {
 			return err
 		}
-		if a != nil && a.Completed && a.Settlement != nil {
+		if a != nil && a.Settlement != nil && (a.Completed || a.A.Dispatcher == "") && !sessionUncommitted(a) {
+			// Collected before, or settled by a Settle that finished everything itself.
 			st := *a.Settlement
 			out = &st
+			return nil
+		}
+		if settledOnly && (a == nil || a.Settlement == nil) {
 			return nil
 		}
 		if a == nil || a.Finished {
@@ -167,7 +185,7 @@ func (t *wtx) completeSettled(a *asgRec, out **Settlement, commitsSession *bool)
 	*out = &st
 	t.releaseLock(a.A.ID)
 	t.undispatch(a)
-	if st.Status == bridge.StatusFulfilled && a.A.RuntimeSessionID != "" && !a.Committed {
+	if sessionUncommitted(a) {
 		// Settled before settlements committed sessions themselves.
 		*commitsSession = true
 		if !t.clearFenceIfNamed(&a.A) {
@@ -176,6 +194,12 @@ func (t *wtx) completeSettled(a *asgRec, out **Settlement, commitsSession *bool)
 	}
 	a.Completed = true
 	return nil
+}
+
+// sessionUncommitted reports a fulfilled stateful settlement whose session Settle did not commit (its
+// fence named another run, or an older hub stored it).
+func sessionUncommitted(a *asgRec) bool {
+	return a.Settlement.Status == bridge.StatusFulfilled && a.A.RuntimeSessionID != "" && !a.Committed
 }
 
 // Abandon implements Store.

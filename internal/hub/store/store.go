@@ -236,6 +236,10 @@ type Store interface {
 	// settlement if one arrived, committing a stateful session, or
 	// ErrAssignmentExpired after cleaning up an unsettled assignment.
 	Complete(ctx context.Context, workerID, assignmentID string) (*Settlement, error)
+	// Collect is Complete for a dispatcher told that the settlement arrived: before one is stored it
+	// changes nothing and returns nil, nil (a wake-up may come early). Collecting a settlement is one
+	// read of the store.
+	Collect(ctx context.Context, workerID, assignmentID string) (*Settlement, error)
 	// Withdraw takes back an assignment that was never acknowledged (its
 	// worker vanished), clearing its fence and lock so it can be dispatched
 	// elsewhere. It fails with ErrAssignmentFenced once the worker acked it.

@@ -338,6 +338,10 @@ func testLifecycle(t *testing.T, f Factory) {
 	if got, _ := s.Settlement(ctx, worker, a.ID); got != nil {
 		t.Fatal("settlement before settle")
 	}
+	// Collect before the settlement changes nothing: the worker settles as if it had not been called.
+	if got, err := s.Collect(ctx, worker, a.ID); got != nil || err != nil {
+		t.Fatalf("collect before settle: %v %v", got, err)
+	}
 	body := `{"protocolVersion":1,"status":"fulfilled","result":{"x":1}}`
 	want(t, settle(s, a, auth, bridge.StatusFulfilled, body), nil)
 	want(t, settle(s, a, auth, bridge.StatusFulfilled, body), nil) // idempotent
@@ -346,9 +350,11 @@ func testLifecycle(t *testing.T, f Factory) {
 	if err != nil || got == nil || string(got.Canonical) != body {
 		t.Fatalf("settlement %v %v", got, err)
 	}
-	fin, err := s.Complete(ctx, worker, a.ID)
-	if err != nil || string(fin.Canonical) != body {
-		t.Fatalf("complete %v %v", fin, err)
+	for _, collect := range []func(context.Context, string, string) (*store.Settlement, error){s.Collect, s.Complete, s.Collect} {
+		fin, err := collect(ctx, worker, a.ID)
+		if err != nil || fin == nil || string(fin.Canonical) != body {
+			t.Fatalf("collect/complete %v %v", fin, err)
+		}
 	}
 	// After completion the duplicate is still idempotent; the lock is free.
 	want(t, settle(s, a, auth, bridge.StatusFulfilled, body), nil)
@@ -568,7 +574,7 @@ func testSettleFrees(t *testing.T, f Factory) {
 
 // testAbandon: the assignments a dead dispatcher waited for are ended by Abandon: never-acknowledged work
 // is dropped (it never runs), acknowledged work is cancelled and keeps the worker until it settles,
-// settled work is completed; other dispatchers' work is untouched.
+// settled work is no longer on the list; other dispatchers' work is untouched.
 func testAbandon(t *testing.T, f Factory) {
 	s := open(t, f, time.Minute, time.Second)
 	auth := pair(t, s, worker)
@@ -610,13 +616,16 @@ func testAbandon(t *testing.T, f Factory) {
 	if st, _ := s.Worker(ctx, worker); st.Busy {
 		t.Fatal("the late settlement did not free the worker")
 	}
-	// Settled, never collected: completed.
+	// Settled, never collected: the settlement finished it and took it off its dispatcher's list, so
+	// there is nothing left to abandon; the result stays collectable until the record expires.
 	c := dispatchBy("dead-3")
 	_, _ = s.Lease(ctx, worker, incA, auth.IdentityID)
 	want(t, ack(s, c), nil)
 	want(t, settle(s, c, auth, bridge.StatusFulfilled, `{"c":1}`), nil)
-	abandon("dead-3", 1)
 	abandon("dead-3", 0)
+	if fin, err := s.Collect(ctx, worker, c.ID); err != nil || fin == nil || string(fin.Canonical) != `{"c":1}` {
+		t.Fatalf("collect after the dispatcher died: %v %v", fin, err)
+	}
 }
 
 // testSlotsAndPools: a worker granted K lease slots holds K assignments at once, each slot leasing (and on a
