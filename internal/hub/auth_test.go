@@ -188,11 +188,42 @@ func TestWorkerAuthentication(t *testing.T) {
 	big := []byte(`{"protocolVersion":1,"pad":"` + strings.Repeat("a", 1<<20) + `"}`)
 	wantCode(t, w.send(ctx, bridge.PathLease(w.id), big), 413, bridge.CodeBodyTooLarge)
 
-	// E9: revoke while idle; the next call fails with CREDENTIAL_INVALID.
+	// E9: revoke while idle; the next call fails with CREDENTIAL_INVALID — a lease and a registration too,
+	// whose signatures the hub checks with the credential it cached (the store confirms it).
 	if r := h.admin(t, http.MethodPost, bridge.PathRevoke(w.id), nil); r.status != 200 || !bytes.Contains(r.body, []byte(`"revoked":true`)) {
 		t.Fatalf("revoke: %d %s", r.status, r.body)
 	}
 	wantCode(t, lease(), 401, bridge.CodeCredentialInvalid)
+	if r, _ := w.register(); r.status != 401 || r.code() != bridge.CodeCredentialInvalid {
+		t.Fatalf("registration after the revoke: %d %s", r.status, r.body)
+	}
+}
+
+// A worker whose credential was revoked while an assignment was in flight can neither acknowledge nor
+// settle it with the credential the hub cached (the store confirms the credential in the operation's
+// own transaction): 401 CREDENTIAL_INVALID, and the client is not answered with the refused result.
+func TestRevokedMidAssignment(t *testing.T) {
+	h := newTestHub(t, nil)
+	w := newWorker(t, h, "rv:vm")
+	w.pair(h)
+	w.mustRegister()
+	done := make(chan reply, 1)
+	go func() {
+		done <- h.client(t, "/v1/exec", `{"lang":"py","code":"x"}`, map[string]string{"X-Codellm-Timeout-Ms": "1500"})
+	}()
+	a := w.mustLease()
+	if r := h.admin(t, http.MethodPost, bridge.PathRevoke(w.id), nil); r.status != 200 {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	if r := w.ack(a); r.status != 401 || r.code() != bridge.CodeCredentialInvalid {
+		t.Fatalf("ack after the revoke: %d %s", r.status, r.body)
+	}
+	if r := w.settle(a, runnerReply(a, w.incarnation)); r.status != 401 || r.code() != bridge.CodeCredentialInvalid {
+		t.Fatalf("settle after the revoke: %d %s", r.status, r.body)
+	}
+	if r := <-done; r.status == 200 {
+		t.Fatalf("the client got the refused settlement: %d %s", r.status, r.body)
+	}
 }
 
 func TestWorkerAllowList(t *testing.T) {

@@ -213,7 +213,8 @@ func (h *Hub) preauth(r *http.Request, rt route) error {
 	if !bridge.ValidWorkerID(rt.workerID) {
 		return errAuthRequired
 	}
-	_, err = h.credential(r.Context(), rt.workerID, bridge.HashSecret(proof.Credential))
+	// A cached credential will do: Settle confirms it again before storing anything.
+	_, err = h.workerCredential(r.Context(), rt.workerID, bridge.HashSecret(proof.Credential), true)
 	return err
 }
 
@@ -341,7 +342,7 @@ type authenticated struct {
 }
 
 // authWorker applies §4.2's verification steps (or the static bearer).
-func (h *Hub) authWorker(ctx context.Context, r *http.Request, workerID string, canonical []byte) (*authenticated, error) {
+func (h *Hub) authWorker(ctx context.Context, r *http.Request, rt route, workerID string, canonical []byte) (*authenticated, error) {
 	if h.cfg.AuthMode == AuthStatic {
 		tok, ok := httpserve.Bearer(r)
 		if !ok || !httpserve.Equal(tok, h.cfg.WorkerToken) || !bridge.ValidWorkerID(workerID) {
@@ -361,17 +362,14 @@ func (h *Hub) authWorker(ctx context.Context, r *http.Request, workerID string, 
 		return nil, bridge.ErrProofInvalid
 	}
 	credHash := bridge.HashSecret(proof.Credential)
-	cred, err := h.credential(ctx, workerID, credHash)
+	e, err := h.workerCredential(ctx, workerID, credHash, confirmedInStore[rt.name])
 	if err != nil {
 		return nil, err
 	}
-	pub, err := bridge.ParsePublicKeyPEM(cred.PublicKey)
-	if err != nil {
-		return nil, bridge.ErrProofInvalid
-	}
+	cred := e.cred
 	path := h.cfg.SignedPathPrefix + bridge.RequestPath(r)
 	s := bridge.SigningString(r.Method, path, proof.Timestamp, proof.Nonce, canonical, proof.Credential)
-	if !bridge.Verify(pub, s, proof.Signature) {
+	if !bridge.Verify(e.pub, s, proof.Signature) {
 		return nil, bridge.ErrProofInvalid
 	}
 	if err := h.store.UseNonce(ctx, credHash, bridge.HashSecret(proof.Nonce), ts); err != nil {
@@ -409,21 +407,23 @@ func (h *Hub) serveWorker(w http.ResponseWriter, r *http.Request, rt route, raw 
 	if rt.name == "refresh" && h.cfg.AuthMode == AuthStatic {
 		return bridge.ErrCredentialInvalid
 	}
-	au, err := h.authWorker(ctx, r, workerID, canonical)
+	au, err := h.authWorker(ctx, r, rt, workerID, canonical)
 	if err != nil {
 		return err
 	}
 	switch rt.name {
 	case "register":
-		return h.handleRegister(w, r, o, canonical, au)
+		err = h.handleRegister(w, r, o, canonical, au)
 	case "lease":
-		return h.handleLease(w, r, workerID, o, au)
+		err = h.handleLease(w, r, workerID, o, au)
+	default:
+		handle, ok := workerRoutes[rt.name]
+		if !ok {
+			return errNotFound
+		}
+		err = handle(h, w, &workerCall{ctx: ctx, workerID: workerID, rt: rt, o: o, canonical: canonical, au: au})
 	}
-	handle, ok := workerRoutes[rt.name]
-	if !ok {
-		return errNotFound
-	}
-	return handle(h, w, &workerCall{ctx: ctx, workerID: workerID, rt: rt, o: o, canonical: canonical, au: au})
+	return h.credentialRefused(ctx, workerID, au, err)
 }
 
 // workerCall is one authenticated worker route's request.
@@ -470,7 +470,7 @@ func (h *Hub) handleAck(w http.ResponseWriter, c *workerCall) error {
 	if !h.configured(c.workerID) {
 		return errNotConfigured
 	}
-	if err := h.store.Ack(c.ctx, store.AckParams{WorkerID: c.workerID, AssignmentID: c.rt.assignmentID, IncarnationID: req.IncarnationID,
+	if err := h.store.Ack(c.ctx, store.AckParams{Auth: c.au.auth, WorkerID: c.workerID, AssignmentID: c.rt.assignmentID, IncarnationID: req.IncarnationID,
 		Generation: req.Generation, LeaseTokenHash: bridge.HashSecret(req.LeaseToken)}); err != nil {
 		return err
 	}
@@ -502,7 +502,7 @@ func (h *Hub) handleSettle(w http.ResponseWriter, c *workerCall) error {
 	if !h.configured(c.workerID) {
 		return errNotConfigured
 	}
-	if err := h.store.Settle(c.ctx, store.SettleParams{WorkerID: c.workerID, AssignmentID: c.rt.assignmentID, IncarnationID: req.IncarnationID,
+	if err := h.store.Settle(c.ctx, store.SettleParams{Auth: c.au.auth, WorkerID: c.workerID, AssignmentID: c.rt.assignmentID, IncarnationID: req.IncarnationID,
 		Generation: req.Generation, LeaseTokenHash: bridge.HashSecret(req.LeaseToken), IdentityID: c.au.auth.IdentityID,
 		Status: req.Status, Canonical: c.canonical}); err != nil {
 		return err
@@ -586,7 +586,7 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 	}
 	until := start.Add(time.Duration(waitMs) * time.Millisecond)
 	ctx := r.Context()
-	lp := store.LeaseParams{WorkerID: workerID, IncarnationID: req.IncarnationID, IdentityID: au.auth.IdentityID, Slot: -1}
+	lp := store.LeaseParams{WorkerID: workerID, IncarnationID: req.IncarnationID, IdentityID: au.auth.IdentityID, Auth: au.auth, Slot: -1}
 	if req.WorkspaceLeaseSlot != nil {
 		lp.Slot = int(*req.WorkspaceLeaseSlot)
 	}

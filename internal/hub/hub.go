@@ -194,6 +194,8 @@ type Hub struct {
 	router    *httpserve.Router
 
 	metrics *metrics.Hub
+	// creds caches worker credentials for the routes that confirm them in the store (credcache.go).
+	creds credCache
 	// largeBodies bounds concurrent settle-body reads (largeBodySlot).
 	largeOnce   sync.Once
 	largeBodies chan struct{}

@@ -127,7 +127,7 @@ func TestStoreOutage(t *testing.T) {
 		t.Fatalf("healthz during outage: %d", r.status)
 	}
 	m := get(t, h.srv.URL+"/metrics")
-	for _, op := range []string{"queue", "credential", "epoch"} {
+	for _, op := range []string{"queue", "use_nonce", "epoch"} {
 		line := `codellm_hub_store_errors_total{operation="` + op + `"} `
 		if !strings.Contains(string(m.body), line) || strings.Contains(string(m.body), line+"0\n") {
 			t.Errorf("no store error counted for %s", op)

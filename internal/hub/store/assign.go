@@ -111,7 +111,7 @@ func (p *Protocol) LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, 
 	workerID, incarnationID, identityID, slot := lp.WorkerID, lp.IncarnationID, lp.IdentityID, lp.Slot
 	// Fast path for the common empty poll: one read instead of a transaction.
 	if !lp.Woken {
-		if empty, err := p.leaseEmpty(ctx, workerID, incarnationID, slot); err != nil || empty {
+		if empty, err := p.leaseEmpty(ctx, lp); err != nil || empty {
 			return nil, err
 		}
 	}
@@ -119,6 +119,9 @@ func (p *Protocol) LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, 
 	err := p.update(ctx, "lease", workerID, func(t *wtx) error {
 		out = nil
 		rec := t.rec
+		if err := lp.Auth.Confirm(rec, t.now); err != nil {
+			return Abort(err)
+		}
 		if _, f := rec.Fenced[incarnationID]; f || (rec.RegOwner != "" && rec.RegOwner != incarnationID) {
 			return bridge.ErrWorkerFenced
 		}
@@ -182,8 +185,8 @@ func (t *wtx) claim(inc, ck string) (string, bool) {
 
 // leaseEmpty reports, from one snapshot, that the incarnation's slot has neither a claim nor queued work;
 // fencing is checked on the same snapshot.
-func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID string, slot int) (bool, error) {
-	vals, err := p.read(ctx, "lease", recKey(workerID), queueKey(workerID))
+func (p *Protocol) leaseEmpty(ctx context.Context, lp LeaseParams) (bool, error) {
+	vals, err := p.read(ctx, "lease", recKey(lp.WorkerID), queueKey(lp.WorkerID))
 	if err != nil {
 		return false, err
 	}
@@ -191,8 +194,11 @@ func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID strin
 	if err != nil {
 		return false, err
 	}
+	if err := lp.Auth.Confirm(rec, p.b.Now()); err != nil {
+		return false, err
+	}
 	if rec != nil {
-		if _, f := rec.Fenced[incarnationID]; f || (rec.RegOwner != "" && rec.RegOwner != incarnationID) {
+		if _, f := rec.Fenced[lp.IncarnationID]; f || (rec.RegOwner != "" && rec.RegOwner != lp.IncarnationID) {
 			return false, bridge.ErrWorkerFenced
 		}
 	}
@@ -200,13 +206,16 @@ func (p *Protocol) leaseEmpty(ctx context.Context, workerID, incarnationID strin
 	if err != nil || q == nil {
 		return err == nil, err
 	}
-	_, claimed := q.Claims[claimKey(incarnationID, slot)]
-	return !claimed && len(q.Queues[incarnationID]) == 0, nil
+	_, claimed := q.Claims[claimKey(lp.IncarnationID, lp.Slot)]
+	return !claimed && len(q.Queues[lp.IncarnationID]) == 0, nil
 }
 
 // Ack implements Store (§3.6).
 func (p *Protocol) Ack(ctx context.Context, ap AckParams) error {
 	return p.updateAsg(ctx, "ack", ap.WorkerID, ap.AssignmentID, func(t *wtx) error {
+		if err := ap.Auth.Confirm(t.rec, t.now); err != nil {
+			return Abort(err)
+		}
 		a, err := t.asg(ap.AssignmentID)
 		if err != nil {
 			return err

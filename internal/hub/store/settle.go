@@ -38,6 +38,13 @@ func (o *otherOwner) Error() string { return "assignment owned by " + o.owner }
 func (p *Protocol) settleOn(ctx context.Context, owner string, sp SettleParams) error {
 	ok := ownerKey(sp.AssignmentID)
 	return p.update(ctx, "settle", owner, func(t *wtx) error {
+		// The settling worker's credential is confirmed on its own records: the first run is on them, and
+		// another owner's run follows only after it passed.
+		if owner == sp.WorkerID {
+			if err := sp.Auth.Confirm(t.rec, t.now); err != nil {
+				return Abort(err)
+			}
+		}
 		if cur := string(t.pre[ok]); cur != owner {
 			return Abort(&otherOwner{owner: cur})
 		}

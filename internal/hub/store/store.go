@@ -54,6 +54,28 @@ type Auth struct {
 	Binding           *bridge.Binding
 }
 
+// Confirm checks, on a worker record an operation's transaction read, that the credential the request
+// was authenticated with is still the worker's live one. The hub verifies signatures of register, lease,
+// ack and settle with credentials it cached, to spare a store read per request; this check is what
+// refuses such a request once the credential was revoked, rotated, re-paired or expired, before the
+// operation writes anything: CREDENTIAL_INVALID, as a fresh lookup would answer (the worker must be
+// paired again). The same credential under another pairing generation is a revoke that raced the request
+// (WORKER_FENCED), under another identity WORKER_UNAUTHORIZED (§3.8, §7.2 step 1). The zero Auth (static
+// worker tokens) has nothing to confirm.
+func (a Auth) Confirm(rec *WorkerRecord, now time.Time) error {
+	switch {
+	case a.CredentialHash == "":
+		return nil
+	case rec == nil || rec.CredentialHash != a.CredentialHash || !now.Before(rec.CredentialExpires):
+		return bridge.ErrCredentialInvalid
+	case rec.PairingGeneration != a.PairingGeneration:
+		return bridge.ErrWorkerFenced
+	case rec.IdentityID != a.IdentityID:
+		return bridge.ErrWorkerUnauthorized
+	}
+	return nil
+}
+
 // RedeemParams is one pairing redemption.
 type RedeemParams struct {
 	WorkerID       string
@@ -151,6 +173,8 @@ type Assignment struct {
 // LeaseParams is one lease.
 type LeaseParams struct {
 	WorkerID, IncarnationID, IdentityID string
+	// Auth is confirmed on the worker record each read of the lease makes (Auth.Confirm).
+	Auth Auth
 	// Slot is the lease slot (-1: a lease that names none).
 	Slot int
 	// Woken: work was just queued for the worker (its topic was notified), so the one-read check for the
@@ -160,6 +184,7 @@ type LeaseParams struct {
 
 // AckParams is one acknowledgement.
 type AckParams struct {
+	Auth           Auth // confirmed in the transaction (Auth.Confirm)
 	WorkerID       string
 	AssignmentID   string
 	IncarnationID  string
@@ -170,6 +195,7 @@ type AckParams struct {
 // SettleParams is one settlement; Canonical is its canonical JSON, the bytes
 // compared for idempotency.
 type SettleParams struct {
+	Auth           Auth // confirmed in the transaction (Auth.Confirm)
 	WorkerID       string
 	AssignmentID   string
 	IncarnationID  string

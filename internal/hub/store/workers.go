@@ -14,14 +14,9 @@ func (p *Protocol) Register(ctx context.Context, rp RegisterParams) (*Registrati
 	var out Registration
 	err := p.update(ctx, "register", rp.WorkerID, func(t *wtx) error {
 		rec, inc := t.rec, rp.IncarnationID
-		// 1. A revoke or re-pairing raced this request.
-		if rp.Auth.CredentialHash != "" {
-			if rec.PairingGeneration != rp.Auth.PairingGeneration || rec.CredentialHash != rp.Auth.CredentialHash {
-				return bridge.ErrWorkerFenced
-			}
-			if rec.IdentityID != rp.Auth.IdentityID {
-				return bridge.ErrWorkerUnauthorized
-			}
+		// 1. The credential is still the worker's live one (the hub may have checked a cached copy).
+		if err := rp.Auth.Confirm(t.rec, t.now); err != nil {
+			return Abort(err)
 		}
 		// 2. This incarnation's own marks.
 		if err := t.marks(inc); err != nil {

@@ -27,6 +27,7 @@ type Factory func(t *testing.T, cfg Config) store.Store
 func Run(t *testing.T, newStore Factory) {
 	t.Run("Pairing", func(t *testing.T) { testPairing(t, newStore) })
 	t.Run("CredentialRefresh", func(t *testing.T) { testRefresh(t, newStore) })
+	t.Run("CredentialConfirmedInOperations", func(t *testing.T) { testConfirm(t, newStore) })
 	t.Run("Nonce", func(t *testing.T) { testNonce(t, newStore) })
 	t.Run("RegistrationFencing", func(t *testing.T) { testFencing(t, newStore) })
 	t.Run("ReadyConfirmation", func(t *testing.T) { testReady(t, newStore) })
@@ -173,9 +174,10 @@ func testPairing(t *testing.T, f Factory) {
 	rp.CodeHash = code
 	_, err = s.RedeemPairing(ctx, rp)
 	want(t, err, bridge.ErrPairingInvalid)
-	// A registration authenticated before the revoke is fenced.
+	// A registration authenticated before the revoke (the hub may have checked a cached credential) fails
+	// as a fresh lookup would: the credential is gone.
 	_, err = register(t, s, incA, auth, caps(false, false))
-	want(t, err, bridge.ErrWorkerFenced)
+	want(t, err, bridge.ErrCredentialInvalid)
 
 	// Bindings travel from the code to the credential.
 	b := &bridge.Binding{TenantID: "acme", Principal: bridge.Principal{Type: "user", ID: "u-42"}}
@@ -211,6 +213,57 @@ func testRefresh(t *testing.T, f Factory) {
 	_, err = s.Credential(ctx, worker, short)
 	want(t, err, bridge.ErrCredentialInvalid)
 	want(t, s.RefreshCredential(ctx, worker, short, bridge.HashSecret("y"), time.Now().Add(time.Minute)), bridge.ErrCredentialInvalid)
+}
+
+// testConfirm: lease, ack, settle and registration confirm the request's credential on the worker record
+// their own transaction reads, because the hub verifies those requests' signatures with credentials it
+// cached. After a rotation, each call with the old credential fails CREDENTIAL_INVALID and changes
+// nothing; the same calls without the confirmation (the zero Auth, which has nothing to confirm) go
+// through — what a cached credential would get without it.
+func testConfirm(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	old := pair(t, s, worker)
+	_, err := register(t, s, incA, old, caps(false, false))
+	want(t, err, nil)
+	a, err := enqueue(t, s, bridge.NewID(), "", time.Minute)
+	want(t, err, nil)
+	fresh := old
+	fresh.CredentialHash = bridge.HashSecret("rotated")
+	want(t, s.RefreshCredential(ctx, worker, old.CredentialHash, fresh.CredentialHash, time.Now().Add(time.Minute)), nil)
+	var unconfirmed store.Auth
+
+	lease := func(auth store.Auth, woken bool) (*store.Assignment, error) {
+		return s.LeaseSlot(ctx, store.LeaseParams{WorkerID: worker, IncarnationID: incA, IdentityID: old.IdentityID, Auth: auth, Slot: -1, Woken: woken})
+	}
+	for _, woken := range []bool{false, true} { // the one-read empty check, and the transaction
+		l, err := lease(old, woken)
+		want(t, err, bridge.ErrCredentialInvalid)
+		if l != nil {
+			t.Fatalf("leased with a rotated credential: %+v", l)
+		}
+	}
+	if l, err := lease(unconfirmed, false); err != nil || l == nil || l.ID != a.ID {
+		t.Fatalf("lease without confirmation: %+v %v", l, err)
+	}
+	ackWith := func(auth store.Auth) error {
+		return s.Ack(ctx, store.AckParams{Auth: auth, WorkerID: worker, AssignmentID: a.ID, IncarnationID: incA, Generation: a.Generation,
+			LeaseTokenHash: bridge.HashSecret(token)})
+	}
+	want(t, ackWith(old), bridge.ErrCredentialInvalid)
+	want(t, ackWith(unconfirmed), nil)
+	settleWith := func(auth store.Auth) error {
+		return s.Settle(ctx, store.SettleParams{Auth: auth, WorkerID: worker, AssignmentID: a.ID, IncarnationID: incA, Generation: a.Generation,
+			LeaseTokenHash: bridge.HashSecret(token), IdentityID: old.IdentityID, Status: bridge.StatusFulfilled, Canonical: []byte(`{"x":1}`)})
+	}
+	want(t, settleWith(old), bridge.ErrCredentialInvalid)
+	if st, err := s.Settlement(ctx, worker, a.ID); err != nil || st != nil {
+		t.Fatalf("a refused settlement was stored: %+v %v", st, err)
+	}
+	want(t, settleWith(unconfirmed), nil)
+	_, err = register(t, s, incA, old, caps(false, false))
+	want(t, err, bridge.ErrCredentialInvalid)
+	_, err = register(t, s, incA, fresh, caps(false, false))
+	want(t, err, nil)
 }
 
 func testNonce(t *testing.T, f Factory) {
