@@ -109,11 +109,15 @@ func (p *Protocol) Lease(ctx context.Context, workerID, incarnationID, identityI
 // LeaseSlot implements Store: Lease for one slot (slot < 0: a lease without one).
 func (p *Protocol) LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, error) {
 	workerID, incarnationID, identityID, slot := lp.WorkerID, lp.IncarnationID, lp.IdentityID, lp.Slot
-	// Fast path for the common empty poll: one read instead of a transaction.
+	// Fast path for the common empty poll: one read instead of a transaction. When it finds work, the
+	// transaction reads that assignment together with the worker's records.
+	var next []string
 	if !lp.Woken {
-		if empty, err := p.leaseEmpty(ctx, lp); err != nil || empty {
+		id, err := p.leaseNext(ctx, lp)
+		if err != nil || id == "" {
 			return nil, err
 		}
+		next = []string{asgKey(workerID, id)}
 	}
 	var out *Assignment
 	err := p.update(ctx, "lease", workerID, func(t *wtx) error {
@@ -157,7 +161,7 @@ func (p *Protocol) LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, 
 			out = &o
 			return nil
 		}
-	})
+	}, next...)
 	if err != nil {
 		return nil, err
 	}
@@ -183,31 +187,37 @@ func (t *wtx) claim(inc, ck string) (string, bool) {
 	return q[0], true
 }
 
-// leaseEmpty reports, from one snapshot, that the incarnation's slot has neither a claim nor queued work;
-// fencing is checked on the same snapshot.
-func (p *Protocol) leaseEmpty(ctx context.Context, lp LeaseParams) (bool, error) {
+// leaseNext returns, from one snapshot, the assignment the incarnation's slot would lease — its claim, or
+// the head of its queue — or "" when there is none; the credential and fencing are checked on the same
+// snapshot.
+func (p *Protocol) leaseNext(ctx context.Context, lp LeaseParams) (string, error) {
 	vals, err := p.read(ctx, "lease", recKey(lp.WorkerID), queueKey(lp.WorkerID))
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	rec, err := decode[WorkerRecord](vals[0], "worker record")
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	if err := lp.Auth.Confirm(rec, p.b.Now()); err != nil {
-		return false, err
+		return "", err
 	}
 	if rec != nil {
 		if _, f := rec.Fenced[lp.IncarnationID]; f || (rec.RegOwner != "" && rec.RegOwner != lp.IncarnationID) {
-			return false, bridge.ErrWorkerFenced
+			return "", bridge.ErrWorkerFenced
 		}
 	}
 	q, err := decode[queueRec](vals[1], "queues")
 	if err != nil || q == nil {
-		return err == nil, err
+		return "", err
 	}
-	_, claimed := q.Claims[claimKey(lp.IncarnationID, lp.Slot)]
-	return !claimed && len(q.Queues[lp.IncarnationID]) == 0, nil
+	if id, claimed := q.Claims[claimKey(lp.IncarnationID, lp.Slot)]; claimed {
+		return id, nil
+	}
+	if queued := q.Queues[lp.IncarnationID]; len(queued) > 0 {
+		return queued[0], nil
+	}
+	return "", nil
 }
 
 // Ack implements Store (§3.6).
