@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/codellm/codellm/internal/hub"
 	"github.com/codellm/codellm/internal/hub/redisstore"
@@ -75,4 +76,13 @@ func TestCLIRedisChecks(t *testing.T) {
 	if set, err := st.Check(context.Background()); err != nil || !set.Safe() || !set.Persistent() || !set.AOF {
 		t.Fatalf("settings after CONFIG SET %+v %v", set, err)
 	}
+	// Turning AOF on starts a rewrite in a forked child that outlives the server's SIGKILL at cleanup and
+	// kept writing into the data directory while it was removed (CI: "directory not empty"): let it end.
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		info, err := c.Info(context.Background(), "persistence").Result()
+		if err == nil && strings.Contains(info, "aof_rewrite_in_progress:0") && strings.Contains(info, "aof_rewrite_scheduled:0") {
+			return
+		}
+	}
+	t.Fatal("the AOF rewrite did not end within 10 s")
 }
