@@ -592,7 +592,7 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 	}
 	for {
 		// Watch before reading, so that work queued after the read wakes this poll.
-		ch, release := h.waits.watch(store.TopicWorker(workerID))
+		ch, queued, release := h.waits.watchHint(store.TopicWorker(workerID))
 		a, err := h.store.LeaseSlot(ctx, lp)
 		if err != nil {
 			release()
@@ -631,9 +631,9 @@ func (h *Hub) handleLease(w http.ResponseWriter, r *http.Request, workerID strin
 		}
 		select {
 		case <-ch:
-			lp.Woken = true // work was queued: go straight to the transaction
+			lp.Woken, lp.Queued = true, queued() // work was queued: go straight to the transaction
 		default:
-			lp.Woken = false
+			lp.Woken, lp.Queued = false, ""
 		}
 	}
 	h.metrics.LeaseWait.WithLabelValues("empty").Observe(time.Since(start).Seconds())

@@ -448,7 +448,7 @@ func (h *Hub) Notify(topic string) {
 	if topic == store.TopicPools || topic == "" {
 		h.pools.invalidate()
 	}
-	h.waits.wake(topic)
+	h.waits.wake(store.SplitTopic(topic))
 }
 
 func adminCLI(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {

@@ -16,6 +16,8 @@ type waits struct {
 type topicWait struct {
 	ch   chan struct{}
 	refs int
+	// hint is what the notification that closed ch carried (store.SplitTopic), set before the close.
+	hint string
 }
 
 func newWaits() *waits { return &waits{topics: map[string]*topicWait{}} }
@@ -23,6 +25,13 @@ func newWaits() *waits { return &waits{topics: map[string]*topicWait{}} }
 // watch returns the channel the next notification of topic closes, and the release the waiter calls
 // when it stops waiting (it may watch again after a wake).
 func (w *waits) watch(topic string) (<-chan struct{}, func()) {
+	ch, _, release := w.watchHint(topic)
+	return ch, release
+}
+
+// watchHint is watch that also returns, for after the channel closed, the hint of the notification that
+// closed it ("" for none).
+func (w *waits) watchHint(topic string) (<-chan struct{}, func() string, func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tw := w.topics[topic]
@@ -31,7 +40,15 @@ func (w *waits) watch(topic string) (<-chan struct{}, func()) {
 		w.topics[topic] = tw
 	}
 	tw.refs++
-	return tw.ch, func() {
+	hint := func() string {
+		select {
+		case <-tw.ch:
+			return tw.hint // written before the close
+		default:
+			return ""
+		}
+	}
+	return tw.ch, hint, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		tw.refs--
@@ -41,8 +58,9 @@ func (w *waits) watch(topic string) (<-chan struct{}, func()) {
 	}
 }
 
-// wake closes topic's channel; "" wakes every topic (after a change feed lost messages).
-func (w *waits) wake(topic string) {
+// wake closes topic's channel, leaving hint for its waiters; "" wakes every topic (after a change feed
+// lost messages).
+func (w *waits) wake(topic, hint string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if topic == "" {
@@ -53,6 +71,7 @@ func (w *waits) wake(topic string) {
 		return
 	}
 	if tw := w.topics[topic]; tw != nil {
+		tw.hint = hint
 		close(tw.ch)
 		delete(w.topics, topic)
 	}

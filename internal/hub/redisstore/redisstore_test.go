@@ -357,7 +357,7 @@ func TestWatchChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitWake("enqueue", store.TopicWorker(wid))
+	waitWake("enqueue", store.TopicWorkQueued(wid, asg.ID))
 	// A's own commit: its listener is told, its feed is not.
 	time.Sleep(100 * time.Millisecond)
 	drain()

@@ -75,7 +75,7 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 			s.WorkerID, s.IncarnationID, s.LastUsed = ep.WorkerID, inc, t.now
 			t.tx.Put(sessionRecKey(s.ID), encode(s), Durable, t.now.Add(SessionIdle))
 		}
-		t.tx.Notify(TopicWorker(ep.WorkerID))
+		t.tx.Notify(TopicWorkQueued(ep.WorkerID, a.ID))
 		out = a
 		return nil
 	}, ownerKey(ep.AssignmentID))
@@ -112,6 +112,9 @@ func (p *Protocol) LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, 
 	// Fast path for the common empty poll: one read instead of a transaction. When it finds work, the
 	// transaction reads that assignment together with the worker's records.
 	var next []string
+	if lp.Woken && lp.Queued != "" {
+		next = []string{asgKey(workerID, lp.Queued)}
+	}
 	if !lp.Woken {
 		id, err := p.leaseNext(ctx, lp)
 		if err != nil || id == "" {

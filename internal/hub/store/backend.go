@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -66,6 +67,19 @@ type Backend interface {
 // other; each waiter still re-reads the store now and then (a backstop for
 // a notification lost by a shared backend's feed).
 func TopicWorker(workerID string) string { return "w:" + workerID }
+
+// TopicWorkQueued is TopicWorker notified for work just queued for the worker: it names the assignment,
+// so that the lease poll it wakes reads that assignment with the worker's records (one read, not two).
+func TopicWorkQueued(workerID, assignmentID string) string {
+	return TopicWorker(workerID) + " " + assignmentID
+}
+
+// SplitTopic separates a notified topic from the hint it may carry (TopicWorkQueued's assignment; worker
+// IDs have no spaces).
+func SplitTopic(notified string) (topic, hint string) {
+	topic, hint, _ = strings.Cut(notified, " ")
+	return topic, hint
+}
 
 // TopicAssignment is notified when an assignment's settlement is stored.
 func TopicAssignment(id string) string { return "a:" + id }

@@ -178,8 +178,10 @@ type LeaseParams struct {
 	// Slot is the lease slot (-1: a lease that names none).
 	Slot int
 	// Woken: work was just queued for the worker (its topic was notified), so the one-read check for the
-	// common empty poll is skipped.
-	Woken bool
+	// common empty poll is skipped; Queued is the assignment the notification named, if any
+	// (TopicWorkQueued), read with the worker's records.
+	Woken  bool
+	Queued string
 }
 
 // AckParams is one acknowledgement.
