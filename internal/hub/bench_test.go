@@ -49,9 +49,10 @@ func BenchmarkRateLimitTake(b *testing.B) {
 }
 
 // The same round trip on the stateful profile, every exec in one runtime session by its hint (a store
-// session read per exec, and the session's worker as the only target), to compare with the above.
+// session read per exec, and the session's worker as the only target), to compare with the above
+// (rate-limit=off: the default limit would refuse a long run).
 func BenchmarkExecRoundTripHinted(b *testing.B) {
-	h := newTestHub(b, nil)
+	h := newTestHub(b, func(cfg *Config) { cfg.RateLimits.Off = true })
 	w := newWorker(b, h, "bench-vm")
 	w.caps.StatefulWorkspace = true
 	w.pair(h)
