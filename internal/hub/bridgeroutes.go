@@ -214,7 +214,7 @@ func (h *Hub) preauth(r *http.Request, rt route) error {
 		return errAuthRequired
 	}
 	// A cached credential will do: Settle confirms it again before storing anything.
-	_, err = h.workerCredential(r.Context(), rt.workerID, bridge.HashSecret(proof.Credential), true)
+	_, _, err = h.workerCredential(r.Context(), rt.workerID, bridge.HashSecret(proof.Credential), true)
 	return err
 }
 
@@ -362,7 +362,7 @@ func (h *Hub) authWorker(ctx context.Context, r *http.Request, rt route, workerI
 		return nil, bridge.ErrProofInvalid
 	}
 	credHash := bridge.HashSecret(proof.Credential)
-	e, err := h.workerCredential(ctx, workerID, credHash, confirmedInStore[rt.name])
+	e, fromCache, err := h.workerCredential(ctx, workerID, credHash, confirmedInStore[rt.name])
 	if err != nil {
 		return nil, err
 	}
@@ -373,6 +373,9 @@ func (h *Hub) authWorker(ctx context.Context, r *http.Request, rt route, workerI
 		return nil, bridge.ErrProofInvalid
 	}
 	if err := h.store.UseNonce(ctx, credHash, bridge.HashSecret(proof.Nonce), ts); err != nil {
+		if fromCache {
+			err = h.replayOrReset(ctx, workerID, credHash, err)
+		}
 		return nil, err
 	}
 	return &authenticated{

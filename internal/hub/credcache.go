@@ -63,25 +63,39 @@ func (c *credCache) drop(workerID, credHash string) {
 }
 
 // workerCredential returns the credential a worker request presents and its public key: from the cache
-// when cached is set (the route confirms it in the store), else read from the store (and cached).
-func (h *Hub) workerCredential(ctx context.Context, workerID, credHash string, cached bool) (*cachedCredential, error) {
-	if cached {
+// when useCache is set (the route confirms it in the store; fromCache then says whether it was there),
+// else read from the store (and cached).
+func (h *Hub) workerCredential(ctx context.Context, workerID, credHash string, useCache bool) (e *cachedCredential, fromCache bool, err error) {
+	if useCache {
 		if e := h.creds.get(workerID, credHash, time.Now()); e != nil {
-			return e, nil
+			return e, true, nil
 		}
 	}
 	cred, err := h.credential(ctx, workerID, credHash)
 	if err != nil {
 		h.creds.drop(workerID, credHash)
-		return nil, err
+		return nil, false, err
 	}
 	pub, err := bridge.ParsePublicKeyPEM(cred.PublicKey)
 	if err != nil {
-		return nil, bridge.ErrProofInvalid
+		return nil, false, bridge.ErrProofInvalid
 	}
-	e := &cachedCredential{cred: cred, pub: pub}
+	e = &cachedCredential{cred: cred, pub: pub}
 	h.creds.put(workerID, credHash, e)
-	return e, nil
+	return e, false, nil
+}
+
+// replayOrReset refines a nonce refused as replayed when the credential came from the cache: a store that
+// lost its data forgot the nonces with the credentials, so a request dated before the loss reads as a
+// replay, where a fresh lookup names the loss (STORE_RESET) as it did before the cache.
+func (h *Hub) replayOrReset(ctx context.Context, workerID, credHash string, err error) error {
+	if !errors.Is(err, bridge.ErrProofReplayed) {
+		return err
+	}
+	if _, _, cerr := h.workerCredential(ctx, workerID, credHash, false); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // credentialRefused is what a worker route answers when its store operation refused the credential: the

@@ -188,6 +188,15 @@ func TestStoreReset(t *testing.T) {
 		}
 	}
 	wipe()
+	// First, while the hub still holds the worker's credential in its cache: a request dated before the
+	// store's memory of nonces began (a store that lost its data forgot them with the credentials) reads
+	// as a replay to the nonce check, which runs before the registration could find the credential gone;
+	// the hub looks the credential up to say why.
+	w.timestamp = func() time.Time { return time.Now().Add(-30 * time.Second) }
+	if r, _ := w.register(); r.status != 401 || r.code() != bridge.CodeStoreReset {
+		t.Fatalf("register dated before the reset: %d %s", r.status, r.body)
+	}
+	w.timestamp = nil
 	for range 2 {
 		r, _ := w.register()
 		if r.status != 401 || r.code() != bridge.CodeStoreReset {
