@@ -187,12 +187,20 @@ type result struct {
 	rc           map[string]int
 	out          map[string]string
 	console      string
+	// hung says the guest was killed at bootLimit without powering off ("" otherwise); last is the last
+	// check it reported.
+	hung, last string
 }
+
+// bootLimit bounds one boot. The longest row takes about 3 minutes here under load; a guest that hangs
+// (CI once saw a 6.1 guest go silent after a check) is killed at this limit and judged as not finished,
+// which leaves time for the row's second boot within the matrix's 40-minute test timeout.
+const bootLimit = 10 * time.Minute
 
 // boot runs the row's guest to its power-off and parses its console.
 func boot(t *testing.T, r Row, dir string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), bootLimit)
 	defer cancel()
 	args := []string{"-m", "2048", "-smp", "2", "-nographic", "-no-reboot", "-kernel", filepath.Join(dir, "vmlinuz-"+r.Kernel),
 		"-initrd", filepath.Join(dir, "initrd.cpio")}
@@ -206,10 +214,15 @@ func boot(t *testing.T, r Row, dir string) result {
 	}
 	args = append(args, "-append", "console="+console+" quiet panic=-1 "+r.cmdline())
 	out, err := exec.CommandContext(ctx, qemu, args...).CombinedOutput()
+	res := parse(out)
+	if err != nil && ctx.Err() != nil {
+		res.hung = fmt.Sprintf("%s was killed after %s without the guest powering off", qemu, bootLimit)
+		return res
+	}
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", qemu, err, tail(out))
 	}
-	return parse(out)
+	return res
 }
 
 var (
@@ -232,6 +245,7 @@ func parse(console []byte) result {
 			res.cpus, _ = strconv.Atoi(m[3])
 		} else if m := lineCheck.FindStringSubmatch(line); m != nil {
 			res.rc[m[1]], _ = strconv.Atoi(m[2])
+			res.last = m[1]
 		} else if m := lineOut.FindStringSubmatch(line); m != nil {
 			res.out[m[1]] += m[2] + "\n"
 		} else if line == "@@hosts done" {
@@ -258,8 +272,14 @@ func bootAndJudge(t *testing.T, r Row, dir string) (result, []checkFailure) {
 // returns the failed ones.
 func judge(r Row, res result) []checkFailure {
 	if !res.done {
-		return []checkFailure{{r.Name + ": the guest did not finish its checks",
-			"the guest did not finish its checks; console:\n" + tail([]byte(res.console))}}
+		why := "the guest did not finish its checks"
+		if res.hung != "" {
+			why += " (" + res.hung + ")"
+		}
+		if res.last != "" {
+			why += "; the last check it reported: " + res.last
+		}
+		return []checkFailure{{r.Name + ": " + why, why + "; console:\n" + tail([]byte(res.console))}}
 	}
 	var failed []checkFailure
 	for _, c := range r.Checks {
