@@ -360,7 +360,8 @@ func (t *txn) op(op, key string, args ...string) {
 func (t *txn) SetAdd(set, member string)    { t.op("sadd", set, member) }
 func (t *txn) SetRemove(set, member string) { t.op("srem", set, member) }
 
-// NotifyAt implements store.Txn: published on that replica's own channel.
+// NotifyAt implements store.Txn: published on that replica's own channel, or with the commit's broadcast
+// (feedMessages).
 func (t *txn) NotifyAt(replica, topic string) {
 	if replica != "" {
 		if t.at == nil {
@@ -456,12 +457,8 @@ func (t *txn) commit() (bool, error) {
 			args = append(args, a)
 		}
 	}
-	for _, topic := range t.topics {
-		ch := t.b.changesChannel()
-		if r := t.at[topic]; r != "" {
-			ch += ":" + r
-		}
-		args = append(args, "pub", ch, t.b.origin+"\n"+topic)
+	for _, m := range feedMessages(t.b.changesChannel(), t.b.origin, t.topics, t.at) {
+		args = append(args, "pub", m.channel, m.payload)
 	}
 	n, err := commitScript.Run(t.ctx, t.b.rdb, keys, args...).Int()
 	if err != nil {

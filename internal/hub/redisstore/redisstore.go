@@ -173,8 +173,10 @@ func (s *Store) WatchChanges(ctx context.Context, replica string, fn func(topic 
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			if origin, topic, ok := strings.Cut(m.Payload, "\n"); ok && origin != b.origin {
-				fn(topic)
+			if origin, topics, ok := parseFeed(m.Payload); ok && origin != b.origin {
+				for _, topic := range topics {
+					fn(topic)
+				}
 			}
 		case *redis.Subscription:
 			if failed && strings.EqualFold(m.Kind, "subscribe") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -392,9 +393,11 @@ func TestWatchChanges(t *testing.T) {
 	}
 }
 
-// A settlement is announced on its dispatcher's own channel: that replica's feed hears it, another
-// replica's does not (it has nobody waiting for it), while broadcast topics reach both.
-func TestSettlementGoesToItsDispatcher(t *testing.T) {
+// A settlement also frees its slot, so it is announced in one message (one PUBLISH) on the feed every
+// replica hears: its dispatcher hears the settlement and the freed slot, and a replica of the previous
+// message format (which reads everything after the first newline as the topic) hears the settlement, the
+// topic it waits on.
+func TestSettlementOneMessage(t *testing.T) {
 	ctx := context.Background()
 	prefix := freshPrefix()
 	open := func() *redisstore.Store {
@@ -405,27 +408,27 @@ func TestSettlementGoesToItsDispatcher(t *testing.T) {
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}
-	a, b, w := open(), open(), open()
-	heard := map[string]chan string{"replica-a": make(chan string, 64), "replica-b": make(chan string, 64)}
+	a, w := open(), open()
+	heard := make(chan string, 64)
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for name, s := range map[string]*redisstore.Store{"replica-a": a, "replica-b": b} {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = s.WatchChanges(wctx, name, func(topic string) { heard[name] <- topic }) }()
-	}
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = a.WatchChanges(wctx, "replica-a", func(topic string) { heard <- topic }) }()
 	defer func() { cancel(); wg.Wait() }()
+	raw := rawClient(t).PSubscribe(ctx, prefix+"changes*")
+	defer raw.Close()
+	if _, err := raw.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
 	auth := pairAndRegister(t, w)
-	// Both feeds are subscribed once both hear a broadcast.
-	for name := range heard {
-		for ok := false; !ok; {
-			if err := w.Ready(ctx, wid, incA, 1); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-heard[name]:
-				ok = true
-			case <-time.After(50 * time.Millisecond):
-			}
+	for ok := false; !ok; { // the feed is subscribed once it hears a broadcast
+		if err := w.Ready(ctx, wid, incA, 1); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-heard:
+			ok = true
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	asg, err := w.Enqueue(ctx, store.EnqueueParams{WorkerID: wid, AssignmentID: bridge.NewID(), LeaseTokenHash: "h",
@@ -436,30 +439,39 @@ func TestSettlementGoesToItsDispatcher(t *testing.T) {
 	if _, err := w.Lease(ctx, wid, incA, auth.IdentityID); err != nil {
 		t.Fatal(err)
 	}
+	published := func(d time.Duration) (got []*redis.Message) {
+		for end := time.After(d); ; {
+			select {
+			case m := <-raw.Channel():
+				got = append(got, m)
+			case <-end:
+				return got
+			}
+		}
+	}
+	published(200 * time.Millisecond)
+	for len(heard) > 0 {
+		<-heard
+	}
 	if err := w.Settle(ctx, store.SettleParams{WorkerID: wid, AssignmentID: asg.ID, IncarnationID: incA, Generation: asg.Generation,
 		LeaseTokenHash: "h", IdentityID: auth.IdentityID, Status: bridge.StatusRejected, Canonical: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	topic := store.TopicAssignment(asg.ID)
-	waitFor := func(name string, want bool) {
-		t.Helper()
-		for end := time.After(2 * time.Second); ; {
-			select {
-			case got := <-heard[name]:
-				if got == topic {
-					if !want {
-						t.Fatalf("%s heard %s", name, topic)
-					}
-					return
-				}
-			case <-end:
-				if want {
-					t.Fatalf("%s never heard %s", name, topic)
-				}
-				return
-			}
+	msgs := published(500 * time.Millisecond)
+	if len(msgs) != 1 || msgs[0].Channel != prefix+"changes" {
+		t.Fatalf("the settlement published %d messages, want 1 on the feed: %+v", len(msgs), msgs)
+	}
+	if _, old, _ := strings.Cut(msgs[0].Payload, "\n"); old != topic {
+		t.Fatalf("a replica of the previous format reads %q, want %q", old, topic)
+	}
+	got := map[string]bool{}
+	for end := time.After(5 * time.Second); !got[topic] || !got[store.TopicFree]; {
+		select {
+		case h := <-heard:
+			got[h] = true
+		case <-end:
+			t.Fatalf("the dispatcher heard %v, want %s and %s", got, topic, store.TopicFree)
 		}
 	}
-	waitFor("replica-a", true)
-	waitFor("replica-b", false)
 }
