@@ -64,8 +64,7 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 		}
 		gc := ep.ExpiresAt.Add(p.grace)
 		t.occupy(a.ID, inc, gc)
-		t.q.Queues[inc] = append(t.q.Queues[inc], a.ID)
-		t.qDirty = true
+		t.handOut(inc, a.ID)
 		t.putAsg(&asgRec{A: a, GCAt: gc})
 		t.putUntil(ownerKey(a.ID), []byte(ep.WorkerID), gc)
 		if a.Dispatcher != "" {
@@ -132,8 +131,8 @@ func (p *Protocol) LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, 
 		if _, f := rec.Fenced[incarnationID]; f || (rec.RegOwner != "" && rec.RegOwner != incarnationID) {
 			return bridge.ErrWorkerFenced
 		}
-		if slot >= t.capacity() && slot > 0 {
-			return bridge.Errorf(400, "Workspace lease slot exceeds negotiated capacity")
+		if err := checkSlot(t.reg, slot); err != nil {
+			return err
 		}
 		ck := claimKey(incarnationID, slot)
 		for {
@@ -171,9 +170,30 @@ func (p *Protocol) LeaseSlot(ctx context.Context, lp LeaseParams) (*Assignment, 
 	return out, nil
 }
 
-// claim returns the assignment claim ck holds, or claims the incarnation's next queued one for it.
+// errSlotNotNegotiated refuses a slot lease of a registration granted fewer than two slots: its work is
+// handed to the incarnation's own claim, which only a lease without a slot reads (as the reference hub,
+// which answers such a lease WORKER_MISMATCH).
+var errSlotNotNegotiated = bridge.NewError(bridge.CodeWorkerMismatch,
+	"Workspace lease slot was not negotiated: a registration with fewer than 2 lease slots leases without workspaceLeaseSlot")
+
+// checkSlot refuses a lease slot the registration was not granted. Without a registration (it lapsed)
+// there is nothing to lease and nothing to refuse: the worker registers again.
+func checkSlot(reg *Registration, slot int) error {
+	switch n := capacity(reg); {
+	case reg == nil:
+	case slot >= 0 && n < 2:
+		return errSlotNotNegotiated
+	case slot >= n:
+		return bridge.Errorf(400, "Workspace lease slot exceeds negotiated capacity")
+	}
+	return nil
+}
+
+// claim returns the assignment claim ck holds, or claims the incarnation's next queued one for it. A claim
+// whose assignment holds no slot any more (settled, withdrawn, past its time) is spent: it is passed over
+// without a write, and overwritten when there is queued work.
 func (t *wtx) claim(inc, ck string) (string, bool) {
-	if id, claimed := t.q.Claims[ck]; claimed {
+	if id, claimed := t.q.Claims[ck]; claimed && t.liveClaim(id) {
 		return id, true
 	}
 	q := t.q.Queues[inc]
@@ -194,11 +214,15 @@ func (t *wtx) claim(inc, ck string) (string, bool) {
 // the head of its queue — or "" when there is none; the credential and fencing are checked on the same
 // snapshot.
 func (p *Protocol) leaseNext(ctx context.Context, lp LeaseParams) (string, error) {
-	vals, err := p.read(ctx, "lease", recKey(lp.WorkerID), queueKey(lp.WorkerID))
+	vals, err := p.read(ctx, "lease", recKey(lp.WorkerID), queueKey(lp.WorkerID), lockKey(lp.WorkerID), regKey(lp.WorkerID))
 	if err != nil {
 		return "", err
 	}
 	rec, err := decode[WorkerRecord](vals[0], "worker record")
+	if err != nil {
+		return "", err
+	}
+	reg, err := decode[Registration](vals[3], "registration")
 	if err != nil {
 		return "", err
 	}
@@ -210,12 +234,21 @@ func (p *Protocol) leaseNext(ctx context.Context, lp LeaseParams) (string, error
 			return "", bridge.ErrWorkerFenced
 		}
 	}
+	if err := checkSlot(reg, lp.Slot); err != nil {
+		return "", err
+	}
 	q, err := decode[queueRec](vals[1], "queues")
 	if err != nil || q == nil {
 		return "", err
 	}
+	slots, err := decode[slotsRec](vals[2], "slots")
+	if err != nil {
+		return "", err
+	}
 	if id, claimed := q.Claims[claimKey(lp.IncarnationID, lp.Slot)]; claimed {
-		return id, nil
+		if _, live := loadSlots(slots, p.b.Now()).Active[id]; live {
+			return id, nil
+		}
 	}
 	if queued := q.Queues[lp.IncarnationID]; len(queued) > 0 {
 		return queued[0], nil
@@ -233,7 +266,7 @@ func (p *Protocol) Ack(ctx context.Context, ap AckParams) error {
 		if err != nil {
 			return err
 		}
-		if a == nil || a.Finished || a.A.IncarnationID != ap.IncarnationID || t.rec.RegOwner != ap.IncarnationID ||
+		if a == nil || a.Finished || a.Settlement != nil || a.A.IncarnationID != ap.IncarnationID || t.rec.RegOwner != ap.IncarnationID ||
 			a.A.Generation != ap.Generation || a.A.LeaseTokenHash != ap.LeaseTokenHash || !t.claimedBy(ap.IncarnationID, ap.AssignmentID) {
 			return bridge.ErrAssignmentFenced
 		}

@@ -67,7 +67,8 @@ func (p *Protocol) settleOn(ctx context.Context, owner string, sp SettleParams) 
 			a.Committed = t.clearFenceIfNamed(&a.A) && sp.Status == bridge.StatusFulfilled
 		}
 		a.Settlement = &Settlement{Status: sp.Status, Canonical: slices.Clone(sp.Canonical)}
-		t.dropClaims(a.A.ID)
+		// The lease claim stays: spent once the slot is released below, it is passed over by leases and
+		// overwritten by the next dispatch, so the settlement does not rewrite the queue record.
 		a.Acked = false
 		t.putAsg(a)
 		// The run is over: the worker is free now, whether or not its dispatcher is still there to

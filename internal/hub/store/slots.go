@@ -61,11 +61,14 @@ func loadSlots(s *slotsRec, now time.Time) *slotsRec {
 }
 
 // capacity is the worker's slot count.
-func (t *wtx) capacity() int {
-	if t.reg == nil || t.reg.Slots < 1 {
+func (t *wtx) capacity() int { return capacity(t.reg) }
+
+// capacity is a registration's slot count (1 without one).
+func capacity(reg *Registration) int {
+	if reg == nil || reg.Slots < 1 {
 		return 1
 	}
-	return t.reg.Slots
+	return reg.Slots
 }
 
 // busy reports every slot taken.
@@ -117,6 +120,39 @@ func claimKey(inc string, slot int) string {
 		return inc
 	}
 	return inc + "#" + strconv.Itoa(slot)
+}
+
+// handOut gives assignment id (just put in a slot) to incarnation inc. With nothing queued before it, it
+// goes straight into the claim of a lease slot that holds no live assignment — the claim that slot's lease
+// poll reads — so the lease that delivers it writes nothing; otherwise it waits in the queue. A
+// registration granted fewer than two slots leases without one (its claim is the incarnation's own); one
+// granted K leases with slots 0..K-1, each slot's claim live exactly while its assignment holds a slot, so
+// a registration that is not busy has a spent or empty claim to give.
+func (t *wtx) handOut(inc, id string) {
+	t.qDirty = true
+	if len(t.q.Queues[inc]) == 0 {
+		keys := []string{claimKey(inc, -1)}
+		if n := t.capacity(); n >= 2 {
+			keys = keys[:0]
+			for s := range n {
+				keys = append(keys, claimKey(inc, s))
+			}
+		}
+		for _, ck := range keys {
+			if cur, claimed := t.q.Claims[ck]; !claimed || !t.liveClaim(cur) {
+				t.q.Claims[ck] = id
+				return
+			}
+		}
+	}
+	t.q.Queues[inc] = append(t.q.Queues[inc], id)
+}
+
+// liveClaim reports whether a claim's assignment still holds a slot. One that does not was settled,
+// withdrawn or completed, or is past its deadline and grace: nothing is left to deliver or acknowledge.
+func (t *wtx) liveClaim(id string) bool {
+	_, live := t.slots.Active[id]
+	return live
 }
 
 // claimedBy reports whether one of inc's claims holds assignment id.

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
@@ -103,6 +105,11 @@ func (t *wtx) takeOver(inc string) {
 			delete(t.q.Queues, qi)
 			t.qDirty = true
 		}
+	}
+	// The fenced incarnations' claims (settled ones stay until overwritten) go with their queues.
+	if n := len(t.q.Claims); n > 0 {
+		maps.DeleteFunc(t.q.Claims, func(ck, _ string) bool { return ck != inc && !strings.HasPrefix(ck, inc+"#") })
+		t.qDirty = t.qDirty || len(t.q.Claims) != n
 	}
 	if t.ready != "" {
 		t.ready, t.readyDirty = "", true

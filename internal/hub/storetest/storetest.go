@@ -39,6 +39,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("SettleFreesWorker", func(t *testing.T) { testSettleFrees(t, newStore) })
 	t.Run("AbandonDeadDispatcher", func(t *testing.T) { testAbandon(t, newStore) })
 	t.Run("SlotsAndPools", func(t *testing.T) { testSlotsAndPools(t, newStore) })
+	t.Run("SpentClaims", func(t *testing.T) { testSpentClaims(t, newStore) })
 	t.Run("Sessions", func(t *testing.T) { testSessions(t, newStore) })
 }
 
@@ -747,6 +748,49 @@ func testSlotsAndPools(t *testing.T, f Factory) {
 	take(true) // a free slot again
 	if st, _ := s.Worker(ctx, worker); st.Busy || st.Active != 2 {
 		t.Fatalf("state after one settlement %+v", st)
+	}
+}
+
+// testSpentClaims: dispatch hands work straight to a lease claim, and a settlement leaves that claim in
+// place, spent: a lease after the settlement finds nothing (not the settled work again), an
+// acknowledgement of the settled work is fenced, and the next dispatch reaches the same lease, with or
+// without a wake-up. A slot lease of a registration granted no slots is refused (its work goes to the
+// incarnation's own claim, which only a lease without a slot reads).
+func testSpentClaims(t *testing.T, f Factory) {
+	s := open(t, f, time.Minute, time.Second)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(false, false))
+	want(t, err, nil)
+	lease := func(woken bool, queued string) *store.Assignment {
+		t.Helper()
+		l, err := s.LeaseSlot(ctx, store.LeaseParams{WorkerID: worker, IncarnationID: incA, IdentityID: auth.IdentityID, Auth: auth,
+			Slot: -1, Woken: woken, Queued: queued})
+		want(t, err, nil)
+		return l
+	}
+	for i, woken := range []bool{false, true, false} {
+		a, err := enqueue(t, s, bridge.NewID(), "", time.Minute)
+		want(t, err, nil)
+		hint := ""
+		if woken {
+			hint = a.ID
+		}
+		if l := lease(woken, hint); l == nil || l.ID != a.ID {
+			t.Fatalf("dispatch %d: leased %+v, want %s", i, l, a.ID)
+		}
+		want(t, ack(s, a), nil)
+		want(t, settle(s, a, auth, bridge.StatusFulfilled, `{"ok":1}`), nil)
+		if l := lease(false, ""); l != nil {
+			t.Fatalf("dispatch %d: after its settlement the lease delivered %s again", i, l.ID)
+		}
+		if l := lease(true, a.ID); l != nil {
+			t.Fatalf("dispatch %d: a late wake-up delivered %s again", i, l.ID)
+		}
+		want(t, ack(s, a), bridge.ErrAssignmentFenced)
+	}
+	_, err = s.LeaseSlot(ctx, store.LeaseParams{WorkerID: worker, IncarnationID: incA, IdentityID: auth.IdentityID, Auth: auth, Slot: 0})
+	if be := (*bridge.Error)(nil); !errors.As(err, &be) || be.Code != bridge.CodeWorkerMismatch {
+		t.Fatalf("a slot lease without a slot grant: %v, want WORKER_MISMATCH", err)
 	}
 }
 
