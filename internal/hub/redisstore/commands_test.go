@@ -19,8 +19,9 @@ import (
 // What one assignment costs in Redis commands, by store operation, counted with MONITOR (commands run by
 // the commit script included, as Redis counts them): the figure issue 36 budgets (bench/hubload measures
 // it through real hubs). The lease that delivers work queued for a waiting worker only reads — the
-// dispatch put the work straight into the worker's lease claim — and the settlement neither rewrites the
-// queue record nor publishes twice. A change that adds a command to this path fails here with the table.
+// dispatch put the work straight into the worker's lease claim — the settlement neither rewrites the
+// queue record nor publishes twice, and neither keeps a per-dispatcher list (the sweeper finds a dead
+// dispatcher's work in the worker locks). A change that adds a command to this path fails here with the table.
 func TestCommandsPerOperation(t *testing.T) {
 	ctx := context.Background()
 	prefix := freshPrefix()
@@ -40,7 +41,7 @@ func TestCommandsPerOperation(t *testing.T) {
 		call func(a *store.Assignment) error
 	}{
 		{"take idle", 1, nil},
-		{"enqueue", 10, nil}, // read, script, its check, 6 writes, 1 publish
+		{"enqueue", 9, nil}, // read, script, its check, 5 writes, 1 publish
 		{"lease", 1, func(a *store.Assignment) error {
 			l, err := s.LeaseSlot(ctx, store.LeaseParams{WorkerID: wid, IncarnationID: incA, IdentityID: auth.IdentityID, Auth: auth,
 				Slot: -1, Woken: true, Queued: a.ID})
@@ -53,7 +54,7 @@ func TestCommandsPerOperation(t *testing.T) {
 			return s.Ack(ctx, store.AckParams{Auth: auth, WorkerID: wid, AssignmentID: a.ID, IncarnationID: incA,
 				Generation: a.Generation, LeaseTokenHash: a.LeaseTokenHash})
 		}},
-		{"settle", 8, func(a *store.Assignment) error { // read, script, its check, 4 writes, 1 publish
+		{"settle", 7, func(a *store.Assignment) error { // read, script, its check, 3 writes, 1 publish
 			return s.Settle(ctx, store.SettleParams{Auth: auth, WorkerID: wid, AssignmentID: a.ID, IncarnationID: incA,
 				Generation: a.Generation, LeaseTokenHash: a.LeaseTokenHash, IdentityID: auth.IdentityID,
 				Status: bridge.StatusFulfilled, Canonical: []byte(`{"ok":1}`)})

@@ -63,13 +63,10 @@ func (p *Protocol) Enqueue(ctx context.Context, ep EnqueueParams) (*Assignment, 
 			Dispatcher: ep.Dispatcher,
 		}
 		gc := ep.ExpiresAt.Add(p.grace)
-		t.occupy(a.ID, inc, gc)
+		t.occupy(a.ID, inc, a.Dispatcher, gc)
 		t.handOut(inc, a.ID)
-		t.putAsg(&asgRec{A: a, GCAt: gc})
+		t.putAsg(&asgRec{A: a, GCAt: gc, Unlisted: a.Dispatcher != ""})
 		t.putUntil(ownerKey(a.ID), []byte(ep.WorkerID), gc)
-		if a.Dispatcher != "" {
-			t.tx.SetAdd(dispatchedSet(a.Dispatcher), a.WorkerID+" "+a.ID)
-		}
 		if s := ep.Session; s != nil {
 			s.WorkerID, s.IncarnationID, s.LastUsed = ep.WorkerID, inc, t.now
 			t.tx.Put(sessionRecKey(s.ID), encode(s), Durable, t.now.Add(SessionIdle))

@@ -91,7 +91,8 @@ func asgKey(w, id string) string { return wkey(w, "a:"+id) }
 func ownerKey(id string) string  { return "asg:" + id }
 func codeKey(h string) string    { return "code:" + h }
 
-// dispatchedSet lists the assignments a hub replica waits for, as "<workerID> <assignmentID>".
+// dispatchedSet lists the assignments a hub replica of an older release waits for, as "<workerID>
+// <assignmentID>"; the current one records the dispatcher in the worker lock (slotRec.Dispatcher).
 func dispatchedSet(replica string) string { return "rep:" + replica + ":asg" }
 
 // WorkersSet is the set of workers that registered (candidates for Workers).
@@ -123,7 +124,10 @@ type asgRec struct {
 	// the same again, so a retried Complete does not lose it).
 	Completed bool `json:"completed,omitempty"`
 	// Committed: a fulfilled stateful settlement cleared the workspace fence when it was stored.
-	Committed  bool        `json:"committed,omitempty"`
+	Committed bool `json:"committed,omitempty"`
+	// Unlisted: the dispatcher is recorded with the assignment's slot in the worker lock, where the
+	// sweeper finds it, rather than on the dispatcher's list (which older hubs keep and sweep).
+	Unlisted   bool        `json:"unlisted,omitempty"`
 	Settlement *Settlement `json:"settlement,omitempty"`
 	GCAt       time.Time   `json:"gcAt"`
 }
@@ -302,10 +306,17 @@ func (t *wtx) putAsg(a *asgRec) {
 	t.asgDirty[a.A.ID] = true
 }
 
-// undispatch takes the assignment off its dispatcher's list: nobody waits for it any more.
+// undispatch forgets the assignment's dispatcher: nobody waits for it any more, so a sweep of that
+// dispatcher has nothing to end. It is taken off the dispatcher's list (kept by older hubs) or, when it still
+// holds a slot, the slot stops naming the dispatcher.
 func (t *wtx) undispatch(a *asgRec) {
-	if a.A.Dispatcher != "" {
+	if a.A.Dispatcher != "" && !a.Unlisted {
 		t.tx.SetRemove(dispatchedSet(a.A.Dispatcher), a.A.WorkerID+" "+a.A.ID)
+	}
+	if r, held := t.slots.Active[a.A.ID]; held && r.Dispatcher != "" {
+		r.Dispatcher = ""
+		t.slots.Active[a.A.ID] = r
+		t.slotsDirty = true
 	}
 }
 

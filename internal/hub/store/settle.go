@@ -210,8 +210,59 @@ func sessionUncommitted(a *asgRec) bool {
 	return a.Settlement.Status == bridge.StatusFulfilled && a.A.RuntimeSessionID != "" && !a.Committed
 }
 
-// Abandon implements Store.
+// Abandon implements Store: it ends what dispatcher waited for — the assignments whose slot names it, and
+// those on its list (kept by hubs of an older release).
 func (p *Protocol) Abandon(ctx context.Context, dispatcher string) (int, error) {
+	n, err := p.abandonListed(ctx, dispatcher)
+	if err != nil {
+		return n, err
+	}
+	m, err := p.abandonHeld(ctx, dispatcher)
+	return n + m, err
+}
+
+// abandonBatch is how many workers' locks one read of a sweep fetches.
+const abandonBatch = 256
+
+// abandonHeld completes every assignment whose slot names dispatcher. The workers are found through the
+// worker index, which keeps a worker while it holds a slot even after its registration lapsed: a sweep
+// costs a read per abandonBatch workers, paid once per dead replica instead of two writes per assignment.
+func (p *Protocol) abandonHeld(ctx context.Context, dispatcher string) (int, error) {
+	workers, err := p.members(ctx, "abandon", WorkersSet)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for batch := range slices.Chunk(workers, abandonBatch) {
+		keys := make([]string, len(batch))
+		for i, w := range batch {
+			keys[i] = lockKey(w)
+		}
+		vals, err := p.read(ctx, "abandon", keys...)
+		if err != nil {
+			return n, err
+		}
+		for i, v := range vals {
+			slots, err := decode[slotsRec](v, "slots")
+			if err != nil || slots == nil {
+				continue // a lock that cannot be read holds nothing a sweep could end
+			}
+			for id, r := range loadSlots(slots, p.b.Now()).Active {
+				if r.Dispatcher != dispatcher {
+					continue
+				}
+				if _, err := p.Complete(ctx, batch[i], id); err != nil && !isProtocolErr(err) {
+					return n, err
+				}
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// abandonListed completes the assignments on dispatcher's list.
+func (p *Protocol) abandonListed(ctx context.Context, dispatcher string) (int, error) {
 	members, err := p.members(ctx, "abandon", dispatchedSet(dispatcher))
 	if err != nil {
 		return 0, err

@@ -42,6 +42,9 @@ type slotsRec struct {
 type slotRec struct {
 	IncarnationID string    `json:"incarnationId"`
 	Until         time.Time `json:"until"`
+	// Dispatcher is the hub replica waiting for the assignment's settlement, until the settlement (or a
+	// sweep) ends its wait: the sweeper of a dead replica finds its work here.
+	Dispatcher string `json:"dispatcher,omitempty"`
 }
 
 // loadSlots normalises a slots record: legacy fields folded in, entries past their time dropped.
@@ -85,8 +88,8 @@ func (t *wtx) heldByOther(inc string) bool {
 }
 
 // occupy puts assignment id in a slot.
-func (t *wtx) occupy(id, inc string, until time.Time) {
-	t.slots.Active[id] = slotRec{IncarnationID: inc, Until: until}
+func (t *wtx) occupy(id, inc, dispatcher string, until time.Time) {
+	t.slots.Active[id] = slotRec{IncarnationID: inc, Until: until, Dispatcher: dispatcher}
 	t.slotsDirty = true
 }
 

@@ -203,11 +203,11 @@ func (p *Protocol) Workers(ctx context.Context) ([]WorkerState, error) {
 			out = append(out, st)
 			continue
 		}
-		// Keep the index small: drop workers whose registration expired,
-		// atomically so that a concurrent Register is not lost.
+		// Keep the index small: drop workers whose registration expired, atomically so that a concurrent
+		// Register is not lost. One still holding a slot stays: a sweep finds a dead dispatcher's work here.
 		_ = p.b.Update(ctx, func(tx Txn) error {
-			v, err := tx.Get(regKey(st.WorkerID))
-			if err == nil && v[0] == nil {
+			v, err := tx.Get(regKey(st.WorkerID), lockKey(st.WorkerID))
+			if err == nil && v[0] == nil && v[1] == nil {
 				tx.SetRemove(WorkersSet, st.WorkerID)
 			}
 			return err

@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("WithdrawAndRegistrationExpiry", func(t *testing.T) { testWithdraw(t, newStore) })
 	t.Run("SettleFreesWorker", func(t *testing.T) { testSettleFrees(t, newStore) })
 	t.Run("AbandonDeadDispatcher", func(t *testing.T) { testAbandon(t, newStore) })
+	t.Run("AbandonOnLapsedWorker", func(t *testing.T) { testAbandonLapsed(t, newStore) })
 	t.Run("SlotsAndPools", func(t *testing.T) { testSlotsAndPools(t, newStore) })
 	t.Run("SpentClaims", func(t *testing.T) { testSpentClaims(t, newStore) })
 	t.Run("Sessions", func(t *testing.T) { testSessions(t, newStore) })
@@ -679,6 +680,35 @@ func testAbandon(t *testing.T, f Factory) {
 	abandon("dead-3", 0)
 	if fin, err := s.Collect(ctx, worker, c.ID); err != nil || fin == nil || string(fin.Canonical) != `{"c":1}` {
 		t.Fatalf("collect after the dispatcher died: %v %v", fin, err)
+	}
+}
+
+// testAbandonLapsed: a dead dispatcher's work on a worker whose registration lapsed is still found by the
+// sweep, after the worker index dropped the lapsed registrations it could: a worker that comes back is not
+// kept busy by work nobody waits for.
+func testAbandonLapsed(t *testing.T, f Factory) {
+	s := open(t, f, 2*time.Second, time.Second)
+	auth := pair(t, s, worker)
+	_, err := register(t, s, incA, auth, caps(false, false))
+	want(t, err, nil)
+	_, err = s.Enqueue(ctx, store.EnqueueParams{WorkerID: worker, AssignmentID: bridge.NewID(), LeaseTokenHash: bridge.HashSecret(token),
+		ExpiresAt: time.Now().Add(time.Minute), ExecutionKind: bridge.KindSandbox, Request: []byte(`{}`), Dispatcher: "dead"})
+	want(t, err, nil)
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ws, err := s.Workers(ctx) // prunes the index of lapsed registrations
+		want(t, err, nil)
+		if len(ws) == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the registration never lapsed: %+v", ws)
+		}
+	}
+	if n, err := s.Abandon(ctx, "dead"); err != nil || n != 1 {
+		t.Fatalf("abandon after the registration lapsed: %d %v, want 1", n, err)
+	}
+	if st, _ := s.Worker(ctx, worker); st.Busy || st.Active != 0 {
+		t.Fatalf("the swept work still holds the worker: %+v", st)
 	}
 }
 
