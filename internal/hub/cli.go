@@ -448,6 +448,9 @@ func (h *Hub) Notify(topic string) {
 	if topic == store.TopicPools || topic == "" {
 		h.pools.invalidate()
 	}
+	if topic == "" || strings.HasPrefix(topic, queueTopicPrefix) {
+		h.queued.joined(topic)
+	}
 	h.waits.wake(store.SplitTopic(topic))
 }
 

@@ -188,6 +188,8 @@ type Hub struct {
 
 	waits *waits
 	pools poolCatalog
+	// queued remembers queues found empty (queue.go), to spare a store read per dispatch.
+	queued queueHints
 
 	closing   chan struct{}
 	closeOnce sync.Once

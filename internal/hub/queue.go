@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/codellm/codellm/internal/bridge"
@@ -22,7 +23,10 @@ const (
 	ticketTTL  = 3 * ticketBeat
 )
 
-func queueKey(tenant, plan string) string { return "tq:" + tenant + ":" + plan }
+// queueTopicPrefix begins every queue's key, which is also the topic its joins notify.
+const queueTopicPrefix = "tq:"
+
+func queueKey(tenant, plan string) string { return queueTopicPrefix + tenant + ":" + plan }
 func ticketKey(id string) string          { return "tk:" + id }
 
 // ticket is one request's place in its queue.
@@ -56,7 +60,14 @@ func (t *ticket) note(err error) error {
 func (t *ticket) first(ctx context.Context) (bool, error) {
 	b := t.backend()
 	if !t.joined {
+		if t.h.queued.empty(t.key) {
+			return true, nil
+		}
+		gen := t.h.queued.generation()
 		n, err := b.ZCount(ctx, t.key, -1)
+		if err == nil && n == 0 {
+			t.h.queued.foundEmpty(t.key, gen)
+		}
 		return n == 0, t.note(err)
 	}
 	if err := t.renew(ctx); err != nil {
@@ -88,6 +99,7 @@ func (t *ticket) join(ctx context.Context, max int) (full bool, err error) {
 	err = b.Update(ctx, func(tx store.Txn) error {
 		tx.Put(ticketKey(t.id), []byte(t.h.replica.id), store.Volatile, tx.Now().Add(ticketTTL))
 		tx.ZAdd(t.key, t.id, float64(tx.Now().UnixMicro()), false)
+		tx.Notify(t.key) // every replica's queueHints forgets that the queue was empty
 		return nil
 	})
 	if err == nil {
@@ -130,4 +142,63 @@ func (t *ticket) leave(ctx context.Context) {
 	if next, ok, err := b.ZFirst(ctx, t.key); err == nil && ok {
 		_ = b.Update(ctx, func(tx store.Txn) error { tx.Notify(ticketKey(next)); return nil })
 	}
+}
+
+// queueHintTTL bounds how long a replica trusts that a queue it found empty still is.
+const queueHintTTL = time.Second
+
+// queueHints spares the read that tells a new request whether anyone waits before it (a store command per
+// dispatch): a replica that found a queue empty trusts that for queueHintTTL, unless a request joined it
+// meanwhile — a join notifies the queue's topic to every replica — or the change feed reconnected (its
+// topic ""). A read is trusted only when no join was heard while it was made (generation), so a join's
+// notification that overtakes the read is not lost. A request may overtake one that joined on another
+// replica only for as long as the join's notification takes to arrive (queueHintTTL when that replica is of
+// an older release, whose joins notify nothing); once a queue forms, every dispatch reads it again.
+type queueHints struct {
+	mu    sync.Mutex
+	gen   uint64
+	found map[string]time.Time // queue key → when it was found empty
+}
+
+// empty reports whether key was found empty within queueHintTTL and nobody joined it since.
+func (q *queueHints) empty(key string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	at, ok := q.found[key]
+	return ok && time.Since(at) < queueHintTTL
+}
+
+// generation is read before a queue is read, and handed to foundEmpty.
+func (q *queueHints) generation() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.gen
+}
+
+// foundEmpty records that key read empty, unless a join was heard since generation gen.
+func (q *queueHints) foundEmpty(key string, gen uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if gen != q.gen {
+		return
+	}
+	if q.found == nil || len(q.found) >= maxQueueHints {
+		q.found = map[string]time.Time{} // a bound on the tenants × plans remembered; forgetting costs a read
+	}
+	q.found[key] = time.Now()
+}
+
+// maxQueueHints bounds the queues a replica remembers as empty.
+const maxQueueHints = 4096
+
+// joined forgets what a join (or, for "", a lost stretch of the change feed) may have made stale.
+func (q *queueHints) joined(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.gen++
+	if key == "" {
+		clear(q.found)
+		return
+	}
+	delete(q.found, key)
 }
