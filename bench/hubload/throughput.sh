@@ -15,7 +15,10 @@ W=${W:-4}
 D=${D:-30s}
 SLOTS=$((C / W))
 dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT INT TERM
+# The background processes by PID: dash's `jobs -p` in the trap's command substitution lists none, so the
+# trap's wait would sit on a hub and workers nobody stopped.
+pids=""
+trap 'kill $pids 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT INT TERM
 
 up() { # wait for URL to answer
 	i=0
@@ -28,6 +31,7 @@ up() { # wait for URL to answer
 
 "$BIN" serve --listen 127.0.0.1:18080 --max-concurrent "$C" >"$dir/serve.log" 2>&1 &
 serve=$!
+pids="$serve"
 up http://127.0.0.1:18080/healthz
 "$LOAD" --rate http://127.0.0.1:18080 --rate-api piston -c "$C" -d "$D" --json "$dir/direct.json"
 kill "$serve"
@@ -37,6 +41,7 @@ hub=http://127.0.0.1:18090
 export CODELLM_HUB_ADMIN_TOKEN=throughput-admin
 export CODELLM_HUB_RATE_LIMITS=off # one API key sends the whole load
 "$BIN" hub serve --listen 127.0.0.1:18090 --api-key throughput-key --store "$dir/hub/bridge.db" >"$dir/hub.log" 2>&1 &
+pids="$pids $!"
 up "$hub/healthz"
 i=1
 while [ "$i" -le "$W" ]; do
@@ -44,6 +49,7 @@ while [ "$i" -le "$W" ]; do
 	HOME="$dir/home-$i" "$BIN" worker pair "$hub/v1" "$code" --worker-id "tp-$i" --identity "$dir/tp-$i.json" >/dev/null
 	HOME="$dir/home-$i" "$BIN" worker run --worker-id "tp-$i" --identity "$dir/tp-$i.json" \
 		--workspace-lease-slots "$SLOTS" --max-concurrent "$SLOTS" >"$dir/worker-$i.log" 2>&1 &
+	pids="$pids $!"
 	i=$((i + 1))
 done
 i=1
