@@ -93,6 +93,11 @@ func adminPost(t testing.TB, base, path string, body any) reply {
 func (w *sigWorker) pair(adminBase string) {
 	w.t.Helper()
 	r := adminPost(w.t, adminBase, bridge.PathPairings(), bridge.CreatePairingRequest{WorkerID: w.id})
+	// Right after Redis restarted, a pooled connection's first command can fail: 503, which callers retry.
+	for end := time.Now().Add(5 * time.Second); r.status == 503 && time.Now().Before(end); {
+		time.Sleep(100 * time.Millisecond)
+		r = adminPost(w.t, adminBase, bridge.PathPairings(), bridge.CreatePairingRequest{WorkerID: w.id})
+	}
 	if r.status != 200 {
 		w.t.Fatalf("create pairing: %d %s", r.status, r.body)
 	}
